@@ -1,0 +1,91 @@
+//! The `ipu` command: compile, run and inspect programs for the IPU tile array.
+//!
+//! Summary lines go to stdout in `key=value` form; logs go to stderr. Exit status: 0 when every
+//! check passes, 1 when a check fails, 2 for bad input or a device error.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd_bench;
+mod cmd_graph;
+mod cmd_isa;
+mod cmd_numerics;
+mod cmd_reference;
+mod cmd_run;
+
+#[derive(Parser)]
+#[command(name = "ipu", version, about = "Compiler, runtime and simulator for the Graphcore IPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Assemble a tile assembly file into a binary.
+    Asm(cmd_isa::AsmArgs),
+    /// Disassemble a tile binary.
+    Disasm(cmd_isa::DisasmArgs),
+    /// Assemble a file, load it onto tiles of the simulated device, run to halt, print counters.
+    Sim(cmd_isa::SimArgs),
+    /// Benchmarks of the simulated device and the compiler.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// FP8 and f16 number formats.
+    #[command(subcommand)]
+    Numerics(cmd_numerics::NumericsCommand),
+    /// List the built-in models and their parameters.
+    Models(cmd_graph::ModelsArgs),
+    /// Print and check graphs in the text form.
+    #[command(subcommand)]
+    Graph(cmd_graph::GraphCommand),
+    /// Evaluate a model on the host and print output statistics.
+    Reference(cmd_reference::ReferenceArgs),
+    /// Compile a model into a package.
+    Build(cmd_run::BuildArgs),
+    /// Execute a package on the device.
+    Exec(cmd_run::ExecArgs),
+    /// Build, write, read back, execute and check a model against the host reference.
+    Run(cmd_run::RunArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The AMP matmul kernel [N,16]x[16,16] on every tile.
+    Amp(cmd_bench::AmpArgs),
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IPU_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Asm(a) => cmd_isa::asm(a),
+        Command::Disasm(a) => cmd_isa::disasm(a),
+        Command::Sim(a) => cmd_isa::sim(a),
+        Command::Bench(BenchCommand::Amp(a)) => cmd_bench::amp(a),
+        Command::Numerics(c) => cmd_numerics::run(c),
+        Command::Models(a) => cmd_graph::models(a),
+        Command::Graph(c) => cmd_graph::run(c),
+        Command::Reference(a) => cmd_reference::run(a),
+        Command::Build(a) => cmd_run::build(a),
+        Command::Exec(a) => cmd_run::exec(a),
+        Command::Run(a) => cmd_run::run(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

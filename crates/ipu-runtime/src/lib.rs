@@ -1,0 +1,1 @@
+//! ipu-runtime

@@ -1,0 +1,373 @@
+//! The machine description of the Graphcore IPU tile array, as data.
+//!
+//! Every number carries its source in a doc comment. Sources are abbreviated as in
+//! `docs/ipu-facts.md`: PL = graphcore/poplibs, TI = graphcore-research/tessellate-ipu,
+//! IAS = graphcore/ipu_assembly_support, LLF = graphcore/llvm-project-fork, DOC =
+//! docs.graphcore.ai and product datasheets. Numbers marked *assumption* are not published and
+//! were chosen to be consistent with the published ones.
+//!
+//! Relations between constants are asserted at compile time at the bottom of this file.
+
+use std::fmt;
+
+/// Tiles per chip on every Mk2-family IPU (GC200, Bow, C600). Source: TI, DOC.
+pub const TILES_PER_CHIP: u32 = 1472;
+
+/// Lowest tile memory address on Mk2. Source: LLF (`ipu2` memory base 0x4C000).
+pub const MEMORY_BASE: u32 = 0x4C000;
+
+/// One past the highest tile memory address: `MEMORY_BASE + 624 KiB`. Source: DOC (624 KiB per
+/// tile) and LLF (base); the seed logs place data up to 949,168, just under this end.
+pub const MEMORY_END: u32 = 0xE8000;
+
+/// Bytes of SRAM per tile: 638,976 B = 624 KiB. Source: DOC.
+pub const MEMORY_BYTES: u32 = 638_976;
+
+/// Start of the interleaved region, which runs to `MEMORY_END`. *Assumption*: DOC only says
+/// interleaved memory "is always in the upper part"; 0x80000 splits memory into 208 KiB + 416
+/// KiB, a whole number of 16 KiB banks, and matches the seed logs (code below 524,288).
+pub const INTERLEAVED_BASE: u32 = 0x80000;
+
+/// Bytes per memory bank on Mk2. Source: DOC (PopVision glossary: 16 KiB banks).
+pub const BANK_BYTES: u32 = 16 * 1024;
+
+/// Worker contexts per tile. Source: DOC (assembly programming guide: six workers and one
+/// supervisor, barrel-scheduled).
+pub const WORKER_CONTEXTS: u32 = 6;
+
+/// Tile cycles between two issues of one context: a barrel slot. Source: DOC (each context
+/// issues at most one instruction or co-issued pair every six tile cycles).
+pub const BARREL_SLOT_CYCLES: u32 = 6;
+
+/// Largest `rpt` count. Source: LLF, IAS (count up to 0xFFFF on Mk2).
+pub const RPT_COUNT_MAX: u32 = 0xFFFF;
+
+/// Bytes one tile sends (and, separately, receives) per cycle over the exchange. Source: PL
+/// (`ipuExchangeBandwidth = 4`).
+pub const EXCHANGE_BYTES_PER_CYCLE: u32 = 4;
+
+/// Cycles of one internal BSP sync across the chip. Source: PL (`CTCLossPlan.cpp` assumes about
+/// 90 cycles per sync); the true Mk2 figure is unpublished.
+pub const SYNC_CYCLES: u32 = 90;
+
+/// Fixed cycles at the start of every exchange phase. Source: PL (about 100 cycles of fixed
+/// exchange overhead in the planners' estimates).
+pub const EXCHANGE_PHASE_OVERHEAD_CYCLES: u32 = 100;
+
+/// Exchange latency, *assumption*: a message reaches a tile `EXCHANGE_LATENCY_BASE_CYCLES +
+/// |src - dst| / EXCHANGE_LATENCY_TILES_PER_CYCLE` cycles after it is sent. Graphcore's patents
+/// (US10579585) describe compiled, distance-dependent delays; the constants are not published.
+pub const EXCHANGE_LATENCY_BASE_CYCLES: u32 = 8;
+/// See [`EXCHANGE_LATENCY_BASE_CYCLES`]. *Assumption*.
+pub const EXCHANGE_LATENCY_TILES_PER_CYCLE: u32 = 32;
+
+/// Bytes per cycle at which AMP weights are loaded into the coefficient state (128-bit loads).
+/// Source: DOC, PL (AMP weights are loaded with 128-bit loads at 16 B/cycle).
+pub const AMP_WEIGHT_LOAD_BYTES_PER_CYCLE: u32 = 16;
+
+/// Host exchange bandwidth in bytes per tile cycle for the whole chip. *Assumption*: PCIe Gen4
+/// x16 carries about 25 GB/s, about 18 B per cycle at 1.33 GHz; we round down to 16.
+pub const HOST_EXCHANGE_BYTES_PER_CYCLE: u32 = 16;
+
+/// Fixed cycles for a host-exchange point (the sync with the host). *Assumption*.
+pub const HOST_EXCHANGE_OVERHEAD_CYCLES: u32 = 1000;
+
+/// A model of IPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TargetKind {
+    /// GC200 (Mk2), the default.
+    Gc200,
+    /// Bow (Mk2 die, wafer-on-wafer power delivery, higher clock).
+    Bow,
+    /// C600 (IPU21): native FP8 in the AMP.
+    C600,
+}
+
+impl TargetKind {
+    /// Every target, in a stable order.
+    pub const ALL: [TargetKind; 3] = [TargetKind::Gc200, TargetKind::Bow, TargetKind::C600];
+
+    /// The lower-case name used on the command line and in packages.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Gc200 => "gc200",
+            TargetKind::Bow => "bow",
+            TargetKind::C600 => "c600",
+        }
+    }
+
+    /// Parses a name as printed by [`TargetKind::name`].
+    pub fn from_name(name: &str) -> Option<TargetKind> {
+        TargetKind::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// A stable numeric code for binary formats.
+    pub fn code(self) -> u32 {
+        match self {
+            TargetKind::Gc200 => 1,
+            TargetKind::Bow => 2,
+            TargetKind::C600 => 3,
+        }
+    }
+
+    /// Inverse of [`TargetKind::code`].
+    pub fn from_code(code: u32) -> Option<TargetKind> {
+        TargetKind::ALL.into_iter().find(|t| t.code() == code)
+    }
+
+    /// The full description of this target.
+    pub fn target(self) -> Target {
+        Target::new(self)
+    }
+}
+
+impl fmt::Display for TargetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Input and partials types of the AMP (accumulating matrix product unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AmpMode {
+    /// f16 inputs, f16 partials.
+    F16F16,
+    /// f16 inputs, f32 partials.
+    F16F32,
+    /// f32 inputs, f32 partials.
+    F32F32,
+    /// FP8 inputs (F143 or F152 with a scale), f16 partials. IPU21 (C600) only.
+    F8F16,
+}
+
+impl AmpMode {
+    /// Every mode in a stable order.
+    pub const ALL: [AmpMode; 4] = [
+        AmpMode::F16F16,
+        AmpMode::F16F32,
+        AmpMode::F32F32,
+        AmpMode::F8F16,
+    ];
+
+    /// Multiply-accumulates per tile cycle at full rate for this mode. Source: PL asm and DOC
+    /// (f16→f16 64: 16 units × 4, the datasheet peak), PL `PerformanceEstimation.hpp` (f16→f32
+    /// 32, limited by the 64-bit store path), PL (f32→f32 16), PL `ConvVertexType.cpp` (FP8→f16
+    /// 128 on IPU21).
+    pub const fn macs_per_cycle(self) -> u32 {
+        match self {
+            AmpMode::F16F16 => 64,
+            AmpMode::F16F32 => 32,
+            AmpMode::F32F32 => 16,
+            AmpMode::F8F16 => 128,
+        }
+    }
+}
+
+/// The machine description of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// Which model.
+    pub kind: TargetKind,
+    /// Tiles on the chip.
+    pub tiles: u32,
+    /// Tile clock in Hz. Source: GC200 1.33 GHz derived from the 250 TFLOPS f16 datasheet peak
+    /// (1472 tiles × 64 MAC × 2 FLOP × 1.33 GHz ≈ 250 TFLOPS, DOC); Bow 1.85 GHz (DOC); C600
+    /// 1.49 GHz is *unconfirmed* (TI).
+    pub clock_hz: u64,
+    /// First byte of tile memory.
+    pub memory_base: u32,
+    /// One past the last byte of tile memory.
+    pub memory_end: u32,
+    /// First byte of the interleaved region (to `memory_end`).
+    pub interleaved_base: u32,
+    /// Bytes per bank.
+    pub bank_bytes: u32,
+    /// Instruction fetch is allowed in `[executable_base, executable_end)`: the non-interleaved
+    /// region. Source: DOC (PopVision glossary: instructions are fetched only from
+    /// non-interleaved memory).
+    pub executable_base: u32,
+    /// See `executable_base`.
+    pub executable_end: u32,
+    /// Worker contexts per tile.
+    pub worker_contexts: u32,
+    /// Tile cycles per barrel slot.
+    pub barrel_slot_cycles: u32,
+    /// Bytes per cycle a tile sends or receives over the exchange.
+    pub exchange_bytes_per_cycle: u32,
+    /// Cycles per BSP sync.
+    pub sync_cycles: u32,
+    /// Whether the AMP accepts FP8 inputs natively (IPU21 only).
+    pub amp_fp8: bool,
+}
+
+impl Target {
+    /// The description of `kind`.
+    pub const fn new(kind: TargetKind) -> Target {
+        let (clock_hz, amp_fp8) = match kind {
+            TargetKind::Gc200 => (1_330_000_000, false),
+            TargetKind::Bow => (1_850_000_000, false),
+            TargetKind::C600 => (1_490_000_000, true),
+        };
+        Target {
+            kind,
+            tiles: TILES_PER_CHIP,
+            clock_hz,
+            memory_base: MEMORY_BASE,
+            memory_end: MEMORY_END,
+            interleaved_base: INTERLEAVED_BASE,
+            bank_bytes: BANK_BYTES,
+            executable_base: MEMORY_BASE,
+            executable_end: INTERLEAVED_BASE,
+            worker_contexts: WORKER_CONTEXTS,
+            barrel_slot_cycles: BARREL_SLOT_CYCLES,
+            exchange_bytes_per_cycle: EXCHANGE_BYTES_PER_CYCLE,
+            sync_cycles: SYNC_CYCLES,
+            amp_fp8,
+        }
+    }
+
+    /// The default target, GC200.
+    pub const fn gc200() -> Target {
+        Target::new(TargetKind::Gc200)
+    }
+
+    /// Bytes of memory per tile.
+    pub const fn memory_bytes(&self) -> u32 {
+        self.memory_end - self.memory_base
+    }
+
+    /// Bytes of the non-interleaved (standard) region.
+    pub const fn standard_bytes(&self) -> u32 {
+        self.interleaved_base - self.memory_base
+    }
+
+    /// Bytes of the interleaved region.
+    pub const fn interleaved_bytes(&self) -> u32 {
+        self.memory_end - self.interleaved_base
+    }
+
+    /// Whether `addr .. addr + len` lies in tile memory.
+    pub const fn in_memory(&self, addr: u32, len: u32) -> bool {
+        addr >= self.memory_base
+            && (addr as u64 + len as u64) <= self.memory_end as u64
+    }
+
+    /// Whether `addr .. addr + len` lies in the interleaved region.
+    pub const fn in_interleaved(&self, addr: u32, len: u32) -> bool {
+        addr >= self.interleaved_base && (addr as u64 + len as u64) <= self.memory_end as u64
+    }
+
+    /// Whether `addr .. addr + len` may hold instructions.
+    pub const fn in_executable(&self, addr: u32, len: u32) -> bool {
+        addr >= self.executable_base && (addr as u64 + len as u64) <= self.executable_end as u64
+    }
+
+    /// Whether the AMP supports `mode` on this target.
+    pub const fn supports_amp(&self, mode: AmpMode) -> bool {
+        match mode {
+            AmpMode::F8F16 => self.amp_fp8,
+            _ => true,
+        }
+    }
+
+    /// Peak multiply-accumulates per cycle for the whole chip in `mode`, or `None` where the
+    /// AMP does not support it.
+    pub const fn chip_macs_per_cycle(&self, mode: AmpMode) -> Option<u64> {
+        if self.supports_amp(mode) {
+            Some(self.tiles as u64 * mode.macs_per_cycle() as u64)
+        } else {
+            None
+        }
+    }
+
+    /// Peak FLOP/s of the chip in `mode` (2 FLOP per MAC).
+    pub fn peak_flops(&self, mode: AmpMode) -> Option<f64> {
+        self.chip_macs_per_cycle(mode)
+            .map(|m| m as f64 * 2.0 * self.clock_hz as f64)
+    }
+
+    /// Exchange latency in cycles from tile `src` to tile `dst` (*assumption*, see
+    /// [`EXCHANGE_LATENCY_BASE_CYCLES`]).
+    pub const fn exchange_latency_cycles(&self, src: u32, dst: u32) -> u32 {
+        EXCHANGE_LATENCY_BASE_CYCLES + src.abs_diff(dst) / EXCHANGE_LATENCY_TILES_PER_CYCLE
+    }
+
+    /// Cycles to move `bytes` through one tile's exchange port.
+    pub const fn exchange_transfer_cycles(&self, bytes: u32) -> u32 {
+        bytes.div_ceil(self.exchange_bytes_per_cycle)
+    }
+
+    /// The tile sharing an exchange bus with `tile` (tiles come in pairs). Source: PL
+    /// (`ExchangeEstimator`: two tiles share an exchange bus).
+    pub const fn pair_tile(&self, tile: u32) -> u32 {
+        tile ^ 1
+    }
+
+    /// Bank index of `addr`.
+    pub const fn bank(&self, addr: u32) -> u32 {
+        (addr - self.memory_base) / self.bank_bytes
+    }
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target::gc200()
+    }
+}
+
+// Relations between the constants, checked at compile time.
+const _: () = {
+    assert!(MEMORY_END - MEMORY_BASE == MEMORY_BYTES);
+    assert!(MEMORY_BYTES == 624 * 1024);
+    assert!(INTERLEAVED_BASE > MEMORY_BASE && INTERLEAVED_BASE < MEMORY_END);
+    assert!((INTERLEAVED_BASE - MEMORY_BASE) % BANK_BYTES == 0);
+    assert!((MEMORY_END - INTERLEAVED_BASE) % (2 * BANK_BYTES) == 0);
+    assert!(MEMORY_END <= 1 << 21, "tile addresses are 21-bit");
+    assert!(TILES_PER_CHIP % 2 == 0, "tiles come in exchange pairs");
+    assert!(AmpMode::F16F16.macs_per_cycle() == 2 * AmpMode::F16F32.macs_per_cycle());
+    assert!(AmpMode::F16F32.macs_per_cycle() == 2 * AmpMode::F32F32.macs_per_cycle());
+    assert!(AmpMode::F8F16.macs_per_cycle() == 2 * AmpMode::F16F16.macs_per_cycle());
+    assert!(WORKER_CONTEXTS * BARREL_SLOT_CYCLES / BARREL_SLOT_CYCLES == WORKER_CONTEXTS);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gc200_peak_matches_datasheet() {
+        // 250 TFLOPS f16 on GC200 (DOC): within 1 %.
+        let peak = Target::gc200().peak_flops(AmpMode::F16F16).unwrap();
+        assert!((peak / 250e12 - 1.0).abs() < 0.01, "{peak}");
+        // 350 TFLOPS on Bow (DOC): within 1 %.
+        let peak = TargetKind::Bow.target().peak_flops(AmpMode::F16F16).unwrap();
+        assert!((peak / 350e12 - 1.0).abs() < 0.01, "{peak}");
+    }
+
+    #[test]
+    fn fp8_amp_only_on_c600() {
+        assert!(!Target::gc200().supports_amp(AmpMode::F8F16));
+        assert!(!TargetKind::Bow.target().supports_amp(AmpMode::F8F16));
+        assert!(TargetKind::C600.target().supports_amp(AmpMode::F8F16));
+    }
+
+    #[test]
+    fn regions() {
+        let t = Target::gc200();
+        assert!(t.in_executable(0x4C000, 4));
+        assert!(!t.in_executable(0x80000, 4));
+        assert!(t.in_interleaved(0x80000, 16));
+        assert!(!t.in_interleaved(0x7FFF0, 16));
+        assert!(!t.in_memory(0xE7FFC, 8));
+        assert_eq!(t.standard_bytes() + t.interleaved_bytes(), MEMORY_BYTES);
+        assert_eq!(t.exchange_latency_cycles(0, 64), 10);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for k in TargetKind::ALL {
+            assert_eq!(TargetKind::from_name(k.name()), Some(k));
+            assert_eq!(TargetKind::from_code(k.code()), Some(k));
+        }
+    }
+}
