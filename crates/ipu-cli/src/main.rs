@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod cmd_bench;
 mod cmd_graph;
 mod cmd_isa;
 mod cmd_numerics;
 mod cmd_reference;
 mod cmd_run;
+mod cmd_sim;
 
 #[derive(Parser)]
 #[command(name = "ipu", version, about = "Compiler, runtime and simulator for the Graphcore IPU")]
@@ -28,7 +28,7 @@ enum Command {
     /// Disassemble a tile binary.
     Disasm(cmd_isa::DisasmArgs),
     /// Assemble a file, load it onto tiles of the simulated device, run to halt, print counters.
-    Sim(cmd_isa::SimArgs),
+    Sim(cmd_sim::SimArgs),
     /// Benchmarks of the simulated device and the compiler.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -53,7 +53,7 @@ enum Command {
 #[derive(Subcommand)]
 enum BenchCommand {
     /// The AMP matmul kernel [N,16]x[16,16] on every tile.
-    Amp(cmd_bench::AmpArgs),
+    Amp(cmd_sim::AmpArgs),
 }
 
 fn init_logging() {
@@ -71,8 +71,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Asm(a) => cmd_isa::asm(a),
         Command::Disasm(a) => cmd_isa::disasm(a),
-        Command::Sim(a) => cmd_isa::sim(a),
-        Command::Bench(BenchCommand::Amp(a)) => cmd_bench::amp(a),
+        Command::Sim(a) => cmd_sim::sim(a),
+        Command::Bench(BenchCommand::Amp(a)) => cmd_sim::amp(a),
         Command::Numerics(c) => cmd_numerics::run(c),
         Command::Models(a) => cmd_graph::models(a),
         Command::Graph(c) => cmd_graph::run(c),
