@@ -1,1 +1,658 @@
-//! ipu-package
+//! The `.ipuexe` package: everything a device needs to run a compiled program.
+//!
+//! Layout (all integers little-endian; see `docs/package-format.md`):
+//!
+//! ```text
+//! header   (32 B)  magic "IPUEXE\0\0", major u16, minor u16, section count u32,
+//!                  header crc32 u32 (of the header with this field zero), reserved 12 B
+//! sections (32 B each) kind u32, reserved u32, offset u64, length u64, crc32 u32, reserved u32
+//! payloads         each section's bytes at its offset, in table order, 8-byte aligned
+//! ```
+//!
+//! Sections: the manifest (JSON), the tile-image store (unique images) and the tile table
+//! (one entry for every tile of the target, naming its image). The reader validates every
+//! header field, bound and checksum, and the manifest against the images, before it returns
+//! anything.
+
+use std::collections::BTreeMap;
+
+use ipu_target::{Target, TargetKind};
+use serde::{Deserialize, Serialize};
+
+/// First eight bytes of every package.
+pub const MAGIC: [u8; 8] = *b"IPUEXE\0\0";
+/// Major format version this crate writes; a reader rejects a newer major version.
+pub const FORMAT_MAJOR: u16 = 1;
+/// Minor format version this crate writes; newer minors are readable (additions only).
+pub const FORMAT_MINOR: u16 = 0;
+/// Bytes of the header.
+pub const HEADER_BYTES: usize = 32;
+/// Bytes of one section-table entry.
+pub const SECTION_ENTRY_BYTES: usize = 32;
+/// Largest number of sections a reader accepts (a bound on corrupt input).
+pub const SECTIONS_MAX: u32 = 64;
+
+/// Section kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SectionKind {
+    /// The manifest, JSON.
+    Manifest = 1,
+    /// Unique tile images.
+    Images = 2,
+    /// Per-tile image index.
+    TileTable = 3,
+}
+
+impl SectionKind {
+    fn from_code(code: u32) -> Option<SectionKind> {
+        match code {
+            1 => Some(SectionKind::Manifest),
+            2 => Some(SectionKind::Images),
+            3 => Some(SectionKind::TileTable),
+            _ => None,
+        }
+    }
+}
+
+/// Errors writing or reading a package.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PackageError {
+    /// The input ends before a structure does.
+    #[error(
+        "package truncated at byte offset {offset}: {what} needs {needed} bytes, {available} available"
+    )]
+    Truncated {
+        offset: u64,
+        what: &'static str,
+        needed: u64,
+        available: u64,
+    },
+    /// The magic bytes are wrong.
+    #[error("not an .ipuexe package: bad magic at byte offset 0")]
+    BadMagic,
+    /// The format is newer than this reader.
+    #[error("package format {major}.{minor} is newer than this reader ({FORMAT_MAJOR}.x)")]
+    NewerVersion { major: u16, minor: u16 },
+    /// A checksum does not match.
+    #[error(
+        "checksum mismatch in {what} at byte offset {offset}: stored {stored:#010x}, computed {computed:#010x}"
+    )]
+    Checksum {
+        what: String,
+        offset: u64,
+        stored: u32,
+        computed: u32,
+    },
+    /// A structural field is invalid.
+    #[error("invalid package at byte offset {offset}: {reason}")]
+    Invalid { offset: u64, reason: String },
+    /// The manifest is not valid.
+    #[error("invalid manifest: {0}")]
+    Manifest(String),
+    /// The package is for another target.
+    #[error("package is for target {found}, the device is {expected}")]
+    WrongTarget { expected: String, found: String },
+}
+
+/// A contiguous piece of a tile image.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Segment {
+    /// Tile address of the first byte.
+    pub address: u32,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// What to load into one tile's memory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct TileImage {
+    /// Segments in ascending address order, not overlapping.
+    pub segments: Vec<Segment>,
+}
+
+impl TileImage {
+    /// Total bytes of all segments.
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes.len() as u64).sum()
+    }
+}
+
+/// A program the host can call by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Program {
+    /// `initialize`, `run`, ...
+    pub name: String,
+    /// Supervisor entry address, the same on every tile.
+    pub entry: u32,
+    /// Bulk-synchronous phases (syncs, exchanges and host-exchange points) it goes through.
+    pub phases: u32,
+}
+
+/// Whether a host tensor goes to the device or comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TensorRole {
+    /// Written by the host before the call.
+    Input,
+    /// Read by the host after the call.
+    Output,
+}
+
+/// A tensor in the host exchange: where its bytes sit in a host page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostTensor {
+    /// The graph value's name.
+    pub name: String,
+    /// Input or output.
+    pub role: TensorRole,
+    /// `f32`, `f16`, `f143`, `f152`.
+    pub dtype: String,
+    /// FP8 scale (0 for other types).
+    pub scale: i32,
+    /// Shape, row-major.
+    pub shape: Vec<usize>,
+    /// Host page index.
+    pub page: u32,
+    /// Byte offset in the page.
+    pub offset: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// A device configuration register write, replayed by the runtime before loading images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterWrite {
+    /// Tile.
+    pub tile: u32,
+    /// Register index (see the simulator's documentation of configuration registers).
+    pub register: u32,
+    /// Value.
+    pub value: u32,
+}
+
+/// The manifest: what the package is and how to call it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Version of the compiler that wrote the package.
+    pub compiler_version: String,
+    /// Target name (`gc200`, `bow`, `c600`).
+    pub target: String,
+    /// Tiles of the target (images cover all of them).
+    pub tile_count: u32,
+    /// Tiles that take part in the programs (`0..tiles_used`).
+    pub tiles_used: u32,
+    /// The model's name.
+    pub model: String,
+    /// Programs, by name.
+    pub programs: Vec<Program>,
+    /// Sizes of the host pages in bytes, by index.
+    pub host_pages: Vec<u64>,
+    /// Tensors in the host pages.
+    pub tensors: Vec<HostTensor>,
+    /// Configuration register writes.
+    pub register_writes: Vec<RegisterWrite>,
+    /// Free-form figures the compiler recorded (estimated cycles, ...), for reports.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A whole package in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Package {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// One image per tile of the target, in tile order.
+    pub tiles: Vec<TileImage>,
+}
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+fn align8(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+impl Package {
+    /// Validates the package's own consistency against its target.
+    pub fn validate(&self) -> Result<Target, PackageError> {
+        let m = &self.manifest;
+        let kind = TargetKind::from_name(&m.target)
+            .ok_or_else(|| PackageError::Manifest(format!("unknown target {:?}", m.target)))?;
+        let target = kind.target();
+        if m.tile_count != target.tiles {
+            return Err(PackageError::Manifest(format!(
+                "tile_count {} but target {} has {} tiles",
+                m.tile_count, m.target, target.tiles
+            )));
+        }
+        if self.tiles.len() != target.tiles as usize {
+            return Err(PackageError::Manifest(format!(
+                "{} tile images for {} tiles",
+                self.tiles.len(),
+                target.tiles
+            )));
+        }
+        if m.tiles_used == 0 || m.tiles_used > target.tiles {
+            return Err(PackageError::Manifest(format!(
+                "tiles_used {} out of range",
+                m.tiles_used
+            )));
+        }
+        for p in &m.programs {
+            if !target.in_executable(p.entry, 4) || p.entry % 4 != 0 {
+                return Err(PackageError::Manifest(format!(
+                    "program {:?} entry {:#x} is not in executable memory",
+                    p.name, p.entry
+                )));
+            }
+        }
+        for (i, img) in self.tiles.iter().enumerate() {
+            let mut end = 0u64;
+            for s in &img.segments {
+                if !target.in_memory(s.address, s.bytes.len() as u32)
+                    || s.bytes.len() > target.memory_bytes() as usize
+                {
+                    return Err(PackageError::Manifest(format!(
+                        "tile {i}: segment at {:#x} of {} bytes is outside tile memory",
+                        s.address,
+                        s.bytes.len()
+                    )));
+                }
+                if (s.address as u64) < end {
+                    return Err(PackageError::Manifest(format!(
+                        "tile {i}: segment at {:#x} overlaps the previous one",
+                        s.address
+                    )));
+                }
+                end = s.address as u64 + s.bytes.len() as u64;
+            }
+        }
+        for t in &m.tensors {
+            let page = m.host_pages.get(t.page as usize).ok_or_else(|| {
+                PackageError::Manifest(format!("tensor {:?} names missing page {}", t.name, t.page))
+            })?;
+            if t.offset + t.bytes > *page {
+                return Err(PackageError::Manifest(format!(
+                    "tensor {:?} ends at {} beyond page {} of {} bytes",
+                    t.name,
+                    t.offset + t.bytes,
+                    t.page,
+                    page
+                )));
+            }
+        }
+        for w in &m.register_writes {
+            if w.tile >= target.tiles {
+                return Err(PackageError::Manifest(format!(
+                    "register write to tile {} beyond the chip",
+                    w.tile
+                )));
+            }
+        }
+        Ok(target)
+    }
+
+    /// The program named `name`.
+    pub fn program(&self, name: &str) -> Option<&Program> {
+        self.manifest.programs.iter().find(|p| p.name == name)
+    }
+
+    /// Serialises the package. Identical tile images are stored once.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, PackageError> {
+        self.validate()?;
+        let manifest = serde_json::to_vec_pretty(&self.manifest)
+            .map_err(|e| PackageError::Manifest(e.to_string()))?;
+        // Unique images in first-use order: deterministic.
+        let mut index: BTreeMap<&TileImage, u32> = BTreeMap::new();
+        let mut unique: Vec<&TileImage> = Vec::new();
+        let mut table = Vec::with_capacity(self.tiles.len() * 4);
+        for img in &self.tiles {
+            let next = unique.len() as u32;
+            let id = *index.entry(img).or_insert_with(|| {
+                unique.push(img);
+                next
+            });
+            table.extend_from_slice(&id.to_le_bytes());
+        }
+        let mut images = Vec::new();
+        images.extend_from_slice(&(unique.len() as u32).to_le_bytes());
+        for img in unique {
+            images.extend_from_slice(&(img.segments.len() as u32).to_le_bytes());
+            for s in &img.segments {
+                images.extend_from_slice(&s.address.to_le_bytes());
+                images.extend_from_slice(&(s.bytes.len() as u32).to_le_bytes());
+                images.extend_from_slice(&s.bytes);
+                images.resize(align8(images.len()), 0);
+            }
+        }
+        let sections: [(SectionKind, &[u8]); 3] = [
+            (SectionKind::Manifest, &manifest),
+            (SectionKind::Images, &images),
+            (SectionKind::TileTable, &table),
+        ];
+        let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];
+        out[..8].copy_from_slice(&MAGIC);
+        out[8..10].copy_from_slice(&FORMAT_MAJOR.to_le_bytes());
+        out[10..12].copy_from_slice(&FORMAT_MINOR.to_le_bytes());
+        out[12..16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
+        for (i, (kind, payload)) in sections.iter().enumerate() {
+            out.resize(align8(out.len()), 0);
+            let offset = out.len() as u64;
+            out.extend_from_slice(payload);
+            let e = HEADER_BYTES + i * SECTION_ENTRY_BYTES;
+            out[e..e + 4].copy_from_slice(&(*kind as u32).to_le_bytes());
+            out[e + 8..e + 16].copy_from_slice(&offset.to_le_bytes());
+            out[e + 16..e + 24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            out[e + 24..e + 28].copy_from_slice(&crc(payload).to_le_bytes());
+        }
+        let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len();
+        let mut head = out[..table_end].to_vec();
+        head[16..20].fill(0);
+        let c = crc(&head);
+        out[16..20].copy_from_slice(&c.to_le_bytes());
+        Ok(out)
+    }
+
+    /// Parses and validates a package. Nothing is returned unless every check passes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Package, PackageError> {
+        let need = |offset: u64, what: &'static str, needed: u64| {
+            if offset
+                .checked_add(needed)
+                .is_none_or(|end| end > bytes.len() as u64)
+            {
+                Err(PackageError::Truncated {
+                    offset,
+                    what,
+                    needed,
+                    available: (bytes.len() as u64).saturating_sub(offset),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        need(0, "header", HEADER_BYTES as u64)?;
+        if bytes[..8] != MAGIC {
+            return Err(PackageError::BadMagic);
+        }
+        let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        let (major, minor) = (u16_at(8), u16_at(10));
+        if major > FORMAT_MAJOR {
+            return Err(PackageError::NewerVersion { major, minor });
+        }
+        if major == 0 {
+            return Err(PackageError::Invalid {
+                offset: 8,
+                reason: "format major version 0".into(),
+            });
+        }
+        let count = u32_at(12);
+        if count > SECTIONS_MAX {
+            return Err(PackageError::Invalid {
+                offset: 12,
+                reason: format!("{count} sections (at most {SECTIONS_MAX})"),
+            });
+        }
+        let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * count as usize;
+        need(
+            HEADER_BYTES as u64,
+            "section table",
+            (table_end - HEADER_BYTES) as u64,
+        )?;
+        let mut head = bytes[..table_end].to_vec();
+        head[16..20].fill(0);
+        let (stored, computed) = (u32_at(16), crc(&head));
+        if stored != computed {
+            return Err(PackageError::Checksum {
+                what: "header".into(),
+                offset: 16,
+                stored,
+                computed,
+            });
+        }
+        let mut payloads: BTreeMap<u32, (u64, &[u8])> = BTreeMap::new();
+        for i in 0..count as usize {
+            let e = HEADER_BYTES + i * SECTION_ENTRY_BYTES;
+            let kind = u32_at(e);
+            let (offset, length) = (u64_at(e + 8), u64_at(e + 16));
+            need(offset, "section payload", length)?;
+            let payload = &bytes[offset as usize..(offset + length) as usize];
+            let (stored, computed) = (u32_at(e + 24), crc(payload));
+            if stored != computed {
+                return Err(PackageError::Checksum {
+                    what: format!("section {i} (kind {kind})"),
+                    offset,
+                    stored,
+                    computed,
+                });
+            }
+            if SectionKind::from_code(kind).is_none() {
+                // Unknown sections of a known major version are additions: skip them.
+                continue;
+            }
+            if payloads.insert(kind, (offset, payload)).is_some() {
+                return Err(PackageError::Invalid {
+                    offset: e as u64,
+                    reason: format!("section kind {kind} appears twice"),
+                });
+            }
+        }
+        let section = |kind: SectionKind| {
+            payloads
+                .get(&(kind as u32))
+                .copied()
+                .ok_or(PackageError::Invalid {
+                    offset: HEADER_BYTES as u64,
+                    reason: format!("missing {kind:?} section"),
+                })
+        };
+        let (_, manifest) = section(SectionKind::Manifest)?;
+        let manifest: Manifest =
+            serde_json::from_slice(manifest).map_err(|e| PackageError::Manifest(e.to_string()))?;
+        let (images_at, images) = section(SectionKind::Images)?;
+        let unique = read_images(images, images_at)?;
+        let (table_at, table) = section(SectionKind::TileTable)?;
+        if table.len() % 4 != 0 {
+            return Err(PackageError::Invalid {
+                offset: table_at,
+                reason: format!(
+                    "tile table of {} bytes is not a whole number of entries",
+                    table.len()
+                ),
+            });
+        }
+        let mut tiles = Vec::with_capacity(table.len() / 4);
+        for (i, c) in table.chunks_exact(4).enumerate() {
+            let id = u32::from_le_bytes(c.try_into().unwrap()) as usize;
+            let img = unique.get(id).ok_or_else(|| PackageError::Invalid {
+                offset: table_at + 4 * i as u64,
+                reason: format!("tile {i} names image {id} of {}", unique.len()),
+            })?;
+            tiles.push(img.clone());
+        }
+        let package = Package { manifest, tiles };
+        package.validate()?;
+        Ok(package)
+    }
+
+    /// Checks that the package was built for `target`.
+    pub fn check_target(&self, target: &Target) -> Result<(), PackageError> {
+        if self.manifest.target != target.kind.name() {
+            return Err(PackageError::WrongTarget {
+                expected: target.kind.name().into(),
+                found: self.manifest.target.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn read_images(bytes: &[u8], base: u64) -> Result<Vec<TileImage>, PackageError> {
+    let mut at = 0usize;
+    let mut take = |n: usize, what: &'static str| -> Result<(usize, &[u8]), PackageError> {
+        if at + n > bytes.len() {
+            return Err(PackageError::Truncated {
+                offset: base + at as u64,
+                what,
+                needed: n as u64,
+                available: (bytes.len() - at) as u64,
+            });
+        }
+        let start = at;
+        at += n;
+        Ok((start, &bytes[start..start + n]))
+    };
+    let word = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap());
+    let (_, c) = take(4, "image count")?;
+    let count = word(c) as usize;
+    // Each image needs at least 4 bytes: a bound against corrupt counts.
+    if count > bytes.len() / 4 {
+        return Err(PackageError::Invalid {
+            offset: base,
+            reason: format!("{count} images cannot fit"),
+        });
+    }
+    let mut images = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (pos, c) = take(4, "segment count")?;
+        let segments = word(c) as usize;
+        if segments > bytes.len() / 8 {
+            return Err(PackageError::Invalid {
+                offset: base + pos as u64,
+                reason: format!("{segments} segments cannot fit"),
+            });
+        }
+        let mut image = TileImage::default();
+        for _ in 0..segments {
+            let (_, a) = take(4, "segment address")?;
+            let address = word(a);
+            let (_, l) = take(4, "segment length")?;
+            let len = word(l) as usize;
+            let (start, data) = take(len, "segment bytes")?;
+            image.segments.push(Segment {
+                address,
+                bytes: data.to_vec(),
+            });
+            let pad = align8(start + len) - (start + len);
+            take(pad, "segment padding")?;
+        }
+        images.push(image);
+    }
+    Ok(images)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Package {
+        let target = Target::gc200();
+        let mut tiles = vec![TileImage::default(); target.tiles as usize];
+        tiles[0].segments.push(Segment {
+            address: 0x4C000,
+            bytes: vec![1, 2, 3, 4, 5],
+        });
+        tiles[0].segments.push(Segment {
+            address: 0x80000,
+            bytes: vec![9; 16],
+        });
+        tiles[5].segments.push(Segment {
+            address: 0x4C000,
+            bytes: vec![7; 12],
+        });
+        Package {
+            manifest: Manifest {
+                compiler_version: "0.1.0".into(),
+                target: "gc200".into(),
+                tile_count: target.tiles,
+                tiles_used: 8,
+                model: "test".into(),
+                programs: vec![Program {
+                    name: "run".into(),
+                    entry: 0x4C000,
+                    phases: 3,
+                }],
+                host_pages: vec![64],
+                tensors: vec![HostTensor {
+                    name: "x".into(),
+                    role: TensorRole::Input,
+                    dtype: "f32".into(),
+                    scale: 0,
+                    shape: vec![4, 4],
+                    page: 0,
+                    offset: 0,
+                    bytes: 64,
+                }],
+                register_writes: vec![RegisterWrite {
+                    tile: 0,
+                    register: 1,
+                    value: 2,
+                }],
+                metadata: BTreeMap::new(),
+            },
+            tiles,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let p = sample();
+        let b = p.to_bytes().unwrap();
+        assert_eq!(Package::from_bytes(&b).unwrap(), p);
+        // Deterministic bytes.
+        assert_eq!(b, sample().to_bytes().unwrap());
+    }
+
+    #[test]
+    fn every_truncation_is_rejected() {
+        let b = sample().to_bytes().unwrap();
+        for len in (0..b.len()).step_by(7) {
+            assert!(Package::from_bytes(&b[..len]).is_err(), "len {len}");
+        }
+    }
+
+    #[test]
+    fn every_single_byte_corruption_is_rejected() {
+        let b = sample().to_bytes().unwrap();
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x40;
+            // Padding bytes between sections are not covered by a checksum; everything else is.
+            if let Ok(p) = Package::from_bytes(&c) {
+                assert_eq!(p, sample(), "byte {i} changed the package silently");
+            }
+        }
+    }
+
+    #[test]
+    fn newer_major_is_rejected() {
+        let mut b = sample().to_bytes().unwrap();
+        b[8] = 2;
+        assert_eq!(
+            Package::from_bytes(&b),
+            Err(PackageError::NewerVersion { major: 2, minor: 0 })
+        );
+    }
+
+    #[test]
+    fn wrong_target_is_named() {
+        let p = sample();
+        let e = p.check_target(&TargetKind::C600.target()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "package is for target gc200, the device is c600"
+        );
+    }
+
+    #[test]
+    fn segment_outside_memory_is_rejected() {
+        let mut p = sample();
+        p.tiles[3].segments.push(Segment {
+            address: 0xE7FF0,
+            bytes: vec![0; 32],
+        });
+        assert!(matches!(p.to_bytes(), Err(PackageError::Manifest(_))));
+    }
+}

@@ -248,8 +248,7 @@ impl Target {
 
     /// Whether `addr .. addr + len` lies in tile memory.
     pub const fn in_memory(&self, addr: u32, len: u32) -> bool {
-        addr >= self.memory_base
-            && (addr as u64 + len as u64) <= self.memory_end as u64
+        addr >= self.memory_base && (addr as u64 + len as u64) <= self.memory_end as u64
     }
 
     /// Whether `addr .. addr + len` lies in the interleaved region.
@@ -340,7 +339,10 @@ mod tests {
         let peak = Target::gc200().peak_flops(AmpMode::F16F16).unwrap();
         assert!((peak / 250e12 - 1.0).abs() < 0.01, "{peak}");
         // 350 TFLOPS on Bow (DOC): within 1 %.
-        let peak = TargetKind::Bow.target().peak_flops(AmpMode::F16F16).unwrap();
+        let peak = TargetKind::Bow
+            .target()
+            .peak_flops(AmpMode::F16F16)
+            .unwrap();
         assert!((peak / 350e12 - 1.0).abs() < 0.01, "{peak}");
     }
 
