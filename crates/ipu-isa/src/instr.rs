@@ -47,13 +47,13 @@ impl AReg {
 impl APair {
     /// Whether the index is in range and even.
     pub fn is_valid(self) -> bool {
-        self.0 < REGISTERS_PER_FILE && self.0 % 2 == 0
+        self.0 < REGISTERS_PER_FILE && self.0.is_multiple_of(2)
     }
 }
 impl AQuad {
     /// Whether the index is in range and a multiple of 4.
     pub fn is_valid(self) -> bool {
-        self.0 < REGISTERS_PER_FILE && self.0 % 4 == 0
+        self.0 < REGISTERS_PER_FILE && self.0.is_multiple_of(4)
     }
 }
 
