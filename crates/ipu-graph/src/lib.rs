@@ -1,1 +1,546 @@
-//! ipu-graph
+//! The tensor graph IR of ipu-stack: typed values, operations with shape and type inference, a
+//! verifier, a text form that prints and parses back exactly, a builder, and a library of
+//! built-in models.
+//!
+//! A [`Graph`] is an arena of [`Value`]s and [`Operation`]s addressed by typed ids
+//! ([`ValueId`], [`OperationId`]). Operations are stored in definition order, which is also a
+//! topological order: every operand of an operation is a graph input or the output of an earlier
+//! operation. Every operation has exactly one output value.
+//!
+//! Architecture invariant: a graph that left [`GraphBuilder::finish`] or [`parse`] has passed
+//! [`Graph::verify`]; the verifier re-derives every output type from the operation's inputs and
+//! attributes ([`infer`]), so a verified graph never carries a stale annotation.
+
+mod builder;
+mod infer;
+pub mod models;
+mod text;
+
+use std::fmt;
+
+pub use builder::GraphBuilder;
+pub use infer::{InferError, infer};
+use ipu_numerics::Fp8Format;
+pub use text::{ParseError, parse, print};
+
+/// Index of a value in its graph. Displays as `v<index>`; the text form names values by their
+/// [`Value::name`] instead (`%name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+/// Index of an operation in its graph (definition order). Displays as `op<index>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OperationId(pub u32);
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "op{}", self.0)
+    }
+}
+
+/// Element type of a tensor. FP8 types carry their power-of-two scale: a code's value is
+/// `decode(code) * 2^scale`, with the scale in [`ipu_numerics::SCALE_MIN`]..=
+/// [`ipu_numerics::SCALE_MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// Graphcore F143 (1-4-3, bias 8, FNUZ) with a tensor scale.
+    F143 {
+        /// Power-of-two scale of the tensor.
+        scale: i8,
+    },
+    /// Graphcore F152 (1-5-2, bias 16, FNUZ) with a tensor scale.
+    F152 {
+        /// Power-of-two scale of the tensor.
+        scale: i8,
+    },
+}
+
+impl DType {
+    /// Bytes per element in device memory.
+    pub fn bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 => 2,
+            DType::F143 { .. } | DType::F152 { .. } => 1,
+        }
+    }
+
+    /// The name in the text form: `f32`, `f16`, `f143@-3`, `f152@0`.
+    pub fn name(self) -> String {
+        self.to_string()
+    }
+
+    /// The FP8 format, if this is an FP8 type.
+    pub fn fp8_format(self) -> Option<Fp8Format> {
+        match self {
+            DType::F143 { .. } => Some(Fp8Format::F143),
+            DType::F152 { .. } => Some(Fp8Format::F152),
+            DType::F32 | DType::F16 => None,
+        }
+    }
+
+    /// The FP8 scale, if this is an FP8 type.
+    pub fn scale(self) -> Option<i32> {
+        match self {
+            DType::F143 { scale } | DType::F152 { scale } => Some(i32::from(scale)),
+            DType::F32 | DType::F16 => None,
+        }
+    }
+
+    /// True for the FP8 types.
+    pub fn is_fp8(self) -> bool {
+        self.fp8_format().is_some()
+    }
+
+    /// Checks the FP8 scale range.
+    pub fn check(self) -> Result<(), String> {
+        match self.scale() {
+            Some(s) if !(ipu_numerics::SCALE_MIN..=ipu_numerics::SCALE_MAX).contains(&s) => {
+                Err(format!(
+                    "FP8 scale {s} outside {}..={}",
+                    ipu_numerics::SCALE_MIN,
+                    ipu_numerics::SCALE_MAX
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Parses a dtype name (`f32`, `f16`, `f143@-3`, `f152@0`; `f143`/`f152` mean scale 0).
+    pub fn from_name(name: &str) -> Option<DType> {
+        let (base, scale) = match name.split_once('@') {
+            Some((b, s)) => (b, s.parse::<i8>().ok()?),
+            None => (name, 0),
+        };
+        match base {
+            "f32" if !name.contains('@') => Some(DType::F32),
+            "f16" if !name.contains('@') => Some(DType::F16),
+            "f143" => Some(DType::F143 { scale }),
+            "f152" => Some(DType::F152 { scale }),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DType::F32 => f.write_str("f32"),
+            DType::F16 => f.write_str("f16"),
+            DType::F143 { scale } => write!(f, "f143@{scale}"),
+            DType::F152 { scale } => write!(f, "f152@{scale}"),
+        }
+    }
+}
+
+/// A tensor type: element type and shape (row-major; an empty shape is a scalar).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions, outermost first.
+    pub shape: Vec<usize>,
+}
+
+impl TensorType {
+    /// A tensor type.
+    pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> TensorType {
+        TensorType {
+            dtype,
+            shape: shape.into(),
+        }
+    }
+
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes in device memory.
+    pub fn bytes(&self) -> usize {
+        self.elements() * self.dtype.bytes()
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[", self.dtype)?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// A value: a graph input or the output of one operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    /// Name, unique in the graph (written `%name` in the text form).
+    pub name: String,
+    /// Type.
+    pub ty: TensorType,
+    /// The operation producing it; `None` for graph inputs.
+    pub producer: Option<OperationId>,
+}
+
+/// What an operation computes, with its attributes. Shapes are row-major; `axis` counts from
+/// the outermost dimension. The numerics of each kind in device precision are specified in the
+/// `ipu-reference` crate and in `docs/numerics.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpKind {
+    /// `[.., m, k] x [.., k, n] -> [.., m, n]`; leading (batch) dimensions are equal or 1
+    /// (broadcast), and both operands have rank >= 2. Operands are both f32, both f16, or both
+    /// FP8 (any format and scale). `partials` is the accumulation type (f32, or f16 for f16/FP8
+    /// operands); `out` the output dtype.
+    MatMul {
+        /// Accumulation type.
+        partials: DType,
+        /// Output dtype.
+        out: DType,
+    },
+    /// Permutes the dimensions: output dim `i` is input dim `perm[i]`.
+    Transpose {
+        /// A permutation of `0..rank`.
+        perm: Vec<usize>,
+    },
+    /// Same elements in row-major order, new shape (same element count).
+    Reshape {
+        /// The new shape.
+        shape: Vec<usize>,
+    },
+    /// Elements `start..end` along `axis`.
+    Slice {
+        /// Axis.
+        axis: usize,
+        /// First index.
+        start: usize,
+        /// One past the last index.
+        end: usize,
+    },
+    /// Concatenation of one or more operands along `axis` (same dtype, other dims equal).
+    Concat {
+        /// Axis.
+        axis: usize,
+    },
+    /// Elementwise `a + b`.
+    Add,
+    /// Elementwise `a - b`.
+    Sub,
+    /// Elementwise `a * b`.
+    Mul,
+    /// Elementwise `a / b`.
+    Div,
+    /// Elementwise maximum.
+    Max,
+    /// `x * factor`.
+    Scale {
+        /// The constant factor.
+        factor: f32,
+    },
+    /// `e^x`.
+    Exp,
+    /// Maximum along `axis`; the axis is kept with size 1.
+    ReduceMax {
+        /// Axis.
+        axis: usize,
+    },
+    /// Sum along `axis`; the axis is kept with size 1.
+    ReduceSum {
+        /// Axis.
+        axis: usize,
+    },
+    /// `exp(x - max) / sum(exp(x - max))` along `axis`.
+    Softmax {
+        /// Axis.
+        axis: usize,
+    },
+    /// Conversion to another dtype (to and from FP8 with its scale).
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// `(x - mean) / sqrt(var + epsilon)` over the last axis, without affine parameters.
+    LayerNorm {
+        /// Added to the variance.
+        epsilon: f32,
+    },
+    /// `softmax(scale * q k^T [+ causal mask]) v` with `q: [.., sq, d]`, `k: [.., sk, d]`,
+    /// `v: [.., sk, dv]` -> `[.., sq, dv]`; batch dims equal. Causal requires `sq == sk` and
+    /// masks keys after the query's position.
+    Attention {
+        /// Score scale, usually `1/sqrt(d)`.
+        scale: f32,
+        /// Causal mask.
+        causal: bool,
+        /// Accumulation and intermediate (scores, probabilities) type.
+        partials: DType,
+        /// Output dtype.
+        out: DType,
+    },
+    /// Attention computed as one fused operation, in blocks of `block_q` queries and
+    /// `block_k` keys with an online softmax. Same types and shapes as [`OpKind::Attention`].
+    FlashAttention {
+        /// Score scale.
+        scale: f32,
+        /// Causal mask.
+        causal: bool,
+        /// Queries per block.
+        block_q: usize,
+        /// Keys per block.
+        block_k: usize,
+        /// Accumulation type.
+        partials: DType,
+        /// Output dtype.
+        out: DType,
+    },
+}
+
+impl OpKind {
+    /// The mnemonic in the text form.
+    pub fn mnemonic(&self) -> &'static str {
+        match self {
+            OpKind::MatMul { .. } => "matmul",
+            OpKind::Transpose { .. } => "transpose",
+            OpKind::Reshape { .. } => "reshape",
+            OpKind::Slice { .. } => "slice",
+            OpKind::Concat { .. } => "concat",
+            OpKind::Add => "add",
+            OpKind::Sub => "sub",
+            OpKind::Mul => "mul",
+            OpKind::Div => "div",
+            OpKind::Max => "max",
+            OpKind::Scale { .. } => "scale",
+            OpKind::Exp => "exp",
+            OpKind::ReduceMax { .. } => "reduce_max",
+            OpKind::ReduceSum { .. } => "reduce_sum",
+            OpKind::Softmax { .. } => "softmax",
+            OpKind::Cast { .. } => "cast",
+            OpKind::LayerNorm { .. } => "layer_norm",
+            OpKind::Attention { .. } => "attention",
+            OpKind::FlashAttention { .. } => "flash_attention",
+        }
+    }
+}
+
+/// An operation: a kind applied to operands, producing one output value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    /// Name; the builder and the parser use the output value's name.
+    pub name: String,
+    /// What it computes.
+    pub kind: OpKind,
+    /// Operands.
+    pub inputs: Vec<ValueId>,
+    /// Results (exactly one).
+    pub outputs: Vec<ValueId>,
+}
+
+/// A tensor graph. Build one with [`GraphBuilder`] or [`parse`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Graph {
+    /// Name of the graph.
+    pub name: String,
+    values: Vec<Value>,
+    operations: Vec<Operation>,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+}
+
+/// Why a graph is malformed. Messages name the operation and the operand.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GraphError {
+    /// An operation's operands or attributes are invalid, or its output type disagrees with
+    /// inference.
+    #[error("operation %{operation} ({mnemonic}){}: {reason}", operand.as_ref().map(|o| format!(", operand {o}")).unwrap_or_default())]
+    Operation {
+        /// Operation name.
+        operation: String,
+        /// Its mnemonic.
+        mnemonic: &'static str,
+        /// The operand concerned (`#index %name`), if one.
+        operand: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A value is malformed or used wrongly.
+    #[error("value %{value}: {reason}")]
+    Value {
+        /// Value name.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The graph as a whole is malformed.
+    #[error("graph {graph}: {reason}")]
+    Graph {
+        /// Graph name.
+        graph: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Graph {
+    /// The value with id `id`. Panics on an id from another graph.
+    pub fn value(&self, id: ValueId) -> &Value {
+        &self.values[id.0 as usize]
+    }
+
+    /// The operation with id `id`. Panics on an id from another graph.
+    pub fn operation(&self, id: OperationId) -> &Operation {
+        &self.operations[id.0 as usize]
+    }
+
+    /// All values, indexed by [`ValueId`].
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+
+    /// All operations in definition (topological) order, indexed by [`OperationId`].
+    pub fn operations(&self) -> &[Operation] {
+        &self.operations
+    }
+
+    /// Ids of all operations in topological order.
+    pub fn operation_ids(&self) -> impl Iterator<Item = OperationId> + '_ {
+        (0..self.operations.len() as u32).map(OperationId)
+    }
+
+    /// Graph inputs in order.
+    pub fn inputs(&self) -> &[ValueId] {
+        &self.inputs
+    }
+
+    /// Graph outputs in order.
+    pub fn outputs(&self) -> &[ValueId] {
+        &self.outputs
+    }
+
+    /// Looks a value up by name.
+    pub fn value_by_name(&self, name: &str) -> Option<ValueId> {
+        self.values
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| ValueId(i as u32))
+    }
+
+    /// Checks every structural rule and re-infers every operation's output type.
+    pub fn verify(&self) -> Result<(), GraphError> {
+        let graph_err = |reason: String| GraphError::Graph {
+            graph: self.name.clone(),
+            reason,
+        };
+        if self.outputs.is_empty() {
+            return Err(graph_err("the graph has no outputs".into()));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for v in &self.values {
+            if !names.insert(v.name.as_str()) {
+                return Err(GraphError::Value {
+                    value: v.name.clone(),
+                    reason: "defined more than once".into(),
+                });
+            }
+            if !text::is_identifier(&v.name) {
+                return Err(GraphError::Value {
+                    value: v.name.clone(),
+                    reason: "the name is not an identifier ([A-Za-z0-9_.-]+)".into(),
+                });
+            }
+            v.ty.dtype.check().map_err(|reason| GraphError::Value {
+                value: v.name.clone(),
+                reason,
+            })?;
+        }
+        // Which values are available so far (inputs, then each operation's output in order).
+        let mut defined = vec![false; self.values.len()];
+        for &i in &self.inputs {
+            let v = self
+                .values
+                .get(i.0 as usize)
+                .ok_or_else(|| graph_err(format!("input {i} does not exist")))?;
+            if v.producer.is_some() || defined[i.0 as usize] {
+                return Err(GraphError::Value {
+                    value: v.name.clone(),
+                    reason: "a graph input must be listed once and have no producer".into(),
+                });
+            }
+            defined[i.0 as usize] = true;
+        }
+        for (index, op) in self.operations.iter().enumerate() {
+            let op_err = |operand: Option<String>, reason: String| GraphError::Operation {
+                operation: op.name.clone(),
+                mnemonic: op.kind.mnemonic(),
+                operand,
+                reason,
+            };
+            let mut types = Vec::with_capacity(op.inputs.len());
+            for (n, &i) in op.inputs.iter().enumerate() {
+                let Some(v) = self.values.get(i.0 as usize) else {
+                    return Err(op_err(Some(format!("#{n}")), format!("unknown value {i}")));
+                };
+                if !defined[i.0 as usize] {
+                    return Err(op_err(
+                        Some(format!("#{n} %{}", v.name)),
+                        "used before it is defined".into(),
+                    ));
+                }
+                types.push(&v.ty);
+            }
+            let inferred = infer(&op.kind, &types).map_err(|e| {
+                op_err(
+                    e.operand
+                        .map(|n| format!("#{n} %{}", self.values[op.inputs[n].0 as usize].name)),
+                    e.reason,
+                )
+            })?;
+            let [out] = op.outputs[..] else {
+                return Err(op_err(
+                    None,
+                    format!("has {} results, expected 1", op.outputs.len()),
+                ));
+            };
+            let Some(v) = self.values.get(out.0 as usize) else {
+                return Err(op_err(None, format!("result {out} does not exist")));
+            };
+            if v.producer != Some(OperationId(index as u32)) || defined[out.0 as usize] {
+                return Err(op_err(None, format!("result %{} is defined twice", v.name)));
+            }
+            if v.ty != inferred {
+                return Err(op_err(
+                    None,
+                    format!(
+                        "result %{} is annotated {} but the operation gives {inferred}",
+                        v.name, v.ty
+                    ),
+                ));
+            }
+            defined[out.0 as usize] = true;
+        }
+        if let Some(i) = defined.iter().position(|d| !d) {
+            return Err(GraphError::Value {
+                value: self.values[i].name.clone(),
+                reason: "is neither a graph input nor produced by an operation".into(),
+            });
+        }
+        for &o in &self.outputs {
+            if o.0 as usize >= self.values.len() {
+                return Err(graph_err(format!("output {o} does not exist")));
+            }
+        }
+        Ok(())
+    }
+}

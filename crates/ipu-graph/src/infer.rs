@@ -1,0 +1,336 @@
+//! Shape and type inference: the output type of an operation from its operand types and
+//! attributes, or why the combination is invalid.
+//!
+//! Elementwise binary operations broadcast by one simple rule: both operands have the same rank
+//! and dtype, and in every dimension the sizes are equal or one of them is 1 (that operand is
+//! repeated). Reductions keep the reduced axis with size 1, so `sub(x, reduce_max(x))`
+//! broadcasts without a reshape.
+
+use crate::{DType, OpKind, TensorType};
+
+/// Why inference failed; `operand` is the index of the offending operand, if one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InferError {
+    /// Offending operand index.
+    pub operand: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn err<T>(operand: Option<usize>, reason: impl Into<String>) -> Result<T, InferError> {
+    Err(InferError {
+        operand,
+        reason: reason.into(),
+    })
+}
+
+fn arity(inputs: &[&TensorType], n: usize) -> Result<(), InferError> {
+    if inputs.len() != n {
+        return err(None, format!("takes {n} operands, got {}", inputs.len()));
+    }
+    Ok(())
+}
+
+fn check_axis(t: &TensorType, axis: usize, operand: usize) -> Result<(), InferError> {
+    if axis >= t.shape.len() {
+        return err(
+            Some(operand),
+            format!("axis {axis} out of range for rank {} ({t})", t.shape.len()),
+        );
+    }
+    Ok(())
+}
+
+fn check_dtype(d: DType) -> Result<(), InferError> {
+    d.check().map_err(|reason| InferError {
+        operand: None,
+        reason,
+    })
+}
+
+/// The dtype class of a matmul or attention operand: f32, f16, or FP8.
+fn operand_class(d: DType) -> u8 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::F143 { .. } | DType::F152 { .. } => 2,
+    }
+}
+
+fn check_partials(partials: DType, operands: &[(usize, DType)]) -> Result<(), InferError> {
+    match partials {
+        DType::F32 => Ok(()),
+        DType::F16 => {
+            if let Some((i, d)) = operands.iter().find(|(_, d)| *d == DType::F32) {
+                return err(
+                    Some(*i),
+                    format!("f16 partials need f16 or FP8 operands, got {d}"),
+                );
+            }
+            Ok(())
+        }
+        other => err(None, format!("partials must be f32 or f16, got {other}")),
+    }
+}
+
+/// Broadcast shape of two equal-rank shapes, or `None`.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    if a.len() != b.len() {
+        return None;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| match (x, y) {
+            _ if x == y => Some(x),
+            (1, _) => Some(y),
+            (_, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Output type of `kind` applied to operands of types `inputs`.
+pub fn infer(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, InferError> {
+    match kind {
+        OpKind::MatMul { partials, out } => {
+            arity(inputs, 2)?;
+            let (a, b) = (inputs[0], inputs[1]);
+            for (i, t) in [a, b].iter().enumerate() {
+                if t.shape.len() < 2 {
+                    return err(Some(i), format!("matmul operands need rank >= 2, got {t}"));
+                }
+            }
+            if operand_class(a.dtype) != operand_class(b.dtype) {
+                return err(
+                    Some(1),
+                    format!("operand dtypes {} and {} do not match", a.dtype, b.dtype),
+                );
+            }
+            check_partials(*partials, &[(0, a.dtype)])?;
+            check_dtype(*out)?;
+            let (ra, rb) = (a.shape.len(), b.shape.len());
+            let (m, ka) = (a.shape[ra - 2], a.shape[ra - 1]);
+            let (kb, n) = (b.shape[rb - 2], b.shape[rb - 1]);
+            if ka != kb {
+                return err(
+                    Some(1),
+                    format!("inner dimensions differ: {a} x {b} ({ka} vs {kb})"),
+                );
+            }
+            // Batch dimensions: aligned from the right, equal or 1.
+            let batch_rank = (ra - 2).max(rb - 2);
+            let mut shape = Vec::with_capacity(batch_rank + 2);
+            for i in 0..batch_rank {
+                let da = (i + (ra - 2))
+                    .checked_sub(batch_rank)
+                    .map_or(1, |j| a.shape[j]);
+                let db = (i + (rb - 2))
+                    .checked_sub(batch_rank)
+                    .map_or(1, |j| b.shape[j]);
+                if da != db && da != 1 && db != 1 {
+                    return err(Some(1), format!("batch dimensions differ: {a} x {b}"));
+                }
+                shape.push(da.max(db));
+            }
+            shape.extend([m, n]);
+            Ok(TensorType::new(*out, shape))
+        }
+        OpKind::Transpose { perm } => {
+            arity(inputs, 1)?;
+            let x = inputs[0];
+            let mut seen = vec![false; x.shape.len()];
+            if perm.len() != x.shape.len()
+                || !perm
+                    .iter()
+                    .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true))
+            {
+                return err(
+                    None,
+                    format!(
+                        "perm {perm:?} is not a permutation of the {} dims of {x}",
+                        x.shape.len()
+                    ),
+                );
+            }
+            Ok(TensorType::new(
+                x.dtype,
+                perm.iter().map(|&p| x.shape[p]).collect::<Vec<_>>(),
+            ))
+        }
+        OpKind::Reshape { shape } => {
+            arity(inputs, 1)?;
+            let x = inputs[0];
+            let n: usize = shape.iter().product();
+            if n != x.elements() {
+                return err(
+                    None,
+                    format!(
+                        "shape {shape:?} has {n} elements but {x} has {}",
+                        x.elements()
+                    ),
+                );
+            }
+            Ok(TensorType::new(x.dtype, shape.clone()))
+        }
+        OpKind::Slice { axis, start, end } => {
+            arity(inputs, 1)?;
+            let x = inputs[0];
+            check_axis(x, *axis, 0)?;
+            if start >= end || *end > x.shape[*axis] {
+                return err(
+                    None,
+                    format!(
+                        "slice {start}..{end} is empty or outside 0..{} on axis {axis}",
+                        x.shape[*axis]
+                    ),
+                );
+            }
+            let mut shape = x.shape.clone();
+            shape[*axis] = end - start;
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        OpKind::Concat { axis } => {
+            if inputs.is_empty() {
+                return err(None, "takes at least 1 operand, got 0");
+            }
+            let first = inputs[0];
+            check_axis(first, *axis, 0)?;
+            let mut shape = first.shape.clone();
+            for (i, t) in inputs.iter().enumerate().skip(1) {
+                let same_other = t.shape.len() == first.shape.len()
+                    && t.shape
+                        .iter()
+                        .zip(&first.shape)
+                        .enumerate()
+                        .all(|(d, (x, y))| d == *axis || x == y);
+                if t.dtype != first.dtype || !same_other {
+                    return err(
+                        Some(i),
+                        format!("{t} does not concatenate with {first} along axis {axis}"),
+                    );
+                }
+                shape[*axis] += t.shape[*axis];
+            }
+            Ok(TensorType::new(first.dtype, shape))
+        }
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max => {
+            arity(inputs, 2)?;
+            let (a, b) = (inputs[0], inputs[1]);
+            if a.dtype != b.dtype {
+                return err(
+                    Some(1),
+                    format!("dtype {} differs from {}", b.dtype, a.dtype),
+                );
+            }
+            let shape = broadcast_shape(&a.shape, &b.shape).ok_or_else(|| InferError {
+                operand: Some(1),
+                reason: format!(
+                    "shapes {a} and {b} do not broadcast (same rank, each dim equal or 1)"
+                ),
+            })?;
+            Ok(TensorType::new(a.dtype, shape))
+        }
+        OpKind::Scale { factor } => {
+            arity(inputs, 1)?;
+            if !factor.is_finite() {
+                return err(None, format!("factor {factor} is not finite"));
+            }
+            Ok(inputs[0].clone())
+        }
+        OpKind::Exp => {
+            arity(inputs, 1)?;
+            Ok(inputs[0].clone())
+        }
+        OpKind::ReduceMax { axis } | OpKind::ReduceSum { axis } => {
+            arity(inputs, 1)?;
+            check_axis(inputs[0], *axis, 0)?;
+            let mut t = inputs[0].clone();
+            t.shape[*axis] = 1;
+            Ok(t)
+        }
+        OpKind::Softmax { axis } => {
+            arity(inputs, 1)?;
+            check_axis(inputs[0], *axis, 0)?;
+            Ok(inputs[0].clone())
+        }
+        OpKind::Cast { to } => {
+            arity(inputs, 1)?;
+            check_dtype(*to)?;
+            Ok(TensorType::new(*to, inputs[0].shape.clone()))
+        }
+        OpKind::LayerNorm { epsilon } => {
+            arity(inputs, 1)?;
+            if inputs[0].shape.is_empty() {
+                return err(Some(0), "layer_norm needs rank >= 1");
+            }
+            if !(epsilon.is_finite() && *epsilon >= 0.0) {
+                return err(None, format!("epsilon {epsilon} must be finite and >= 0"));
+            }
+            Ok(inputs[0].clone())
+        }
+        OpKind::Attention {
+            scale,
+            causal,
+            partials,
+            out,
+        }
+        | OpKind::FlashAttention {
+            scale,
+            causal,
+            partials,
+            out,
+            ..
+        } => {
+            arity(inputs, 3)?;
+            if let OpKind::FlashAttention {
+                block_q, block_k, ..
+            } = kind
+                && (*block_q == 0 || *block_k == 0)
+            {
+                return err(None, "block sizes must be at least 1");
+            }
+            if !scale.is_finite() {
+                return err(None, format!("scale {scale} is not finite"));
+            }
+            let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+            let r = q.shape.len();
+            for (i, t) in [q, k, v].iter().enumerate() {
+                if t.shape.len() != r || r < 2 {
+                    return err(
+                        Some(i),
+                        format!("q, k and v need the same rank >= 2, got {q}, {k}, {v}"),
+                    );
+                }
+                if t.shape[..r - 2] != q.shape[..r - 2] {
+                    return err(
+                        Some(i),
+                        format!("batch dimensions of {t} differ from q {q}"),
+                    );
+                }
+            }
+            if k.shape[r - 1] != q.shape[r - 1] {
+                return err(
+                    Some(1),
+                    format!("head dimension of k {k} differs from q {q}"),
+                );
+            }
+            if v.shape[r - 2] != k.shape[r - 2] {
+                return err(
+                    Some(2),
+                    format!("sequence length of v {v} differs from k {k}"),
+                );
+            }
+            if *causal && q.shape[r - 2] != k.shape[r - 2] {
+                return err(
+                    Some(1),
+                    "causal attention needs equal query and key lengths",
+                );
+            }
+            check_partials(*partials, &[(0, q.dtype), (1, k.dtype), (2, v.dtype)])?;
+            check_dtype(*out)?;
+            let mut shape = q.shape.clone();
+            shape[r - 1] = v.shape[r - 1];
+            Ok(TensorType::new(*out, shape))
+        }
+    }
+}

@@ -1,0 +1,807 @@
+//! The text form of graphs: the file format users write models in.
+//!
+//! ```text
+//! # comments start with '#' or '//' and run to the end of the line
+//! graph matmul {
+//!   input %a: f16[64, 128]
+//!   input %b: f16[128, 32]
+//!   %c = matmul(%a, %b) {partials = f32}: f16[64, 32]
+//!   output %c
+//! }
+//! ```
+//!
+//! Types are `dtype[d0, d1, ...]` with dtype `f32`, `f16`, `f143@S` or `f152@S` (FP8 with its
+//! power-of-two scale `S`; `f143` alone means scale 0). Every operation line names its result,
+//! the mnemonic, the operands, the attributes in braces (omitted when there are none) and the
+//! result type. For `matmul`, `attention` and `flash_attention` the output dtype is the one in
+//! the result type; for every other operation the result type must equal the inferred one.
+//! Attributes (all required):
+//!
+//! | mnemonic | attributes |
+//! |---|---|
+//! | matmul | partials |
+//! | transpose | perm = [..] |
+//! | reshape | shape = [..] |
+//! | slice | axis, start, end |
+//! | concat, reduce_max, reduce_sum, softmax | axis |
+//! | scale | factor |
+//! | cast | to |
+//! | layer_norm | epsilon |
+//! | attention | scale, causal, partials |
+//! | flash_attention | scale, causal, block_q, block_k, partials |
+//! | add, sub, mul, div, max, exp | none |
+//!
+//! [`print`] writes the canonical form; `parse(print(g))` gives back `g` exactly.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::{DType, Graph, GraphBuilder, OpKind, TensorType, ValueId, infer};
+
+/// A syntax or type error in a graph file, with its position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {reason}")]
+pub struct ParseError {
+    /// File name as given to [`parse`].
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column (in characters).
+    pub column: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// True for names usable as graph and value names: `[A-Za-z0-9_.-]+` not starting with `-`.
+pub(crate) fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+fn fmt_f32(x: f32) -> String {
+    format!("{x:?}")
+}
+
+fn fmt_list(xs: &[usize]) -> String {
+    let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The attributes of an operation in text order (the output dtype is not among them).
+fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
+    match kind {
+        OpKind::MatMul { partials, .. } => vec![("partials", partials.to_string())],
+        OpKind::Transpose { perm } => vec![("perm", fmt_list(perm))],
+        OpKind::Reshape { shape } => vec![("shape", fmt_list(shape))],
+        OpKind::Slice { axis, start, end } => vec![
+            ("axis", axis.to_string()),
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+        ],
+        OpKind::Concat { axis }
+        | OpKind::ReduceMax { axis }
+        | OpKind::ReduceSum { axis }
+        | OpKind::Softmax { axis } => vec![("axis", axis.to_string())],
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max | OpKind::Exp => {
+            vec![]
+        }
+        OpKind::Scale { factor } => vec![("factor", fmt_f32(*factor))],
+        OpKind::Cast { to } => vec![("to", to.to_string())],
+        OpKind::LayerNorm { epsilon } => vec![("epsilon", fmt_f32(*epsilon))],
+        OpKind::Attention {
+            scale,
+            causal,
+            partials,
+            ..
+        } => vec![
+            ("scale", fmt_f32(*scale)),
+            ("causal", causal.to_string()),
+            ("partials", partials.to_string()),
+        ],
+        OpKind::FlashAttention {
+            scale,
+            causal,
+            block_q,
+            block_k,
+            partials,
+            ..
+        } => vec![
+            ("scale", fmt_f32(*scale)),
+            ("causal", causal.to_string()),
+            ("block_q", block_q.to_string()),
+            ("block_k", block_k.to_string()),
+            ("partials", partials.to_string()),
+        ],
+    }
+}
+
+/// Prints a graph in the canonical text form.
+pub fn print(graph: &Graph) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "graph {} {{", graph.name);
+    for &i in graph.inputs() {
+        let v = graph.value(i);
+        let _ = writeln!(s, "  input %{}: {}", v.name, v.ty);
+    }
+    for op in graph.operations() {
+        let out = graph.value(op.outputs[0]);
+        let operands: Vec<String> = op
+            .inputs
+            .iter()
+            .map(|&i| format!("%{}", graph.value(i).name))
+            .collect();
+        let _ = write!(
+            s,
+            "  %{} = {}({})",
+            out.name,
+            op.kind.mnemonic(),
+            operands.join(", ")
+        );
+        let attrs = attributes(&op.kind);
+        if !attrs.is_empty() {
+            let items: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            let _ = write!(s, " {{{}}}", items.join(", "));
+        }
+        let _ = writeln!(s, ": {}", out.ty);
+    }
+    for &o in graph.outputs() {
+        let _ = writeln!(s, "  output %{}", graph.value(o).name);
+    }
+    s.push_str("}\n");
+    s
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Value(String),
+    Int(i64),
+    Float(f64),
+    Punct(char),
+    Eof,
+}
+
+impl Tok {
+    fn describe(&self) -> String {
+        match self {
+            Tok::Ident(s) => format!("`{s}`"),
+            Tok::Value(s) => format!("`%{s}`"),
+            Tok::Int(i) => format!("`{i}`"),
+            Tok::Float(x) => format!("`{x}`"),
+            Tok::Punct(c) => format!("`{c}`"),
+            Tok::Eof => "end of file".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos {
+    line: usize,
+    column: usize,
+}
+
+struct Lexer<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+    pos: Pos,
+}
+
+fn ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+impl Lexer<'_> {
+    fn bump(&mut self) -> Option<char> {
+        let c = self.chars.next()?;
+        if c == '\n' {
+            self.pos.line += 1;
+            self.pos.column = 1;
+        } else {
+            self.pos.column += 1;
+        }
+        Some(c)
+    }
+
+    fn take_while(&mut self, f: impl Fn(char) -> bool) -> String {
+        let mut s = String::new();
+        while let Some(&c) = self.chars.peek() {
+            if !f(c) {
+                break;
+            }
+            s.push(c);
+            self.bump();
+        }
+        s
+    }
+
+    fn next(&mut self) -> Result<(Tok, Pos), (Pos, String)> {
+        loop {
+            let Some(&c) = self.chars.peek() else {
+                return Ok((Tok::Eof, self.pos));
+            };
+            if c.is_whitespace() {
+                self.bump();
+            } else if c == '#' {
+                self.take_while(|c| c != '\n');
+            } else if c == '/' {
+                let pos = self.pos;
+                self.bump();
+                if self.chars.peek() != Some(&'/') {
+                    return Err((
+                        pos,
+                        "unexpected `/` (comments start with `//` or `#`)".into(),
+                    ));
+                }
+                self.take_while(|c| c != '\n');
+            } else {
+                break;
+            }
+        }
+        let pos = self.pos;
+        let c = *self.chars.peek().expect("peeked above");
+        if c.is_ascii_alphabetic() || c == '_' {
+            return Ok((Tok::Ident(self.take_while(ident_char)), pos));
+        }
+        if c == '%' {
+            self.bump();
+            let name = self.take_while(ident_char);
+            if !is_identifier(&name) {
+                return Err((pos, "expected a value name after `%`".into()));
+            }
+            return Ok((Tok::Value(name), pos));
+        }
+        if c.is_ascii_digit() || c == '-' || c == '+' {
+            let mut s = String::new();
+            s.push(c);
+            self.bump();
+            let mut prev = c;
+            while let Some(&d) = self.chars.peek() {
+                let ok = d.is_ascii_alphanumeric()
+                    || d == '.'
+                    || ((d == '-' || d == '+') && matches!(prev, 'e' | 'E'));
+                if !ok {
+                    break;
+                }
+                s.push(d);
+                prev = d;
+                self.bump();
+            }
+            if let Ok(i) = s.parse::<i64>() {
+                return Ok((Tok::Int(i), pos));
+            }
+            return match s.parse::<f64>() {
+                Ok(x) if x.is_finite() => Ok((Tok::Float(x), pos)),
+                _ => Err((pos, format!("malformed number `{s}`"))),
+            };
+        }
+        if "{}()[],:=@".contains(c) {
+            self.bump();
+            return Ok((Tok::Punct(c), pos));
+        }
+        Err((pos, format!("unexpected character `{c}`")))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum AttrValue {
+    Int(i64),
+    Float(f64),
+    Word(String),
+    DType(DType),
+    List(Vec<i64>),
+}
+
+struct Attr {
+    key: String,
+    pos: Pos,
+    value: AttrValue,
+    used: bool,
+}
+
+struct Parser<'a> {
+    file: &'a str,
+    toks: Vec<(Tok, Pos)>,
+    at: usize,
+}
+
+type PResult<T> = Result<T, ParseError>;
+
+impl Parser<'_> {
+    fn error<T>(&self, pos: Pos, reason: impl Into<String>) -> PResult<T> {
+        Err(ParseError {
+            file: self.file.to_string(),
+            line: pos.line,
+            column: pos.column,
+            reason: reason.into(),
+        })
+    }
+
+    fn peek(&self) -> &(Tok, Pos) {
+        &self.toks[self.at.min(self.toks.len() - 1)]
+    }
+
+    fn next(&mut self) -> (Tok, Pos) {
+        let t = self.peek().clone();
+        if self.at < self.toks.len() {
+            self.at += 1;
+        }
+        t
+    }
+
+    fn expect_punct(&mut self, c: char, what: &str) -> PResult<Pos> {
+        let (t, pos) = self.next();
+        if t != Tok::Punct(c) {
+            return self.error(
+                pos,
+                format!("expected `{c}` {what}, found {}", t.describe()),
+            );
+        }
+        Ok(pos)
+    }
+
+    fn eat_punct(&mut self, c: char) -> bool {
+        if self.peek().0 == Tok::Punct(c) {
+            self.next();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn int(&mut self, what: &str) -> PResult<(i64, Pos)> {
+        let (t, pos) = self.next();
+        match t {
+            Tok::Int(i) => Ok((i, pos)),
+            t => self.error(
+                pos,
+                format!("expected an integer {what}, found {}", t.describe()),
+            ),
+        }
+    }
+
+    fn dtype_after(&mut self, base: &str, pos: Pos) -> PResult<DType> {
+        let scale = if self.eat_punct('@') {
+            let (s, spos) = self.int("(FP8 scale)")?;
+            if !(i64::from(ipu_numerics::SCALE_MIN)..=i64::from(ipu_numerics::SCALE_MAX))
+                .contains(&s)
+            {
+                return self.error(
+                    spos,
+                    format!(
+                        "FP8 scale {s} outside {}..={}",
+                        ipu_numerics::SCALE_MIN,
+                        ipu_numerics::SCALE_MAX
+                    ),
+                );
+            }
+            Some(s as i8)
+        } else {
+            None
+        };
+        match (base, scale) {
+            ("f32", None) => Ok(DType::F32),
+            ("f16", None) => Ok(DType::F16),
+            ("f143", s) => Ok(DType::F143 {
+                scale: s.unwrap_or(0),
+            }),
+            ("f152", s) => Ok(DType::F152 {
+                scale: s.unwrap_or(0),
+            }),
+            ("f32" | "f16", Some(_)) => self.error(pos, format!("{base} takes no scale")),
+            _ => self.error(
+                pos,
+                format!("unknown dtype `{base}` (known: f32, f16, f143@S, f152@S)"),
+            ),
+        }
+    }
+
+    fn tensor_type(&mut self) -> PResult<(TensorType, Pos)> {
+        let (t, pos) = self.next();
+        let Tok::Ident(base) = t else {
+            return self.error(pos, format!("expected a type, found {}", t.describe()));
+        };
+        let dtype = self.dtype_after(&base, pos)?;
+        self.expect_punct('[', "to open the shape")?;
+        let mut shape = Vec::new();
+        if !self.eat_punct(']') {
+            loop {
+                let (d, dpos) = self.int("(dimension)")?;
+                if d < 0 {
+                    return self.error(dpos, format!("negative dimension {d}"));
+                }
+                shape.push(d as usize);
+                if self.eat_punct(']') {
+                    break;
+                }
+                self.expect_punct(',', "or `]` in the shape")?;
+            }
+        }
+        Ok((TensorType::new(dtype, shape), pos))
+    }
+
+    fn attr_value(&mut self) -> PResult<AttrValue> {
+        let (t, pos) = self.next();
+        Ok(match t {
+            Tok::Int(i) => AttrValue::Int(i),
+            Tok::Float(x) => AttrValue::Float(x),
+            Tok::Ident(w) if w.starts_with('f') && w != "false" => {
+                AttrValue::DType(self.dtype_after(&w, pos)?)
+            }
+            Tok::Ident(w) => AttrValue::Word(w),
+            Tok::Punct('[') => {
+                let mut xs = Vec::new();
+                if !self.eat_punct(']') {
+                    loop {
+                        xs.push(self.int("(list element)")?.0);
+                        if self.eat_punct(']') {
+                            break;
+                        }
+                        self.expect_punct(',', "or `]` in the list")?;
+                    }
+                }
+                AttrValue::List(xs)
+            }
+            t => {
+                return self.error(
+                    pos,
+                    format!("expected an attribute value, found {}", t.describe()),
+                );
+            }
+        })
+    }
+}
+
+struct AttrSet<'p, 'a> {
+    parser: &'p Parser<'a>,
+    attrs: Vec<Attr>,
+    op_pos: Pos,
+    mnemonic: String,
+}
+
+impl AttrSet<'_, '_> {
+    fn take(&mut self, key: &str) -> PResult<(AttrValue, Pos)> {
+        match self.attrs.iter_mut().find(|a| a.key == key) {
+            Some(a) => {
+                a.used = true;
+                Ok((a.value.clone(), a.pos))
+            }
+            None => self.parser.error(
+                self.op_pos,
+                format!("{} needs the attribute `{key}`", self.mnemonic),
+            ),
+        }
+    }
+
+    fn bad<T>(&self, key: &str, pos: Pos, want: &str) -> PResult<T> {
+        self.parser.error(
+            pos,
+            format!("attribute `{key}` of {} must be {want}", self.mnemonic),
+        )
+    }
+
+    fn usize(&mut self, key: &str) -> PResult<usize> {
+        match self.take(key)? {
+            (AttrValue::Int(i), _) if i >= 0 => Ok(i as usize),
+            (_, pos) => self.bad(key, pos, "a non-negative integer"),
+        }
+    }
+
+    fn f32(&mut self, key: &str) -> PResult<f32> {
+        match self.take(key)? {
+            (AttrValue::Int(i), _) => Ok(i as f32),
+            (AttrValue::Float(x), _) => Ok(x as f32),
+            (_, pos) => self.bad(key, pos, "a number"),
+        }
+    }
+
+    fn bool(&mut self, key: &str) -> PResult<bool> {
+        match self.take(key)? {
+            (AttrValue::Word(w), _) if w == "true" => Ok(true),
+            (AttrValue::Word(w), _) if w == "false" => Ok(false),
+            (_, pos) => self.bad(key, pos, "true or false"),
+        }
+    }
+
+    fn dtype(&mut self, key: &str) -> PResult<DType> {
+        match self.take(key)? {
+            (AttrValue::DType(d), _) => Ok(d),
+            (_, pos) => self.bad(key, pos, "a dtype"),
+        }
+    }
+
+    fn list(&mut self, key: &str) -> PResult<Vec<usize>> {
+        match self.take(key)? {
+            (AttrValue::List(xs), _) if xs.iter().all(|&x| x >= 0) => {
+                Ok(xs.into_iter().map(|x| x as usize).collect())
+            }
+            (_, pos) => self.bad(key, pos, "a list of non-negative integers"),
+        }
+    }
+
+    fn finish(&self, known: &[&str]) -> PResult<()> {
+        if let Some(a) = self.attrs.iter().find(|a| !a.used) {
+            let known = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            return self.parser.error(
+                a.pos,
+                format!(
+                    "unknown attribute `{}` for {} (known: {known})",
+                    a.key, self.mnemonic
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+const MNEMONICS: &str = "matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, \
+                         scale, exp, reduce_max, reduce_sum, softmax, cast, layer_norm, \
+                         attention, flash_attention";
+
+fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
+    let kind = match set.mnemonic.as_str() {
+        "matmul" => OpKind::MatMul {
+            partials: set.dtype("partials")?,
+            out,
+        },
+        "transpose" => OpKind::Transpose {
+            perm: set.list("perm")?,
+        },
+        "reshape" => OpKind::Reshape {
+            shape: set.list("shape")?,
+        },
+        "slice" => OpKind::Slice {
+            axis: set.usize("axis")?,
+            start: set.usize("start")?,
+            end: set.usize("end")?,
+        },
+        "concat" => OpKind::Concat {
+            axis: set.usize("axis")?,
+        },
+        "add" => OpKind::Add,
+        "sub" => OpKind::Sub,
+        "mul" => OpKind::Mul,
+        "div" => OpKind::Div,
+        "max" => OpKind::Max,
+        "scale" => OpKind::Scale {
+            factor: set.f32("factor")?,
+        },
+        "exp" => OpKind::Exp,
+        "reduce_max" => OpKind::ReduceMax {
+            axis: set.usize("axis")?,
+        },
+        "reduce_sum" => OpKind::ReduceSum {
+            axis: set.usize("axis")?,
+        },
+        "softmax" => OpKind::Softmax {
+            axis: set.usize("axis")?,
+        },
+        "cast" => OpKind::Cast {
+            to: set.dtype("to")?,
+        },
+        "layer_norm" => OpKind::LayerNorm {
+            epsilon: set.f32("epsilon")?,
+        },
+        "attention" => OpKind::Attention {
+            scale: set.f32("scale")?,
+            causal: set.bool("causal")?,
+            partials: set.dtype("partials")?,
+            out,
+        },
+        "flash_attention" => OpKind::FlashAttention {
+            scale: set.f32("scale")?,
+            causal: set.bool("causal")?,
+            block_q: set.usize("block_q")?,
+            block_k: set.usize("block_k")?,
+            partials: set.dtype("partials")?,
+            out,
+        },
+        other => {
+            return set.parser.error(
+                set.op_pos,
+                format!("unknown operation `{other}` (known: {MNEMONICS})"),
+            );
+        }
+    };
+    let known: Vec<&str> = attributes(&kind).iter().map(|(k, _)| *k).collect();
+    set.finish(&known)?;
+    Ok(kind)
+}
+
+/// Parses a graph from its text form; `file_name` is used in error positions. The result is
+/// verified.
+pub fn parse(text: &str, file_name: &str) -> Result<Graph, ParseError> {
+    let mut lexer = Lexer {
+        chars: text.chars().peekable(),
+        pos: Pos { line: 1, column: 1 },
+    };
+    let mut toks = Vec::new();
+    loop {
+        match lexer.next() {
+            Ok((Tok::Eof, pos)) => {
+                toks.push((Tok::Eof, pos));
+                break;
+            }
+            Ok(t) => toks.push(t),
+            Err((pos, reason)) => {
+                return Err(ParseError {
+                    file: file_name.to_string(),
+                    line: pos.line,
+                    column: pos.column,
+                    reason,
+                });
+            }
+        }
+    }
+    let mut p = Parser {
+        file: file_name,
+        toks,
+        at: 0,
+    };
+    let (t, pos) = p.next();
+    if t != Tok::Ident("graph".into()) {
+        return p.error(pos, format!("expected `graph`, found {}", t.describe()));
+    }
+    let (t, pos) = p.next();
+    let Tok::Ident(name) = t else {
+        return p.error(
+            pos,
+            format!("expected the graph name, found {}", t.describe()),
+        );
+    };
+    p.expect_punct('{', "after the graph name")?;
+    let mut b = GraphBuilder::new(name);
+    let mut names: HashMap<String, ValueId> = HashMap::new();
+    let mut outputs = 0usize;
+    loop {
+        let (t, pos) = p.next();
+        match t {
+            Tok::Punct('}') => break,
+            Tok::Ident(w) if w == "input" => {
+                let (t, vpos) = p.next();
+                let Tok::Value(v) = t else {
+                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
+                };
+                if names.contains_key(&v) {
+                    return p.error(vpos, format!("value %{v} is already defined"));
+                }
+                p.expect_punct(':', "before the input type")?;
+                let (ty, _) = p.tensor_type()?;
+                let id = b.input(v.clone(), ty);
+                names.insert(v, id);
+            }
+            Tok::Ident(w) if w == "output" => loop {
+                let (t, vpos) = p.next();
+                let Tok::Value(v) = t else {
+                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
+                };
+                let Some(&id) = names.get(&v) else {
+                    return p.error(vpos, format!("unknown value %{v}"));
+                };
+                b.output(id);
+                outputs += 1;
+                if !p.eat_punct(',') {
+                    break;
+                }
+            },
+            Tok::Value(result) => {
+                if names.contains_key(&result) {
+                    return p.error(pos, format!("value %{result} is already defined"));
+                }
+                p.expect_punct('=', "after the result name")?;
+                let (t, op_pos) = p.next();
+                let Tok::Ident(mnemonic) = t else {
+                    return p.error(
+                        op_pos,
+                        format!("expected an operation, found {}", t.describe()),
+                    );
+                };
+                p.expect_punct('(', "to open the operands")?;
+                let mut operands = Vec::new();
+                let mut operand_pos = Vec::new();
+                if !p.eat_punct(')') {
+                    loop {
+                        let (t, vpos) = p.next();
+                        let Tok::Value(v) = t else {
+                            return p.error(
+                                vpos,
+                                format!("expected an operand `%name`, found {}", t.describe()),
+                            );
+                        };
+                        let Some(&id) = names.get(&v) else {
+                            return p.error(vpos, format!("unknown value %{v}"));
+                        };
+                        operands.push(id);
+                        operand_pos.push(vpos);
+                        if p.eat_punct(')') {
+                            break;
+                        }
+                        p.expect_punct(',', "or `)` after an operand")?;
+                    }
+                }
+                let mut attrs = Vec::new();
+                if p.eat_punct('{') && !p.eat_punct('}') {
+                    loop {
+                        let (t, kpos) = p.next();
+                        let Tok::Ident(key) = t else {
+                            return p.error(
+                                kpos,
+                                format!("expected an attribute name, found {}", t.describe()),
+                            );
+                        };
+                        if attrs.iter().any(|a: &Attr| a.key == key) {
+                            return p.error(kpos, format!("attribute `{key}` given twice"));
+                        }
+                        p.expect_punct('=', "after the attribute name")?;
+                        let value = p.attr_value()?;
+                        attrs.push(Attr {
+                            key,
+                            pos: kpos,
+                            value,
+                            used: false,
+                        });
+                        if p.eat_punct('}') {
+                            break;
+                        }
+                        p.expect_punct(',', "or `}` after an attribute")?;
+                    }
+                }
+                p.expect_punct(':', "before the result type")?;
+                let (annotated, ty_pos) = p.tensor_type()?;
+                let mut set = AttrSet {
+                    parser: &p,
+                    attrs,
+                    op_pos,
+                    mnemonic: mnemonic.clone(),
+                };
+                let kind = op_kind(&mut set, annotated.dtype)?;
+                let types: Vec<&TensorType> = operands.iter().map(|&i| b.ty(i)).collect();
+                let inferred = match infer(&kind, &types) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let at = e.operand.map_or(op_pos, |n| operand_pos[n]);
+                        return p.error(at, format!("{mnemonic}: {}", e.reason));
+                    }
+                };
+                if inferred != annotated {
+                    return p.error(
+                        ty_pos,
+                        format!("result %{result} is annotated {annotated} but {mnemonic} gives {inferred}"),
+                    );
+                }
+                let id = match b.op(result.clone(), kind, &operands) {
+                    Ok(id) => id,
+                    Err(e) => return p.error(op_pos, e.to_string()),
+                };
+                names.insert(result, id);
+            }
+            t => {
+                return p.error(
+                    pos,
+                    format!(
+                        "expected `input`, `output`, `%name = ...` or `}}`, found {}",
+                        t.describe()
+                    ),
+                );
+            }
+        }
+    }
+    let (t, pos) = p.next();
+    if t != Tok::Eof {
+        return p.error(
+            pos,
+            format!(
+                "expected end of file after the graph, found {}",
+                t.describe()
+            ),
+        );
+    }
+    if outputs == 0 {
+        return p.error(pos, "the graph has no `output`");
+    }
+    b.finish().or_else(|e| p.error(pos, e.to_string()))
+}
