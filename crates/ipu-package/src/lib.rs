@@ -150,14 +150,44 @@ pub struct HostTensor {
     pub dtype: String,
     /// FP8 scale (0 for other types).
     pub scale: i32,
-    /// Shape, row-major.
+    /// Logical shape, row-major.
     pub shape: Vec<usize>,
+    /// Column group of the storage order (see [`storage_index`]); a multiple of 4.
+    pub group: usize,
     /// Host page index.
     pub page: u32,
     /// Byte offset in the page.
     pub offset: u64,
     /// Bytes.
     pub bytes: u64,
+}
+
+/// Number of storage elements of a tensor of logical `shape` stored with column group `group`:
+/// the shape `[.., R, C]` is stored as `[.., ceil(C / group), R, group]`, the columns beyond `C`
+/// in the last group being zero padding. A scalar or 1-D shape counts as one row.
+pub fn storage_elements(shape: &[usize], group: usize) -> usize {
+    let (outer, rows, cols) = split_shape(shape);
+    outer * cols.div_ceil(group) * rows * group
+}
+
+/// The storage index of the logical row-major element `index` of a tensor of `shape` stored
+/// with column group `group` (see [`storage_elements`]).
+pub fn storage_index(shape: &[usize], group: usize, index: usize) -> usize {
+    let (_, rows, cols) = split_shape(shape);
+    let per_outer = cols.div_ceil(group) * rows * group;
+    let (outer, rc) = (index / (rows * cols), index % (rows * cols));
+    let (r, c) = (rc / cols, rc % cols);
+    outer * per_outer + (c / group) * rows * group + r * group + c % group
+}
+
+/// `(outer, rows, cols)` of a shape: the product of the leading dimensions, the second last and
+/// the last (a scalar is 1x1x1, a vector one row).
+pub fn split_shape(shape: &[usize]) -> (usize, usize, usize) {
+    match shape.len() {
+        0 => (1, 1, 1),
+        1 => (1, 1, shape[0]),
+        n => (shape[..n - 2].iter().product(), shape[n - 2], shape[n - 1]),
+    }
 }
 
 /// A device configuration register write, replayed by the runtime before loading images.
@@ -269,6 +299,12 @@ impl Package {
             }
         }
         for t in &m.tensors {
+            if t.group == 0 || t.group % 4 != 0 {
+                return Err(PackageError::Manifest(format!(
+                    "tensor {:?} has column group {} (a positive multiple of 4 is required)",
+                    t.name, t.group
+                )));
+            }
             let page = m.host_pages.get(t.page as usize).ok_or_else(|| {
                 PackageError::Manifest(format!("tensor {:?} names missing page {}", t.name, t.page))
             })?;
@@ -581,6 +617,7 @@ mod tests {
                     dtype: "f32".into(),
                     scale: 0,
                     shape: vec![4, 4],
+                    group: 4,
                     page: 0,
                     offset: 0,
                     bytes: 64,
@@ -594,6 +631,17 @@ mod tests {
             },
             tiles,
         }
+    }
+
+    #[test]
+    fn storage_order_groups_columns() {
+        // [2, 3] with group 4: one group of 4 columns, 2 rows.
+        assert_eq!(storage_elements(&[2, 3], 4), 8);
+        assert_eq!(storage_index(&[2, 3], 4, 4), 5); // (1, 1)
+        // [3, 20] with group 16: two groups, 3 rows each.
+        assert_eq!(storage_elements(&[3, 20], 16), 96);
+        assert_eq!(storage_index(&[3, 20], 16, 17), 48 + 1); // (0, 17): group 1, row 0, col 1
+        assert_eq!(storage_index(&[2, 3, 20], 16, 60 + 17), 96 + 49);
     }
 
     #[test]
