@@ -373,3 +373,19 @@ mod tests {
         }
     }
 }
+
+/// Device configuration registers, written by the host before tile images are loaded (the
+/// package lists the writes; the runtime replays them). The project's own definition.
+pub mod config {
+    /// Per tile: 1 if the tile takes part in programs, 0 if it stays idle. Active tiles must be
+    /// `0..n` for some `n`.
+    pub const TILE_ACTIVE: u32 = 0;
+    /// Per tile: the tile's exchange identifier; the device checks it equals the tile's index,
+    /// so a package laid out for another tile numbering is refused.
+    pub const EXCHANGE_ID: u32 = 1;
+    /// Per tile: bytes of host-exchange page space the tile's host tables may address (0 for
+    /// none); the device refuses host transfers beyond it.
+    pub const HOST_WINDOW_BYTES: u32 = 2;
+    /// Number of defined registers.
+    pub const REGISTERS: u32 = 3;
+}
