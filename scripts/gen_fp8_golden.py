@@ -8,7 +8,7 @@ Writes, under crates/ipu-numerics/tests/data/:
   fp8_encode.txt  a deterministic set of float32 probes, each converted by ml_dtypes:
                   numpy's float16 rounding, and for every FP8 format the code from
                   `astype` (no saturation) and from `clip(x, -max, max).astype`
-                  (saturating, as ONNX's saturating_cast).
+                  (saturating: Overflow::Saturate).
 
 The probes are: every finite FP8 value of every format, every midpoint between neighbouring
 values (including the one above the largest value and the one below the smallest subnormal),

@@ -37,9 +37,9 @@
 //! "Rounds beyond max" is decided after rounding: F143's largest value is 240 and the next
 //! binade step would be 256, so 247.99 encodes to 240 but 248 (the tie, whose even neighbour is
 //! 256) overflows. The [`Overflow::Nan`] rows are exactly what ml_dtypes' `astype` from float32
-//! does (ml_dtypes does not saturate). The [`Overflow::Saturate`] rows are what ONNX's
-//! `saturating_cast` (clip to ±max, then convert) and the `float8` crate's `from_f32` do,
-//! including mapping infinities to ±max.
+//! does (ml_dtypes does not saturate). The [`Overflow::Saturate`] rows are what the `float8`
+//! crate's `from_f32` does and, for finite values, ONNX's `Cast` with `saturate=1`; they equal
+//! ml_dtypes' `astype` of the input clipped to ±max.
 
 use std::fmt;
 
@@ -230,7 +230,7 @@ pub const SCALE_MAX: i32 = 31;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Overflow {
     /// Clamp to the largest finite magnitude of the same sign. Infinite inputs also become
-    /// ±max (as ONNX's saturating cast and the `float8` crate do); NaN stays NaN.
+    /// ±max (as the `float8` crate's conversion does); NaN stays NaN.
     Saturate,
     /// Produce NaN (or, for E5M2, infinity of the same sign). This is what ml_dtypes' `astype`
     /// does.
