@@ -40,6 +40,25 @@
 //! does (ml_dtypes does not saturate). The [`Overflow::Saturate`] rows are what the `float8`
 //! crate's `from_f32` does and, for finite values, ONNX's `Cast` with `saturate=1`; they equal
 //! ml_dtypes' `astype` of the input clipped to ±max.
+//!
+//! # Example
+//!
+//! ```
+//! use ipu_numerics::{Fp8Format, Overflow, StochasticRounder, decode, encode, encode_stochastic};
+//!
+//! // 1.0625 lies halfway between F143's 1.0 (0x40) and 1.125 (0x41): ties go to even.
+//! assert_eq!(encode(Fp8Format::F143, 1.0625, 0, Overflow::Nan), 0x40);
+//! // With scale -4 the code 0x40 stands for 1.0 * 2^-4.
+//! assert_eq!(encode(Fp8Format::F143, 0.0625, -4, Overflow::Nan), 0x40);
+//! assert_eq!(decode(Fp8Format::F143, 0x40, -4), 0.0625);
+//! // Beyond the largest value (240): NaN or saturation, as the caller chooses.
+//! assert_eq!(encode(Fp8Format::F143, 300.0, 0, Overflow::Nan), 0x80);
+//! assert_eq!(encode(Fp8Format::F143, 300.0, 0, Overflow::Saturate), 0x7f);
+//! // Stochastic rounding picks one of the two neighbours, reproducibly for a seed.
+//! let mut rng = StochasticRounder::new(42);
+//! let code = encode_stochastic(Fp8Format::F143, 1.03, 0, Overflow::Nan, &mut rng);
+//! assert!(code == 0x40 || code == 0x41);
+//! ```
 
 use std::fmt;
 
