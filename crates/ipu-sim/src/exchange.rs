@@ -1,0 +1,390 @@
+//! The exchange engine (`exch`) and host exchange (`hostx`).
+//!
+//! An exchange phase: every active tile's table is read from its memory, every row checked,
+//! the schedule checked (ports, horizon, memory hazards), then the data moves as if every read
+//! happened before every write. The phase lasts `EXCHANGE_PHASE_OVERHEAD_CYCLES + horizon`
+//! from the moment the last tile arrives.
+//!
+//! Not modelled: the 2x receive bandwidth of a tile pair receiving identical data (a multicast
+//! occupies each destination's port for the full transfer).
+
+use ipu_isa::tables::{ExchangeTable, HostDirection, HostTable};
+use ipu_target::Target;
+
+use crate::exec::{Arrival, Tile};
+use crate::fault::{Context, Fault, FaultKind};
+
+fn fault(tile: &mut Tile, arrival: &Arrival, addr: Option<u32>, kind: FaultKind) -> Fault {
+    let instruction = tile.text_at(arrival.pc);
+    Fault {
+        tile: tile.id,
+        context: Context::Supervisor,
+        pc: arrival.pc,
+        instruction,
+        address: addr,
+        kind,
+    }
+}
+
+fn read_table<T>(
+    tile: &mut Tile,
+    arrival: &Arrival,
+    header: u32,
+    len_of: impl Fn(&[u8]) -> Result<usize, ipu_isa::tables::TableError>,
+    parse: impl Fn(&[u8]) -> Result<T, ipu_isa::tables::TableError>,
+) -> Result<T, Fault> {
+    let addr = arrival.operand;
+    if addr % 4 != 0 {
+        return Err(fault(
+            tile,
+            arrival,
+            Some(addr),
+            FaultKind::Misaligned { align: 4 },
+        ));
+    }
+    if !tile.mem.contains(addr, header) {
+        return Err(fault(
+            tile,
+            arrival,
+            Some(addr),
+            FaultKind::OutOfRange { bytes: header },
+        ));
+    }
+    let mut h = vec![0u8; header as usize];
+    tile.mem.read_into(addr, &mut h);
+    let len = len_of(&h).map_err(|e| {
+        fault(
+            tile,
+            arrival,
+            Some(addr),
+            FaultKind::BadTable(e.to_string()),
+        )
+    })?;
+    if len > u32::MAX as usize || !tile.mem.contains(addr, len as u32) {
+        return Err(fault(
+            tile,
+            arrival,
+            Some(addr),
+            FaultKind::BadTable(format!("table of {len} bytes runs past tile memory")),
+        ));
+    }
+    let mut b = vec![0u8; len];
+    tile.mem.read_into(addr, &mut b);
+    parse(&b).map_err(|e| {
+        fault(
+            tile,
+            arrival,
+            Some(addr),
+            FaultKind::BadTable(e.to_string()),
+        )
+    })
+}
+
+/// One scheduled transfer into one destination.
+#[derive(Clone, Copy)]
+struct Recv {
+    dst: u32,
+    start: u64,
+    end: u64,
+    src: u32,
+    row: usize,
+}
+
+/// Executes an exchange phase over the active `tiles` (all arrived at `exch`). Returns the
+/// phase's cycles (overhead + horizon).
+pub(crate) fn exchange(
+    tiles: &mut [Tile],
+    arrivals: &[Arrival],
+    target: &Target,
+) -> Result<u64, Fault> {
+    let active = tiles.len() as u32;
+    let mut tables = Vec::with_capacity(tiles.len());
+    for (t, a) in tiles.iter_mut().zip(arrivals) {
+        tables.push(read_table(
+            t,
+            a,
+            ipu_isa::tables::EXCHANGE_HEADER_BYTES,
+            ExchangeTable::byte_len_from_header,
+            ExchangeTable::from_bytes,
+        )?);
+    }
+    let horizon = tables.first().map(|t| t.horizon_cycles).unwrap_or(0);
+    let bad = |tiles: &mut [Tile], t: usize, addr: Option<u32>, msg: String| {
+        Err(fault(
+            &mut tiles[t],
+            &arrivals[t],
+            addr,
+            FaultKind::Exchange(msg),
+        ))
+    };
+    // Rows, one by one.
+    let mut recvs: Vec<Recv> = Vec::new();
+    let mut ranges: Vec<(u32, u32, u32, bool, usize, u32)> = Vec::new(); // tile, start, end, is_dst, row, peer
+    for (t, table) in tables.iter().enumerate() {
+        if table.horizon_cycles != horizon {
+            return bad(
+                tiles,
+                t,
+                None,
+                format!(
+                    "horizon {} differs from tile 0's horizon {horizon}",
+                    table.horizon_cycles
+                ),
+            );
+        }
+        let mut sends: Vec<(u64, u64, usize)> = Vec::new();
+        for (i, row) in table.rows.iter().enumerate() {
+            if row.bytes == 0 || row.bytes % 4 != 0 {
+                return bad(
+                    tiles,
+                    t,
+                    None,
+                    format!(
+                        "row {i}: {} bytes is not a positive multiple of 4",
+                        row.bytes
+                    ),
+                );
+            }
+            for (what, a) in [("source", row.src_addr), ("destination", row.dst_addr)] {
+                if a % 4 != 0 {
+                    return bad(
+                        tiles,
+                        t,
+                        Some(a),
+                        format!("row {i}: {what} address misaligned"),
+                    );
+                }
+                if !target.in_memory(a, row.bytes) {
+                    return bad(
+                        tiles,
+                        t,
+                        Some(a),
+                        format!(
+                            "row {i}: {what} range of {} bytes outside tile memory",
+                            row.bytes
+                        ),
+                    );
+                }
+            }
+            let first = row.dst_tile as u32;
+            let count = row.dst_tile_count as u32;
+            if count == 0 || first + count > active || first + count > target.tiles {
+                return bad(
+                    tiles,
+                    t,
+                    None,
+                    format!(
+                        "row {i}: destination tiles {first}..{} outside the {active} active tiles",
+                        first + count
+                    ),
+                );
+            }
+            let dur = target.exchange_transfer_cycles(row.bytes) as u64;
+            let s = row.start_cycle as u64;
+            sends.push((s, s + dur, i));
+            ranges.push((
+                t as u32,
+                row.src_addr,
+                row.src_addr + row.bytes,
+                false,
+                i,
+                t as u32,
+            ));
+            for d in first..first + count {
+                let start = s + target.exchange_latency_cycles(t as u32, d) as u64;
+                let end = start + dur;
+                if end > horizon as u64 {
+                    return bad(
+                        tiles,
+                        t,
+                        None,
+                        format!(
+                            "row {i}: transfer to tile {d} ends at cycle {end}, after the horizon {horizon}"
+                        ),
+                    );
+                }
+                recvs.push(Recv {
+                    dst: d,
+                    start,
+                    end,
+                    src: t as u32,
+                    row: i,
+                });
+                ranges.push((d, row.dst_addr, row.dst_addr + row.bytes, true, i, t as u32));
+            }
+        }
+        sends.sort_unstable();
+        for w in sends.windows(2) {
+            if w[1].0 < w[0].1 {
+                return bad(
+                    tiles,
+                    t,
+                    None,
+                    format!(
+                        "rows {} and {} send at overlapping cycles {}..{} and {}..{}",
+                        w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1
+                    ),
+                );
+            }
+        }
+    }
+    // One incoming stream per tile at a time.
+    recvs.sort_unstable_by_key(|r| (r.dst, r.start, r.src, r.row));
+    let mut prev: Option<Recv> = None;
+    for r in &recvs {
+        if let Some(p) = prev
+            && p.dst == r.dst
+            && r.start < p.end
+        {
+            let dst = r.dst as usize;
+            return bad(
+                tiles,
+                dst,
+                None,
+                format!(
+                    "tile {} receives two streams at once: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
+                    r.dst, p.src, p.row, p.start, p.end, r.src, r.row, r.start, r.end
+                ),
+            );
+        }
+        if prev.is_none_or(|p| p.dst != r.dst || r.end > p.end) {
+            prev = Some(*r);
+        }
+    }
+    // Memory hazards per tile: destinations overlapping each other or a source of the phase.
+    ranges.sort_unstable_by_key(|&(t, s, e, d, row, peer)| (t, s, e, !d, row, peer));
+    let mut last_dst: Option<(u32, u32, usize, u32)> = None; // tile, end, row, sender
+    let mut last_src: Option<(u32, u32, usize)> = None; // tile, end, row
+    for &(t, s, e, is_dst, row, peer) in &ranges {
+        if let Some((lt, le, lrow, lpeer)) = last_dst
+            && lt == t
+            && s < le
+        {
+            let what = if is_dst {
+                format!("destination of tile {peer} row {row}")
+            } else {
+                format!("source of row {row}")
+            };
+            return bad(
+                tiles,
+                t as usize,
+                Some(s),
+                format!(
+                    "on tile {t}, the {what} overlaps the destination of tile {lpeer} row {lrow} in the same phase"
+                ),
+            );
+        }
+        if is_dst
+            && let Some((lt, le, lrow)) = last_src
+            && lt == t
+            && s < le
+        {
+            return bad(
+                tiles,
+                t as usize,
+                Some(s),
+                format!(
+                    "on tile {t}, the destination of tile {peer} row {row} overlaps the source of row {lrow} read in the same phase"
+                ),
+            );
+        }
+        if is_dst {
+            if last_dst.is_none_or(|(lt, le, _, _)| lt != t || e > le) {
+                last_dst = Some((t, e, row, peer));
+            }
+        } else if last_src.is_none_or(|(lt, le, _)| lt != t || e > le) {
+            last_src = Some((t, e, row));
+        }
+    }
+    // Move the data: all reads, then all writes.
+    let mut payloads = Vec::new();
+    for (t, table) in tables.iter().enumerate() {
+        for row in &table.rows {
+            let mut b = vec![0u8; row.bytes as usize];
+            tiles[t].mem.read_into(row.src_addr, &mut b);
+            payloads.push(b);
+        }
+    }
+    let mut k = 0;
+    for table in &tables {
+        for row in &table.rows {
+            for d in row.dst_tile as usize..row.dst_tile as usize + row.dst_tile_count as usize {
+                tiles[d].host_write(row.dst_addr, &payloads[k]);
+            }
+            k += 1;
+        }
+    }
+    Ok(ipu_target::EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + horizon as u64)
+}
+
+/// Executes a host-exchange point over the active tiles. Returns the bytes moved.
+pub(crate) fn host_exchange(
+    tiles: &mut [Tile],
+    arrivals: &[Arrival],
+    pages: &mut [Vec<u8>],
+    target: &Target,
+) -> Result<u64, Fault> {
+    let mut tables = Vec::with_capacity(tiles.len());
+    for (t, a) in tiles.iter_mut().zip(arrivals) {
+        tables.push(read_table(
+            t,
+            a,
+            ipu_isa::tables::HOST_HEADER_BYTES,
+            HostTable::byte_len_from_header,
+            HostTable::from_bytes,
+        )?);
+    }
+    let mut total = 0u64;
+    for (t, table) in tables.iter().enumerate() {
+        for (i, row) in table.rows.iter().enumerate() {
+            let bad = |tiles: &mut [Tile], addr: Option<u32>, msg: String| {
+                Err(fault(
+                    &mut tiles[t],
+                    &arrivals[t],
+                    addr,
+                    FaultKind::HostExchange(msg),
+                ))
+            };
+            let Some(page) = pages.get_mut(row.page as usize) else {
+                return bad(tiles, None, format!("row {i}: no host page {}", row.page));
+            };
+            if row.bytes % 4 != 0 || row.tile_addr % 4 != 0 {
+                return bad(
+                    tiles,
+                    Some(row.tile_addr),
+                    format!(
+                        "row {i}: address and bytes ({}) must be multiples of 4",
+                        row.bytes
+                    ),
+                );
+            }
+            if row.page_offset as u64 + row.bytes as u64 > page.len() as u64 {
+                return bad(
+                    tiles,
+                    None,
+                    format!(
+                        "row {i}: bytes {}..{} beyond host page {} of {} bytes",
+                        row.page_offset,
+                        row.page_offset as u64 + row.bytes as u64,
+                        row.page,
+                        page.len()
+                    ),
+                );
+            }
+            if !target.in_memory(row.tile_addr, row.bytes) {
+                return bad(
+                    tiles,
+                    Some(row.tile_addr),
+                    format!("row {i}: {} bytes outside tile memory", row.bytes),
+                );
+            }
+            let range = row.page_offset as usize..row.page_offset as usize + row.bytes as usize;
+            match row.direction {
+                HostDirection::ToDevice => tiles[t].host_write(row.tile_addr, &page[range]),
+                HostDirection::ToHost => tiles[t].mem.read_into(row.tile_addr, &mut page[range]),
+            }
+            total += row.bytes as u64;
+        }
+    }
+    Ok(total)
+}

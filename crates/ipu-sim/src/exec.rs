@@ -1,0 +1,1430 @@
+//! One tile: its contexts, the instruction semantics, the supervisor and worker executors.
+//!
+//! Execution model (see the crate documentation for the timing rules):
+//! - the supervisor runs until it reaches a global instruction (`sync`, `exch`, `hostx`,
+//!   `halt`); every supervisor issue costs one barrel slot;
+//! - `run` simulates the launched worker to completion at once, starting at the supervisor's
+//!   current time, and records when it finishes; workers of one tile therefore take effect on
+//!   memory in launch order. Races between workers whose lifetimes overlap are detected when
+//!   the window closes (`waitw` or the next global instruction).
+
+use half::f16;
+use ipu_isa::{
+    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, RedOp, Slot,
+    SysReg, Width,
+};
+use ipu_target::Target;
+
+use crate::fault::{Context, Fault, FaultKind, GlobalKind};
+use crate::memory::{CodeCache, Decoded, Memory};
+use crate::{ProfileMark, TileCounters};
+
+/// Tile cycles of a barrel slot, as a u64 (the target's value is checked to match).
+pub(crate) const SLOT: u64 = ipu_target::BARREL_SLOT_CYCLES as u64;
+
+/// Most address ranges recorded per worker launch for the race check. A worker that touches
+/// more disjoint ranges than this (a scattered gather) is no longer checked; a `tracing`
+/// warning says so.
+pub const RACE_RANGES_MAX: usize = 1 << 16;
+
+/// Largest number of AMP weights (K x columns) of any mode: 32 x 16 (FP8 inputs).
+const AMP_WEIGHTS_MAX: usize = 512;
+
+/// A context's registers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Regs {
+    pub m: [u32; 16],
+    pub a: [u32; 16],
+    pub pc: u32,
+    pub fp8_format: Fp8Format,
+    pub fp8_scale: i8,
+}
+
+impl Default for Regs {
+    fn default() -> Self {
+        Regs {
+            m: [0; 16],
+            a: [0; 16],
+            pc: 0,
+            fp8_format: Fp8Format::F143,
+            fp8_scale: 0,
+        }
+    }
+}
+
+/// A worker context's AMP accumulators: the row being accumulated and the last completed row.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub(crate) struct AmpAcc {
+    pub acc: [f32; 16],
+    pub prev: [f32; 16],
+}
+
+/// The tile's AMP: mode and weights (decoded to f32, k-major: `w[k * columns + c]`).
+#[derive(Clone, Debug)]
+pub(crate) struct AmpUnit {
+    pub mode: Option<AmpMode>,
+    pub weights: [f32; AMP_WEIGHTS_MAX],
+}
+
+/// The geometry of an AMP mode.
+#[derive(Clone, Copy, Debug)]
+pub struct AmpGeometry {
+    /// Output columns.
+    pub columns: usize,
+    /// K (input lanes) per row: four phases of `lanes` each.
+    pub k: usize,
+    /// Input lanes per phase.
+    pub lanes: usize,
+    /// Bytes of the weights `ampw` loads: k x columns elements.
+    pub weight_bytes: u32,
+}
+
+/// The geometry of `mode` (see `docs/isa.md`, the `amp` instruction).
+pub fn amp_geometry(mode: AmpMode) -> AmpGeometry {
+    match mode {
+        AmpMode::F16F16 => AmpGeometry {
+            columns: 16,
+            k: 16,
+            lanes: 4,
+            weight_bytes: 512,
+        },
+        AmpMode::F16F32 => AmpGeometry {
+            columns: 8,
+            k: 16,
+            lanes: 4,
+            weight_bytes: 256,
+        },
+        AmpMode::F32F32 => AmpGeometry {
+            columns: 8,
+            k: 8,
+            lanes: 2,
+            weight_bytes: 256,
+        },
+        AmpMode::F8F16 => AmpGeometry {
+            columns: 16,
+            k: 32,
+            lanes: 8,
+            weight_bytes: 512,
+        },
+    }
+}
+
+/// A worker launch inside the current `run`..`waitw` window, for the race check.
+#[derive(Clone, Debug, Default)]
+struct Launch {
+    ctx: u8,
+    entry: u32,
+    start: u64,
+    end: u64,
+    reads: Vec<(u32, u32)>,
+    writes: Vec<(u32, u32)>,
+    overflow: bool,
+}
+
+/// Records the address ranges workers touch.
+#[derive(Clone, Debug, Default)]
+struct Tracker {
+    on: bool,
+    used: usize,
+    launches: Vec<Launch>,
+}
+
+impl Tracker {
+    #[inline(always)]
+    fn note(&mut self, addr: u32, len: u32, write: bool) {
+        if !self.on {
+            return;
+        }
+        let l = &mut self.launches[self.used - 1];
+        if l.overflow {
+            return;
+        }
+        let list = if write { &mut l.writes } else { &mut l.reads };
+        let end = addr + len;
+        if let Some(last) = list.last_mut()
+            && addr <= last.1
+            && end >= last.0
+        {
+            last.0 = last.0.min(addr);
+            last.1 = last.1.max(end);
+            return;
+        }
+        if list.len() >= RACE_RANGES_MAX {
+            l.overflow = true;
+            tracing::warn!(
+                "a worker touched more than {RACE_RANGES_MAX} disjoint ranges; its races are not checked"
+            );
+            return;
+        }
+        list.push((addr, end));
+    }
+}
+
+/// Where a supervisor stopped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrival {
+    pub kind: GlobalKind,
+    /// The register operand (`exch`/`hostx` table address).
+    pub operand: u32,
+    /// The pc of the global instruction.
+    pub pc: u32,
+}
+
+/// A pending float-register write: `n` registers from `d`.
+#[derive(Clone, Copy)]
+struct AWrite {
+    d: u8,
+    n: u8,
+    v: [u32; 2],
+}
+
+/// What an instruction does to control flow.
+enum Flow {
+    Next,
+    Jump(u32),
+    Rpt { count: u32, body: u8 },
+    Exit,
+}
+
+/// A trap inside an instruction: the fault kind and address.
+type Trap = (FaultKind, Option<u32>);
+type R<T> = Result<T, Trap>;
+
+/// One tile.
+#[derive(Clone, Debug)]
+pub(crate) struct Tile {
+    pub id: u32,
+    pub mem: Memory,
+    pub code: CodeCache,
+    pub sup: Regs,
+    pub workers: [Regs; 6],
+    pub accs: [AmpAcc; 6],
+    pub busy_until: [u64; 6],
+    pub amp: AmpUnit,
+    /// The tile's (supervisor's) current cycle.
+    pub time: u64,
+    pub counters: TileCounters,
+    pub marks: Vec<ProfileMark>,
+    tracker: Tracker,
+    /// Set while the executing context is a worker (for `get`).
+    target: Target,
+}
+
+fn f(bits: u32) -> f32 {
+    f32::from_bits(bits)
+}
+
+fn h(bits: u32) -> f32 {
+    f16::from_bits(bits as u16).to_f32()
+}
+
+fn to_h(x: f32) -> u32 {
+    f16::from_f32(x).to_bits() as u32
+}
+
+fn numerics_format(f: Fp8Format) -> ipu_numerics::Fp8Format {
+    match f {
+        Fp8Format::F143 => ipu_numerics::Fp8Format::F143,
+        Fp8Format::F152 => ipu_numerics::Fp8Format::F152,
+    }
+}
+
+/// f32 binary operation; comparisons give a mask.
+#[inline]
+pub(crate) fn op_f32(op: FBinOp, x: f32, y: f32, d: f32) -> u32 {
+    match op {
+        FBinOp::Add => (x + y).to_bits(),
+        FBinOp::Sub => (x - y).to_bits(),
+        FBinOp::Mul => (x * y).to_bits(),
+        FBinOp::Mac => x.mul_add(y, d).to_bits(),
+        FBinOp::Max => x.max(y).to_bits(),
+        FBinOp::Min => x.min(y).to_bits(),
+        FBinOp::CmpLt => mask32(x < y),
+        FBinOp::CmpLe => mask32(x <= y),
+        FBinOp::CmpEq => mask32(x == y),
+    }
+}
+
+fn mask32(b: bool) -> u32 {
+    if b { u32::MAX } else { 0 }
+}
+
+/// f16 binary operation on bit patterns: computed in f32, rounded to f16 once.
+#[inline]
+pub(crate) fn op_f16(op: FBinOp, x: u32, y: u32, d: u32) -> u32 {
+    let (xf, yf, df) = (h(x), h(y), h(d));
+    match op {
+        FBinOp::CmpLt => mask16(xf < yf),
+        FBinOp::CmpLe => mask16(xf <= yf),
+        FBinOp::CmpEq => mask16(xf == yf),
+        _ => to_h(f(op_f32(op, xf, yf, df))),
+    }
+}
+
+fn mask16(b: bool) -> u32 {
+    if b { 0xFFFF } else { 0 }
+}
+
+/// f32 unary operation.
+pub(crate) fn un_f32(op: FUnOp, x: f32) -> f32 {
+    match op {
+        FUnOp::Mov => x,
+        FUnOp::Abs => x.abs(),
+        FUnOp::Neg => -x,
+        FUnOp::Exp => x.exp(),
+        FUnOp::Rcp => 1.0 / x,
+        FUnOp::Sqrt => x.sqrt(),
+        FUnOp::Rsqrt => 1.0 / x.sqrt(),
+    }
+}
+
+/// Unary operation on one f16 lane (bit pattern): bit operations for mov/abs/neg, the rest
+/// computed in f32 and rounded once.
+pub(crate) fn un_f16(op: FUnOp, x: u32) -> u32 {
+    let x = x & 0xFFFF;
+    match op {
+        FUnOp::Mov => x,
+        FUnOp::Abs => x & 0x7FFF,
+        FUnOp::Neg => x ^ 0x8000,
+        _ => to_h(un_f32(op, h(x))),
+    }
+}
+
+/// Lanes of a float type from registers starting at `r`.
+#[inline(always)]
+fn lanes(a: &[u32; 16], ty: FType, r: u8) -> ([u32; 4], usize) {
+    let r = r as usize & 15;
+    match ty {
+        FType::F32 => ([a[r], 0, 0, 0], 1),
+        FType::F32v2 => {
+            let r = r & 14;
+            ([a[r], a[r + 1], 0, 0], 2)
+        }
+        FType::F16v2 => ([a[r] & 0xFFFF, a[r] >> 16, 0, 0], 2),
+        FType::F16v4 => {
+            let r = r & 14;
+            (
+                [a[r] & 0xFFFF, a[r] >> 16, a[r + 1] & 0xFFFF, a[r + 1] >> 16],
+                4,
+            )
+        }
+    }
+}
+
+/// Packs lanes of `ty` into a register write at `d`.
+#[inline(always)]
+fn pack(ty: FType, d: u8, l: [u32; 4]) -> AWrite {
+    match ty {
+        FType::F32 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [l[0], 0],
+        },
+        FType::F32v2 => AWrite {
+            d: d & 14,
+            n: 2,
+            v: [l[0], l[1]],
+        },
+        FType::F16v2 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [l[0] | l[1] << 16, 0],
+        },
+        FType::F16v4 => AWrite {
+            d: d & 14,
+            n: 2,
+            v: [l[0] | l[1] << 16, l[2] | l[3] << 16],
+        },
+    }
+}
+
+fn is_f16(ty: FType) -> bool {
+    matches!(ty, FType::F16v2 | FType::F16v4)
+}
+
+/// The semantics of a float-pipeline instruction (other than `amp`): the register write.
+fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite> {
+    Ok(match *instr {
+        Instr::FBin {
+            ty,
+            op,
+            d,
+            a: x,
+            b: y,
+        } => {
+            let (la, n) = lanes(a, ty, x);
+            let (lb, _) = lanes(a, ty, y);
+            let (ld, _) = lanes(a, ty, d);
+            let mut out = [0u32; 4];
+            for i in 0..n {
+                out[i] = if is_f16(ty) {
+                    op_f16(op, la[i], lb[i], ld[i])
+                } else {
+                    op_f32(op, f(la[i]), f(lb[i]), f(ld[i]))
+                };
+            }
+            pack(ty, d, out)
+        }
+        Instr::FUn { ty, op, d, a: x } => {
+            let (la, n) = lanes(a, ty, x);
+            let mut out = [0u32; 4];
+            for i in 0..n {
+                out[i] = if is_f16(ty) {
+                    un_f16(op, la[i])
+                } else {
+                    match op {
+                        FUnOp::Mov => la[i],
+                        FUnOp::Abs => la[i] & 0x7FFF_FFFF,
+                        FUnOp::Neg => la[i] ^ 0x8000_0000,
+                        _ => un_f32(op, f(la[i])).to_bits(),
+                    }
+                };
+            }
+            pack(ty, d, out)
+        }
+        Instr::FReduce { ty, op, d, a: x } => {
+            if !ty.is_pair() {
+                return Err((
+                    FaultKind::IllegalOperands("reduction of a non-pair type"),
+                    None,
+                ));
+            }
+            let (l, n) = lanes(a, ty, x.0);
+            let v = |i: usize| if is_f16(ty) { h(l[i]) } else { f(l[i]) };
+            let mut r = v(0);
+            for i in 1..n {
+                r = match op {
+                    RedOp::Sum => r + v(i),
+                    RedOp::Max => r.max(v(i)),
+                };
+            }
+            AWrite {
+                d: d.0 & 15,
+                n: 1,
+                v: [r.to_bits(), 0],
+            }
+        }
+        Instr::Conv { op, d, a: x } => conv(a, op, d, x, fp8),
+        Instr::Bcast { ty, d, a: x } => {
+            let v = a[x.0 as usize & 15];
+            match ty {
+                FType::F32v2 => AWrite {
+                    d: d.0 & 14,
+                    n: 2,
+                    v: [v, v],
+                },
+                FType::F16v4 => {
+                    let l = v & 0xFFFF;
+                    AWrite {
+                        d: d.0 & 14,
+                        n: 2,
+                        v: [l | l << 16, l | l << 16],
+                    }
+                }
+                _ => return Err((FaultKind::IllegalOperands("broadcast type"), None)),
+            }
+        }
+        Instr::F16v2Pack { d, a: x, b: y } => AWrite {
+            d: d.0 & 15,
+            n: 1,
+            v: [
+                (a[x.0 as usize & 15] & 0xFFFF) | (a[y.0 as usize & 15] << 16),
+                0,
+            ],
+        },
+        _ => {
+            return Err((
+                FaultKind::IllegalOperands("not a float-pipeline instruction"),
+                None,
+            ));
+        }
+    })
+}
+
+/// The semantics of a conversion.
+fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite {
+    let s = x as usize & 15;
+    let p = x as usize & 14;
+    let (fmt, scale) = (numerics_format(fp8.0), fp8.1 as i32);
+    match op {
+        ConvOp::F32ToF16 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [to_h(f(a[s])), 0],
+        },
+        ConvOp::F16ToF32 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [h(a[s]).to_bits(), 0],
+        },
+        ConvOp::F32v2ToF16v2 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [to_h(f(a[p])) | to_h(f(a[p + 1])) << 16, 0],
+        },
+        ConvOp::F16v2ToF32v2 => AWrite {
+            d: d & 14,
+            n: 2,
+            v: [h(a[s]).to_bits(), h(a[s] >> 16).to_bits()],
+        },
+        ConvOp::F16v4ToF8v4 => {
+            let mut out = 0u32;
+            for i in 0..4 {
+                let lane = a[p + i / 2] >> (16 * (i % 2));
+                let code =
+                    ipu_numerics::encode(fmt, h(lane), scale, ipu_numerics::Overflow::Saturate);
+                out |= (code as u32) << (8 * i);
+            }
+            AWrite {
+                d: d & 15,
+                n: 1,
+                v: [out, 0],
+            }
+        }
+        ConvOp::F8v4ToF16v4 => {
+            let mut l = [0u32; 4];
+            for (i, lane) in l.iter_mut().enumerate() {
+                *lane = to_h(ipu_numerics::decode(fmt, (a[s] >> (8 * i)) as u8, scale));
+            }
+            AWrite {
+                d: d & 14,
+                n: 2,
+                v: [l[0] | l[1] << 16, l[2] | l[3] << 16],
+            }
+        }
+        ConvOp::F32ToI32 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [(f(a[s]).round_ties_even() as i32) as u32, 0],
+        },
+        ConvOp::I32ToF32 => AWrite {
+            d: d & 15,
+            n: 1,
+            v: [((a[s] as i32) as f32).to_bits(), 0],
+        },
+    }
+}
+
+/// One AMP phase (see `docs/isa.md`): accumulates the input lanes of chunk `phase` of the
+/// current row against the weights into every column, adds the partials-in to the columns of
+/// chunk `phase`, and returns the chunk-`phase` columns of the previously completed row,
+/// rounded to the partials type. Phase 3 completes the row.
+pub(crate) fn amp_step(
+    unit: &AmpUnit,
+    acc: &mut AmpAcc,
+    input: [u32; 2],
+    partials: [u32; 2],
+    phase: u8,
+    fp8: (Fp8Format, i8),
+) -> R<[u32; 2]> {
+    let Some(mode) = unit.mode else {
+        return Err((FaultKind::AmpNotConfigured, None));
+    };
+    if phase > 3 {
+        return Err((FaultKind::IllegalOperands("amp phase above 3"), None));
+    }
+    let g = amp_geometry(mode);
+    let p = phase as usize;
+    let mut x = [0f32; 8];
+    match mode {
+        AmpMode::F16F16 | AmpMode::F16F32 => {
+            for (i, v) in x.iter_mut().take(4).enumerate() {
+                *v = h(input[i / 2] >> (16 * (i % 2)));
+            }
+        }
+        AmpMode::F32F32 => {
+            x[0] = f(input[0]);
+            x[1] = f(input[1]);
+        }
+        AmpMode::F8F16 => {
+            let fmt = numerics_format(fp8.0);
+            for (i, v) in x.iter_mut().enumerate() {
+                let code = (input[i / 4] >> (8 * (i % 4))) as u8;
+                *v = ipu_numerics::decode(fmt, code, fp8.1 as i32);
+            }
+        }
+    }
+    let k0 = p * g.lanes;
+    for c in 0..g.columns {
+        let mut s = acc.acc[c];
+        for (j, xv) in x.iter().take(g.lanes).enumerate() {
+            s += xv * unit.weights[(k0 + j) * g.columns + c];
+        }
+        acc.acc[c] = s;
+    }
+    let out = match mode {
+        AmpMode::F16F16 | AmpMode::F8F16 => {
+            let c0 = p * 4;
+            for i in 0..4 {
+                acc.acc[c0 + i] += h(partials[i / 2] >> (16 * (i % 2)));
+            }
+            let o: [u32; 4] = std::array::from_fn(|i| to_h(acc.prev[c0 + i]));
+            [o[0] | o[1] << 16, o[2] | o[3] << 16]
+        }
+        AmpMode::F16F32 | AmpMode::F32F32 => {
+            let c0 = p * 2;
+            acc.acc[c0] += f(partials[0]);
+            acc.acc[c0 + 1] += f(partials[1]);
+            [acc.prev[c0].to_bits(), acc.prev[c0 + 1].to_bits()]
+        }
+    };
+    if phase == 3 {
+        acc.prev = acc.acc;
+        acc.acc = [0.0; 16];
+    }
+    Ok(out)
+}
+
+/// The text of a slot, for faults.
+pub(crate) fn slot_text(slot: &Slot) -> String {
+    format!("{slot:?}")
+}
+
+impl Tile {
+    pub fn new(id: u32, target: &Target) -> Tile {
+        Tile {
+            id,
+            mem: Memory::new(target.memory_base, target.memory_end),
+            code: CodeCache::new(target.executable_base, target.executable_end),
+            sup: Regs::default(),
+            workers: [Regs::default(); 6],
+            accs: [AmpAcc::default(); 6],
+            busy_until: [0; 6],
+            amp: AmpUnit {
+                mode: None,
+                weights: [0.0; AMP_WEIGHTS_MAX],
+            },
+            time: 0,
+            counters: TileCounters::default(),
+            marks: Vec::new(),
+            tracker: Tracker::default(),
+            target: *target,
+        }
+    }
+
+    fn fault(&self, ctx: Context, pc: u32, trap: Trap) -> Fault {
+        let instruction = self
+            .code
+            .get(pc)
+            .map(|d| slot_text(&d.slot))
+            .unwrap_or_default();
+        Fault {
+            tile: self.id,
+            context: ctx,
+            pc,
+            instruction,
+            address: trap.1,
+            kind: trap.0,
+        }
+    }
+
+    /// The text of the instruction at `pc` (cached or decoded now), or empty.
+    pub fn text_at(&mut self, pc: u32) -> String {
+        match self.fetch(pc) {
+            Ok(d) => slot_text(&d.slot),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Fetches (and caches) the slot at `pc`.
+    #[inline(always)]
+    fn fetch(&mut self, pc: u32) -> R<Decoded> {
+        if pc & 3 == 0
+            && pc >= self.target.executable_base
+            && pc < self.code.end()
+            && let Some(d) = self.code.get(pc)
+        {
+            return Ok(*d);
+        }
+        self.fetch_slow(pc)
+    }
+
+    #[cold]
+    fn fetch_slow(&mut self, pc: u32) -> R<Decoded> {
+        if pc & 3 != 0 || !self.target.in_executable(pc, 4) {
+            return Err((FaultKind::FetchNotExecutable, Some(pc)));
+        }
+        let w0 = self.mem.word(pc);
+        let two = self.target.in_executable(pc, 8);
+        let words = [w0, if two { self.mem.word(pc + 4) } else { 0 }];
+        let (slot, n) = ipu_isa::decode_slot(&words[..if two { 2 } else { 1 }])
+            .map_err(|e| (FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
+        if n == 2 && pc & 7 != 0 {
+            return Err((FaultKind::FetchNotExecutable, Some(pc)));
+        }
+        let cost = match &slot {
+            Slot::Single(Instr::FUn { op, .. }) => op.slots(),
+            Slot::Bundle(b) => match b.float {
+                Instr::FUn { op, .. } => op.slots(),
+                _ => 1,
+            },
+            _ => 1,
+        };
+        let d = Decoded {
+            slot,
+            bytes: 4 * n as u32,
+            cost,
+        };
+        self.code.put(pc, d);
+        Ok(d)
+    }
+
+    #[inline(always)]
+    fn check(&self, addr: u32, len: u32) -> R<()> {
+        if !self.mem.contains(addr, len) {
+            return Err((FaultKind::OutOfRange { bytes: len }, Some(addr)));
+        }
+        if addr & (len - 1) != 0 {
+            return Err((FaultKind::Misaligned { align: len }, Some(addr)));
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load64(&mut self, addr: u32) -> R<[u32; 2]> {
+        self.check(addr, 8)?;
+        self.tracker.note(addr, 8, false);
+        let s = self.mem.slice(addr, 8);
+        Ok([
+            u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+            u32::from_le_bytes([s[4], s[5], s[6], s[7]]),
+        ])
+    }
+
+    #[inline(always)]
+    fn store_bytes(&mut self, addr: u32, bytes: &[u8]) -> R<()> {
+        let len = bytes.len() as u32;
+        self.check(addr, len)?;
+        self.tracker.note(addr, len, true);
+        self.mem.slice_mut(addr, len).copy_from_slice(bytes);
+        if addr < self.code.end() {
+            self.code.invalidate(addr, len);
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn store64(&mut self, addr: u32, v: [u32; 2]) -> R<()> {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&v[0].to_le_bytes());
+        b[4..].copy_from_slice(&v[1].to_le_bytes());
+        self.store_bytes(addr, &b)
+    }
+
+    /// Host write into memory: invalidates cached code.
+    pub fn host_write(&mut self, addr: u32, bytes: &[u8]) {
+        self.mem.write_from(addr, bytes);
+        self.code.invalidate(addr, bytes.len() as u32);
+    }
+
+    /// Executes one main-pipeline or control instruction.
+    #[inline(always)]
+    fn exec_main(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32, now: u64) -> R<Flow> {
+        let m = |r: &Regs, x: ipu_isa::MReg| r.m[x.0 as usize & 15];
+        match *instr {
+            Instr::Nop => {}
+            Instr::Alu { op, d, a, b } => r.m[d.0 as usize & 15] = op.apply(m(r, a), m(r, b)),
+            Instr::AluImm { op, d, a, imm } => {
+                r.m[d.0 as usize & 15] = op.apply(m(r, a), imm as i32 as u32)
+            }
+            Instr::Setzi { d, imm } => r.m[d.0 as usize & 15] = imm,
+            Instr::Orhi { d, imm } => r.m[d.0 as usize & 15] |= (imm as u32) << 16,
+            Instr::Get { d, sys } => {
+                r.m[d.0 as usize & 15] = match sys {
+                    SysReg::TileId => self.id,
+                    SysReg::ContextId => ctx,
+                    SysReg::Cycles => now as u32,
+                }
+            }
+            Instr::MovToA { d, a } => r.a[d.0 as usize & 15] = m(r, a),
+            Instr::MovToM { d, a } => r.m[d.0 as usize & 15] = r.a[a.0 as usize & 15],
+            Instr::Load {
+                width,
+                d,
+                base,
+                mode,
+            } => {
+                let b = base.0 as usize & 15;
+                let addr = match mode {
+                    AddrMode::Offset(i) => r.m[b].wrapping_add(i as i32 as u32),
+                    AddrMode::PostInc(_) => r.m[b],
+                };
+                let len = width.bytes();
+                self.check(addr, len)?;
+                if width == Width::B128 && !self.target.in_interleaved(addr, 16) {
+                    return Err((FaultKind::NotInterleaved, Some(addr)));
+                }
+                self.tracker.note(addr, len, false);
+                if let AddrMode::PostInc(i) = mode {
+                    r.m[b] = r.m[b].wrapping_add(i as i32 as u32);
+                }
+                let s = self.mem.slice(addr, len);
+                match (width, d) {
+                    (Width::B8, DataReg::M(x)) => r.m[x.0 as usize & 15] = s[0] as u32,
+                    (Width::B16, DataReg::M(x)) => {
+                        r.m[x.0 as usize & 15] = u16::from_le_bytes([s[0], s[1]]) as u32
+                    }
+                    (Width::B32, DataReg::M(x)) => {
+                        r.m[x.0 as usize & 15] = u32::from_le_bytes([s[0], s[1], s[2], s[3]])
+                    }
+                    (Width::B32, DataReg::A(x)) => {
+                        r.a[x as usize & 15] = u32::from_le_bytes([s[0], s[1], s[2], s[3]])
+                    }
+                    (Width::B64, DataReg::A(x)) if x % 2 == 0 && x < 16 => {
+                        for i in 0..2 {
+                            r.a[x as usize + i] = u32::from_le_bytes(
+                                s[4 * i..4 * i + 4].try_into().expect("4 bytes"),
+                            );
+                        }
+                    }
+                    (Width::B128, DataReg::A(x)) if x % 4 == 0 && x < 16 => {
+                        for i in 0..4 {
+                            r.a[x as usize + i] = u32::from_le_bytes(
+                                s[4 * i..4 * i + 4].try_into().expect("4 bytes"),
+                            );
+                        }
+                    }
+                    _ => {
+                        return Err((
+                            FaultKind::IllegalOperands("load register does not fit its width"),
+                            Some(addr),
+                        ));
+                    }
+                }
+            }
+            Instr::Store {
+                width,
+                s,
+                base,
+                mode,
+            } => {
+                let b = base.0 as usize & 15;
+                let addr = match mode {
+                    AddrMode::Offset(i) => r.m[b].wrapping_add(i as i32 as u32),
+                    AddrMode::PostInc(_) => r.m[b],
+                };
+                match (width, s) {
+                    (Width::B8 | Width::B16, _) => {
+                        return Err((FaultKind::SubWordStore, Some(addr)));
+                    }
+                    (Width::B32, DataReg::M(x)) => {
+                        self.store_bytes(addr, &r.m[x.0 as usize & 15].to_le_bytes())?
+                    }
+                    (Width::B32, DataReg::A(x)) => {
+                        self.store_bytes(addr, &r.a[x as usize & 15].to_le_bytes())?
+                    }
+                    (Width::B64, DataReg::A(x)) if x % 2 == 0 && x < 16 => {
+                        self.store64(addr, [r.a[x as usize], r.a[x as usize + 1]])?
+                    }
+                    _ => {
+                        return Err((
+                            FaultKind::IllegalOperands("store register does not fit its width"),
+                            Some(addr),
+                        ));
+                    }
+                }
+                if let AddrMode::PostInc(i) = mode {
+                    r.m[b] = r.m[b].wrapping_add(i as i32 as u32);
+                }
+            }
+            Instr::Ld2x64Pace { d0, d1, p0, p1 } => {
+                let (a0, a1) = (m(r, p0), m(r, p1));
+                let v0 = self.load64(a0)?;
+                let v1 = self.load64(a1)?;
+                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
+                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
+                set_pair(r, d0.0, v0);
+                set_pair(r, d1.0, v1);
+            }
+            Instr::LdSt64Pace { d, s, p0, p1 } => {
+                let (a0, a1) = (m(r, p0), m(r, p1));
+                let v = self.load64(a0)?;
+                let sv = pair(r, s.0);
+                self.store64(a1, sv)?;
+                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
+                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
+                set_pair(r, d.0, v);
+            }
+            Instr::Ld2xSt64Pace {
+                d0,
+                d1,
+                s,
+                p0,
+                p1,
+                p2,
+            } => {
+                let (a0, a1, a2) = (m(r, p0), m(r, p1), m(r, p2));
+                let v0 = self.load64(a0)?;
+                let v1 = self.load64(a1)?;
+                let sv = pair(r, s.0);
+                self.store64(a2, sv)?;
+                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
+                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
+                r.m[p2.0 as usize & 15] = r.m[p2.0 as usize & 15].wrapping_add(8);
+                set_pair(r, d0.0, v0);
+                set_pair(r, d1.0, v1);
+            }
+            Instr::SetFp8 { format, scale } => {
+                r.fp8_format = format;
+                r.fp8_scale = scale;
+            }
+            Instr::Br { a } => return Ok(Flow::Jump(m(r, a))),
+            Instr::Bri { target } => return Ok(Flow::Jump(target)),
+            Instr::Brz { a, target } => {
+                if m(r, a) == 0 {
+                    return Ok(Flow::Jump(target));
+                }
+            }
+            Instr::Brnz { a, target } => {
+                if m(r, a) != 0 {
+                    return Ok(Flow::Jump(target));
+                }
+            }
+            Instr::Brnzdec { a, target } => {
+                let i = a.0 as usize & 15;
+                if r.m[i] != 0 {
+                    r.m[i] -= 1;
+                    return Ok(Flow::Jump(target));
+                }
+            }
+            Instr::Call { link, target } => {
+                r.m[link.0 as usize & 15] = pc + 4;
+                return Ok(Flow::Jump(target));
+            }
+            Instr::Rpt { count, body } => {
+                let c = m(r, count);
+                if c > ipu_target::RPT_COUNT_MAX {
+                    return Err((FaultKind::RptCountTooLarge(c), None));
+                }
+                return Ok(Flow::Rpt { count: c, body });
+            }
+            Instr::Rpti { count, body } => {
+                return Ok(Flow::Rpt {
+                    count: count as u32,
+                    body,
+                });
+            }
+            Instr::Exit => {
+                if ctx == 6 {
+                    return Err((FaultKind::WorkerOnly, None));
+                }
+                return Ok(Flow::Exit);
+            }
+            _ => {
+                if instr.class() == Class::Supervisor {
+                    return Err((FaultKind::SupervisorOnly, None));
+                }
+                return Err((
+                    FaultKind::IllegalOperands("not a main-pipeline instruction"),
+                    None,
+                ));
+            }
+        }
+        Ok(Flow::Next)
+    }
+
+    /// Executes one float-pipeline instruction into a pending write.
+    #[inline(always)]
+    fn exec_float(&self, r: &Regs, acc: &mut AmpAcc, instr: &Instr, ctx: u32) -> R<AWrite> {
+        if let Instr::Amp { d, a, p, phase } = *instr {
+            if ctx == 6 {
+                return Err((FaultKind::WorkerOnly, None));
+            }
+            let out = amp_step(
+                &self.amp,
+                acc,
+                pair(r, a.0),
+                pair(r, p.0),
+                phase,
+                (r.fp8_format, r.fp8_scale),
+            )?;
+            return Ok(AWrite {
+                d: d.0 & 14,
+                n: 2,
+                v: out,
+            });
+        }
+        float_result(&r.a, instr, (r.fp8_format, r.fp8_scale))
+    }
+
+    /// Executes a non-supervisor slot. Returns the control flow.
+    #[inline(always)]
+    fn exec_slot(
+        &mut self,
+        r: &mut Regs,
+        acc: &mut AmpAcc,
+        slot: &Slot,
+        pc: u32,
+        ctx: u32,
+        now: u64,
+    ) -> R<Flow> {
+        match slot {
+            Slot::Single(i) => {
+                if i.class() == Class::Float {
+                    let w = self.exec_float(r, acc, i, ctx)?;
+                    commit(r, w);
+                    Ok(Flow::Next)
+                } else {
+                    self.exec_main(r, i, pc, ctx, now)
+                }
+            }
+            Slot::Bundle(b) => {
+                // Both halves read their operands before either writes: the float half is
+                // computed first into a pending write, committed after the main half.
+                let w = self.exec_float(r, acc, &b.float, ctx)?;
+                let flow = self.exec_main(r, &b.main, pc, ctx, now)?;
+                commit(r, w);
+                Ok(flow)
+            }
+        }
+    }
+
+    /// Walks `body` slots from `start`; returns the address after them.
+    fn rpt_body_end(&mut self, start: u32, body: u8) -> R<u32> {
+        let mut p = start;
+        for _ in 0..body {
+            p += self.fetch(p)?.bytes;
+        }
+        Ok(p)
+    }
+
+    /// Runs worker context `w` from `entry` with vertex state `state`, starting at `start`.
+    /// Returns the cycle at which it exits.
+    pub fn run_worker(
+        &mut self,
+        w: usize,
+        entry: u32,
+        state: u32,
+        start: u64,
+        deadline: u64,
+    ) -> Result<u64, Fault> {
+        let mut r = Regs {
+            pc: entry,
+            ..Regs::default()
+        };
+        r.m[0] = state;
+        let mut acc = self.accs[w];
+        let ctx = w as u32;
+        let cx = Context::Worker(w as u8);
+        let mut time = start;
+        let mut instrs = 0u64;
+        let mut slots = 0u64;
+        self.tracker.on = true;
+        let result = (|| -> Result<(), Fault> {
+            loop {
+                let pc = r.pc;
+                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, t))?;
+                time += SLOT * d.cost as u64;
+                slots += d.cost as u64;
+                instrs += if matches!(d.slot, Slot::Bundle(_)) {
+                    2
+                } else {
+                    1
+                };
+                if time > deadline {
+                    return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
+                }
+                match self
+                    .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
+                    .map_err(|t| self.fault(cx, pc, t))?
+                {
+                    Flow::Next => r.pc = pc + d.bytes,
+                    Flow::Jump(t) => r.pc = t,
+                    Flow::Exit => return Ok(()),
+                    Flow::Rpt { count, body } => {
+                        let body_start = pc + 4;
+                        let end = self
+                            .rpt_body_end(body_start, body)
+                            .map_err(|t| self.fault(cx, body_start, t))?;
+                        for _ in 0..count {
+                            let mut p = body_start;
+                            while p < end {
+                                let d = self.fetch(p).map_err(|t| self.fault(cx, p, t))?;
+                                time += SLOT * d.cost as u64;
+                                slots += d.cost as u64;
+                                instrs += if matches!(d.slot, Slot::Bundle(_)) {
+                                    2
+                                } else {
+                                    1
+                                };
+                                if time > deadline {
+                                    return Err(self.fault(
+                                        cx,
+                                        p,
+                                        (FaultKind::CycleLimit(deadline), None),
+                                    ));
+                                }
+                                match self
+                                    .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
+                                    .map_err(|t| self.fault(cx, p, t))?
+                                {
+                                    Flow::Next => {}
+                                    _ => {
+                                        return Err(self.fault(
+                                            cx,
+                                            p,
+                                            (FaultKind::ControlInRptBody, None),
+                                        ));
+                                    }
+                                }
+                                p += d.bytes;
+                            }
+                        }
+                        r.pc = end;
+                    }
+                }
+            }
+        })();
+        self.tracker.on = false;
+        self.counters.worker_instructions += instrs;
+        self.counters.worker_slots += slots;
+        result?;
+        self.workers[w] = r;
+        self.accs[w] = acc;
+        Ok(time)
+    }
+
+    fn workers_running(&self) -> bool {
+        self.busy_until.iter().any(|&b| b > self.time)
+    }
+
+    /// Checks the window's worker launches for races and closes it.
+    fn close_window(&mut self, pc: u32) -> Result<(), Fault> {
+        let n = self.tracker.used;
+        let ls = &mut self.tracker.launches[..n];
+        for l in ls.iter_mut() {
+            normalize(&mut l.reads);
+            normalize(&mut l.writes);
+        }
+        let mut found = None;
+        'outer: for j in 1..n {
+            for i in 0..j {
+                let (a, b) = (&ls[i], &ls[j]);
+                if a.ctx == b.ctx || a.overflow || b.overflow {
+                    continue;
+                }
+                if !(a.start < b.end && b.start < a.end) {
+                    continue;
+                }
+                if let Some(x) = intersect(&a.writes, &b.writes) {
+                    found = Some((b.ctx, b.entry, a.ctx, true, x));
+                    break 'outer;
+                }
+                if let Some(x) =
+                    intersect(&a.writes, &b.reads).or_else(|| intersect(&a.reads, &b.writes))
+                {
+                    found = Some((b.ctx, b.entry, a.ctx, false, x));
+                    break 'outer;
+                }
+            }
+        }
+        for l in ls.iter_mut() {
+            l.reads.clear();
+            l.writes.clear();
+        }
+        self.tracker.used = 0;
+        if let Some((ctx, entry, other, both_write, addr)) = found {
+            let _ = pc;
+            return Err(Fault {
+                tile: self.id,
+                context: Context::Worker(ctx),
+                pc: entry,
+                instruction: String::new(),
+                address: Some(addr),
+                kind: FaultKind::WorkerRace { other, both_write },
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs the supervisor from its pc until it reaches a global instruction.
+    pub fn run_supervisor(&mut self, deadline: u64) -> Result<Arrival, Fault> {
+        let mut r = self.sup;
+        let start_time = self.time;
+        let result = self.supervisor_loop(&mut r, deadline);
+        self.sup = r;
+        self.counters.compute_cycles += self.time - start_time;
+        self.counters.cycles += self.time - start_time;
+        result
+    }
+
+    fn supervisor_loop(&mut self, r: &mut Regs, deadline: u64) -> Result<Arrival, Fault> {
+        let cx = Context::Supervisor;
+        let mut dummy_acc = AmpAcc::default();
+        loop {
+            let pc = r.pc;
+            let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, t))?;
+            if self.time > deadline {
+                return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
+            }
+            let n_instr = if matches!(d.slot, Slot::Bundle(_)) {
+                2
+            } else {
+                1
+            };
+            self.counters.supervisor_instructions += n_instr;
+            self.counters.supervisor_slots += d.cost as u64;
+            if let Slot::Single(i) = d.slot
+                && i.class() == Class::Supervisor
+            {
+                let fault = |t: &Tile, k: FaultKind, a: Option<u32>| t.fault(cx, pc, (k, a));
+                match i {
+                    Instr::Run { entry, state } => {
+                        let e = r.m[entry.0 as usize & 15];
+                        let s = r.m[state.0 as usize & 15];
+                        if e & 3 != 0 || !self.target.in_executable(e, 4) {
+                            return Err(fault(self, FaultKind::RunEntryNotExecutable, Some(e)));
+                        }
+                        let mut w = (0..6).find(|&w| self.busy_until[w] <= self.time);
+                        if w.is_none() {
+                            let (iw, t) = (0..6)
+                                .map(|w| (w, self.busy_until[w]))
+                                .min_by_key(|&(w, t)| (t, w))
+                                .expect("six workers");
+                            self.time = t;
+                            w = Some(iw);
+                        }
+                        let w = w.expect("a free worker");
+                        let start = self.time;
+                        if self.tracker.used == self.tracker.launches.len() {
+                            self.tracker.launches.push(Launch::default());
+                        }
+                        let l = &mut self.tracker.launches[self.tracker.used];
+                        l.ctx = w as u8;
+                        l.entry = e;
+                        l.start = start;
+                        l.overflow = false;
+                        self.tracker.used += 1;
+                        let end = self.run_worker(w, e, s, start, deadline)?;
+                        self.tracker.launches[self.tracker.used - 1].end = end;
+                        self.busy_until[w] = end;
+                        self.counters.worker_busy_cycles += end - start;
+                        self.counters.worker_launches += 1;
+                        self.time += SLOT;
+                    }
+                    Instr::WaitW => {
+                        self.time += SLOT;
+                        self.time = self
+                            .time
+                            .max(self.busy_until.iter().copied().max().unwrap_or(0));
+                        self.close_window(pc)?;
+                    }
+                    Instr::Sync | Instr::Exch { .. } | Instr::HostX { .. } | Instr::Halt => {
+                        if self.workers_running() {
+                            return Err(fault(self, FaultKind::WorkersRunning, None));
+                        }
+                        self.close_window(pc)?;
+                        let (kind, operand) = match i {
+                            Instr::Sync => (GlobalKind::Sync, 0),
+                            Instr::Exch { table } => (GlobalKind::Exch, r.m[table.0 as usize & 15]),
+                            Instr::HostX { table } => {
+                                (GlobalKind::HostX, r.m[table.0 as usize & 15])
+                            }
+                            _ => (GlobalKind::Halt, 0),
+                        };
+                        r.pc = pc + 4;
+                        return Ok(Arrival { kind, operand, pc });
+                    }
+                    Instr::Mark { id } => {
+                        self.marks.push(ProfileMark {
+                            tile: self.id,
+                            cycle: self.time,
+                            id,
+                        });
+                        self.time += SLOT;
+                    }
+                    Instr::AmpCfg { mode } => {
+                        if !self.target.supports_amp(mode) {
+                            return Err(fault(self, FaultKind::AmpModeUnsupported(mode), None));
+                        }
+                        if self.workers_running() {
+                            return Err(fault(self, FaultKind::AmpBusy, None));
+                        }
+                        self.amp.mode = Some(mode);
+                        self.time += SLOT;
+                    }
+                    Instr::AmpW { base } => {
+                        let addr = r.m[base.0 as usize & 15];
+                        let Some(mode) = self.amp.mode else {
+                            return Err(fault(self, FaultKind::AmpNotConfigured, Some(addr)));
+                        };
+                        let g = amp_geometry(mode);
+                        if !self.mem.contains(addr, g.weight_bytes) {
+                            return Err(fault(
+                                self,
+                                FaultKind::OutOfRange {
+                                    bytes: g.weight_bytes,
+                                },
+                                Some(addr),
+                            ));
+                        }
+                        if addr % 16 != 0 {
+                            return Err(fault(
+                                self,
+                                FaultKind::Misaligned { align: 16 },
+                                Some(addr),
+                            ));
+                        }
+                        if !self.target.in_interleaved(addr, g.weight_bytes) {
+                            return Err(fault(self, FaultKind::NotInterleaved, Some(addr)));
+                        }
+                        if self.workers_running() {
+                            return Err(fault(self, FaultKind::AmpBusy, None));
+                        }
+                        self.load_weights(mode, addr, (r.fp8_format, r.fp8_scale));
+                        self.time += SLOT
+                            + (g.weight_bytes / ipu_target::AMP_WEIGHT_LOAD_BYTES_PER_CYCLE) as u64;
+                    }
+                    _ => unreachable!("supervisor class"),
+                }
+                r.pc = pc + 4;
+                continue;
+            }
+            self.time += SLOT * d.cost as u64;
+            let now = self.time;
+            match self
+                .exec_slot(r, &mut dummy_acc, &d.slot, pc, 6, now)
+                .map_err(|t| self.fault(cx, pc, t))?
+            {
+                Flow::Next => r.pc = pc + d.bytes,
+                Flow::Jump(t) => r.pc = t,
+                Flow::Exit => unreachable!("exit faults on the supervisor"),
+                Flow::Rpt { count, body } => {
+                    let body_start = pc + 4;
+                    let end = self
+                        .rpt_body_end(body_start, body)
+                        .map_err(|t| self.fault(cx, body_start, t))?;
+                    for _ in 0..count {
+                        let mut p = body_start;
+                        while p < end {
+                            let d = self.fetch(p).map_err(|t| self.fault(cx, p, t))?;
+                            if matches!(d.slot, Slot::Single(i) if i.class() == Class::Supervisor) {
+                                return Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None)));
+                            }
+                            self.time += SLOT * d.cost as u64;
+                            self.counters.supervisor_instructions +=
+                                if matches!(d.slot, Slot::Bundle(_)) {
+                                    2
+                                } else {
+                                    1
+                                };
+                            self.counters.supervisor_slots += d.cost as u64;
+                            if self.time > deadline {
+                                return Err(self.fault(
+                                    cx,
+                                    p,
+                                    (FaultKind::CycleLimit(deadline), None),
+                                ));
+                            }
+                            let now = self.time;
+                            match self
+                                .exec_slot(r, &mut dummy_acc, &d.slot, p, 6, now)
+                                .map_err(|t| self.fault(cx, p, t))?
+                            {
+                                Flow::Next => {}
+                                _ => {
+                                    return Err(self.fault(
+                                        cx,
+                                        p,
+                                        (FaultKind::ControlInRptBody, None),
+                                    ));
+                                }
+                            }
+                            p += d.bytes;
+                        }
+                    }
+                    r.pc = end;
+                }
+            }
+        }
+    }
+
+    fn load_weights(&mut self, mode: AmpMode, addr: u32, fp8: (Fp8Format, i8)) {
+        let g = amp_geometry(mode);
+        let mut bytes = [0u8; 512];
+        let n = g.weight_bytes as usize;
+        self.mem.read_into(addr, &mut bytes[..n]);
+        let count = g.k * g.columns;
+        for i in 0..count {
+            self.amp.weights[i] = match mode {
+                AmpMode::F16F16 | AmpMode::F16F32 => {
+                    h(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]) as u32)
+                }
+                AmpMode::F32F32 => f(u32::from_le_bytes(
+                    bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"),
+                )),
+                AmpMode::F8F16 => {
+                    ipu_numerics::decode(numerics_format(fp8.0), bytes[i], fp8.1 as i32)
+                }
+            };
+        }
+    }
+}
+
+#[inline(always)]
+fn pair(r: &Regs, i: u8) -> [u32; 2] {
+    let i = i as usize & 14;
+    [r.a[i], r.a[i + 1]]
+}
+
+#[inline(always)]
+fn set_pair(r: &mut Regs, i: u8, v: [u32; 2]) {
+    let i = i as usize & 14;
+    r.a[i] = v[0];
+    r.a[i + 1] = v[1];
+}
+
+#[inline(always)]
+fn commit(r: &mut Regs, w: AWrite) {
+    let d = w.d as usize;
+    r.a[d] = w.v[0];
+    if w.n == 2 {
+        r.a[(d + 1) & 15] = w.v[1];
+    }
+}
+
+fn normalize(v: &mut Vec<(u32, u32)>) {
+    v.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(v.len());
+    for &(s, e) in v.iter() {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    *v = out;
+}
+
+/// The first address in both sorted, merged range lists.
+fn intersect(a: &[(u32, u32)], b: &[(u32, u32)]) -> Option<u32> {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let lo = a[i].0.max(b[j].0);
+        let hi = a[i].1.min(b[j].1);
+        if lo < hi {
+            return Some(lo);
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    None
+}
+
+/// Runs one float-pipeline instruction on a register file, for tests of the semantics: the
+/// returned file is `a` after the instruction. `amp` is not supported here.
+pub fn eval_float(
+    a: [u32; 16],
+    instr: &Instr,
+    fp8: (Fp8Format, i8),
+) -> Result<[u32; 16], FaultKind> {
+    let w = float_result(&a, instr, fp8).map_err(|t| t.0)?;
+    let mut r = Regs {
+        a,
+        ..Regs::default()
+    };
+    commit(&mut r, w);
+    Ok(r.a)
+}
