@@ -129,8 +129,8 @@ impl Object {
         if magic != OBJECT_MAGIC {
             return Err(r.error_at(0, format!("bad magic {magic:02x?}, expected \"IPUO\"")));
         }
-        let version = u16::from_le_bytes([r.bytes[4], r.bytes[5]]);
-        r.take(2, "version")?;
+        let v = r.take(2, "version")?;
+        let version = u16::from_le_bytes([v[0], v[1]]);
         if version != OBJECT_VERSION {
             return Err(r.error_at(4, format!("unsupported version {version}")));
         }
