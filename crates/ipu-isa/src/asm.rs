@@ -1545,6 +1545,12 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 &[2],
                 "mov $aD, $mA | mov $mD, $aA | mov $mD, $mA | mov $aD, $aA",
             )?;
+            if let Some(x) = (0..2).find(|&i| !o.is_reg(i)) {
+                return Err(o.err(
+                    o.op(x).col(),
+                    "`mov` copies a register; use `setzi` or `li` to load a value",
+                ));
+            }
             match (o.is_m(0), o.is_m(1)) {
                 (false, true) => one(MovToA {
                     d: AReg(o.a(0, 1)?),
