@@ -15,7 +15,7 @@ fn expected_bytes(slots: &[Slot]) -> Vec<u8> {
     let mut out = Vec::new();
     for s in slots {
         let words = encode_slot(s).unwrap();
-        if words.len() == 2 && (BASE as usize + out.len()) % 8 != 0 {
+        if words.len() == 2 && !(BASE as usize + out.len()).is_multiple_of(8) {
             out.extend_from_slice(&0u32.to_le_bytes());
         }
         for w in words {
