@@ -1,0 +1,277 @@
+//! The embedded default device: the simulator of `ipu-sim` behind the [`Device`] trait.
+//!
+//! The simulator has no configuration registers of its own; this device collects the writes
+//! and enforces them: `TILE_ACTIVE` tiles must be a prefix `0..n` (the simulator is created
+//! with `n` active tiles when loading starts), `EXCHANGE_ID` must equal the tile's index, and
+//! `HOST_WINDOW_BYTES` bounds the host pages that may be attached.
+
+use ipu_package::TileImage;
+use ipu_sim::{RunLimits, SimError};
+use ipu_target::{Target, config};
+
+use crate::RuntimeError;
+use crate::device::{
+    CallLimits, Device, DeviceCounters, DeviceFault, ProfileMark, ProfileSample, TileCounters,
+};
+
+/// The simulator as a [`Device`].
+pub struct SimulatorDevice {
+    target: Target,
+    /// `TILE_ACTIVE` per tile.
+    active: Vec<bool>,
+    /// `HOST_WINDOW_BYTES` per tile.
+    host_windows: Vec<u64>,
+    /// Created when loading starts.
+    sim: Option<ipu_sim::Device>,
+}
+
+impl std::fmt::Debug for SimulatorDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatorDevice")
+            .field("target", &self.target.kind)
+            .field("loaded", &self.sim.is_some())
+            .finish()
+    }
+}
+
+impl SimulatorDevice {
+    /// A simulated device of `target`, unconfigured.
+    pub fn new(target: Target) -> SimulatorDevice {
+        SimulatorDevice {
+            target,
+            active: vec![false; target.tiles as usize],
+            host_windows: vec![0; target.tiles as usize],
+            sim: None,
+        }
+    }
+
+    /// The simulator, once loading has started.
+    pub fn simulator(&self) -> Option<&ipu_sim::Device> {
+        self.sim.as_ref()
+    }
+
+    /// The largest host window any active tile was configured with.
+    pub fn host_window_bytes(&self) -> u64 {
+        self.active
+            .iter()
+            .zip(&self.host_windows)
+            .filter(|(a, _)| **a)
+            .map(|(_, w)| *w)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Checks the collected configuration and returns the number of active tiles.
+    fn active_prefix(&self) -> Result<u32, RuntimeError> {
+        let n = self.active.iter().take_while(|a| **a).count() as u32;
+        if let Some(t) = self.active.iter().skip(n as usize).position(|a| *a) {
+            return Err(RuntimeError::ActiveTilesNotPrefix {
+                tile: n + t as u32,
+                gap: n,
+            });
+        }
+        if n == 0 {
+            return Err(RuntimeError::NoActiveTiles);
+        }
+        Ok(n)
+    }
+}
+
+fn sim_error(e: SimError) -> RuntimeError {
+    match e {
+        SimError::Fault(f) => RuntimeError::Fault {
+            program: String::new(),
+            fault: DeviceFault {
+                tile: f.tile,
+                context: f.context.to_string(),
+                pc: f.pc,
+                instruction: f.instruction,
+                address: f.address,
+                reason: f.kind.to_string(),
+            },
+        },
+        other => RuntimeError::Device(other.to_string()),
+    }
+}
+
+fn tile_counters(tile: u32, c: &ipu_sim::TileCounters) -> TileCounters {
+    TileCounters {
+        tile,
+        cycles: c.cycles,
+        compute_cycles: c.compute_cycles,
+        exchange_cycles: c.exchange_cycles,
+        host_exchange_cycles: c.host_exchange_cycles,
+        sync_cycles: c.sync_cycles,
+        instructions: c.instructions(),
+        worker_instructions: c.worker_instructions,
+        worker_launches: c.worker_launches,
+    }
+}
+
+impl Device for SimulatorDevice {
+    fn name(&self) -> &str {
+        "simulator"
+    }
+
+    fn target(&self) -> &Target {
+        &self.target
+    }
+
+    fn initialize(&mut self) -> Result<(), RuntimeError> {
+        *self = SimulatorDevice::new(self.target);
+        Ok(())
+    }
+
+    fn write_config(&mut self, tile: u32, register: u32, value: u32) -> Result<(), RuntimeError> {
+        if tile >= self.target.tiles {
+            return Err(RuntimeError::NoSuchTile {
+                tile,
+                register,
+                tiles: self.target.tiles,
+            });
+        }
+        if self.sim.is_some() {
+            return Err(RuntimeError::Device(format!(
+                "tile {tile}: configuration register {register} written after loading started"
+            )));
+        }
+        match register {
+            config::TILE_ACTIVE => {
+                if value > 1 {
+                    return Err(RuntimeError::BadRegisterValue {
+                        tile,
+                        register,
+                        value,
+                        reason: "TILE_ACTIVE is 0 or 1",
+                    });
+                }
+                self.active[tile as usize] = value == 1;
+            }
+            config::EXCHANGE_ID => {
+                if value != tile {
+                    return Err(RuntimeError::ExchangeIdMismatch { tile, id: value });
+                }
+            }
+            config::HOST_WINDOW_BYTES => self.host_windows[tile as usize] = value as u64,
+            _ => {
+                return Err(RuntimeError::UnknownRegister {
+                    tile,
+                    register,
+                    value,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn load_tile(&mut self, tile: u32, image: &TileImage) -> Result<(), RuntimeError> {
+        let sim = match &mut self.sim {
+            Some(sim) => sim,
+            None => {
+                let n = self.active_prefix()?;
+                self.sim.insert(ipu_sim::Device::new(self.target, n))
+            }
+        };
+        for s in &image.segments {
+            sim.write(tile, s.address, &s.bytes).map_err(sim_error)?;
+        }
+        Ok(())
+    }
+
+    fn active_tiles(&self) -> Option<u32> {
+        self.sim.as_ref().map(|s| s.active_tiles())
+    }
+
+    fn attach_host_pages(&mut self, pages: Vec<Vec<u8>>) -> Result<(), RuntimeError> {
+        let window = self.host_window_bytes();
+        let Some(sim) = &mut self.sim else {
+            return Err(RuntimeError::NotLoaded);
+        };
+        let needed: u64 = pages.iter().map(|p| p.len() as u64).sum();
+        if needed > window {
+            return Err(RuntimeError::HostWindow {
+                needed_bytes: needed,
+                window_bytes: window,
+            });
+        }
+        sim.attach_host_pages(pages);
+        Ok(())
+    }
+
+    fn host_pages(&self) -> &[Vec<u8>] {
+        match &self.sim {
+            Some(sim) => sim.host_pages(),
+            None => &[],
+        }
+    }
+
+    fn host_pages_mut(&mut self) -> &mut [Vec<u8>] {
+        match &mut self.sim {
+            Some(sim) => sim.host_pages_mut(),
+            None => &mut [],
+        }
+    }
+
+    fn call(&mut self, entry: u32, limits: &CallLimits) -> Result<DeviceCounters, RuntimeError> {
+        let sim = self.sim.as_mut().ok_or(RuntimeError::NotLoaded)?;
+        let limits = RunLimits {
+            max_cycles: limits.cycles_max,
+            max_global_steps: limits.global_steps_max,
+        };
+        let r = sim.run(entry, &limits).map_err(sim_error)?;
+        Ok(DeviceCounters {
+            cycles: r.cycles,
+            compute_cycles: r.compute_cycles,
+            exchange_cycles: r.exchange_cycles,
+            sync_cycles: r.sync_cycles,
+            instructions: r.instructions,
+            global_steps: r.global_steps as u64,
+            critical_tile: r.critical_tile,
+        })
+    }
+
+    fn read(&self, tile: u32, address: u32, len: u32) -> Result<Vec<u8>, RuntimeError> {
+        let sim = self.sim.as_ref().ok_or(RuntimeError::NotLoaded)?;
+        sim.read(tile, address, len).map_err(sim_error)
+    }
+
+    fn counters(&self) -> Vec<TileCounters> {
+        let Some(sim) = &self.sim else {
+            return Vec::new();
+        };
+        let n = sim.active_tiles() as usize;
+        sim.counters()[..n]
+            .iter()
+            .enumerate()
+            .map(|(t, c)| tile_counters(t as u32, c))
+            .collect()
+    }
+
+    fn profile_samples(&self) -> Vec<ProfileSample> {
+        let Some(sim) = &self.sim else {
+            return Vec::new();
+        };
+        sim.profile()
+            .iter()
+            .map(|r| ProfileSample {
+                step: r.step,
+                kind: r.kind.to_string(),
+                counters: tile_counters(r.tile, &r.counters),
+            })
+            .collect()
+    }
+
+    fn profile_marks(&self) -> Vec<ProfileMark> {
+        let Some(sim) = &self.sim else {
+            return Vec::new();
+        };
+        sim.marks()
+            .iter()
+            .map(|m| ProfileMark {
+                tile: m.tile,
+                cycle: m.cycle,
+                id: m.id,
+            })
+            .collect()
+    }
+}
