@@ -421,7 +421,7 @@ fn attention(p: &Params<'_>, flash: bool) -> Built {
         }
     };
     let name = if flash {
-        "attention_flash"
+        "attention-flash"
     } else {
         "attention"
     };
@@ -451,7 +451,7 @@ fn typed_attention_small_fp8(p: &Params<'_>) -> Built {
     };
     let f16 = DType::F16;
     Ok((|| {
-        let mut b = GraphBuilder::new("typed_attention_small_fp8");
+        let mut b = GraphBuilder::new("typed-attention-small-fp8");
         let q8 = b.input("q", TensorType::new(fp8, [seq, width]));
         let k8 = b.input("k", TensorType::new(fp8, [seq, width]));
         let v8 = b.input("v", TensorType::new(fp8, [seq, width]));

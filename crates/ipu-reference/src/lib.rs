@@ -1,1 +1,237 @@
-//! ipu-reference
+//! Host evaluation of `ipu-graph` graphs: the ground truth device runs are checked against.
+//!
+//! Two precisions ([`Precision`]):
+//!
+//! **Exact** — values decoded to f32, math in f32 with f64 accumulation for matmul (through
+//! `matrixmultiply::dgemm`), reductions, softmax and layer norm; no intermediate rounding:
+//! casts are the identity and results keep f32 values, whatever the dtype.
+//!
+//! **Device** — what the device kernels compute, bit for bit where the operation order is
+//! specified here (the compiler implements exactly this):
+//! - every value is stored in its dtype: each operation's result is rounded once to the output
+//!   dtype (f16 by round-to-nearest-even, FP8 by `ipu_numerics::encode` with
+//!   round-to-nearest-even and saturation at the dtype's scale; f32 is not rounded);
+//! - elementwise operations, scale, exp, softmax, layer norm and reductions compute in f32 from
+//!   the decoded operands, then round to the output dtype; sums run in f32 in index order;
+//!   softmax is `e_j = exp(x_j - max)`, `s = sum e_j` (index order), `e_j / s`; layer norm is
+//!   `mean = sum x / n`, `var = sum (x - mean)^2 / n`, `(x - mean) / sqrt(var + epsilon)`;
+//! - matmul with f32 partials: products and sums in f32, in k order; with f16 partials
+//!   (f16 or FP8 operands): k runs in blocks of [`F16_PARTIALS_K_BLOCK`]; within a block the
+//!   sum is formed in f32 starting from the running partial, and after each block the running
+//!   partial is rounded to f16 (`running = f16(running + sum_{k in block} a_k b_k)`); FP8
+//!   operands are first converted to f16 (exact for F143 at scales -14..=8 and F152 at
+//!   -7..=0, which covers every built-in; outside those the conversion rounds as f16 does);
+//! - attention: `S = q k^T` by the matmul rule with the op's partials, rounded to the partials
+//!   dtype; `T = partials(S * scale)` with masked entries `-inf`; `P = partials(softmax_f32(T))`
+//!   along keys; `out = out_dtype(P v)` by the matmul rule;
+//! - flash attention, per query row, over key blocks of `block_k` (block_q does not change
+//!   the numbers): scores as in attention (rounded to partials, scaled, rounded); running max
+//!   `m` and sum `l` in f32; per block `m' = max(m, max_j s_j)`, `alpha = exp(m - m')`,
+//!   `p_j = partials(exp(s_j - m'))`, `l = l alpha + sum_j p_j` (f32, key order),
+//!   `acc_c = partials(acc_c alpha + sum_j p_j v_jc)` (f32 in key order, rounded once per key
+//!   block); finally `out = out_dtype(acc / l)`. A block whose keys are all masked is skipped.
+//!
+//! Transcendentals (`exp`, `sqrt`) are Rust's f32 functions; the device's may differ in the
+//! last f32 bit, which the f16/FP8 rounding of results almost always hides.
+
+mod compare;
+mod eval;
+pub mod gemm;
+mod inputs;
+
+use ipu_graph::DType;
+use ipu_numerics::{Overflow, round_to_f16};
+
+pub use compare::{Comparison, Stats, Tolerance, compare};
+pub use eval::evaluate;
+pub use gemm::F16_PARTIALS_K_BLOCK;
+pub use inputs::make_inputs;
+
+/// Which arithmetic the reference follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// f32 values, f64 accumulation, no intermediate rounding.
+    Exact,
+    /// The device's storage types and accumulation order.
+    Device,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = ReferenceError;
+    fn from_str(s: &str) -> Result<Precision, ReferenceError> {
+        match s {
+            "exact" => Ok(Precision::Exact),
+            "device" => Ok(Precision::Device),
+            _ => Err(ReferenceError::BadPrecision(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::Exact => "exact",
+            Precision::Device => "device",
+        })
+    }
+}
+
+/// Errors of the host reference.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReferenceError {
+    /// The graph does not verify.
+    #[error("invalid graph: {0}")]
+    Graph(#[from] ipu_graph::GraphError),
+    /// Wrong number of input tensors.
+    #[error("graph {graph} takes {expected} inputs, got {got}")]
+    InputCount {
+        /// Graph name.
+        graph: String,
+        /// Inputs of the graph.
+        expected: usize,
+        /// Tensors given.
+        got: usize,
+    },
+    /// An input tensor does not match the graph input's type.
+    #[error("input %{input}: expected {expected}, got {got}")]
+    InputType {
+        /// Input name.
+        input: String,
+        /// The graph's type.
+        expected: String,
+        /// The tensor's type.
+        got: String,
+    },
+    /// A tensor's data or bytes do not match its type.
+    #[error("tensor {ty}: {reason}")]
+    BadTensor {
+        /// Tensor type.
+        ty: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Unknown precision name.
+    #[error("unknown precision `{0}` (known: exact, device)")]
+    BadPrecision(String),
+}
+
+/// A host tensor: row-major f32 values of a typed tensor. Inputs and device-precision results
+/// hold values exactly representable in `dtype`; exact-precision results hold unrounded f32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    /// Element type on the device.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+    /// Values, row-major.
+    pub data: Vec<f32>,
+}
+
+/// Rounds `x` to `dtype` (f16: round-to-nearest-even; FP8: RNE with saturation at the dtype's
+/// scale; f32 unchanged).
+pub fn round_to_dtype(dtype: DType, x: f32) -> f32 {
+    match dtype {
+        DType::F32 => x,
+        DType::F16 => round_to_f16(x),
+        DType::F143 { scale } | DType::F152 { scale } => ipu_numerics::quantize(
+            dtype.fp8_format().expect("FP8 dtype"),
+            x,
+            i32::from(scale),
+            Overflow::Saturate,
+        ),
+    }
+}
+
+/// Rounds every element of `data` to `dtype`.
+pub fn round_slice(dtype: DType, data: &mut [f32]) {
+    match dtype {
+        DType::F32 => {}
+        DType::F16 => data.iter_mut().for_each(|x| *x = round_to_f16(*x)),
+        _ => data.iter_mut().for_each(|x| *x = round_to_dtype(dtype, *x)),
+    }
+}
+
+impl Tensor {
+    /// A tensor; checks that `data` has one value per element.
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<f32>) -> Result<Tensor, ReferenceError> {
+        let t = Tensor { dtype, shape, data };
+        if t.data.len() != t.elements() {
+            return Err(ReferenceError::BadTensor {
+                ty: t.type_name(),
+                reason: format!("{} values for {} elements", t.data.len(), t.elements()),
+            });
+        }
+        Ok(t)
+    }
+
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The graph type of this tensor.
+    pub fn ty(&self) -> ipu_graph::TensorType {
+        ipu_graph::TensorType::new(self.dtype, self.shape.clone())
+    }
+
+    fn type_name(&self) -> String {
+        self.ty().to_string()
+    }
+
+    /// Device layout: row-major; f32 little-endian, f16 little-endian bits, FP8 one code per
+    /// element at the dtype's scale. Values not representable in the dtype are rounded as
+    /// [`round_to_dtype`] does.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self.dtype {
+            DType::F32 => self.data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DType::F16 => self
+                .data
+                .iter()
+                .flat_map(|&x| ipu_numerics::f16_bits(x).to_le_bytes())
+                .collect(),
+            DType::F143 { scale } | DType::F152 { scale } => {
+                let format = self.dtype.fp8_format().expect("FP8 dtype");
+                self.data
+                    .iter()
+                    .map(|&x| ipu_numerics::encode(format, x, i32::from(scale), Overflow::Saturate))
+                    .collect()
+            }
+        }
+    }
+
+    /// Reads a tensor from its device layout (see [`Tensor::to_bytes`]).
+    pub fn from_bytes(
+        dtype: DType,
+        shape: Vec<usize>,
+        bytes: &[u8],
+    ) -> Result<Tensor, ReferenceError> {
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * dtype.bytes() {
+            return Err(ReferenceError::BadTensor {
+                ty: ipu_graph::TensorType::new(dtype, shape.clone()).to_string(),
+                reason: format!("{} bytes, expected {}", bytes.len(), n * dtype.bytes()),
+            });
+        }
+        let data = match dtype {
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            DType::F16 => bytes
+                .chunks_exact(2)
+                .map(|c| ipu_numerics::f16_value(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            DType::F143 { scale } | DType::F152 { scale } => {
+                let table =
+                    ipu_numerics::decode_table(dtype.fp8_format().expect("FP8"), i32::from(scale));
+                bytes.iter().map(|&b| table[b as usize]).collect()
+            }
+        };
+        Ok(Tensor { dtype, shape, data })
+    }
+
+    /// Output statistics.
+    pub fn stats(&self) -> Stats {
+        compare::stats(&self.data)
+    }
+}

@@ -1,0 +1,611 @@
+//! Evaluation of a graph, operation by operation, in either precision (see the crate docs for
+//! the device rules).
+
+use ipu_graph::{DType, Graph, OpKind, TensorType};
+use ipu_numerics::round_to_f16;
+
+use crate::gemm::{Partials, for_row_chunks, matmul_device, matmul_f64, row_times_matrix};
+use crate::{Precision, ReferenceError, Tensor, round_slice};
+
+#[derive(Clone, Copy)]
+struct Ctx {
+    precision: Precision,
+    threads: usize,
+}
+
+impl Ctx {
+    fn device(self) -> bool {
+        self.precision == Precision::Device
+    }
+}
+
+/// Evaluates `graph` on `inputs` (one per graph input, in order, of the input's type) and
+/// returns one tensor per graph output. The result does not depend on `threads`.
+pub fn evaluate(
+    graph: &Graph,
+    inputs: &[Tensor],
+    precision: Precision,
+    threads: usize,
+) -> Result<Vec<Tensor>, ReferenceError> {
+    graph.verify()?;
+    if inputs.len() != graph.inputs().len() {
+        return Err(ReferenceError::InputCount {
+            graph: graph.name.clone(),
+            expected: graph.inputs().len(),
+            got: inputs.len(),
+        });
+    }
+    let threads = threads.max(1);
+    let _span =
+        tracing::info_span!("reference", graph = %graph.name, precision = %precision).entered();
+    tracing::info!(threads, "configured host reference GEMM threads={threads}");
+    let mut values: Vec<Option<Vec<f32>>> = vec![None; graph.values().len()];
+    for (&id, t) in graph.inputs().iter().zip(inputs) {
+        let v = graph.value(id);
+        if t.ty() != v.ty || t.data.len() != t.elements() {
+            return Err(ReferenceError::InputType {
+                input: v.name.clone(),
+                expected: v.ty.to_string(),
+                got: format!("{} with {} values", t.ty(), t.data.len()),
+            });
+        }
+        values[id.0 as usize] = Some(t.data.clone());
+    }
+    // Free each value after its last use (outputs are kept).
+    let mut last_use = vec![usize::MAX; graph.values().len()];
+    for (i, op) in graph.operations().iter().enumerate() {
+        for &v in &op.inputs {
+            last_use[v.0 as usize] = i;
+        }
+    }
+    for &o in graph.outputs() {
+        last_use[o.0 as usize] = usize::MAX;
+    }
+    let ctx = Ctx { precision, threads };
+    let started = std::time::Instant::now();
+    for (i, op) in graph.operations().iter().enumerate() {
+        let ins: Vec<(&[f32], &TensorType)> = op
+            .inputs
+            .iter()
+            .map(|&v| {
+                (
+                    values[v.0 as usize]
+                        .as_deref()
+                        .expect("verified graph defines operands first"),
+                    &graph.value(v).ty,
+                )
+            })
+            .collect();
+        let out_ty = &graph.value(op.outputs[0]).ty;
+        let result = run_op(&op.kind, &ins, out_ty, ctx);
+        debug_assert_eq!(result.len(), out_ty.elements(), "operation %{}", op.name);
+        values[op.outputs[0].0 as usize] = Some(result);
+        for &v in &op.inputs {
+            if last_use[v.0 as usize] == i {
+                values[v.0 as usize] = None;
+            }
+        }
+    }
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "evaluated host reference"
+    );
+    Ok(graph
+        .outputs()
+        .iter()
+        .map(|&o| {
+            let v = graph.value(o);
+            Tensor {
+                dtype: v.ty.dtype,
+                shape: v.ty.shape.clone(),
+                data: values[o.0 as usize].clone().expect("outputs are kept"),
+            }
+        })
+        .collect())
+}
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Calls `f(out_index, offsets)` for every element of `shape` in row-major order, where
+/// `offsets[t]` is `sum_i index_i * strides[t][i]`.
+fn walk<const T: usize>(
+    shape: &[usize],
+    strides: [&[usize]; T],
+    mut f: impl FnMut(usize, [usize; T]),
+) {
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    let mut off = [0usize; T];
+    for linear in 0..n {
+        f(linear, off);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            for t in 0..T {
+                off[t] += strides[t][d];
+            }
+            if idx[d] < shape[d] {
+                break;
+            }
+            for t in 0..T {
+                off[t] -= strides[t][d] * shape[d];
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Strides of `shape` seen from an output of `out_shape` (equal rank): 0 where broadcast.
+fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+    strides(shape)
+        .into_iter()
+        .zip(shape.iter().zip(out_shape))
+        .map(|(s, (&d, &o))| if d == o { s } else { 0 })
+        .collect()
+}
+
+fn binary(
+    (a, ta): (&[f32], &TensorType),
+    (b, tb): (&[f32], &TensorType),
+    out: &TensorType,
+    f: impl Fn(f32, f32) -> f32,
+) -> Vec<f32> {
+    if ta.shape == tb.shape {
+        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+    }
+    let sa = broadcast_strides(&ta.shape, &out.shape);
+    let sb = broadcast_strides(&tb.shape, &out.shape);
+    let mut r = vec![0.0; out.elements()];
+    walk(&out.shape, [&sa, &sb], |i, [oa, ob]| r[i] = f(a[oa], b[ob]));
+    r
+}
+
+/// (outer, len, inner) of `shape` around `axis`.
+fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+fn reduce(x: &[f32], ty: &TensorType, axis: usize, sum: bool, ctx: Ctx) -> Vec<f32> {
+    let (outer, len, inner) = split(&ty.shape, axis);
+    let mut r = vec![0.0; outer * inner];
+    for o in 0..outer {
+        for i in 0..inner {
+            let lane = (0..len).map(|j| x[(o * len + j) * inner + i]);
+            r[o * inner + i] = match (sum, ctx.device()) {
+                (false, _) => lane.fold(f32::NEG_INFINITY, f32::max),
+                (true, true) => lane.fold(0.0f32, |s, v| s + v),
+                (true, false) => lane.fold(0.0f64, |s, v| s + f64::from(v)) as f32,
+            };
+        }
+    }
+    r
+}
+
+/// Softmax of one lane in place (`stride` apart); device: f32, exact: f64.
+fn softmax_lane(x: &mut [f32], start: usize, len: usize, stride: usize, device: bool) {
+    let idx = |j: usize| start + j * stride;
+    let m = (0..len)
+        .map(|j| x[idx(j)])
+        .fold(f32::NEG_INFINITY, f32::max);
+    if m == f32::NEG_INFINITY {
+        // Every entry masked: define the result as zeros.
+        (0..len).for_each(|j| x[idx(j)] = 0.0);
+        return;
+    }
+    if device {
+        let mut s = 0.0f32;
+        for j in 0..len {
+            let e = (x[idx(j)] - m).exp();
+            x[idx(j)] = e;
+            s += e;
+        }
+        (0..len).for_each(|j| x[idx(j)] /= s);
+    } else {
+        let e: Vec<f64> = (0..len)
+            .map(|j| (f64::from(x[idx(j)]) - f64::from(m)).exp())
+            .collect();
+        let s: f64 = e.iter().sum();
+        (0..len).for_each(|j| x[idx(j)] = (e[j] / s) as f32);
+    }
+}
+
+fn transpose2(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; x.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = x[r * cols + c];
+        }
+    }
+    t
+}
+
+fn partials_rule(p: DType) -> Partials {
+    if p == DType::F16 {
+        Partials::F16
+    } else {
+        Partials::F32
+    }
+}
+
+/// Device operand conversion for matmul-like products: FP8 operands go through f16.
+fn device_operand<'a>(x: &'a [f32], ty: &TensorType) -> std::borrow::Cow<'a, [f32]> {
+    if ty.dtype.is_fp8() {
+        std::borrow::Cow::Owned(x.iter().map(|&v| round_to_f16(v)).collect())
+    } else {
+        std::borrow::Cow::Borrowed(x)
+    }
+}
+
+fn matmul(
+    (a, ta): (&[f32], &TensorType),
+    (b, tb): (&[f32], &TensorType),
+    out: &TensorType,
+    partials: DType,
+    ctx: Ctx,
+) -> Vec<f32> {
+    let (ra, rb, ro) = (ta.shape.len(), tb.shape.len(), out.shape.len());
+    let (m, k, n) = (ta.shape[ra - 2], ta.shape[ra - 1], tb.shape[rb - 1]);
+    let batch_shape = &out.shape[..ro - 2];
+    // Batch strides of a and b (in matrices), aligned from the right, 0 where broadcast.
+    let batch_strides = |shape: &[usize]| -> Vec<usize> {
+        let own = &shape[..shape.len() - 2];
+        let s = strides(own);
+        let pad = batch_shape.len() - own.len();
+        (0..batch_shape.len())
+            .map(|i| {
+                if i < pad || own[i - pad] == 1 {
+                    0
+                } else {
+                    s[i - pad]
+                }
+            })
+            .collect()
+    };
+    let (sa, sb) = (batch_strides(&ta.shape), batch_strides(&tb.shape));
+    let mut pairs = Vec::new();
+    if batch_shape.is_empty() {
+        pairs.push((0, 0));
+    } else {
+        walk(batch_shape, [&sa, &sb], |_, [oa, ob]| pairs.push((oa, ob)));
+    }
+    let mut r = vec![0.0f32; out.elements()];
+    let (a, b) = if ctx.device() {
+        (device_operand(a, ta), device_operand(b, tb))
+    } else {
+        (std::borrow::Cow::Borrowed(a), std::borrow::Cow::Borrowed(b))
+    };
+    for (batch, (oa, ob)) in pairs.into_iter().enumerate() {
+        let am = &a[oa * m * k..(oa + 1) * m * k];
+        let bm = &b[ob * k * n..(ob + 1) * k * n];
+        let cm = &mut r[batch * m * n..(batch + 1) * m * n];
+        if ctx.device() {
+            matmul_device(am, bm, cm, (m, k, n), partials_rule(partials), ctx.threads);
+        } else {
+            let a64: Vec<f64> = am.iter().map(|&x| f64::from(x)).collect();
+            let b64: Vec<f64> = bm.iter().map(|&x| f64::from(x)).collect();
+            let mut c64 = vec![0.0f64; m * n];
+            matmul_f64(&a64, &b64, &mut c64, (m, k, n), ctx.threads);
+            cm.iter_mut().zip(&c64).for_each(|(c, &v)| *c = v as f32);
+        }
+    }
+    r
+}
+
+struct AttentionShape {
+    batches: usize,
+    sq: usize,
+    sk: usize,
+    d: usize,
+    dv: usize,
+}
+
+fn attention_shape(tq: &TensorType, tk: &TensorType, tv: &TensorType) -> AttentionShape {
+    let r = tq.shape.len();
+    AttentionShape {
+        batches: tq.shape[..r - 2].iter().product(),
+        sq: tq.shape[r - 2],
+        sk: tk.shape[r - 2],
+        d: tq.shape[r - 1],
+        dv: tv.shape[r - 1],
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    q: (&[f32], &TensorType),
+    k: (&[f32], &TensorType),
+    v: (&[f32], &TensorType),
+    scale: f32,
+    causal: bool,
+    partials: DType,
+    ctx: Ctx,
+) -> Vec<f32> {
+    let AttentionShape {
+        batches,
+        sq,
+        sk,
+        d,
+        dv,
+    } = attention_shape(q.1, k.1, v.1);
+    let mut out = vec![0.0f32; batches * sq * dv];
+    let (qd, kd, vd) = if ctx.device() {
+        (
+            device_operand(q.0, q.1),
+            device_operand(k.0, k.1),
+            device_operand(v.0, v.1),
+        )
+    } else {
+        (q.0.into(), k.0.into(), v.0.into())
+    };
+    for bi in 0..batches {
+        let qm = &qd[bi * sq * d..(bi + 1) * sq * d];
+        let km = &kd[bi * sk * d..(bi + 1) * sk * d];
+        let vm = &vd[bi * sk * dv..(bi + 1) * sk * dv];
+        let om = &mut out[bi * sq * dv..(bi + 1) * sq * dv];
+        let kt = transpose2(km, sk, d);
+        let masked = |i: usize, j: usize| causal && j > i;
+        if ctx.device() {
+            let rule = partials_rule(partials);
+            let mut s = vec![0.0f32; sq * sk];
+            matmul_device(qm, &kt, &mut s, (sq, d, sk), rule, ctx.threads);
+            round_slice(partials, &mut s);
+            for i in 0..sq {
+                for j in 0..sk {
+                    let t = &mut s[i * sk + j];
+                    *t = if masked(i, j) {
+                        f32::NEG_INFINITY
+                    } else {
+                        *t * scale
+                    };
+                }
+            }
+            round_slice(partials, &mut s);
+            for i in 0..sq {
+                softmax_lane(&mut s, i * sk, sk, 1, true);
+            }
+            round_slice(partials, &mut s);
+            matmul_device(&s, vm, om, (sq, sk, dv), rule, ctx.threads);
+        } else {
+            let q64: Vec<f64> = qm.iter().map(|&x| f64::from(x)).collect();
+            let kt64: Vec<f64> = kt.iter().map(|&x| f64::from(x)).collect();
+            let mut s = vec![0.0f64; sq * sk];
+            matmul_f64(&q64, &kt64, &mut s, (sq, d, sk), ctx.threads);
+            for i in 0..sq {
+                let row = &mut s[i * sk..(i + 1) * sk];
+                let mut mx = f64::NEG_INFINITY;
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = if masked(i, j) {
+                        f64::NEG_INFINITY
+                    } else {
+                        *x * f64::from(scale)
+                    };
+                    mx = mx.max(*x);
+                }
+                let mut sum = 0.0;
+                for x in row.iter_mut() {
+                    *x = if mx == f64::NEG_INFINITY {
+                        0.0
+                    } else {
+                        (*x - mx).exp()
+                    };
+                    sum += *x;
+                }
+                if sum > 0.0 {
+                    row.iter_mut().for_each(|x| *x /= sum);
+                }
+            }
+            let v64: Vec<f64> = vm.iter().map(|&x| f64::from(x)).collect();
+            let mut o64 = vec![0.0f64; sq * dv];
+            matmul_f64(&s, &v64, &mut o64, (sq, sk, dv), ctx.threads);
+            om.iter_mut().zip(&o64).for_each(|(o, &x)| *o = x as f32);
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn flash_attention_device(
+    q: (&[f32], &TensorType),
+    k: (&[f32], &TensorType),
+    v: (&[f32], &TensorType),
+    scale: f32,
+    causal: bool,
+    block_k: usize,
+    partials: DType,
+    threads: usize,
+) -> Vec<f32> {
+    let AttentionShape {
+        batches,
+        sq,
+        sk,
+        d,
+        dv,
+    } = attention_shape(q.1, k.1, v.1);
+    let (qd, kd, vd) = (
+        device_operand(q.0, q.1),
+        device_operand(k.0, k.1),
+        device_operand(v.0, v.1),
+    );
+    let rule = partials_rule(partials);
+    let mut out = vec![0.0f32; batches * sq * dv];
+    let kts: Vec<Vec<f32>> = (0..batches)
+        .map(|bi| transpose2(&kd[bi * sk * d..(bi + 1) * sk * d], sk, d))
+        .collect();
+    // Rows of the output across all batches, split over threads.
+    for_row_chunks(&mut out, dv, threads, |row0, chunk| {
+        let mut s = vec![0.0f32; block_k];
+        let mut acc = vec![0.0f32; dv];
+        for (r, o) in chunk.chunks_mut(dv).enumerate() {
+            let row = row0 + r;
+            let (bi, i) = (row / sq, row % sq);
+            let qi = &qd[(bi * sq + i) * d..(bi * sq + i + 1) * d];
+            let kt = &kts[bi];
+            let vm = &vd[bi * sk * dv..(bi + 1) * sk * dv];
+            let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+            acc.fill(0.0);
+            for jb in (0..sk).step_by(block_k) {
+                let mut j_end = (jb + block_k).min(sk);
+                if causal {
+                    j_end = j_end.min(i + 1);
+                }
+                if jb >= j_end {
+                    break;
+                }
+                let s = &mut s[..j_end - jb];
+                row_times_matrix(qi, &kt[jb..], sk, rule, s);
+                round_slice(partials, s);
+                s.iter_mut().for_each(|x| *x *= scale);
+                round_slice(partials, s);
+                let m_new = s.iter().copied().fold(m, f32::max);
+                let alpha = if m == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (m - m_new).exp()
+                };
+                s.iter_mut().for_each(|x| *x = (*x - m_new).exp());
+                round_slice(partials, s);
+                l = l * alpha + s.iter().fold(0.0f32, |a, &p| a + p);
+                acc.iter_mut().for_each(|a| *a *= alpha);
+                for (j, &p) in s.iter().enumerate() {
+                    let v_row = &vm[(jb + j) * dv..(jb + j + 1) * dv];
+                    for (a, &vv) in acc.iter_mut().zip(v_row) {
+                        *a += p * vv;
+                    }
+                }
+                round_slice(partials, &mut acc);
+                m = m_new;
+            }
+            for (oc, &a) in o.iter_mut().zip(&acc) {
+                *oc = if l > 0.0 { a / l } else { 0.0 };
+            }
+        }
+    });
+    out
+}
+
+fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: Ctx) -> Vec<f32> {
+    let device = ctx.device();
+    let mut r = match kind {
+        OpKind::MatMul { partials, .. } => matmul(ins[0], ins[1], out, *partials, ctx),
+        OpKind::Transpose { perm } => {
+            let (x, t) = ins[0];
+            let s = strides(&t.shape);
+            let permuted: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+            let mut r = vec![0.0; out.elements()];
+            walk(&out.shape, [&permuted], |i, [o]| r[i] = x[o]);
+            return r;
+        }
+        OpKind::Reshape { .. } => return ins[0].0.to_vec(),
+        OpKind::Slice { axis, start, end } => {
+            let (x, t) = ins[0];
+            let (outer, len, inner) = split(&t.shape, *axis);
+            let mut r = Vec::with_capacity(out.elements());
+            for o in 0..outer {
+                r.extend_from_slice(&x[(o * len + start) * inner..(o * len + end) * inner]);
+            }
+            return r;
+        }
+        OpKind::Concat { axis } => {
+            let (outer, _, inner) = split(&out.shape, *axis);
+            let mut r = Vec::with_capacity(out.elements());
+            for o in 0..outer {
+                for (x, t) in ins {
+                    let len = t.shape[*axis];
+                    r.extend_from_slice(&x[o * len * inner..(o + 1) * len * inner]);
+                }
+            }
+            return r;
+        }
+        OpKind::Add => binary(ins[0], ins[1], out, |a, b| a + b),
+        OpKind::Sub => binary(ins[0], ins[1], out, |a, b| a - b),
+        OpKind::Mul => binary(ins[0], ins[1], out, |a, b| a * b),
+        OpKind::Div => binary(ins[0], ins[1], out, |a, b| a / b),
+        OpKind::Max => binary(ins[0], ins[1], out, f32::max),
+        OpKind::Scale { factor } => ins[0].0.iter().map(|&x| x * factor).collect(),
+        OpKind::Exp => ins[0].0.iter().map(|&x| x.exp()).collect(),
+        OpKind::ReduceMax { axis } => reduce(ins[0].0, ins[0].1, *axis, false, ctx),
+        OpKind::ReduceSum { axis } => reduce(ins[0].0, ins[0].1, *axis, true, ctx),
+        OpKind::Softmax { axis } => {
+            let (outer, len, inner) = split(&ins[0].1.shape, *axis);
+            let mut r = ins[0].0.to_vec();
+            for o in 0..outer {
+                for i in 0..inner {
+                    softmax_lane(&mut r, o * len * inner + i, len, inner, device);
+                }
+            }
+            r
+        }
+        OpKind::Cast { .. } => ins[0].0.to_vec(),
+        OpKind::LayerNorm { epsilon } => {
+            let (x, t) = ins[0];
+            let n = *t.shape.last().expect("rank >= 1");
+            let mut r = x.to_vec();
+            if n > 0 {
+                for row in r.chunks_mut(n) {
+                    if device {
+                        let mean = row.iter().fold(0.0f32, |s, &v| s + v) / n as f32;
+                        let var =
+                            row.iter().fold(0.0f32, |s, &v| s + (v - mean) * (v - mean)) / n as f32;
+                        let inv = (var + epsilon).sqrt();
+                        row.iter_mut().for_each(|v| *v = (*v - mean) / inv);
+                    } else {
+                        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+                        let var = row
+                            .iter()
+                            .map(|&v| (f64::from(v) - mean).powi(2))
+                            .sum::<f64>()
+                            / n as f64;
+                        let inv = (var + f64::from(*epsilon)).sqrt();
+                        row.iter_mut()
+                            .for_each(|v| *v = ((f64::from(*v) - mean) / inv) as f32);
+                    }
+                }
+            }
+            r
+        }
+        OpKind::Attention {
+            scale,
+            causal,
+            partials,
+            ..
+        } => attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx),
+        OpKind::FlashAttention {
+            scale,
+            causal,
+            block_k,
+            partials,
+            ..
+        } => {
+            if device {
+                flash_attention_device(
+                    ins[0],
+                    ins[1],
+                    ins[2],
+                    *scale,
+                    *causal,
+                    *block_k,
+                    *partials,
+                    ctx.threads,
+                )
+            } else {
+                attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx)
+            }
+        }
+    };
+    if device {
+        round_slice(out.dtype, &mut r);
+    }
+    r
+}

@@ -1,0 +1,62 @@
+//! Deterministic reference inputs.
+//!
+//! Input `i` of a graph draws its elements from a SplitMix64 stream seeded with
+//! `seed + (i + 1) * 0x9E3779B97F4A7C15`, one 64-bit draw per element in row-major order. The
+//! top 24 bits of a draw give `u` uniform on `[-1, 1)` in steps of 2^-23 (exact in f32); the
+//! element is `u` rounded to the input's dtype:
+//! - f32: `u` itself; f16: `u` rounded to nearest even (uniform on [-1, 1) at f16 resolution);
+//! - FP8: `u` quantised at the dtype's scale (RNE, saturating). The built-ins pick scales
+//!   (F143 at -4, F152 at 0) at which [-1, 1) spans 11 (F143) and 16 (F152) binades of
+//!   normal and subnormal codes, so the quantised inputs exercise most of the codes of each
+//!   sign below 1.
+//!
+//! Generation is sequential and independent of any thread count.
+
+use ipu_graph::Graph;
+
+use crate::{Tensor, round_to_dtype};
+
+/// Golden-ratio increment of SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom
+/// number generators", OOPSLA 2014).
+const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(SPLITMIX_GAMMA);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform on [-1, 1) in steps of 2^-23.
+    fn uniform(&mut self) -> f32 {
+        let bits = (self.next() >> 40) as u32; // 24 bits
+        (bits as f32) * (1.0 / 8_388_608.0) - 1.0
+    }
+}
+
+/// One tensor per graph input, in order, from `seed` (see the module docs for the
+/// distribution).
+pub fn make_inputs(graph: &Graph, seed: u64) -> Vec<Tensor> {
+    graph
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let ty = &graph.value(id).ty;
+            let mut rng =
+                SplitMix64(seed.wrapping_add((i as u64 + 1).wrapping_mul(SPLITMIX_GAMMA)));
+            let data = (0..ty.elements())
+                .map(|_| round_to_dtype(ty.dtype, rng.uniform()))
+                .collect();
+            Tensor {
+                dtype: ty.dtype,
+                shape: ty.shape.clone(),
+                data,
+            }
+        })
+        .collect()
+}
