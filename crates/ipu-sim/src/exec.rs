@@ -577,7 +577,7 @@ pub(crate) fn amp_step(
 
 /// The text of a slot, for faults.
 pub(crate) fn slot_text(slot: &Slot) -> String {
-    format!("{slot:?}")
+    ipu_isa::format_slot(slot)
 }
 
 impl Tile {

@@ -37,6 +37,7 @@
 //! Every hardware rule violation is a [`Fault`] naming tile, context, pc, instruction and
 //! address; nothing the program does can panic the simulator.
 
+pub mod bench;
 mod exchange;
 mod exec;
 mod fault;
