@@ -12,12 +12,12 @@ fn ipu(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn ipu");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // The command may exit (on a bad argument) before reading stdin; a broken pipe is fine.
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin.as_bytes())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        panic!("writing stdin: {e}");
+    }
     child.wait_with_output().expect("wait for ipu")
 }
 
