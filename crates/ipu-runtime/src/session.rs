@@ -34,10 +34,10 @@ pub struct CallReport {
     /// Device counters of the call.
     #[serde(flatten)]
     pub counters: DeviceCounters,
-    /// Device time of the call: cycles at the target's clock.
-    pub device_seconds: f64,
-    /// Host wall-clock time of the call, in milliseconds (simulation time on the simulator).
-    pub host_elapsed_ms: f64,
+    /// Device time of the call in nanoseconds: cycles at the target's clock.
+    pub device_time_ns: u64,
+    /// Host wall-clock time of the call in microseconds (simulation time on the simulator).
+    pub host_elapsed_us: u64,
 }
 
 /// How to open a session.
@@ -128,8 +128,8 @@ impl<'p> Session<'p> {
 
         let device = &mut session.device;
         info!(
-            device = device.name(),
-            target = target.kind.name(),
+            device = %device.name(),
+            target = %target.kind,
             "opening IPU device"
         );
         info!("IPU device attached");
@@ -305,8 +305,9 @@ impl<'p> Session<'p> {
             command,
             phases: program.phases,
             counters,
-            device_seconds: counters.cycles as f64 / self.device.target().clock_hz as f64,
-            host_elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+            device_time_ns: (counters.cycles as u128 * 1_000_000_000
+                / self.device.target().clock_hz.max(1) as u128) as u64,
+            host_elapsed_us: start.elapsed().as_micros() as u64,
         };
         self.calls.push(report.clone());
         Ok(report)
