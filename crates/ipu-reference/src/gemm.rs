@@ -60,7 +60,7 @@ pub fn for_row_chunks<F>(out: &mut [f32], row_len: usize, threads: usize, f: F)
 where
     F: Fn(usize, &mut [f32]) + Sync,
 {
-    let rows = if row_len == 0 { 0 } else { out.len() / row_len };
+    let rows = out.len().checked_div(row_len).unwrap_or(0);
     let threads = threads.clamp(1, rows.max(1));
     if threads == 1 || row_len == 0 {
         f(0, out);
