@@ -1,11 +1,12 @@
 //! Hand-built packages with real tile machine code, for the runtime's tests.
 //!
-//! The doubling package: input `x` and output `y`, both f32 of the same shape and column
-//! group, in host pages 0 and 1. The storage-order elements are split into contiguous chunks
-//! over the active tiles; program `run` reads each tile's chunk into tile memory at a
-//! host-exchange point, a worker doubles every f32 of it, and a second host-exchange point
-//! writes the chunk into the output page. `startup` and `initialize` are one sync each;
-//! `fault` makes tile 1 (or tile 0 on one tile) load from an address outside tile memory.
+//! The doubling package: input `x` and output `y`, of the same dtype, shape and column group,
+//! in host pages 0 and 1. The storage-order elements are split into contiguous chunks (whole
+//! 32-bit words) over the active tiles; program `run` reads each tile's chunk into tile memory
+//! at a host-exchange point, a worker doubles every f32 of it, and a second host-exchange
+//! point writes the chunk into the output page. `echo` does the same without the worker (for
+//! any dtype). `startup` and `initialize` are one sync each; `fault` makes tile 1 (or tile 0
+//! on one tile) load from an address outside tile memory.
 
 #![allow(dead_code)]
 
@@ -28,7 +29,7 @@ pub const OUT_TABLE: u32 = 0x60100;
 /// Tile address of the code.
 pub const CODE: u32 = 0x4C000;
 
-/// The tile program. Defines: `COUNT` (f32 elements of this tile's chunk), `COUNT_M1`
+/// The tile program. Defines: `COUNT` (32-bit words of this tile's chunk), `COUNT_M1`
 /// (`COUNT - 1`, at least 0) and `FAULT_ADDR` (where program `fault` loads from).
 pub const SOURCE: &str = r#"
 # Startup: the initial sync of every active tile.
@@ -54,6 +55,13 @@ done:
         hostx   $m1
         halt
 
+echo:
+        setzi   $m1, IN_TABLE
+        hostx   $m1
+        setzi   $m1, OUT_TABLE
+        hostx   $m1
+        halt
+
 fault:
         setzi   $m1, FAULT_ADDR
 fault_load:
@@ -72,11 +80,13 @@ loop:
         exit
 "#;
 
-/// The element range `start..end` of the storage order that tile `t` of `tiles` handles.
-pub fn chunk(elements: usize, tiles: u32, t: u32) -> (usize, usize) {
-    let per = elements.div_ceil(tiles as usize);
-    let start = (t as usize * per).min(elements);
-    (start, (start + per).min(elements))
+/// The byte range `start..end` of the storage order that tile `t` of `tiles` handles: whole
+/// 32-bit words.
+pub fn chunk(bytes: usize, tiles: u32, t: u32) -> (usize, usize) {
+    let words = bytes / 4;
+    let per = words.div_ceil(tiles as usize) * 4;
+    let start = (t as usize * per).min(bytes);
+    (start, (start + per).min(bytes))
 }
 
 /// The faulting tile of the `fault` program.
@@ -100,15 +110,27 @@ pub fn assemble_tile(count: usize, fault_addr: u32) -> ipu_isa::Object {
     assemble(SOURCE, "double.s", &options).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The doubling package for `target` on `tiles` tiles, tensors of `shape` with `group`.
+/// The doubling package for `target` on `tiles` tiles, f32 tensors of `shape` with `group`.
 pub fn doubling_package(target: Target, tiles: u32, shape: &[usize], group: usize) -> Package {
-    let elements = storage_elements(shape, group);
-    let bytes = (elements * 4) as u64;
+    package_of(target, tiles, shape, group, "f32")
+}
+
+/// The package for `target` on `tiles` tiles, tensors of `dtype`, `shape` and `group`.
+pub fn package_of(
+    target: Target,
+    tiles: u32,
+    shape: &[usize],
+    group: usize,
+    dtype: &str,
+) -> Package {
+    let element_bytes = ipu_runtime::layout::element_bytes(dtype).unwrap();
+    let bytes = (storage_elements(shape, group) * element_bytes) as u64;
+    assert!(bytes.is_multiple_of(4));
     let mut images = vec![TileImage::default(); target.tiles as usize];
     let mut symbols = BTreeMap::new();
     for t in 0..tiles {
-        let (start, end) = chunk(elements, tiles, t);
-        let count = end - start;
+        let (start, end) = chunk(bytes as usize, tiles, t);
+        let count = (end - start) / 4;
         let fault_addr = if t == fault_tile(tiles) { 0x10 } else { BUF };
         let object = assemble_tile(count, fault_addr);
         symbols = object.symbols.clone();
@@ -117,7 +139,7 @@ pub fn doubling_package(target: Target, tiles: u32, shape: &[usize], group: usiz
         let row = |page: u16, direction| HostRow {
             page,
             direction,
-            page_offset: (start * 4) as u32,
+            page_offset: start as u32,
             tile_addr: BUF,
             bytes: (count * 4) as u32,
         };
@@ -151,7 +173,7 @@ pub fn doubling_package(target: Target, tiles: u32, shape: &[usize], group: usiz
     let tensor = |name: &str, role, page| HostTensor {
         name: name.into(),
         role,
-        dtype: "f32".into(),
+        dtype: dtype.into(),
         scale: 0,
         shape: shape.to_vec(),
         group,
@@ -184,6 +206,7 @@ pub fn doubling_package(target: Target, tiles: u32, shape: &[usize], group: usiz
                 program("startup", 1),
                 program("initialize", 1),
                 program("run", 2),
+                program("echo", 2),
                 program("fault", 1),
             ],
             host_pages: vec![bytes, bytes],
