@@ -319,10 +319,13 @@ const _: () = {
     assert!(MEMORY_END - MEMORY_BASE == MEMORY_BYTES);
     assert!(MEMORY_BYTES == 624 * 1024);
     assert!(INTERLEAVED_BASE > MEMORY_BASE && INTERLEAVED_BASE < MEMORY_END);
-    assert!((INTERLEAVED_BASE - MEMORY_BASE) % BANK_BYTES == 0);
-    assert!((MEMORY_END - INTERLEAVED_BASE) % (2 * BANK_BYTES) == 0);
+    assert!((INTERLEAVED_BASE - MEMORY_BASE).is_multiple_of(BANK_BYTES));
+    assert!((MEMORY_END - INTERLEAVED_BASE).is_multiple_of(2 * BANK_BYTES));
     assert!(MEMORY_END <= 1 << 21, "tile addresses are 21-bit");
-    assert!(TILES_PER_CHIP % 2 == 0, "tiles come in exchange pairs");
+    assert!(
+        TILES_PER_CHIP.is_multiple_of(2),
+        "tiles come in exchange pairs"
+    );
     assert!(AmpMode::F16F16.macs_per_cycle() == 2 * AmpMode::F16F32.macs_per_cycle());
     assert!(AmpMode::F16F32.macs_per_cycle() == 2 * AmpMode::F32F32.macs_per_cycle());
     assert!(AmpMode::F8F16.macs_per_cycle() == 2 * AmpMode::F16F16.macs_per_cycle());

@@ -1,0 +1,334 @@
+//! A small in-memory assembler for generated code: instructions and bundles with labels,
+//! laid out at an address and encoded with `ipu_isa`. Kernels and supervisor programs are built
+//! with it; its text form is the disassembly of what it lays out.
+
+use ipu_isa::{APair, AReg, AddrMode, Bundle, DataReg, FType, FUnOp, Instr, MReg, Slot, Width};
+
+use crate::CodegenError;
+
+/// A position in the code, bound with [`Code::bind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(usize);
+
+#[derive(Debug, Clone)]
+enum Item {
+    Slot(Slot),
+    /// A control instruction whose target is a label.
+    Branch(Instr, Label),
+    /// `setzi` of a label's address.
+    SetziLabel(MReg, Label),
+    Bind(Label),
+    /// Pad with a `nop` to an 8-byte boundary if needed.
+    AlignBundle,
+    /// Pad so that the slot after the next single instruction is 8-byte aligned (an `rpt`
+    /// whose body is made of bundles).
+    AlignRpt,
+}
+
+/// A sequence of instructions with labels.
+#[derive(Debug, Clone, Default)]
+pub struct Code {
+    items: Vec<Item>,
+    labels: usize,
+}
+
+/// Code laid out at an address.
+#[derive(Debug, Clone)]
+pub struct Laid {
+    /// First byte.
+    pub address: u32,
+    /// The encoded bytes.
+    pub bytes: Vec<u8>,
+    /// The slots with their addresses (for the text form).
+    pub slots: Vec<(u32, Slot)>,
+}
+
+/// The float-pipeline no-op used to fill the float half of a bundle.
+pub const FLOAT_NOP: Instr = Instr::FUn {
+    ty: FType::F32,
+    op: FUnOp::Mov,
+    d: 15,
+    a: 15,
+};
+
+impl Code {
+    /// An empty sequence.
+    pub fn new() -> Code {
+        Code::default()
+    }
+
+    /// A new unbound label.
+    pub fn label(&mut self) -> Label {
+        self.labels += 1;
+        Label(self.labels - 1)
+    }
+
+    /// Binds `label` to the next instruction.
+    pub fn bind(&mut self, label: Label) {
+        self.items.push(Item::Bind(label));
+    }
+
+    /// Appends one instruction.
+    pub fn op(&mut self, instr: Instr) -> &mut Self {
+        self.items.push(Item::Slot(Slot::Single(instr)));
+        self
+    }
+
+    /// Appends a co-issued pair.
+    pub fn bundle(&mut self, main: Instr, float: Instr) -> &mut Self {
+        self.items
+            .push(Item::Slot(Slot::Bundle(Bundle { main, float })));
+        self
+    }
+
+    /// Number of items (instructions, bundles, labels, alignments) so far.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing has been added.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Rewrites the single instruction at item `at`.
+    pub fn patch(&mut self, at: usize, f: impl FnOnce(Instr) -> Instr) {
+        if let Item::Slot(Slot::Single(i)) = &mut self.items[at] {
+            *i = f(*i);
+        }
+    }
+
+    /// Pads to an 8-byte boundary so the next slot may be a bundle inside an `rpt` body.
+    pub fn align_bundle(&mut self) -> &mut Self {
+        self.items.push(Item::AlignBundle);
+        self
+    }
+
+    /// `rpt` over a body of bundles: pads so that the body starts 8-byte aligned (a pad
+    /// inside the body would be repeated).
+    pub fn rpt_bundles(&mut self, rpt: Instr) -> &mut Self {
+        self.items.push(Item::AlignRpt);
+        self.op(rpt)
+    }
+
+    /// A branch (`bri`, `brz`, `brnz`, `brnzdec`, `call`) to `label`; the instruction's target
+    /// field is replaced by the label's address.
+    pub fn branch(&mut self, instr: Instr, label: Label) -> &mut Self {
+        self.items.push(Item::Branch(instr, label));
+        self
+    }
+
+    /// `setzi d, address-of(label)`.
+    pub fn setzi_label(&mut self, d: MReg, label: Label) -> &mut Self {
+        self.items.push(Item::SetziLabel(d, label));
+        self
+    }
+
+    /// Appends another sequence (its labels are renumbered).
+    pub fn append(&mut self, other: &Code) {
+        let base = self.labels;
+        for item in &other.items {
+            self.items.push(match item {
+                Item::Branch(i, l) => Item::Branch(*i, Label(l.0 + base)),
+                Item::SetziLabel(d, l) => Item::SetziLabel(*d, Label(l.0 + base)),
+                Item::Bind(l) => Item::Bind(Label(l.0 + base)),
+                other => other.clone(),
+            });
+        }
+        self.labels += other.labels;
+    }
+
+    /// Bytes the code occupies when laid out at `address` (alignment depends on it).
+    pub fn size_at(&self, address: u32) -> u32 {
+        let mut at = address;
+        for item in &self.items {
+            at += item_size(item, at);
+        }
+        at - address
+    }
+
+    /// Lays the code out at `address` and encodes it.
+    pub fn lay_out(&self, address: u32) -> Result<Laid, CodegenError> {
+        let mut addr_of = vec![None; self.labels];
+        let mut at = address;
+        for item in &self.items {
+            if let Item::Bind(l) = item {
+                addr_of[l.0] = Some(at);
+            }
+            at += item_size(item, at);
+        }
+        let resolve = |l: Label| {
+            addr_of[l.0].ok_or_else(|| CodegenError::Internal(format!("unbound label {}", l.0)))
+        };
+        let mut bytes = Vec::with_capacity((at - address) as usize);
+        let mut slots = Vec::new();
+        let mut at = address;
+        for item in &self.items {
+            let slot = match item {
+                Item::Bind(_) => continue,
+                Item::AlignBundle | Item::AlignRpt => {
+                    if item_size(item, at) == 0 {
+                        continue;
+                    }
+                    Slot::Single(Instr::Nop)
+                }
+                Item::Slot(s) => {
+                    if matches!(s, Slot::Bundle(_)) && !at.is_multiple_of(8) {
+                        push_slot(&mut bytes, &mut slots, &mut at, Slot::Single(Instr::Nop))?;
+                    }
+                    *s
+                }
+                Item::Branch(i, l) => Slot::Single(retarget(*i, resolve(*l)?)?),
+                Item::SetziLabel(d, l) => Slot::Single(Instr::Setzi {
+                    d: *d,
+                    imm: resolve(*l)?,
+                }),
+            };
+            push_slot(&mut bytes, &mut slots, &mut at, slot)?;
+        }
+        Ok(Laid {
+            address,
+            bytes,
+            slots,
+        })
+    }
+}
+
+fn item_size(item: &Item, at: u32) -> u32 {
+    match item {
+        Item::Bind(_) => 0,
+        Item::AlignBundle => at % 8,
+        Item::AlignRpt => 4 - at % 8,
+        Item::Slot(Slot::Bundle(_)) => 8 + at % 8,
+        _ => 4,
+    }
+}
+
+fn push_slot(
+    bytes: &mut Vec<u8>,
+    slots: &mut Vec<(u32, Slot)>,
+    at: &mut u32,
+    slot: Slot,
+) -> Result<(), CodegenError> {
+    let words = ipu_isa::encode_slot(&slot)
+        .map_err(|e| CodegenError::Internal(format!("cannot encode {slot:?}: {e}")))?;
+    for w in &words {
+        bytes.extend_from_slice(&w.to_le_bytes());
+    }
+    slots.push((*at, slot));
+    *at += 4 * words.len() as u32;
+    Ok(())
+}
+
+fn retarget(instr: Instr, target: u32) -> Result<Instr, CodegenError> {
+    Ok(match instr {
+        Instr::Bri { .. } => Instr::Bri { target },
+        Instr::Brz { a, .. } => Instr::Brz { a, target },
+        Instr::Brnz { a, .. } => Instr::Brnz { a, target },
+        Instr::Brnzdec { a, .. } => Instr::Brnzdec { a, target },
+        Instr::Call { link, .. } => Instr::Call { link, target },
+        other => return Err(CodegenError::Internal(format!("{other:?} takes no label"))),
+    })
+}
+
+impl Laid {
+    /// The text form: one slot per line with its address.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for (addr, slot) in &self.slots {
+            out.push_str(&format!("{addr:#07x}  {}\n", slot_text(slot)));
+        }
+        out
+    }
+}
+
+/// The text form of a slot.
+pub fn slot_text(slot: &Slot) -> String {
+    match slot {
+        Slot::Single(i) => format!("{i:?}"),
+        Slot::Bundle(b) => format!("{{ {:?} ; {:?} }}", b.main, b.float),
+    }
+}
+
+// ---- shorthand constructors used by the kernels -----------------------------------------------
+
+/// `$mN`
+pub const fn m(n: u8) -> MReg {
+    MReg(n)
+}
+/// `$aN`
+pub const fn a(n: u8) -> AReg {
+    AReg(n)
+}
+/// `$aN:N+1`
+pub const fn ap(n: u8) -> APair {
+    APair(n)
+}
+
+/// `ld32 $mD, $mB, off`
+pub fn ld32m(d: MReg, base: MReg, off: i16) -> Instr {
+    Instr::Load {
+        width: Width::B32,
+        d: DataReg::M(d),
+        base,
+        mode: AddrMode::Offset(off),
+    }
+}
+/// `ld64step $aD:, $mB+=inc`
+pub fn ld64step(d: APair, base: MReg, inc: i16) -> Instr {
+    Instr::Load {
+        width: Width::B64,
+        d: DataReg::A(d.0),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
+/// `ld32step $aD, $mB+=inc`
+pub fn ld32step_a(d: AReg, base: MReg, inc: i16) -> Instr {
+    Instr::Load {
+        width: Width::B32,
+        d: DataReg::A(d.0),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
+/// `st64step $aS:, $mB+=inc`
+pub fn st64step(s: APair, base: MReg, inc: i16) -> Instr {
+    Instr::Store {
+        width: Width::B64,
+        s: DataReg::A(s.0),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
+/// `st32step $aS, $mB+=inc`
+pub fn st32step_a(s: AReg, base: MReg, inc: i16) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::A(s.0),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
+/// `st32 $mS, $mB, off`
+pub fn st32m(s: MReg, base: MReg, off: i16) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::M(s),
+        base,
+        mode: AddrMode::Offset(off),
+    }
+}
+/// `ld32 $mD, $mB, off` into a float register.
+pub fn ld32a(d: AReg, base: MReg, off: i16) -> Instr {
+    Instr::Load {
+        width: Width::B32,
+        d: DataReg::A(d.0),
+        base,
+        mode: AddrMode::Offset(off),
+    }
+}
+/// `setzi $mD, imm`
+pub fn setzi(d: MReg, imm: u32) -> Instr {
+    Instr::Setzi { d, imm }
+}

@@ -1,0 +1,348 @@
+//! Emission: the tile runtime (program entry trampolines), the kernels, each tile's supervisor
+//! programs and support data (vertex states, exchange and host tables), assembled into tile
+//! images.
+//!
+//! Tile memory from the bottom: entry trampolines at [`RUNTIME_BASE`] (`startup`,
+//! `initialize`, `run`, one word each, the same address on every tile), the kernels (linked
+//! once, the same addresses on every tile), the tile's supervisor programs, then support data,
+//! then buffers.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipu_isa::tables::{HostDirection, HostRow, HostTable};
+use ipu_isa::{Instr, MReg};
+use ipu_package::{Segment, TileImage};
+use ipu_target::Target;
+
+use crate::CodegenError;
+use crate::code::{Code, Laid};
+use crate::exchange::Scheduled;
+use crate::kernels::{self, Kernel};
+use crate::program::{BufferId, StateWord, Step, SupOp, TileProgram};
+
+/// Address of the entry trampolines.
+pub const RUNTIME_BASE: u32 = ipu_target::MEMORY_BASE;
+/// The programs every package has, in entry order.
+pub const PROGRAMS: [&str; 3] = ["startup", "initialize", "run"];
+/// Bytes of the trampolines (one `bri` per program, padded to 16).
+pub const RUNTIME_BYTES: u32 = 16;
+
+/// The kernels linked into every active tile, with their entry addresses.
+#[derive(Debug, Clone)]
+pub struct KernelLibrary {
+    /// Entry of each kernel.
+    pub entries: BTreeMap<Kernel, u32>,
+    /// The laid-out code, in entry order.
+    pub code: Vec<(Kernel, Laid)>,
+    /// One past the last kernel byte.
+    pub end: u32,
+}
+
+/// Specialises and lays out every kernel `program` uses.
+pub fn compile_kernels(program: &TileProgram) -> Result<KernelLibrary, CodegenError> {
+    let used: BTreeSet<Kernel> = program
+        .steps
+        .iter()
+        .flat_map(|s| match s {
+            Step::Compute { tiles, .. } => tiles
+                .values()
+                .flatten()
+                .filter_map(|op| match op {
+                    SupOp::Run(k, _, _) => Some(*k),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+            _ => vec![],
+        })
+        .collect();
+    let mut at = RUNTIME_BASE + RUNTIME_BYTES;
+    let mut entries = BTreeMap::new();
+    let mut code = Vec::new();
+    for k in used {
+        let laid = kernels::generate(k).lay_out(at)?;
+        entries.insert(k, at);
+        at += laid.bytes.len() as u32;
+        at = at.div_ceil(8) * 8;
+        code.push((k, laid));
+    }
+    Ok(KernelLibrary {
+        entries,
+        code,
+        end: at,
+    })
+}
+
+/// Support data of one tile: vertex states, then exchange tables, then host tables.
+#[derive(Debug, Clone, Default)]
+pub struct SupportLayout {
+    /// Address of each `Run`'s state, in program order.
+    pub states: Vec<u32>,
+    /// Address of each step's exchange or host table, by step index.
+    pub tables: BTreeMap<usize, u32>,
+    /// First byte.
+    pub base: u32,
+    /// One past the last byte.
+    pub end: u32,
+}
+
+/// Bytes of the exchange table of `tile` in exchange step `copies`.
+fn exchange_table_bytes(program: &TileProgram, tile: u32, step: &Step) -> u32 {
+    match step {
+        Step::Exchange { copies, .. } => {
+            let rows = copies
+                .iter()
+                .filter(|c| program.buffers[c.src.0 as usize].tile == tile)
+                .count();
+            ipu_isa::tables::EXCHANGE_HEADER_BYTES
+                + ipu_isa::tables::EXCHANGE_ROW_BYTES * rows as u32
+        }
+        Step::Host { copies, .. } => {
+            let rows = copies
+                .iter()
+                .filter(|(c, _)| program.buffers[c.buffer.0 as usize].tile == tile)
+                .count();
+            ipu_isa::tables::HOST_HEADER_BYTES + ipu_isa::tables::HOST_ROW_BYTES * rows as u32
+        }
+        Step::Compute { .. } => 0,
+    }
+}
+
+/// Lays out the support data of `tile` from `base`.
+pub fn support_layout(program: &TileProgram, tile: u32, base: u32) -> SupportLayout {
+    let mut at = base.div_ceil(16) * 16;
+    let mut l = SupportLayout {
+        base: at,
+        ..Default::default()
+    };
+    for s in &program.steps {
+        if let Step::Compute { tiles, .. } = s
+            && let Some(ops) = tiles.get(&tile)
+        {
+            for op in ops {
+                if let SupOp::Run(_, st, _) = op {
+                    l.states.push(at);
+                    at += 4 * st.len() as u32;
+                }
+            }
+        }
+    }
+    for (i, s) in program.steps.iter().enumerate() {
+        let bytes = exchange_table_bytes(program, tile, s);
+        if bytes > 0 {
+            at = at.div_ceil(4) * 4;
+            l.tables.insert(i, at);
+            at += bytes;
+        }
+    }
+    l.end = at;
+    l
+}
+
+/// The supervisor programs of `tile`: `(startup, initialize, run)` code. `addr` gives buffer
+/// addresses (zero while sizing).
+pub fn supervisor_code(
+    program: &TileProgram,
+    tile: u32,
+    kernels: &KernelLibrary,
+    support: &SupportLayout,
+    addr: &dyn Fn(BufferId) -> u32,
+) -> (Code, Code, Code) {
+    let (m1, m2, m3) = (MReg(1), MReg(2), MReg(3));
+    let mut startup = Code::new();
+    startup.op(Instr::Sync).op(Instr::Halt);
+    let mut init = Code::new();
+    init.op(Instr::Sync).op(Instr::Halt);
+    let mut run = Code::new();
+    let mut state_index = 0;
+    for (i, s) in program.steps.iter().enumerate() {
+        run.op(Instr::Mark { id: i as u16 });
+        match s {
+            Step::Host { .. } => {
+                run.op(Instr::Setzi {
+                    d: m1,
+                    imm: support.tables[&i],
+                });
+                run.op(Instr::HostX { table: m1 });
+            }
+            Step::Exchange { .. } => {
+                run.op(Instr::Setzi {
+                    d: m1,
+                    imm: support.tables[&i],
+                });
+                run.op(Instr::Exch { table: m1 });
+            }
+            Step::Compute { tiles, .. } => {
+                for op in tiles.get(&tile).map(|v| v.as_slice()).unwrap_or(&[]) {
+                    match op {
+                        SupOp::AmpCfg(mode) => {
+                            run.op(Instr::AmpCfg { mode: *mode });
+                        }
+                        SupOp::SetFp8(format, scale) => {
+                            run.op(Instr::SetFp8 {
+                                format: *format,
+                                scale: *scale,
+                            });
+                        }
+                        SupOp::AmpW(b, off) => {
+                            run.op(Instr::Setzi {
+                                d: m2,
+                                imm: addr(*b) + off,
+                            });
+                            run.op(Instr::AmpW { base: m2 });
+                        }
+                        SupOp::Run(k, _, _) => {
+                            run.op(Instr::Setzi {
+                                d: m2,
+                                imm: kernels.entries[k],
+                            });
+                            run.op(Instr::Setzi {
+                                d: m3,
+                                imm: support.states[state_index],
+                            });
+                            run.op(Instr::Run {
+                                entry: m2,
+                                state: m3,
+                            });
+                            state_index += 1;
+                        }
+                        SupOp::WaitW => {
+                            run.op(Instr::WaitW);
+                        }
+                    }
+                }
+                run.op(Instr::Sync);
+            }
+        }
+    }
+    run.op(Instr::Halt);
+    (startup, init, run)
+}
+
+/// Number of bulk-synchronous phases (global instructions) of the `run` program.
+pub fn run_phases(program: &TileProgram) -> u32 {
+    program.steps.len() as u32
+}
+
+/// The vertex states of `tile`, resolved: bytes to place at `support.base`.
+pub fn state_bytes(program: &TileProgram, tile: u32, addr: &dyn Fn(BufferId) -> u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in &program.steps {
+        if let Step::Compute { tiles, .. } = s
+            && let Some(ops) = tiles.get(&tile)
+        {
+            for op in ops {
+                if let SupOp::Run(_, st, _) = op {
+                    for w in st {
+                        let v = match w {
+                            StateWord::Const(c) => *c,
+                            StateWord::Addr(b, off) => addr(*b) + off,
+                        };
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The host table of `tile` for host step `step`.
+pub fn host_table(
+    program: &TileProgram,
+    tile: u32,
+    step: &Step,
+    addr: &dyn Fn(BufferId) -> u32,
+) -> HostTable {
+    let mut t = HostTable::default();
+    if let Step::Host { copies, .. } = step {
+        for (c, to_host) in copies {
+            if program.buffers[c.buffer.0 as usize].tile == tile {
+                t.rows.push(HostRow {
+                    page: c.page,
+                    direction: if *to_host {
+                        HostDirection::ToHost
+                    } else {
+                        HostDirection::ToDevice
+                    },
+                    page_offset: c.page_offset,
+                    tile_addr: addr(c.buffer) + c.offset,
+                    bytes: c.bytes,
+                });
+            }
+        }
+    }
+    t
+}
+
+/// Builds the image of one active tile.
+#[allow(clippy::too_many_arguments)]
+pub fn tile_image(
+    program: &TileProgram,
+    tile: u32,
+    kernels: &KernelLibrary,
+    support: &SupportLayout,
+    supervisor: &[Laid; 3],
+    exchanges: &BTreeMap<usize, Scheduled>,
+    addr: &dyn Fn(BufferId) -> u32,
+    target: &Target,
+) -> Result<TileImage, CodegenError> {
+    let _ = target;
+    let mut code = Vec::new();
+    // Trampolines.
+    let mut tramp = Code::new();
+    for laid in supervisor {
+        tramp.op(Instr::Bri {
+            target: laid.address,
+        });
+    }
+    tramp.op(Instr::Nop);
+    let t = tramp.lay_out(RUNTIME_BASE)?;
+    code.extend_from_slice(&t.bytes);
+    for (_, laid) in &kernels.code {
+        code.resize((laid.address - RUNTIME_BASE) as usize, 0);
+        code.extend_from_slice(&laid.bytes);
+    }
+    for laid in supervisor {
+        code.resize((laid.address - RUNTIME_BASE) as usize, 0);
+        code.extend_from_slice(&laid.bytes);
+    }
+    let mut data = state_bytes(program, tile, addr);
+    for (i, s) in program.steps.iter().enumerate() {
+        let Some(&at) = support.tables.get(&i) else {
+            continue;
+        };
+        let bytes = match s {
+            Step::Exchange { .. } => exchanges[&i].tables[&tile].to_bytes(),
+            Step::Host { .. } => host_table(program, tile, s, addr).to_bytes(),
+            Step::Compute { .. } => continue,
+        };
+        let off = (at - support.base) as usize;
+        if data.len() < off {
+            data.resize(off, 0);
+        }
+        if data.len() != off {
+            return Err(CodegenError::Internal(format!(
+                "tile {tile}: support data overlaps at {at:#x}"
+            )));
+        }
+        data.extend_from_slice(&bytes);
+    }
+    if support.base + data.len() as u32 != support.end {
+        return Err(CodegenError::Internal(format!(
+            "tile {tile}: support data is {} bytes, {} were sized",
+            data.len(),
+            support.end - support.base
+        )));
+    }
+    let mut segments = vec![Segment {
+        address: RUNTIME_BASE,
+        bytes: code,
+    }];
+    if !data.is_empty() {
+        segments.push(Segment {
+            address: support.base,
+            bytes: data,
+        });
+    }
+    Ok(TileImage { segments })
+}

@@ -1,0 +1,546 @@
+//! Worker kernels, generated as machine code and specialised per use (element type, operation,
+//! FP8 format and scale). Every kernel starts with its vertex state address in `$m0`, reads
+//! its state words, does its work and `exit`s. Their cycle models (`*_slots`) are what the
+//! planner and the final costing use; the simulator measures the real figure.
+//!
+//! Reads may run up to [`OVERREAD_BYTES`] past the end of an input range (software pipelining
+//! loads ahead); storage placement gives every buffer that much slack.
+
+use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, Width};
+
+use crate::code::*;
+
+/// Bytes a kernel may read past the end of an input range.
+pub const OVERREAD_BYTES: u32 = 32;
+
+/// Elements per vector for a 64-bit register pair of each element size (bytes).
+pub const fn vector_elements(element_bytes: u32) -> u32 {
+    8 / element_bytes
+}
+
+/// What a kernel computes; the key under which it is specialised and linked once per program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kernel {
+    /// One AMP pass over rows: `out = in x W (+ partials)`. State: in, partials, out, rows.
+    Amp { partials: bool },
+    /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
+    Binary { ty: Elem, op: BinOp },
+    /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
+    Unary { ty: Elem, op: UnOp },
+    /// Conversion over groups of 4 elements. State: in, out, groups of 4.
+    Cast { from: CastType, to: CastType },
+    /// `out = 0` over 32-bit words. State: out, words.
+    Zero,
+    /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
+    /// rows, stride, keep-mask of the first word, full words.
+    PadClear,
+}
+
+/// Element types of vector kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Elem {
+    /// f32 in f32v2 vectors.
+    F32,
+    /// f16 in f16v4 vectors.
+    F16,
+}
+
+/// Binary elementwise operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BinOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`, as `a * (1/b)` computed in f32.
+    Div,
+    /// `max(a, b)`
+    Max,
+}
+
+/// Unary elementwise operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnOp {
+    /// `e^x`, computed in f32.
+    Exp,
+    /// `x * factor`, computed in f32 (the factor's f32 bits are state word 3).
+    Scale,
+}
+
+/// Element types of casts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CastType {
+    /// f32
+    F32,
+    /// f16
+    F16,
+    /// FP8 with its format and scale.
+    Fp8(Fp8Format, i8),
+}
+
+impl CastType {
+    /// Bytes per element.
+    pub fn bytes(self) -> u32 {
+        match self {
+            CastType::F32 => 4,
+            CastType::F16 => 2,
+            CastType::Fp8(..) => 1,
+        }
+    }
+}
+
+fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
+    Instr::AluImm { op, d, a, imm }
+}
+
+fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
+    Instr::FBin { ty, op, d, a, b }
+}
+
+fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
+    Instr::FUn { ty, op, d, a }
+}
+
+fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
+    Instr::Conv { op, d, a }
+}
+
+/// Loads state words `0..n` into `$m1..=$mn`.
+fn load_state(c: &mut Code, n: u8) {
+    for i in 0..n {
+        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
+    }
+}
+
+/// Builds the machine code of `kernel`.
+pub fn generate(kernel: Kernel) -> Code {
+    let mut c = Code::new();
+    match kernel {
+        Kernel::Amp { partials } => amp(&mut c, partials),
+        Kernel::Binary { ty, op } => binary(&mut c, ty, op),
+        Kernel::Unary { ty, op } => unary(&mut c, ty, op),
+        Kernel::Cast { from, to } => cast(&mut c, from, to),
+        Kernel::Zero => zero(&mut c),
+        Kernel::PadClear => pad_clear(&mut c),
+    }
+    c
+}
+
+/// The AMP pass. Each row is four `amp` phases, each co-issued with the loads of the next
+/// phase's operands and the store of the previous phase's result; outputs trail their row by
+/// one row, so the pass runs one dummy row and drains. With `partials`, the partials-in come
+/// from a buffer distinct from the output (ping-pong), so no worker reads what another writes.
+fn amp(c: &mut Code, partials: bool) {
+    load_state(c, 4); // m1 in, m2 partials, m3 out, m4 rows
+    let end = c.label();
+    c.branch(Instr::Brz { a: m(4), target: 0 }, end);
+    // $a12:13 = 0: the partials-in of a first pass.
+    c.op(setzi(m(7), 0));
+    c.op(Instr::MovToA { d: a(12), a: m(7) });
+    c.op(Instr::MovToA { d: a(13), a: m(7) });
+    let (inp, part, out) = (ap(0), ap(2), ap(4));
+    let p_reg = if partials { part } else { ap(12) };
+    let amp_op = |phase: u8| Instr::Amp {
+        d: out,
+        a: inp,
+        p: p_reg,
+        phase,
+    };
+    let load = || {
+        if partials {
+            Instr::Ld2x64Pace {
+                d0: inp,
+                d1: part,
+                p0: m(1),
+                p1: m(2),
+            }
+        } else {
+            ld64step(inp, m(1), 8)
+        }
+    };
+    let load_store = || {
+        if partials {
+            Instr::Ld2xSt64Pace {
+                d0: inp,
+                d1: part,
+                s: out,
+                p0: m(1),
+                p1: m(2),
+                p2: m(3),
+            }
+        } else {
+            Instr::LdSt64Pace {
+                d: inp,
+                s: out,
+                p0: m(1),
+                p1: m(3),
+            }
+        }
+    };
+    c.op(load());
+    // Row 0 and phase 0 of row 1: nothing to store yet.
+    for phase in [0, 1, 2, 3, 0] {
+        c.bundle(load(), amp_op(phase));
+    }
+    c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
+    c.rpt_bundles(Instr::Rpt {
+        count: m(5),
+        body: 4,
+    });
+    for phase in [1, 2, 3, 0] {
+        c.bundle(load_store(), amp_op(phase));
+    }
+    // Drain the last row.
+    for phase in [1, 2, 3] {
+        c.bundle(st64step(out, m(3), 8), amp_op(phase));
+    }
+    c.op(st64step(out, m(3), 8));
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of one AMP pass over `rows` rows on one worker.
+pub fn amp_slots(rows: u32) -> u32 {
+    if rows == 0 {
+        7
+    } else {
+        4 + 3 + 1 + 5 + 1 + 1 + 4 * (rows - 1) + 3 + 1 + 1
+    }
+}
+
+fn ftype(ty: Elem) -> FType {
+    match ty {
+        Elem::F32 => FType::F32v2,
+        Elem::F16 => FType::F16v4,
+    }
+}
+
+fn binary(c: &mut Code, ty: Elem, op: BinOp) {
+    load_state(c, 4); // m1 a, m2 b, m3 out, m4 vectors
+    let end = c.label();
+    c.branch(Instr::Brz { a: m(4), target: 0 }, end);
+    let fop = match op {
+        BinOp::Add => Some(FBinOp::Add),
+        BinOp::Sub => Some(FBinOp::Sub),
+        BinOp::Mul => Some(FBinOp::Mul),
+        BinOp::Max => Some(FBinOp::Max),
+        BinOp::Div => None,
+    };
+    match fop {
+        Some(fop) => {
+            // Software-pipelined: one slot per vector.
+            let t = ftype(ty);
+            c.op(Instr::Ld2x64Pace {
+                d0: ap(0),
+                d1: ap(2),
+                p0: m(1),
+                p1: m(2),
+            });
+            c.bundle(
+                Instr::Ld2x64Pace {
+                    d0: ap(0),
+                    d1: ap(2),
+                    p0: m(1),
+                    p1: m(2),
+                },
+                fbin(t, fop, 4, 0, 2),
+            );
+            c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
+            c.rpt_bundles(Instr::Rpt {
+                count: m(5),
+                body: 1,
+            });
+            c.bundle(
+                Instr::Ld2xSt64Pace {
+                    d0: ap(0),
+                    d1: ap(2),
+                    s: ap(4),
+                    p0: m(1),
+                    p1: m(2),
+                    p2: m(3),
+                },
+                fbin(t, fop, 4, 0, 2),
+            );
+            c.op(st64step(ap(4), m(3), 8));
+        }
+        None => {
+            // a / b = a * (1 / b) in f32, one rounding to the element type at the end.
+            let mut body = 0u8;
+            c.op(Instr::Rpt {
+                count: m(4),
+                body: 0,
+            }); // patched below
+            let rpt_at = c_len(c) - 1;
+            let mut push = |c: &mut Code, i: Instr| {
+                c.op(i);
+                body += 1;
+            };
+            push(
+                c,
+                Instr::Ld2x64Pace {
+                    d0: ap(0),
+                    d1: ap(2),
+                    p0: m(1),
+                    p1: m(2),
+                },
+            );
+            match ty {
+                Elem::F32 => {
+                    push(c, fun(FType::F32v2, FUnOp::Rcp, 2, 2));
+                    push(c, fbin(FType::F32v2, FBinOp::Mul, 4, 0, 2));
+                }
+                Elem::F16 => {
+                    // Widen each half to f32v2, divide, narrow.
+                    push(c, conv(ConvOp::F16v2ToF32v2, 4, 0));
+                    push(c, conv(ConvOp::F16v2ToF32v2, 6, 1));
+                    push(c, conv(ConvOp::F16v2ToF32v2, 8, 2));
+                    push(c, conv(ConvOp::F16v2ToF32v2, 10, 3));
+                    push(c, fun(FType::F32v2, FUnOp::Rcp, 8, 8));
+                    push(c, fun(FType::F32v2, FUnOp::Rcp, 10, 10));
+                    push(c, fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
+                    push(c, fbin(FType::F32v2, FBinOp::Mul, 6, 6, 10));
+                    push(c, conv(ConvOp::F32v2ToF16v2, 4, 4));
+                    push(c, conv(ConvOp::F32v2ToF16v2, 5, 6));
+                }
+            }
+            push(c, st64step(ap(4), m(3), 8));
+            patch_rpt(c, rpt_at, body);
+        }
+    }
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a binary kernel over `vectors` vectors on one worker.
+pub fn binary_slots(ty: Elem, op: BinOp, vectors: u32) -> u32 {
+    let per = match (op, ty) {
+        (BinOp::Div, Elem::F32) => 1 + 2 + 1 + 1,
+        (BinOp::Div, Elem::F16) => 1 + 4 + 4 + 2 + 2 + 1,
+        _ => 1,
+    };
+    10 + per * vectors
+}
+
+fn unary(c: &mut Code, ty: Elem, op: UnOp) {
+    load_state(c, 4); // m1 in, m2 out, m3 vectors, m4 factor bits
+    let end = c.label();
+    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    c.op(Instr::MovToA { d: a(12), a: m(4) });
+    c.op(Instr::MovToA { d: a(13), a: m(4) });
+    let mut body = 0u8;
+    c.op(Instr::Rpt {
+        count: m(3),
+        body: 0,
+    });
+    let rpt_at = c_len(c) - 1;
+    let mut push = |c: &mut Code, i: Instr| {
+        c.op(i);
+        body += 1;
+    };
+    push(c, ld64step(ap(0), m(1), 8));
+    let f32_op = |d: u8, s: u8| match op {
+        UnOp::Exp => fun(FType::F32v2, FUnOp::Exp, d, s),
+        UnOp::Scale => fbin(FType::F32v2, FBinOp::Mul, d, s, 12),
+    };
+    match ty {
+        Elem::F32 => push(c, f32_op(4, 0)),
+        Elem::F16 => {
+            push(c, conv(ConvOp::F16v2ToF32v2, 4, 0));
+            push(c, conv(ConvOp::F16v2ToF32v2, 6, 1));
+            push(c, f32_op(4, 4));
+            push(c, f32_op(6, 6));
+            push(c, conv(ConvOp::F32v2ToF16v2, 4, 4));
+            push(c, conv(ConvOp::F32v2ToF16v2, 5, 6));
+        }
+    }
+    push(c, st64step(ap(4), m(2), 8));
+    patch_rpt(c, rpt_at, body);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a unary kernel over `vectors` vectors on one worker.
+pub fn unary_slots(ty: Elem, op: UnOp, vectors: u32) -> u32 {
+    let f = match op {
+        UnOp::Exp => 2,
+        UnOp::Scale => 1,
+    };
+    let per = match ty {
+        Elem::F32 => 2 + f,
+        Elem::F16 => 2 + 4 + 2 * f,
+    };
+    9 + per * vectors
+}
+
+fn fp8_format(t: CastType) -> Option<(Fp8Format, i8)> {
+    match t {
+        CastType::Fp8(f, s) => Some((f, s)),
+        _ => None,
+    }
+}
+
+/// Casts process groups of 4 elements: 16, 8 or 4 bytes in, likewise out.
+fn cast(c: &mut Code, from: CastType, to: CastType) {
+    load_state(c, 3); // m1 in, m2 out, m3 groups of 4
+    let end = c.label();
+    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    if let Some((format, scale)) = fp8_format(from).or(fp8_format(to)) {
+        c.op(Instr::SetFp8 { format, scale });
+    }
+    let mut body = 0u8;
+    c.op(Instr::Rpt {
+        count: m(3),
+        body: 0,
+    });
+    let rpt_at = c_len(c) - 1;
+    let mut push = |c: &mut Code, i: Instr| {
+        c.op(i);
+        body += 1;
+    };
+    // Load 4 elements into f16v4 form in $a4:5 (or f32 in $a0:3).
+    match from {
+        CastType::F32 => {
+            push(c, ld64step(ap(0), m(1), 8));
+            push(c, ld64step(ap(2), m(1), 8));
+        }
+        CastType::F16 => push(c, ld64step(ap(4), m(1), 8)),
+        CastType::Fp8(..) => {
+            push(c, ld32step_a(a(6), m(1), 4));
+            push(c, conv(ConvOp::F8v4ToF16v4, 4, 6));
+        }
+    }
+    match (from, to) {
+        (CastType::F32, CastType::F32) | (CastType::F16, CastType::F16) => {}
+        (CastType::F32, _) => {
+            push(c, conv(ConvOp::F32v2ToF16v2, 4, 0));
+            push(c, conv(ConvOp::F32v2ToF16v2, 5, 2));
+        }
+        _ => {}
+    }
+    match to {
+        CastType::F32 => {
+            if !matches!(from, CastType::F32) {
+                push(c, conv(ConvOp::F16v2ToF32v2, 0, 4));
+                push(c, conv(ConvOp::F16v2ToF32v2, 2, 5));
+            }
+            push(c, st64step(ap(0), m(2), 8));
+            push(c, st64step(ap(2), m(2), 8));
+        }
+        CastType::F16 => push(c, st64step(ap(4), m(2), 8)),
+        CastType::Fp8(..) => {
+            push(c, conv(ConvOp::F16v4ToF8v4, 6, 4));
+            push(c, st32step_a(a(6), m(2), 4));
+        }
+    }
+    patch_rpt(c, rpt_at, body);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a cast over `groups` groups of 4 elements on one worker.
+pub fn cast_slots(from: CastType, to: CastType, groups: u32) -> u32 {
+    let load = match from {
+        CastType::F32 => 2,
+        CastType::F16 => 1,
+        CastType::Fp8(..) => 2,
+    };
+    let narrow = if matches!(from, CastType::F32) && !matches!(to, CastType::F32) {
+        2
+    } else {
+        0
+    };
+    let store = match to {
+        CastType::F32 => 2 + if matches!(from, CastType::F32) { 0 } else { 2 },
+        CastType::F16 => 1,
+        CastType::Fp8(..) => 2,
+    };
+    8 + (load + narrow + store) * groups
+}
+
+fn zero(c: &mut Code) {
+    load_state(c, 2); // m1 out, m2 words
+    let end = c.label();
+    c.branch(Instr::Brz { a: m(2), target: 0 }, end);
+    c.op(setzi(m(7), 0));
+    c.op(Instr::Rpt {
+        count: m(2),
+        body: 1,
+    });
+    c.op(Instr::Store {
+        width: Width::B32,
+        s: ipu_isa::DataReg::M(m(7)),
+        base: m(1),
+        mode: ipu_isa::AddrMode::PostInc(4),
+    });
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a zero fill of `words` 32-bit words on one worker.
+pub fn zero_slots(words: u32) -> u32 {
+    6 + words
+}
+
+/// Zeroes the padding columns of rows: per row, the first pad word is read-modify-written
+/// with a keep-mask (the hardware has no sub-word stores; the mask is 0 when the padding starts
+/// on a word boundary), then `full` whole words are stored as zero.
+fn pad_clear(c: &mut Code) {
+    load_state(c, 5); // m1 first pad word of row 0, m2 rows, m3 stride, m4 keep-mask, m5 full words
+    let end = c.label();
+    let row = c.label();
+    c.branch(Instr::Brz { a: m(2), target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, m(2), m(2), 1));
+    c.op(setzi(m(10), 0));
+    c.bind(row);
+    c.op(ld32m(m(8), m(1), 0));
+    c.op(Instr::Alu {
+        op: AluOp::And,
+        d: m(8),
+        a: m(8),
+        b: m(4),
+    });
+    c.op(st32m(m(8), m(1), 0));
+    c.op(alu_imm(AluOp::Add, m(7), m(1), 4));
+    c.op(Instr::Rpt {
+        count: m(5),
+        body: 1,
+    });
+    c.op(Instr::Store {
+        width: Width::B32,
+        s: ipu_isa::DataReg::M(m(10)),
+        base: m(7),
+        mode: ipu_isa::AddrMode::PostInc(4),
+    });
+    c.op(Instr::Alu {
+        op: AluOp::Add,
+        d: m(1),
+        a: m(1),
+        b: m(3),
+    });
+    c.branch(Instr::Brnzdec { a: m(2), target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a pad clear of `rows` rows with `full` whole words each.
+pub fn pad_clear_slots(rows: u32, full: u32) -> u32 {
+    10 + rows * (7 + full)
+}
+
+fn c_len(c: &Code) -> usize {
+    c.len()
+}
+
+fn patch_rpt(c: &mut Code, at: usize, body: u8) {
+    c.patch(at, |i| match i {
+        Instr::Rpt { count, .. } => Instr::Rpt { count, body },
+        other => other,
+    });
+}
+
+/// The registers a kernel treats as scratch; documented for the text form.
+pub const SCRATCH: [MReg; 2] = [MReg(7), MReg(8)];
+/// Vector register pair kept at zero by kernels that need it.
+pub const ZERO_PAIR: APair = APair(12);

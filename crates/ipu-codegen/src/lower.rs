@@ -1,0 +1,637 @@
+//! Lowering: from the operator plan to the bulk-synchronous tile program. Every value gets a
+//! buffer on each tile holding pieces of it; operands another layout holds are gathered into
+//! staging buffers by an exchange phase; each operation becomes a compute step of vertices.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ipu_graph::DType;
+use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements};
+use ipu_target::AmpMode;
+
+use crate::CodegenError;
+use crate::kernels::{self, BinOp, Kernel, OVERREAD_BYTES, UnOp};
+use crate::layout::{Move, moves, uncovered};
+use crate::plan::{DevOpKind, DevValueId, OperatorPlan, amp_geometry, cast_type, elem};
+use crate::program::*;
+
+/// Worker contexts a compute step spreads a tile's work over.
+const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
+
+/// Host page holding the inputs.
+pub const INPUT_PAGE: u16 = 0;
+/// Host page holding the outputs.
+pub const OUTPUT_PAGE: u16 = 1;
+
+/// The lowered program and the host-exchange layout of its inputs and outputs.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    /// The program.
+    pub program: TileProgram,
+    /// Inputs and outputs in the host pages.
+    pub tensors: Vec<HostTensor>,
+    /// Padding clears that nothing reads, and so were not emitted.
+    pub padding_clears_removed: u32,
+    /// Padding clears emitted.
+    pub padding_clears: u32,
+}
+
+struct Lowerer<'a> {
+    plan: &'a OperatorPlan,
+    prog: TileProgram,
+    value_buffers: HashMap<(DevValueId, u32), BufferId>,
+    clears_removed: u32,
+    clears: u32,
+}
+
+fn align8(n: u64) -> u64 {
+    n.div_ceil(8) * 8
+}
+
+/// The name of a dtype in the package manifest.
+pub fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::F143 { .. } => "f143",
+        DType::F152 { .. } => "f152",
+    }
+}
+
+/// Splits `n` units into `parts` contiguous ranges (some empty).
+fn split(n: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
+    (0..parts).map(move |i| (n * i / parts, n * (i + 1) / parts))
+}
+
+/// Lowers `plan` to a tile program.
+pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
+    let mut l = Lowerer {
+        plan,
+        prog: TileProgram {
+            tiles_used: plan.tiles_used,
+            ..Default::default()
+        },
+        value_buffers: HashMap::new(),
+        clears_removed: 0,
+        clears: 0,
+    };
+    let mut tensors = Vec::new();
+    // Host pages: inputs in page 0, outputs in page 1, each tensor 8-byte aligned.
+    let mut page_bytes = [0u64; 2];
+    let mut place = |v: DevValueId, role: TensorRole, tensors: &mut Vec<HostTensor>| {
+        let val = &plan.values[v];
+        let page = if role == TensorRole::Input {
+            INPUT_PAGE
+        } else {
+            OUTPUT_PAGE
+        };
+        let bytes = (storage_elements(&val.shape, val.layout.group) * val.dtype.bytes()) as u64;
+        let offset = page_bytes[page as usize];
+        page_bytes[page as usize] = align8(offset + bytes);
+        tensors.push(HostTensor {
+            name: val.name.clone(),
+            role,
+            dtype: dtype_name(val.dtype).to_string(),
+            scale: val.dtype.scale().unwrap_or(0),
+            shape: val.shape.clone(),
+            group: val.layout.group,
+            page: page as u32,
+            offset,
+            bytes,
+        });
+        offset
+    };
+    let mut host_in = Vec::new();
+    for &v in &plan.inputs {
+        let base = place(v, TensorRole::Input, &mut tensors);
+        host_in.extend(
+            l.host_copies(v, base, INPUT_PAGE)
+                .into_iter()
+                .map(|c| (c, false)),
+        );
+    }
+    l.prog.steps.push(Step::Host {
+        name: "inputs".into(),
+        copies: host_in,
+    });
+    for (i, op) in plan.ops.iter().enumerate() {
+        l.lower_op(i)?;
+        let _ = op;
+    }
+    let mut host_out = Vec::new();
+    for &v in &plan.outputs {
+        let base = place(v, TensorRole::Output, &mut tensors);
+        host_out.extend(
+            l.host_copies(v, base, OUTPUT_PAGE)
+                .into_iter()
+                .map(|c| (c, true)),
+        );
+    }
+    l.prog.steps.push(Step::Host {
+        name: "outputs".into(),
+        copies: host_out,
+    });
+    l.prog.pages = page_bytes.to_vec();
+    l.prog.compute_liveness();
+    l.prog.check().map_err(CodegenError::Internal)?;
+    Ok(Lowered {
+        program: l.prog,
+        tensors,
+        padding_clears_removed: l.clears_removed,
+        padding_clears: l.clears,
+    })
+}
+
+impl Lowerer<'_> {
+    fn eb(&self, v: DevValueId) -> u32 {
+        self.plan.values[v].dtype.bytes() as u32
+    }
+
+    /// The buffer holding `v`'s pieces on `tile`.
+    fn value_buffer(&mut self, v: DevValueId, tile: u32) -> BufferId {
+        if let Some(b) = self.value_buffers.get(&(v, tile)) {
+            return *b;
+        }
+        let val = &self.plan.values[v];
+        let bytes = align8((val.layout.elements_on(tile) * val.dtype.bytes()) as u64) as u32
+            + OVERREAD_BYTES;
+        let b = self
+            .prog
+            .buffer(tile, bytes, Region::Any, format!("%{}", val.name));
+        self.value_buffers.insert((v, tile), b);
+        b
+    }
+
+    fn host_copies(&mut self, v: DevValueId, base: u64, page: u16) -> Vec<HostCopy> {
+        let eb = self.eb(v);
+        let pieces = self.plan.values[v].layout.pieces.clone();
+        pieces
+            .iter()
+            .map(|p| HostCopy {
+                page,
+                page_offset: (base + (p.start as u64) * eb as u64) as u32,
+                buffer: self.value_buffer(v, p.tile),
+                offset: p.local as u32 * eb,
+                bytes: (p.end - p.start) as u32 * eb,
+            })
+            .collect()
+    }
+
+    /// Copies filling `dst` (a staging buffer of `v` in group `group` on `tile`) with the
+    /// storage ranges `want` (`(start, end, dst element)`).
+    fn gather(
+        &mut self,
+        v: DevValueId,
+        tile: u32,
+        group: usize,
+        want: &[(usize, usize, usize)],
+        dst: BufferId,
+    ) -> Vec<Copy> {
+        let eb = self.eb(v);
+        let val = &self.plan.values[v];
+        let mv: Vec<Move> = moves(&val.shape, &val.layout, group, want);
+        let _ = tile;
+        mv.into_iter()
+            .map(|m| Copy {
+                src: self.value_buffer(v, m.src_tile),
+                src_offset: m.src_local as u32 * eb,
+                dst,
+                dst_offset: m.dst_local as u32 * eb,
+                bytes: m.elements as u32 * eb,
+            })
+            .collect()
+    }
+
+    /// Zero-fill vertices for the parts of `buffer` (first `bytes` bytes) no copy writes.
+    fn zero_gaps(&self, buffer: BufferId, bytes: u32, copies: &[Copy], ops: &mut Vec<SupOp>) {
+        let mut covered: Vec<(usize, usize)> = copies
+            .iter()
+            .filter(|c| c.dst == buffer)
+            .map(|c| (c.dst_offset as usize, (c.dst_offset + c.bytes) as usize))
+            .collect();
+        let gaps = uncovered(bytes as usize, &mut covered);
+        for (s, e) in gaps {
+            let words = ((e - s) / 4) as u32;
+            for (w0, w1) in split(words, WORKERS) {
+                if w1 > w0 {
+                    ops.push(SupOp::Run(
+                        Kernel::Zero,
+                        vec![
+                            StateWord::Addr(buffer, s as u32 + 4 * w0),
+                            StateWord::Const(w1 - w0),
+                        ],
+                        kernels::zero_slots(w1 - w0),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn lower_op(&mut self, index: usize) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let out = op.output;
+        let out_layout = self.plan.values[out].layout.clone();
+        let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        let mut copies: Vec<Copy> = Vec::new();
+        match &op.kind {
+            DevOpKind::MatMul { mode, blocks, .. } => {
+                self.lower_matmul(index, *mode, blocks, &mut tiles, &mut copies)?;
+            }
+            DevOpKind::Binary(bop) => {
+                let (x, y) = (op.inputs[0], op.inputs[1]);
+                let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
+                let eb = self.eb(x);
+                let same = self.plan.values[y].layout == out_layout;
+                for tile in out_layout.tiles() {
+                    let n = out_layout.elements_on(tile);
+                    let xb = self.value_buffer(x, tile);
+                    let ob = self.value_buffer(out, tile);
+                    let yb = if same {
+                        self.value_buffer(y, tile)
+                    } else {
+                        let bytes = align8((n * eb as usize) as u64) as u32 + OVERREAD_BYTES;
+                        let st = self.prog.buffer(
+                            tile,
+                            bytes,
+                            Region::Any,
+                            format!("stage:{}.b", op.name),
+                        );
+                        let want: Vec<(usize, usize, usize)> = out_layout
+                            .pieces
+                            .iter()
+                            .filter(|p| p.tile == tile)
+                            .map(|p| (p.start, p.end, p.local))
+                            .collect();
+                        let c = self.gather(y, tile, out_layout.group, &want, st);
+                        copies.extend(c);
+                        st
+                    };
+                    let vectors = (n as u32 * eb) / 8;
+                    let ops = tiles.entry(tile).or_default();
+                    for (v0, v1) in split(vectors, WORKERS) {
+                        if v1 > v0 {
+                            ops.push(SupOp::Run(
+                                Kernel::Binary { ty, op: *bop },
+                                vec![
+                                    StateWord::Addr(xb, v0 * 8),
+                                    StateWord::Addr(yb, v0 * 8),
+                                    StateWord::Addr(ob, v0 * 8),
+                                    StateWord::Const(v1 - v0),
+                                ],
+                                kernels::binary_slots(ty, *bop, v1 - v0),
+                            ));
+                        }
+                    }
+                }
+                if *bop == BinOp::Div {
+                    self.pad_clears(index, &mut tiles);
+                }
+            }
+            DevOpKind::Unary(uop, factor) => {
+                let x = op.inputs[0];
+                let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
+                let eb = self.eb(x);
+                for tile in out_layout.tiles() {
+                    let n = out_layout.elements_on(tile) as u32;
+                    let xb = self.value_buffer(x, tile);
+                    let ob = self.value_buffer(out, tile);
+                    let ops = tiles.entry(tile).or_default();
+                    for (v0, v1) in split(n * eb / 8, WORKERS) {
+                        if v1 > v0 {
+                            ops.push(SupOp::Run(
+                                Kernel::Unary { ty, op: *uop },
+                                vec![
+                                    StateWord::Addr(xb, v0 * 8),
+                                    StateWord::Addr(ob, v0 * 8),
+                                    StateWord::Const(v1 - v0),
+                                    StateWord::Const(factor.to_bits()),
+                                ],
+                                kernels::unary_slots(ty, *uop, v1 - v0),
+                            ));
+                        }
+                    }
+                }
+                if *uop == UnOp::Exp {
+                    self.pad_clears(index, &mut tiles);
+                }
+            }
+            DevOpKind::Cast => {
+                let x = op.inputs[0];
+                let (from, to) = (
+                    cast_type(self.plan.values[x].dtype),
+                    cast_type(self.plan.values[out].dtype),
+                );
+                for tile in out_layout.tiles() {
+                    let n = out_layout.elements_on(tile) as u32;
+                    let xb = self.value_buffer(x, tile);
+                    let ob = self.value_buffer(out, tile);
+                    let ops = tiles.entry(tile).or_default();
+                    for (g0, g1) in split(n / 4, WORKERS) {
+                        if g1 > g0 {
+                            ops.push(SupOp::Run(
+                                Kernel::Cast { from, to },
+                                vec![
+                                    StateWord::Addr(xb, g0 * 4 * from.bytes()),
+                                    StateWord::Addr(ob, g0 * 4 * to.bytes()),
+                                    StateWord::Const(g1 - g0),
+                                ],
+                                kernels::cast_slots(from, to, g1 - g0),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let name = op.name.clone();
+        if !copies.is_empty() {
+            self.prog.steps.push(Step::Exchange {
+                name: name.clone(),
+                copies,
+            });
+        }
+        for ops in tiles.values_mut() {
+            ops.push(SupOp::WaitW);
+        }
+        let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+        self.prog.steps.push(Step::Compute {
+            name,
+            tiles,
+            estimated_cycles,
+        });
+        Ok(())
+    }
+
+    fn lower_matmul(
+        &mut self,
+        index: usize,
+        mode: AmpMode,
+        blocks: &[crate::plan::Block],
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (a, b, c) = (op.inputs[0], op.inputs[1], op.output);
+        let geo = amp_geometry(mode);
+        let (kblk, cols) = (geo.k_block, geo.cols);
+        let a_shape = self.plan.values[a].shape.clone();
+        let b_shape = self.plan.values[b].shape.clone();
+        let c_shape = self.plan.values[c].shape.clone();
+        let (a_batch, m, k) = split_shape(&a_shape);
+        let (b_batch, _, n) = split_shape(&b_shape);
+        let groups = n.div_ceil(cols);
+        let kb = k.div_ceil(kblk);
+        let kp = kb * kblk;
+        let c_layout = self.plan.values[c].layout.clone();
+        let _ = c_shape;
+        let row_bytes = (kblk * geo.in_bytes) as u32; // 32 for every mode
+        let out_row_bytes = (cols * geo.out_bytes) as u32; // 32 for every mode
+        let weight_bytes = (kblk * cols * geo.in_bytes) as u32;
+        let mut block_copies: Vec<(u32, Vec<SupOp>)> = Vec::new();
+        for bl in blocks {
+            let bm = bl.m1 - bl.m0;
+            let bg = bl.g1 - bl.g0;
+            // A staging: [kb][bm][kblk].
+            let a_bytes = (kb * bm) as u32 * row_bytes;
+            let a_st = self.prog.buffer(
+                bl.tile,
+                a_bytes + OVERREAD_BYTES,
+                Region::Any,
+                format!("stage:{}.a", op.name),
+            );
+            let a_base = if a_batch == 1 {
+                0
+            } else {
+                bl.batch * kb * m * kblk
+            };
+            let want: Vec<_> = (0..kb)
+                .map(|g| {
+                    let s = a_base + (g * m + bl.m0) * kblk;
+                    (s, s + bm * kblk, g * bm * kblk)
+                })
+                .collect();
+            let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
+            // B staging (weights): [bg][kp][cols], in interleaved memory.
+            let b_bytes = (bg * kp * cols) as u32 * geo.in_bytes as u32;
+            let b_st = self.prog.buffer(
+                bl.tile,
+                b_bytes,
+                Region::Interleaved,
+                format!("stage:{}.w", op.name),
+            );
+            let b_base = if b_batch == 1 {
+                0
+            } else {
+                bl.batch * groups * k * cols
+            };
+            let want: Vec<_> = (bl.g0..bl.g1)
+                .map(|g| {
+                    let s = b_base + g * k * cols;
+                    (s, s + k * cols, (g - bl.g0) * kp * cols)
+                })
+                .collect();
+            cp.extend(self.gather(b, bl.tile, cols, &want, b_st));
+            let mut ops = Vec::new();
+            self.zero_gaps(a_st, a_bytes, &cp, &mut ops);
+            self.zero_gaps(b_st, b_bytes, &cp, &mut ops);
+            if !ops.is_empty() {
+                ops.push(SupOp::WaitW);
+            }
+            copies.extend(cp);
+            // Output buffer and its ping-pong partner.
+            let c_buf = self.value_buffer(c, bl.tile);
+            let c_bytes = self.prog.buffers[c_buf.0 as usize].bytes;
+            let t_buf = self.prog.buffer(
+                bl.tile,
+                c_bytes,
+                Region::Any,
+                format!("pingpong:{}", op.name),
+            );
+            for g in bl.g0..bl.g1 {
+                // This block's piece of column group g in the output buffer.
+                let start = bl.batch * groups * m * cols + (g * m + bl.m0) * cols;
+                let piece = c_layout
+                    .pieces
+                    .iter()
+                    .find(|p| p.start == start && p.tile == bl.tile)
+                    .ok_or_else(|| {
+                        CodegenError::Internal(format!("{}: no output piece at {start}", op.name))
+                    })?;
+                let c_off = piece.local as u32 * geo.out_bytes as u32;
+                for kk in 0..kb {
+                    let w_off =
+                        ((g - bl.g0) * kp + kk * kblk) as u32 * (cols * geo.in_bytes) as u32;
+                    debug_assert_eq!(w_off % weight_bytes, 0);
+                    ops.push(SupOp::AmpW(b_st, w_off));
+                    // The last round writes the output buffer; rounds alternate before it.
+                    let (dst, src) = if (kb - 1 - kk) % 2 == 0 {
+                        (c_buf, t_buf)
+                    } else {
+                        (t_buf, c_buf)
+                    };
+                    for (r0, r1) in split(bm as u32, WORKERS) {
+                        if r1 > r0 {
+                            ops.push(SupOp::Run(
+                                Kernel::Amp { partials: kk > 0 },
+                                vec![
+                                    StateWord::Addr(
+                                        a_st,
+                                        (kk * bm) as u32 * row_bytes + r0 * row_bytes,
+                                    ),
+                                    if kk > 0 {
+                                        StateWord::Addr(src, c_off + r0 * out_row_bytes)
+                                    } else {
+                                        StateWord::Const(0)
+                                    },
+                                    StateWord::Addr(dst, c_off + r0 * out_row_bytes),
+                                    StateWord::Const(r1 - r0),
+                                ],
+                                kernels::amp_slots(r1 - r0),
+                            ));
+                        }
+                    }
+                    ops.push(SupOp::WaitW);
+                }
+            }
+            block_copies.push((bl.tile, ops));
+        }
+        for (tile, ops) in block_copies {
+            let t = tiles.entry(tile).or_default();
+            if t.is_empty() {
+                t.push(SupOp::AmpCfg(mode));
+            }
+            t.extend(ops);
+        }
+        Ok(())
+    }
+
+    /// Pad-clear vertices for the output of operation `index`, if anything reads its padding.
+    fn pad_clears(&mut self, index: usize, tiles: &mut BTreeMap<u32, Vec<SupOp>>) {
+        let out = self.plan.ops[index].output;
+        let val = &self.plan.values[out];
+        let (outer, rows, cols) = split_shape(&val.shape);
+        let g = val.layout.group;
+        let c0 = cols % g;
+        if c0 == 0 {
+            return;
+        }
+        let read_by_op = self.plan.ops.iter().any(|o| o.inputs.contains(&out));
+        let eb = val.dtype.bytes() as u32;
+        let groups = cols.div_ceil(g);
+        let per_outer = groups * rows * g;
+        let pieces = val.layout.pieces.clone();
+        let mut runs: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        let mut count = 0;
+        for o in 0..outer {
+            let last_group_start = o * per_outer + (groups - 1) * rows * g;
+            for r in 0..rows {
+                let (s, e) = (last_group_start + r * g + c0, last_group_start + r * g + g);
+                for p in pieces.iter().filter(|p| p.start < e && p.end > s) {
+                    let (cs, ce) = (s.max(p.start), e.min(p.end));
+                    count += 1;
+                    if !read_by_op {
+                        continue;
+                    }
+                    let buf = self.value_buffer(out, p.tile);
+                    let local_s = (p.local + cs - p.start) as u32 * eb;
+                    let local_e = (p.local + ce - p.start) as u32 * eb;
+                    let word = local_s / 4 * 4;
+                    let keep = match local_s - word {
+                        0 => 0,
+                        k => (1u32 << (8 * k)) - 1,
+                    };
+                    let full = (local_e - word) / 4 - 1;
+                    runs.entry(p.tile).or_default().push(SupOp::Run(
+                        Kernel::PadClear,
+                        vec![
+                            StateWord::Addr(buf, word),
+                            StateWord::Const(1),
+                            StateWord::Const(g as u32 * eb),
+                            StateWord::Const(keep),
+                            StateWord::Const(full),
+                        ],
+                        kernels::pad_clear_slots(1, full),
+                    ));
+                }
+            }
+        }
+        if read_by_op {
+            self.clears += count;
+            for (tile, mut r) in runs {
+                let ops = tiles.entry(tile).or_default();
+                ops.push(SupOp::WaitW);
+                // Merge consecutive single-row clears with the same shape into one vertex.
+                let merged = merge_pad_clears(&mut r);
+                ops.extend(merged);
+            }
+        } else {
+            self.clears_removed += count;
+        }
+    }
+}
+
+/// Merges runs of single-row pad clears whose rows follow each other at the same stride.
+fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
+    let mut out: Vec<SupOp> = Vec::new();
+    for op in ops.iter() {
+        if let (
+            Some(SupOp::Run(Kernel::PadClear, prev, slots)),
+            SupOp::Run(Kernel::PadClear, cur, _),
+        ) = (out.last_mut(), op)
+            && let (
+                StateWord::Addr(pb, pa),
+                StateWord::Const(rows),
+                StateWord::Const(stride),
+                keep,
+                full,
+            ) = (prev[0], prev[1], prev[2], prev[3], prev[4])
+            && cur[0] == StateWord::Addr(pb, pa + rows * stride)
+            && cur[2] == StateWord::Const(stride)
+            && cur[3] == keep
+            && cur[4] == full
+        {
+            let StateWord::Const(f) = full else {
+                unreachable!()
+            };
+            prev[1] = StateWord::Const(rows + 1);
+            *slots = kernels::pad_clear_slots(rows + 1, f);
+            continue;
+        }
+        out.push(op.clone());
+    }
+    // Spread the merged vertices over the workers in waves of six.
+    let mut waved = Vec::new();
+    for (i, op) in out.into_iter().enumerate() {
+        if i > 0 && i % WORKERS as usize == 0 {
+            waved.push(SupOp::WaitW);
+        }
+        waved.push(op);
+    }
+    waved
+}
+
+/// The cycle estimate of one tile's supervisor work: per wave (between `waitw`s) the slowest
+/// worker, plus one barrel slot per supervisor instruction.
+pub fn estimate(ops: &[SupOp]) -> u64 {
+    let slot = ipu_target::BARREL_SLOT_CYCLES as u64;
+    let mut total = 0u64;
+    let mut wave_start = 0u64;
+    let mut sup = 0u64;
+    let mut slowest = 0u64;
+    for op in ops {
+        match op {
+            SupOp::Run(_, _, slots) => {
+                sup += 3 * slot;
+                slowest = slowest.max(sup + *slots as u64 * slot);
+            }
+            SupOp::WaitW => {
+                sup += slot;
+                total += wave_start + slowest.max(sup);
+                wave_start = 0;
+                sup = 0;
+                slowest = 0;
+            }
+            SupOp::AmpW(..) => sup += 2 * slot + 32,
+            _ => sup += slot,
+        }
+    }
+    total + slowest.max(sup)
+}

@@ -1,0 +1,217 @@
+//! Storage placement: every buffer of every tile gets an address. Buffers whose live ranges
+//! (in steps) do not overlap may share memory. Code and support data (vertex states, exchange
+//! and host tables) sit at the bottom of tile memory, code in the executable region; buffers
+//! read by `ampw` sit in interleaved memory.
+
+use std::collections::BTreeMap;
+
+use ipu_target::Target;
+
+use crate::CodegenError;
+use crate::program::{BufferId, Region, TileProgram};
+
+/// Alignment of every buffer (the strictest access, a 128-bit weight load, needs 16).
+pub const BUFFER_ALIGN: u32 = 16;
+
+/// What lies below the buffers on one tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileSupport {
+    /// End of code (runtime, kernels, the tile's supervisor programs).
+    pub code_end: u32,
+    /// End of support data (states, tables); buffers start at or after it.
+    pub support_end: u32,
+}
+
+/// Addresses of every buffer, plus per-tile figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// Address of each buffer, by id.
+    pub addresses: Vec<u32>,
+    /// Peak bytes of standard (non-interleaved) memory per tile, code and support included.
+    pub peak_standard_bytes: BTreeMap<u32, u32>,
+    /// Peak bytes of interleaved memory per tile.
+    pub peak_interleaved_bytes: BTreeMap<u32, u32>,
+}
+
+fn align(n: u32, a: u32) -> u32 {
+    n.div_ceil(a) * a
+}
+
+fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 <= b.1 && b.0 <= a.1
+}
+
+/// Places the buffers of `program`, given each tile's support area.
+pub fn place(
+    program: &TileProgram,
+    target: &Target,
+    support: &BTreeMap<u32, TileSupport>,
+) -> Result<Placement, CodegenError> {
+    let mut addresses = vec![0u32; program.buffers.len()];
+    let mut by_tile: BTreeMap<u32, Vec<BufferId>> = BTreeMap::new();
+    for (i, b) in program.buffers.iter().enumerate() {
+        by_tile.entry(b.tile).or_default().push(BufferId(i as u32));
+    }
+    let mut peak_standard_bytes = BTreeMap::new();
+    let mut peak_interleaved_bytes = BTreeMap::new();
+    for (tile, mut ids) in by_tile {
+        let sup = support.get(&tile).copied().unwrap_or(TileSupport {
+            code_end: target.memory_base,
+            support_end: target.memory_base,
+        });
+        // Interleaved-only first, then larger first; ids break ties: deterministic.
+        ids.sort_by_key(|id| {
+            let b = &program.buffers[id.0 as usize];
+            (
+                b.region != Region::Interleaved,
+                std::cmp::Reverse(b.bytes),
+                id.0,
+            )
+        });
+        let mut placed: Vec<(u32, u32, (usize, usize))> = Vec::new();
+        let std_start = align(sup.support_end, BUFFER_ALIGN);
+        for id in ids {
+            let b = &program.buffers[id.0 as usize];
+            let live = (b.first, b.last);
+            let regions: Vec<(u32, u32)> = match b.region {
+                Region::Interleaved => vec![(target.interleaved_base, target.memory_end)],
+                Region::Any => vec![
+                    (std_start, target.interleaved_base),
+                    (target.interleaved_base, target.memory_end),
+                ],
+            };
+            let mut conflicts: Vec<(u32, u32)> = placed
+                .iter()
+                .filter(|p| overlaps(p.2, live))
+                .map(|p| (p.0, p.0 + p.1))
+                .collect();
+            conflicts.sort_unstable();
+            let mut chosen = None;
+            let mut best_free = 0u32;
+            for (lo, hi) in &regions {
+                let mut at = align(*lo, BUFFER_ALIGN);
+                for &(s, e) in &conflicts {
+                    if e <= at {
+                        continue;
+                    }
+                    if s >= at && s - at >= b.bytes {
+                        break;
+                    }
+                    if s < *hi {
+                        best_free = best_free.max(s.saturating_sub(at).min(hi - at.min(*hi)));
+                    }
+                    at = at.max(align(e, BUFFER_ALIGN));
+                }
+                if at < *hi {
+                    best_free = best_free.max(hi - at);
+                }
+                if at + b.bytes <= *hi {
+                    chosen = Some(at);
+                    break;
+                }
+            }
+            let Some(addr) = chosen else {
+                return Err(CodegenError::DoesNotFit(format!(
+                    "tile {tile}: buffer {} of {} bytes ({:?} region) does not fit: the largest free range at its steps {}..={} is {} bytes, {} bytes over",
+                    b.name,
+                    b.bytes,
+                    b.region,
+                    b.first,
+                    b.last,
+                    best_free,
+                    b.bytes - best_free.min(b.bytes)
+                )));
+            };
+            addresses[id.0 as usize] = addr;
+            placed.push((addr, b.bytes, live));
+        }
+        // Peak use per region: the most bytes live at any one step.
+        let steps = program.steps.len();
+        let (mut std_peak, mut il_peak) = (0u32, 0u32);
+        for s in 0..steps {
+            let (mut st, mut il) = (0u32, 0u32);
+            for p in placed.iter().filter(|p| p.2.0 <= s && s <= p.2.1) {
+                if p.0 >= target.interleaved_base {
+                    il += p.1;
+                } else {
+                    st += p.1;
+                }
+            }
+            std_peak = std_peak.max(st);
+            il_peak = il_peak.max(il);
+        }
+        peak_standard_bytes.insert(tile, std_peak + (sup.support_end - target.memory_base));
+        peak_interleaved_bytes.insert(tile, il_peak);
+    }
+    let placement = Placement {
+        addresses,
+        peak_standard_bytes,
+        peak_interleaved_bytes,
+    };
+    check(program, target, support, &placement)?;
+    Ok(placement)
+}
+
+/// The independent placement checker: regions, alignment, and no two buffers live at the same
+/// step overlapping on a tile; nothing over the support area.
+pub fn check(
+    program: &TileProgram,
+    target: &Target,
+    support: &BTreeMap<u32, TileSupport>,
+    placement: &Placement,
+) -> Result<(), CodegenError> {
+    let bad = |m: String| Err(CodegenError::Internal(format!("placement check: {m}")));
+    let mut by_tile: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, b) in program.buffers.iter().enumerate() {
+        let a = placement.addresses[i];
+        let floor = support
+            .get(&b.tile)
+            .map_or(target.memory_base, |s| s.support_end);
+        if !a.is_multiple_of(BUFFER_ALIGN) || !target.in_memory(a, b.bytes) || a < floor {
+            return bad(format!(
+                "{} at {a:#x} ({} bytes) on tile {}",
+                b.name, b.bytes, b.tile
+            ));
+        }
+        if b.region == Region::Interleaved && !target.in_interleaved(a, b.bytes) {
+            return bad(format!("{} at {a:#x} is not interleaved", b.name));
+        }
+        by_tile.entry(b.tile).or_default().push(i);
+    }
+    for ids in by_tile.values() {
+        let mut spans: Vec<(u32, u32, usize)> = ids
+            .iter()
+            .map(|&i| {
+                (
+                    placement.addresses[i],
+                    placement.addresses[i] + program.buffers[i].bytes,
+                    i,
+                )
+            })
+            .collect();
+        spans.sort_unstable();
+        for (x, &(s1, e1, i)) in spans.iter().enumerate() {
+            for &(s2, _, j) in &spans[x + 1..] {
+                if s2 >= e1 {
+                    break;
+                }
+                let (bi, bj) = (&program.buffers[i], &program.buffers[j]);
+                if overlaps((bi.first, bi.last), (bj.first, bj.last)) {
+                    return bad(format!(
+                        "{} [{s1:#x}, {e1:#x}) overlaps {} at {s2:#x} while both live",
+                        bi.name, bj.name
+                    ));
+                }
+            }
+        }
+    }
+    for (tile, s) in support {
+        if !target.in_executable(target.memory_base, s.code_end - target.memory_base) {
+            return bad(format!(
+                "tile {tile}: code ends at {:#x}, past executable memory",
+                s.code_end
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! The bulk-synchronous tile program: buffers on tiles, and a sequence of steps (host
+//! exchange, exchange, compute) that every active tile goes through together.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ipu_target::AmpMode;
+
+use crate::kernels::Kernel;
+
+/// A buffer's index in [`TileProgram::buffers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+impl fmt::Display for BufferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+/// Where a buffer must be placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Region {
+    /// Anywhere in data memory.
+    Any,
+    /// Interleaved memory (read by `ampw` or 128-bit loads).
+    Interleaved,
+}
+
+/// A piece of tile memory the program uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buffer {
+    /// Tile.
+    pub tile: u32,
+    /// Bytes, including read slack.
+    pub bytes: u32,
+    /// Placement constraint.
+    pub region: Region,
+    /// What it holds (a value's name, `stage:...`, ...), for messages and the text form.
+    pub name: String,
+    /// First step that uses it.
+    pub first: usize,
+    /// Last step that uses it.
+    pub last: usize,
+}
+
+/// One transfer between host pages and a tile buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCopy {
+    /// Page.
+    pub page: u16,
+    /// Byte offset in the page.
+    pub page_offset: u32,
+    /// Tile buffer.
+    pub buffer: BufferId,
+    /// Byte offset in the buffer.
+    pub offset: u32,
+    /// Bytes (a multiple of 4).
+    pub bytes: u32,
+}
+
+/// One tile-to-tile copy of an exchange phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copy {
+    /// Source buffer (its tile sends).
+    pub src: BufferId,
+    /// Byte offset in the source.
+    pub src_offset: u32,
+    /// Destination buffer (its tile receives).
+    pub dst: BufferId,
+    /// Byte offset in the destination.
+    pub dst_offset: u32,
+    /// Bytes (a multiple of 4).
+    pub bytes: u32,
+}
+
+/// A word of a vertex state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateWord {
+    /// A constant.
+    Const(u32),
+    /// The address of a byte of a buffer.
+    Addr(BufferId, u32),
+}
+
+/// What the supervisor of one tile does in a compute step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SupOp {
+    /// Set the AMP mode.
+    AmpCfg(AmpMode),
+    /// Set the supervisor's FP8 configuration (for `ampw` of FP8 weights).
+    SetFp8(ipu_isa::Fp8Format, i8),
+    /// Load the AMP weights from a buffer offset.
+    AmpW(BufferId, u32),
+    /// Start a worker: the kernel, its vertex state, and the planner's estimate of its issue
+    /// slots.
+    Run(Kernel, Vec<StateWord>, u32),
+    /// Wait for every worker.
+    WaitW,
+}
+
+/// One bulk-synchronous step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// A host-exchange point.
+    Host {
+        /// What it moves (inputs or outputs).
+        name: String,
+        /// Transfers, both directions.
+        copies: Vec<(HostCopy, bool)>,
+    },
+    /// An exchange phase.
+    Exchange {
+        /// What it moves, for logs.
+        name: String,
+        /// The copies.
+        copies: Vec<Copy>,
+    },
+    /// A compute set, then a sync.
+    Compute {
+        /// The operation it belongs to.
+        name: String,
+        /// Per tile, the supervisor's work.
+        tiles: BTreeMap<u32, Vec<SupOp>>,
+        /// The planner's estimate of its cycles (the slowest tile).
+        estimated_cycles: u64,
+    },
+}
+
+/// The lowered program.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TileProgram {
+    /// Tiles taking part: `0..tiles_used`.
+    pub tiles_used: u32,
+    /// Buffers.
+    pub buffers: Vec<Buffer>,
+    /// Steps in order.
+    pub steps: Vec<Step>,
+    /// Host page sizes.
+    pub pages: Vec<u64>,
+}
+
+impl TileProgram {
+    /// Adds a buffer.
+    pub fn buffer(&mut self, tile: u32, bytes: u32, region: Region, name: String) -> BufferId {
+        self.buffers.push(Buffer {
+            tile,
+            bytes,
+            region,
+            name,
+            first: usize::MAX,
+            last: 0,
+        });
+        BufferId(self.buffers.len() as u32 - 1)
+    }
+
+    /// Records that step `step` uses `b`.
+    pub fn touch(&mut self, b: BufferId, step: usize) {
+        let buf = &mut self.buffers[b.0 as usize];
+        buf.first = buf.first.min(step);
+        buf.last = buf.last.max(step);
+    }
+
+    /// Recomputes every buffer's live range from the steps.
+    pub fn compute_liveness(&mut self) {
+        for b in &mut self.buffers {
+            b.first = usize::MAX;
+            b.last = 0;
+        }
+        let steps = std::mem::take(&mut self.steps);
+        for (i, s) in steps.iter().enumerate() {
+            for b in step_buffers(s) {
+                self.touch(b, i);
+            }
+        }
+        self.steps = steps;
+    }
+
+    /// Checks the program's invariants: every buffer used is on the tile that uses it, copies
+    /// stay inside their buffers and are word multiples, every buffer is used.
+    pub fn check(&self) -> Result<(), String> {
+        let get = |b: BufferId| {
+            self.buffers
+                .get(b.0 as usize)
+                .ok_or_else(|| format!("unknown buffer {b}"))
+        };
+        for (i, s) in self.steps.iter().enumerate() {
+            match s {
+                Step::Host { copies, .. } => {
+                    for (c, _) in copies {
+                        let b = get(c.buffer)?;
+                        if c.offset + c.bytes > b.bytes || c.bytes % 4 != 0 || c.offset % 4 != 0 {
+                            return Err(format!(
+                                "step {i}: host copy {c:?} outside {} ({} bytes)",
+                                b.name, b.bytes
+                            ));
+                        }
+                        if b.tile >= self.tiles_used {
+                            return Err(format!(
+                                "step {i}: buffer {} on inactive tile {}",
+                                b.name, b.tile
+                            ));
+                        }
+                    }
+                }
+                Step::Exchange { copies, .. } => {
+                    for c in copies {
+                        let (s, d) = (get(c.src)?, get(c.dst)?);
+                        if c.src_offset + c.bytes > s.bytes || c.dst_offset + c.bytes > d.bytes {
+                            return Err(format!("step {i}: copy {c:?} outside its buffers"));
+                        }
+                        if c.bytes == 0
+                            || c.bytes % 4 != 0
+                            || c.src_offset % 4 != 0
+                            || c.dst_offset % 4 != 0
+                        {
+                            return Err(format!("step {i}: copy {c:?} is not word aligned"));
+                        }
+                    }
+                }
+                Step::Compute { tiles, .. } => {
+                    for (tile, ops) in tiles {
+                        for op in ops {
+                            let bufs: Vec<BufferId> = match op {
+                                SupOp::AmpW(b, _) => vec![*b],
+                                SupOp::Run(_, st, _) => st
+                                    .iter()
+                                    .filter_map(|w| match w {
+                                        StateWord::Addr(b, _) => Some(*b),
+                                        _ => None,
+                                    })
+                                    .collect(),
+                                _ => vec![],
+                            };
+                            for b in bufs {
+                                if get(b)?.tile != *tile {
+                                    return Err(format!(
+                                        "step {i}: tile {tile} uses {} of tile {}",
+                                        get(b)?.name,
+                                        get(b)?.tile
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Buffers a step reads or writes.
+pub fn step_buffers(s: &Step) -> Vec<BufferId> {
+    match s {
+        Step::Host { copies, .. } => copies.iter().map(|(c, _)| c.buffer).collect(),
+        Step::Exchange { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
+        Step::Compute { tiles, .. } => tiles
+            .values()
+            .flatten()
+            .flat_map(|op| match op {
+                SupOp::AmpW(b, _) => vec![*b],
+                SupOp::Run(_, st, _) => st
+                    .iter()
+                    .filter_map(|w| match w {
+                        StateWord::Addr(b, _) => Some(*b),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => vec![],
+            })
+            .collect(),
+    }
+}
+
+impl fmt::Display for TileProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "tile_program tiles_used={} buffers={} steps={}",
+            self.tiles_used,
+            self.buffers.len(),
+            self.steps.len()
+        )?;
+        for (i, b) in self.buffers.iter().enumerate() {
+            writeln!(
+                f,
+                "  b{i} tile={} bytes={} region={:?} live={}..={} {}",
+                b.tile, b.bytes, b.region, b.first, b.last, b.name
+            )?;
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            match s {
+                Step::Host { name, copies } => {
+                    writeln!(f, "  step {i}: host {name} copies={}", copies.len())?
+                }
+                Step::Exchange { name, copies } => {
+                    let bytes: u64 = copies.iter().map(|c| c.bytes as u64).sum();
+                    writeln!(
+                        f,
+                        "  step {i}: exchange {name} copies={} bytes={bytes}",
+                        copies.len()
+                    )?
+                }
+                Step::Compute {
+                    name,
+                    tiles,
+                    estimated_cycles,
+                } => {
+                    let runs: usize = tiles
+                        .values()
+                        .map(|o| o.iter().filter(|x| matches!(x, SupOp::Run(..))).count())
+                        .sum();
+                    writeln!(
+                        f,
+                        "  step {i}: compute {name} tiles={} vertices={runs} estimated_cycles={estimated_cycles}",
+                        tiles.len()
+                    )?
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,50 @@
+//! Builds packages for small graphs and checks their structure.
+
+use ipu_codegen::{BuildOptions, CodegenError, build};
+use ipu_graph::models;
+use ipu_target::Target;
+
+fn params(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn matmul_builds_a_valid_deterministic_package() {
+    let g = models::build(
+        "matmul",
+        &params(&[("m", "37"), ("k", "21"), ("n", "19"), ("dtype", "f16")]),
+    )
+    .unwrap();
+    let opts = BuildOptions {
+        target: Target::gc200(),
+        tiles: 13,
+    };
+    let a = build(&g, &opts).unwrap();
+    let b = build(&g, &opts).unwrap();
+    a.package.validate().unwrap();
+    assert_eq!(a.package.to_bytes().unwrap(), b.package.to_bytes().unwrap());
+    assert_eq!(a.package.tiles.len(), 1472);
+    assert!(a.report.final_cycles > 0);
+    assert!(a.report.program_text.contains("compute"));
+}
+
+#[test]
+fn too_large_matmul_is_refused_at_planning() {
+    let g = models::build(
+        "matmul",
+        &params(&[("m", "4096"), ("k", "65536"), ("n", "64"), ("dtype", "f32")]),
+    )
+    .unwrap();
+    let e = build(
+        &g,
+        &BuildOptions {
+            target: Target::gc200(),
+            tiles: 1,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
+    assert!(e.to_string().contains("bytes over"), "{e}");
+}
