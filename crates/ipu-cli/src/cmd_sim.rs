@@ -52,7 +52,10 @@ pub fn sim(args: SimArgs) -> anyhow::Result<u8> {
             device.write(tile, s.address, &s.bytes)?;
         }
     }
-    let limits = RunLimits { max_cycles: args.max_cycles, ..RunLimits::default() };
+    let limits = RunLimits {
+        max_cycles: args.max_cycles,
+        ..RunLimits::default()
+    };
     let started = Instant::now();
     match device.run(entry, &limits) {
         Ok(r) => {
@@ -144,8 +147,14 @@ pub fn amp(args: AmpArgs) -> anyhow::Result<u8> {
         });
         println!("{out}");
     } else {
-        println!("AMP f16->f16 [N,16]x[16,16] on {tiles} tiles, target {}", target.kind);
-        println!("{:>6} {:>10} {:>11} {:>14} {:>9}", "N", "cycles", "efficiency", "worker instrs", "run s");
+        println!(
+            "AMP f16->f16 [N,16]x[16,16] on {tiles} tiles, target {}",
+            target.kind
+        );
+        println!(
+            "{:>6} {:>10} {:>11} {:>14} {:>9}",
+            "N", "cycles", "efficiency", "worker instrs", "run s"
+        );
         for p in &points {
             println!(
                 "{:>6} {:>10} {:>10.1}% {:>14} {:>9.3}",

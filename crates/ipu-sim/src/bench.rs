@@ -34,13 +34,17 @@ pub enum BenchError {
     #[error("{0}")]
     Sim(#[from] SimError),
     /// The row count does not fit.
-    #[error("rows {rows}: the kernel needs at least {ROWS_MIN} rows and the data must fit in interleaved memory")]
+    #[error(
+        "rows {rows}: the kernel needs at least {ROWS_MIN} rows and the data must fit in interleaved memory"
+    )]
     Rows {
         /// The row count.
         rows: u32,
     },
     /// A tile's result differs from the host model.
-    #[error("tile {tile}: row {row} column {column} is {got:#06x}, the host model gives {want:#06x}")]
+    #[error(
+        "tile {tile}: row {row} column {column} is {got:#06x}, the host model gives {want:#06x}"
+    )]
     Mismatch {
         /// Tile.
         tile: u32,
@@ -153,7 +157,11 @@ pub fn run_amp_bench(target: Target, tiles: u32, rows: u32) -> Result<AmpBenchPo
         ..AsmOptions::default()
     };
     let object = assemble(AMP_KERNEL_SOURCE, AMP_KERNEL_FILE, &options)?;
-    let entry = object.symbols.get("main").copied().unwrap_or(object.sections[0].address);
+    let entry = object
+        .symbols
+        .get("main")
+        .copied()
+        .unwrap_or(object.sections[0].address);
     let mut device = Device::new(target, tiles);
     for tile in 0..tiles {
         for s in &object.sections {

@@ -605,7 +605,7 @@ impl Tile {
     fn fault(&self, ctx: Context, pc: u32, trap: Trap) -> Fault {
         let instruction = self
             .code
-            .get(pc)
+            .lookup(pc)
             .map(|d| slot_text(&d.slot))
             .unwrap_or_default();
         Fault {

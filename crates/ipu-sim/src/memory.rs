@@ -150,6 +150,14 @@ impl CodeCache {
         }
     }
 
+    /// The cached slot at any `pc` (none outside the executable range or misaligned).
+    pub fn lookup(&self, pc: u32) -> Option<&Decoded> {
+        if pc & 3 != 0 || pc < self.base || pc >= self.end {
+            return None;
+        }
+        self.get(pc)
+    }
+
     /// Caches `d` at `pc`.
     pub fn put(&mut self, pc: u32, d: Decoded) {
         let w = (pc - self.base) >> 2;

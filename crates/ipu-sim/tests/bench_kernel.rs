@@ -1,6 +1,6 @@
 //! The AMP benchmark kernel computes the right numbers on a few tiles, at the expected speed.
 
-use ipu_sim::bench::{run_amp_bench, BenchError};
+use ipu_sim::bench::{BenchError, run_amp_bench};
 use ipu_target::{Target, TargetKind};
 
 #[test]
@@ -16,5 +16,8 @@ fn amp_kernel_matches_host_model_on_a_few_tiles() {
 
 #[test]
 fn amp_kernel_rejects_too_few_rows() {
-    assert!(matches!(run_amp_bench(Target::gc200(), 1, 3), Err(BenchError::Rows { rows: 3 })));
+    assert!(matches!(
+        run_amp_bench(Target::gc200(), 1, 3),
+        Err(BenchError::Rows { rows: 3 })
+    ));
 }

@@ -1,0 +1,54 @@
+//! Helpers shared by the simulator's tests.
+#![allow(dead_code)]
+
+use ipu_isa::{AsmOptions, assemble};
+use ipu_sim::{Device, RunLimits, RunReport, SimError};
+use ipu_target::Target;
+
+/// Assembles `source` and loads it onto tiles `0..tiles` of a fresh device.
+pub fn device_with(target: Target, tiles: u32, source: &str) -> (Device, u32) {
+    let object = assemble(source, "test.s", &AsmOptions::default())
+        .unwrap_or_else(|e| panic!("test program does not assemble: {e}"));
+    let mut d = Device::new(target, tiles);
+    for t in 0..tiles {
+        for s in &object.sections {
+            d.write(t, s.address, &s.bytes).expect("load");
+        }
+    }
+    let entry = object
+        .symbols
+        .get("main")
+        .copied()
+        .unwrap_or(object.sections[0].address);
+    (d, entry)
+}
+
+/// Assembles and runs `source` on `tiles` tiles of GC200.
+pub fn run(tiles: u32, source: &str) -> (Device, Result<RunReport, SimError>) {
+    run_on(Target::gc200(), tiles, source)
+}
+
+/// Assembles and runs `source` on `tiles` tiles of `target`.
+pub fn run_on(target: Target, tiles: u32, source: &str) -> (Device, Result<RunReport, SimError>) {
+    let (mut d, entry) = device_with(target, tiles, source);
+    let r = d.run(
+        entry,
+        &RunLimits {
+            max_cycles: 10_000_000,
+            ..RunLimits::default()
+        },
+    );
+    (d, r)
+}
+
+/// A program whose supervisor runs `worker_body` on one worker (with `$m0` = `state`), waits
+/// and halts.
+pub fn one_worker(worker_body: &str, state: u32) -> String {
+    format!(
+        "main:\n  setzi $m1, worker\n  li $m2, {state}\n  run $m1, $m2\n  waitw\n  halt\n  .align 8\nworker:\n{worker_body}\n  exit\n"
+    )
+}
+
+pub fn word(d: &Device, tile: u32, addr: u32) -> u32 {
+    u32::from_le_bytes(d.read(tile, addr, 4).unwrap().try_into().unwrap())
+}

@@ -1,0 +1,272 @@
+//! Every fault kind: the fault names the right tile, context, pc and address, and displays as
+//! one line.
+
+use std::collections::BTreeMap;
+
+use ipu_isa::{AsmOptions, assemble};
+use ipu_sim::{Context, Device, Fault, FaultKind, GlobalKind, RunLimits};
+use ipu_target::{Target, TargetKind};
+
+fn fault_with(
+    target: Target,
+    tiles: u32,
+    src: &str,
+    limits: RunLimits,
+) -> (Fault, BTreeMap<String, u32>) {
+    let o = assemble(src, "f.s", &AsmOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut d = Device::new(target, tiles);
+    for t in 0..tiles {
+        for s in &o.sections {
+            d.write(t, s.address, &s.bytes).unwrap();
+        }
+    }
+    let err = d
+        .run(o.symbols["main"], &limits)
+        .expect_err("the program faults");
+    let f = err.fault().expect("a fault").clone();
+    let line = f.to_string();
+    assert!(
+        !line.contains('\n') && line.starts_with("device fault: tile "),
+        "{line}"
+    );
+    (f, o.symbols)
+}
+
+fn fault(src: &str) -> (Fault, BTreeMap<String, u32>) {
+    fault_with(Target::gc200(), 1, src, RunLimits::default())
+}
+
+/// A supervisor launching `body` on worker 0.
+fn worker(body: &str) -> String {
+    format!("main:\n setzi $m1, w\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n{body}\n exit\n")
+}
+
+#[track_caller]
+fn check(f: &Fault, ctx: Context, pc: u32, addr: Option<u32>) {
+    assert_eq!(
+        (f.tile, f.context, f.pc, f.address),
+        (0, ctx, pc, addr),
+        "{f}"
+    );
+}
+
+#[test]
+fn out_of_range_access() {
+    let (f, s) = fault(&worker(" setzi $m1, 0x40000\nbad: ld32 $m2, $m1, 0"));
+    assert_eq!(f.kind, FaultKind::OutOfRange { bytes: 4 });
+    check(&f, Context::Worker(0), s["bad"], Some(0x40000));
+    assert_eq!(f.instruction, "ld32 $m2, $m1, 0");
+    // Just past the end of memory.
+    let (f, _) = fault(&worker(" li $m1, 0xE7FFC\n ld64 $a0:1, $m1, 0"));
+    assert_eq!(f.kind, FaultKind::OutOfRange { bytes: 8 });
+}
+
+#[test]
+fn misaligned_access() {
+    let (f, s) = fault(&worker(" li $m1, 0x80004\nbad: ld64 $a0:1, $m1, 0"));
+    assert_eq!(f.kind, FaultKind::Misaligned { align: 8 });
+    check(&f, Context::Worker(0), s["bad"], Some(0x80004));
+    let (f, _) = fault(&worker(" li $m1, 0x80001\n ldz16 $m3, $m1, 0"));
+    assert_eq!(f.kind, FaultKind::Misaligned { align: 2 });
+}
+
+#[test]
+fn ld128_outside_interleaved_memory() {
+    let (f, s) = fault(&worker(" li $m1, 0x70000\nbad: ld128 $a0:3, $m1, 0"));
+    assert_eq!(f.kind, FaultKind::NotInterleaved);
+    check(&f, Context::Worker(0), s["bad"], Some(0x70000));
+}
+
+#[test]
+fn fetch_outside_executable_memory() {
+    let (f, _) = fault(&worker(" li $m1, 0x80000\n br $m1"));
+    assert_eq!(f.kind, FaultKind::FetchNotExecutable);
+    check(&f, Context::Worker(0), 0x80000, Some(0x80000));
+}
+
+#[test]
+fn invalid_encoding() {
+    let (f, s) = fault(&worker("bad: .word 0x7F000000"));
+    assert!(matches!(f.kind, FaultKind::InvalidEncoding(_)), "{f}");
+    check(&f, Context::Worker(0), s["bad"], Some(s["bad"]));
+}
+
+#[test]
+fn sub_word_store() {
+    let (f, s) = fault(&worker(" li $m1, 0x80000\nbad: st8 $m2, $m1, 3"));
+    assert_eq!(f.kind, FaultKind::SubWordStore);
+    check(&f, Context::Worker(0), s["bad"], Some(0x80003));
+    let (f, _) = fault(&worker(" li $m1, 0x80000\n st16 $m2, $m1, 2"));
+    assert_eq!(f.kind, FaultKind::SubWordStore);
+}
+
+#[test]
+fn fp8_amp_on_a_target_without_it() {
+    let src = "main:\nbad: ampcfg f8f16\n halt\n";
+    let (f, s) = fault_with(TargetKind::Bow.target(), 1, src, RunLimits::default());
+    assert_eq!(
+        f.kind,
+        FaultKind::AmpModeUnsupported(ipu_target::AmpMode::F8F16)
+    );
+    check(&f, Context::Supervisor, s["bad"], None);
+}
+
+#[test]
+fn supervisor_only_on_a_worker_and_worker_only_on_the_supervisor() {
+    let (f, s) = fault(&worker("bad: sync"));
+    assert_eq!(f.kind, FaultKind::SupervisorOnly);
+    check(&f, Context::Worker(0), s["bad"], None);
+    let (f, s) = fault("main:\nbad: exit\n");
+    assert_eq!(f.kind, FaultKind::WorkerOnly);
+    check(&f, Context::Supervisor, s["bad"], None);
+}
+
+#[test]
+fn run_entry_outside_executable_memory() {
+    let (f, s) = fault("main:\n li $m1, 0x90000\nbad: run $m1, $m2\n halt\n");
+    assert_eq!(f.kind, FaultKind::RunEntryNotExecutable);
+    check(&f, Context::Supervisor, s["bad"], Some(0x90000));
+}
+
+#[test]
+fn rpt_count_over_the_limit() {
+    let (f, s) = fault(&worker(" li $m1, 0x10000\nbad: rpt $m1, 1\n nop"));
+    assert_eq!(f.kind, FaultKind::RptCountTooLarge(0x10000));
+    check(&f, Context::Worker(0), s["bad"], None);
+}
+
+#[test]
+fn control_flow_inside_an_rpt_body() {
+    let (f, s) = fault(&worker(" rpt 2, 1\nbad: bri w"));
+    assert_eq!(f.kind, FaultKind::ControlInRptBody);
+    check(&f, Context::Worker(0), s["bad"], None);
+}
+
+#[test]
+fn cycle_limit() {
+    let limits = RunLimits {
+        max_cycles: 1000,
+        ..RunLimits::default()
+    };
+    let (f, s) = fault_with(Target::gc200(), 1, &worker("spin: bri spin"), limits);
+    assert_eq!(f.kind, FaultKind::CycleLimit(1000));
+    check(&f, Context::Worker(0), s["spin"], None);
+    let (f, _) = fault_with(Target::gc200(), 1, "main:\nspin: bri spin\n", limits);
+    assert_eq!(f.kind, FaultKind::CycleLimit(1000));
+}
+
+#[test]
+fn step_limit() {
+    let limits = RunLimits {
+        max_global_steps: 3,
+        ..RunLimits::default()
+    };
+    let (f, _) = fault_with(Target::gc200(), 2, "main:\n sync\n bri main\n", limits);
+    assert_eq!(f.kind, FaultKind::StepLimit(3));
+}
+
+#[test]
+fn global_instruction_while_workers_run() {
+    let src = "main:\n setzi $m1, w\n run $m1, $m2\nbad: sync\n halt\n .align 8\nw:\n rpt 100, 1\n nop\n exit\n";
+    let (f, s) = fault(src);
+    assert_eq!(f.kind, FaultKind::WorkersRunning);
+    check(&f, Context::Supervisor, s["bad"], None);
+}
+
+#[test]
+fn workers_of_one_phase_writing_the_same_word() {
+    let src = "main:\n setzi $m1, w\n run $m1, $m2\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
+    let (f, s) = fault(src);
+    assert_eq!(
+        f.kind,
+        FaultKind::WorkerRace {
+            other: 0,
+            both_write: true
+        }
+    );
+    check(&f, Context::Worker(1), s["w"], Some(0x80010));
+    // Reading what another worker of the phase writes.
+    let src = "main:\n setzi $m1, w\n setzi $m2, 0\n run $m1, $m2\n setzi $m2, 1\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n brz $m0, rd\n st32 $m3, $m3, 0\n exit\nrd:\n ld32 $m4, $m3, 0\n exit\n";
+    let (f, _) = fault(src);
+    assert_eq!(
+        f.kind,
+        FaultKind::WorkerRace {
+            other: 0,
+            both_write: false
+        }
+    );
+    assert_eq!(f.address, Some(0x80010));
+    // Disjoint words are fine; so are workers separated by waitw.
+    let ok = "main:\n setzi $m1, w\n setzi $m2, 0\n run $m1, $m2\n waitw\n run $m1, $m2\n setzi $m2, 4\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n add $m3, $m3, $m0\n st32 $m3, $m3, 0\n exit\n";
+    let o = assemble(ok, "ok.s", &AsmOptions::default()).unwrap();
+    let mut d = Device::new(Target::gc200(), 1);
+    for s in &o.sections {
+        d.write(0, s.address, &s.bytes).unwrap();
+    }
+    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+}
+
+#[test]
+fn tiles_reaching_different_global_instructions() {
+    let src = "main:\n get $m1, tileid\n brnz $m1, other\n sync\n halt\nother:\nbad: halt\n";
+    let (f, s) = fault_with(Target::gc200(), 3, src, RunLimits::default());
+    assert_eq!(
+        f.kind,
+        FaultKind::GlobalMismatch {
+            reached: GlobalKind::Halt,
+            expected: GlobalKind::Sync
+        }
+    );
+    assert_eq!((f.tile, f.pc), (1, s["bad"]));
+    assert!(
+        f.to_string()
+            .contains("tile reached halt while tile 0 reached sync"),
+        "{f}"
+    );
+}
+
+#[test]
+fn amp_faults() {
+    // amp before ampcfg.
+    let (f, s) = fault(&worker("bad: amp $a0:1, $a2:3, $a4:5, 0"));
+    assert_eq!(f.kind, FaultKind::AmpNotConfigured);
+    check(&f, Context::Worker(0), s["bad"], None);
+    // ampw outside interleaved memory, misaligned.
+    let (f, s) = fault("main:\n ampcfg f16f16\n li $m1, 0x70000\nbad: ampw $m1\n halt\n");
+    assert_eq!(f.kind, FaultKind::NotInterleaved);
+    check(&f, Context::Supervisor, s["bad"], Some(0x70000));
+    let (f, _) = fault("main:\n ampcfg f16f16\n li $m1, 0x80008\n ampw $m1\n halt\n");
+    assert_eq!(f.kind, FaultKind::Misaligned { align: 16 });
+    // Changing the AMP while workers run.
+    let src = "main:\n setzi $m1, w\n run $m1, $m2\nbad: ampcfg f16f32\n waitw\n halt\n .align 8\nw:\n rpt 10, 1\n nop\n exit\n";
+    let (f, s) = fault(src);
+    assert_eq!(f.kind, FaultKind::AmpBusy);
+    check(&f, Context::Supervisor, s["bad"], None);
+}
+
+#[test]
+fn bad_exchange_table() {
+    let (f, s) = fault("main:\n li $m1, 0x90000\nbad: exch $m1\n halt\n");
+    assert!(matches!(f.kind, FaultKind::BadTable(_)), "{f}");
+    check(&f, Context::Supervisor, s["bad"], Some(0x90000));
+}
+
+#[test]
+fn faults_on_a_later_tile_name_that_tile() {
+    let src = "main:\n get $m1, tileid\n shl $m1, $m1, 2\n li $m2, 0x80001\n add $m2, $m2, $m1\n sync\n ld32 $m3, $m2, 3\n halt\n";
+    // Tile 0 reads 0x80004 (fine), tile 1 reads 0x80008 (fine)... all aligned: no fault.
+    let o = assemble(src, "t.s", &AsmOptions::default()).unwrap();
+    let mut d = Device::new(Target::gc200(), 4);
+    for t in 0..4 {
+        for s in &o.sections {
+            d.write(t, s.address, &s.bytes).unwrap();
+        }
+    }
+    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    let src = "main:\n get $m1, tileid\n li $m2, 0x80000\n add $m2, $m2, $m1\n sync\nbad: ld32 $m3, $m2, 0\n halt\n";
+    let (f, s) = fault_with(Target::gc200(), 4, src, RunLimits::default());
+    assert_eq!(
+        (f.tile, f.context, f.pc, f.address),
+        (1, Context::Supervisor, s["bad"], Some(0x80001))
+    );
+}
