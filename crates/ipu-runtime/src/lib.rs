@@ -10,6 +10,31 @@
 //! The device is a trait ([`Device`]); the simulator ([`SimulatorDevice`]) is the embedded
 //! default. Host tensors are dense and row-major at this API; in the host pages they are in
 //! the device's storage order ([`layout`]).
+//!
+//! ```no_run
+//! use ipu_runtime::{DeviceLock, LockOptions, Session, SessionOptions, SimulatorDevice};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let package = ipu_package::Package::from_bytes(&std::fs::read("model.ipuexe")?)?;
+//! let target = ipu_target::TargetKind::from_name(&package.manifest.target)
+//!     .ok_or("unknown target")?
+//!     .target();
+//! let ownership = DeviceLock::acquire(&LockOptions::default())?;
+//! let options = SessionOptions { ownership: Some(ownership), ..SessionOptions::default() };
+//! let device = Box::new(SimulatorDevice::new(target));
+//! let mut session = Session::open_with(device, &package, options)?;
+//! session.start_host_exchange()?;
+//! session.write_input("x", &[0u8; 64])?;
+//! session.call("initialize")?;
+//! let report = session.call("run")?;
+//! let y = session.read_output("y")?;
+//! let profile = session.write_profile(std::path::Path::new("run.profile.json"))?;
+//! println!("cycles={} tiles={} samples={}", report.counters.cycles,
+//!     profile.tile_count(), profile.sample_count());
+//! # let _ = y;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod device;
 mod error;

@@ -5,7 +5,10 @@ mod common;
 
 use common::*;
 use ipu_package::Package;
-use ipu_runtime::{Device, Profile, RuntimeError, STARTUP_PROGRAM, Session, SimulatorDevice};
+use ipu_runtime::{
+    CallLimits, Device, Profile, RuntimeError, STARTUP_PROGRAM, Session, SessionOptions,
+    SimulatorDevice,
+};
 use ipu_target::{Target, TargetKind, config};
 
 fn device(target: Target) -> Box<dyn Device> {
@@ -301,7 +304,7 @@ fn unknown_names_and_wrong_sizes_are_errors_listing_what_exists() {
     let e = session.call("nope").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "no program named \"nope\" in the package (known: startup, initialize, run, echo, fault)"
+        "no program named \"nope\" in the package (known: startup, initialize, run, echo, fault, spin)"
     );
     let e = session.write_input("z", &[]).unwrap_err();
     assert_eq!(
@@ -350,4 +353,35 @@ fn a_device_fault_names_tile_pc_and_address() {
         "{text}"
     );
     assert!(!text.contains('\n'));
+}
+
+#[test]
+fn a_program_that_never_halts_is_stopped_by_the_cycle_limit() {
+    let package = doubling_package(Target::gc200(), 2, &[2, 4], 4);
+    let options = SessionOptions {
+        limits: CallLimits {
+            cycles_max: 6_000,
+            ..CallLimits::default()
+        },
+        ..SessionOptions::default()
+    };
+    let mut session = Session::open_with(device(Target::gc200()), &package, options).unwrap();
+    let e = session.call("spin").unwrap_err();
+    let fault = e.fault().unwrap_or_else(|| panic!("not a fault: {e:?}"));
+    assert_eq!(fault.pc, symbol("spin"));
+    assert!(fault.reason.contains("limit of") && fault.reason.contains("cycles"), "{fault}");
+}
+
+#[test]
+fn every_tile_of_the_chip_takes_part() {
+    let package = doubling_package(Target::gc200(), 1472, &[64, 92], 4);
+    let mut session = open(&package);
+    session.start_host_exchange().unwrap();
+    let x = inputs(64 * 92);
+    session.write_input("x", &f32_bytes(&x)).unwrap();
+    let report = session.call("run").unwrap();
+    let y = f32_values(&session.read_output("y").unwrap());
+    assert_eq!(y, x.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
+    assert_eq!(session.profile().tile_count(), 1472);
+    assert!(report.counters.instructions > 1472 * 10);
 }

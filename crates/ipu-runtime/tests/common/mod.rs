@@ -62,6 +62,10 @@ echo:
         hostx   $m1
         halt
 
+# Never halts: stopped by the call's cycle limit.
+spin:
+        bri     spin
+
 fault:
         setzi   $m1, FAULT_ADDR
 fault_load:
@@ -208,6 +212,7 @@ pub fn package_of(
                 program("run", 2),
                 program("echo", 2),
                 program("fault", 1),
+                program("spin", 0),
             ],
             host_pages: vec![bytes, bytes],
             tensors: vec![
