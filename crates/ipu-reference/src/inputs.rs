@@ -12,7 +12,7 @@
 //!
 //! Generation is sequential and independent of any thread count.
 
-use ipu_graph::Graph;
+use ipu_graph::{Graph, TensorType};
 
 use crate::{Tensor, round_to_dtype};
 
@@ -45,18 +45,20 @@ pub fn make_inputs(graph: &Graph, seed: u64) -> Vec<Tensor> {
         .inputs()
         .iter()
         .enumerate()
-        .map(|(i, &id)| {
-            let ty = &graph.value(id).ty;
-            let mut rng =
-                SplitMix64(seed.wrapping_add((i as u64 + 1).wrapping_mul(SPLITMIX_GAMMA)));
-            let data = (0..ty.elements())
-                .map(|_| round_to_dtype(ty.dtype, rng.uniform()))
-                .collect();
-            Tensor {
-                dtype: ty.dtype,
-                shape: ty.shape.clone(),
-                data,
-            }
-        })
+        .map(|(i, &id)| make_input(&graph.value(id).ty, i, seed))
         .collect()
+}
+
+/// The tensor [`make_inputs`] gives for the graph input at position `index` of type `ty`
+/// (for callers that know the inputs' types but not the graph, such as a package's manifest).
+pub fn make_input(ty: &TensorType, index: usize, seed: u64) -> Tensor {
+    let mut rng = SplitMix64(seed.wrapping_add((index as u64 + 1).wrapping_mul(SPLITMIX_GAMMA)));
+    let data = (0..ty.elements())
+        .map(|_| round_to_dtype(ty.dtype, rng.uniform()))
+        .collect();
+    Tensor {
+        dtype: ty.dtype,
+        shape: ty.shape.clone(),
+        data,
+    }
 }
