@@ -143,8 +143,9 @@ impl fmt::Display for DeviceFault {
 ///
 /// Order of use: [`Device::initialize`], [`Device::write_config`] for every register write,
 /// [`Device::load_tile`] for every tile, [`Device::attach_host_pages`], then any number of
-/// [`Device::call`]s. The trait is object-safe: sessions hold a `Box<dyn Device>`.
-pub trait Device {
+/// [`Device::call`]s. The trait is object-safe: sessions hold a `Box<dyn Device>`; devices are
+/// `Send` so that a session can move to another thread.
+pub trait Device: Send {
     /// A short name for logs and reports (`simulator`).
     fn name(&self) -> &str;
 

@@ -114,6 +114,14 @@ pub enum RuntimeError {
         /// The largest window any tile was configured with.
         window_bytes: u64,
     },
+    /// The package's host pages are beyond what a session attaches.
+    #[error("the package's host pages total {bytes} bytes, more than the limit of {limit_bytes}")]
+    HostPagesTooLarge {
+        /// Bytes of all host pages.
+        bytes: u64,
+        /// [`crate::session::HOST_PAGES_BYTES_MAX`].
+        limit_bytes: u64,
+    },
     /// A program name the package does not have.
     #[error("no program named {name:?} in the package (known: {known})")]
     UnknownProgram {

@@ -52,3 +52,10 @@ pub use lock::{DeviceLock, LockOptions, default_lock_path};
 pub use profile::Profile;
 pub use session::{CallReport, STARTUP_PROGRAM, Session, SessionOptions};
 pub use simulator::SimulatorDevice;
+
+// A session (and with it every device) can move between threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Session<'static>>();
+    send::<SimulatorDevice>();
+};

@@ -118,11 +118,11 @@ impl<'p> Session<'p> {
         for t in &m.tensors {
             tensor_sizes(t)?;
         }
-        let page_bytes: u64 = m.host_pages.iter().sum();
+        let page_bytes = m.host_pages.iter().fold(0u64, |a, &b| a.saturating_add(b));
         if page_bytes > HOST_PAGES_BYTES_MAX {
-            return Err(RuntimeError::HostWindow {
-                needed_bytes: page_bytes,
-                window_bytes: HOST_PAGES_BYTES_MAX,
+            return Err(RuntimeError::HostPagesTooLarge {
+                bytes: page_bytes,
+                limit_bytes: HOST_PAGES_BYTES_MAX,
             });
         }
 

@@ -330,6 +330,11 @@ fn unknown_names_and_wrong_sizes_are_errors_listing_what_exists() {
     let e = open_err(&p);
     assert!(e.to_string().contains("tensor \"x\""), "{e}");
     let mut p = package.clone();
+    p.manifest.host_pages = vec![u64::MAX, u64::MAX];
+    p.manifest.tensors.clear();
+    let e = open_err(&p);
+    assert!(matches!(e, RuntimeError::HostPagesTooLarge { .. }), "{e:?}");
+    let mut p = package.clone();
     p.manifest.tensors[1].dtype = "i7".into();
     let e = open_err(&p);
     assert!(e.to_string().contains("unknown dtype"), "{e}");
@@ -369,7 +374,10 @@ fn a_program_that_never_halts_is_stopped_by_the_cycle_limit() {
     let e = session.call("spin").unwrap_err();
     let fault = e.fault().unwrap_or_else(|| panic!("not a fault: {e:?}"));
     assert_eq!(fault.pc, symbol("spin"));
-    assert!(fault.reason.contains("limit of") && fault.reason.contains("cycles"), "{fault}");
+    assert!(
+        fault.reason.contains("limit of") && fault.reason.contains("cycles"),
+        "{fault}"
+    );
 }
 
 #[test]
