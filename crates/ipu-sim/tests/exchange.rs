@@ -1,0 +1,321 @@
+//! The exchange engine's rules, host exchange and BSP sync accounting.
+
+mod common;
+
+use common::*;
+use ipu_isa::tables::*;
+use ipu_sim::{Device, FaultKind, RunLimits, SimError};
+use ipu_target::{EXCHANGE_PHASE_OVERHEAD_CYCLES, Target};
+
+const TABLE: u32 = 0x90000;
+const PROGRAM: &str = "main:\n li $m1, 0x90000\n exch $m1\n halt\n";
+
+fn row(src: u32, dst: u32, bytes: u32, start: u32, tile: u16, count: u16) -> ExchangeRow {
+    ExchangeRow {
+        src_addr: src,
+        dst_addr: dst,
+        bytes,
+        start_cycle: start,
+        dst_tile: tile,
+        dst_tile_count: count,
+    }
+}
+
+/// Runs one exchange phase with `tables[t]` on tile t; tile t's memory at 0x80000.. holds
+/// bytes `t * 16 + i`.
+fn exchange(tables: &[ExchangeTable]) -> (Device, Result<ipu_sim::RunReport, SimError>) {
+    let n = tables.len() as u32;
+    let (mut d, entry) = device_with(Target::gc200(), n, PROGRAM);
+    for (t, table) in tables.iter().enumerate() {
+        d.write(t as u32, TABLE, &table.to_bytes()).unwrap();
+        let data: Vec<u8> = (0..256u32).map(|i| (t as u32 * 16 + i) as u8).collect();
+        d.write(t as u32, 0x80000, &data).unwrap();
+    }
+    let r = d.run(entry, &RunLimits::default());
+    (d, r)
+}
+
+fn table(horizon: u32, rows: Vec<ExchangeRow>) -> ExchangeTable {
+    ExchangeTable {
+        horizon_cycles: horizon,
+        rows,
+    }
+}
+
+#[track_caller]
+fn rejected(tables: &[ExchangeTable], tile: u32, needle: &str) {
+    let (_, r) = exchange(tables);
+    let err = r.expect_err("the exchange is rejected");
+    let f = err.fault().expect("a fault");
+    assert!(matches!(f.kind, FaultKind::Exchange(_)), "{f}");
+    assert_eq!(f.tile, tile, "{f}");
+    assert!(
+        f.to_string().contains(needle),
+        "`{f}` should mention `{needle}`"
+    );
+    assert!(f.instruction.starts_with("exch"), "{f}");
+}
+
+#[test]
+fn a_valid_exchange_moves_the_bytes_in_the_scheduled_cycles() {
+    let tables = vec![
+        table(100, vec![row(0x80000, 0x88000, 64, 0, 1, 1)]),
+        table(100, vec![row(0x80040, 0x88100, 32, 20, 2, 2)]),
+        table(100, vec![]),
+        table(100, vec![row(0x80000, 0x88200, 8, 40, 0, 1)]),
+    ];
+    let (d, r) = exchange(&tables);
+    let r = r.unwrap();
+    // li (2 slots) then the phase: overhead + horizon.
+    assert_eq!(r.cycles, 12 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + 100);
+    assert_eq!(
+        r.exchange_cycles,
+        EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + 100
+    );
+    assert_eq!(r.global_steps, 2);
+    let src0: Vec<u8> = (0..64u32).map(|i| i as u8).collect();
+    assert_eq!(d.read(1, 0x88000, 64).unwrap(), src0);
+    let src1: Vec<u8> = (64..96u32).map(|i| (16 + i) as u8).collect();
+    assert_eq!(d.read(2, 0x88100, 32).unwrap(), src1);
+    assert_eq!(d.read(3, 0x88100, 32).unwrap(), src1);
+    let src3: Vec<u8> = (0..8u32).map(|i| (48 + i) as u8).collect();
+    assert_eq!(d.read(0, 0x88200, 8).unwrap(), src3);
+    // Untouched elsewhere.
+    assert_eq!(d.read(0, 0x88000, 4).unwrap(), vec![0; 4]);
+    for c in &d.counters()[..4] {
+        assert_eq!(c.exchange_cycles, 200);
+        assert_eq!(
+            c.cycles,
+            c.compute_cycles + c.exchange_cycles + c.sync_cycles
+        );
+    }
+}
+
+#[test]
+fn data_moves_as_if_all_reads_precede_all_writes() {
+    // Tiles 0 and 1 swap words: each reads its 0x80000 and writes the other's 0x80100.
+    let tables = vec![
+        table(64, vec![row(0x80000, 0x80100, 4, 0, 1, 1)]),
+        table(64, vec![row(0x80000, 0x80100, 4, 0, 0, 1)]),
+    ];
+    let (d, r) = exchange(&tables);
+    r.unwrap();
+    assert_eq!(d.read(0, 0x80100, 4).unwrap(), vec![16, 17, 18, 19]);
+    assert_eq!(d.read(1, 0x80100, 4).unwrap(), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn a_tile_sending_two_rows_at_once_is_rejected() {
+    let t = vec![
+        table(
+            100,
+            vec![
+                row(0x80000, 0x88000, 64, 0, 1, 1),
+                row(0x80040, 0x88040, 64, 10, 1, 1),
+            ],
+        ),
+        table(100, vec![]),
+    ];
+    rejected(&t, 0, "send at overlapping cycles 0..16 and 10..26");
+}
+
+#[test]
+fn a_tile_receiving_two_streams_at_once_is_rejected() {
+    let t = vec![
+        table(100, vec![row(0x80000, 0x88000, 16, 0, 2, 1)]),
+        table(100, vec![row(0x80000, 0x88100, 16, 2, 2, 1)]),
+        table(100, vec![]),
+    ];
+    rejected(&t, 2, "tile 2 receives two streams at once");
+    // Back to back is fine: 16 bytes = 4 cycles.
+    let t = vec![
+        table(100, vec![row(0x80000, 0x88000, 16, 0, 2, 1)]),
+        table(100, vec![row(0x80000, 0x88100, 16, 4, 2, 1)]),
+        table(100, vec![]),
+    ];
+    exchange(&t).1.unwrap();
+}
+
+#[test]
+fn a_transfer_ending_after_the_horizon_is_rejected() {
+    // 64 bytes = 16 cycles, latency 8: ends at 24 > 20.
+    let t = vec![
+        table(20, vec![row(0x80000, 0x88000, 64, 0, 1, 1)]),
+        table(20, vec![]),
+    ];
+    rejected(&t, 0, "ends at cycle 24, after the horizon 20");
+    let t = vec![
+        table(24, vec![row(0x80000, 0x88000, 64, 0, 1, 1)]),
+        table(24, vec![]),
+    ];
+    exchange(&t).1.unwrap();
+}
+
+#[test]
+fn tables_disagreeing_on_the_horizon_are_rejected() {
+    rejected(
+        &[table(100, vec![]), table(90, vec![])],
+        1,
+        "horizon 90 differs",
+    );
+}
+
+#[test]
+fn bad_rows_are_rejected() {
+    let bad = |r: ExchangeRow, needle: &str| {
+        rejected(&[table(1000, vec![r]), table(1000, vec![])], 0, needle)
+    };
+    bad(
+        row(0x80002, 0x88000, 4, 0, 1, 1),
+        "source address misaligned",
+    );
+    bad(
+        row(0x80000, 0x88001, 4, 0, 1, 1),
+        "destination address misaligned",
+    );
+    bad(
+        row(0x80000, 0x88000, 6, 0, 1, 1),
+        "not a positive multiple of 4",
+    );
+    bad(
+        row(0x80000, 0x88000, 0, 0, 1, 1),
+        "not a positive multiple of 4",
+    );
+    bad(row(0xE7FFC, 0x88000, 8, 0, 1, 1), "outside tile memory");
+    bad(row(0x80000, 0x40000, 8, 0, 1, 1), "outside tile memory");
+    bad(
+        row(0x80000, 0x88000, 8, 0, 2, 1),
+        "outside the 2 active tiles",
+    );
+    bad(
+        row(0x80000, 0x88000, 8, 0, 1, 0),
+        "outside the 2 active tiles",
+    );
+    bad(row(0x80000, 0x88000, 8, 0, 1472, 1), "outside");
+}
+
+#[test]
+fn overlapping_destinations_are_rejected() {
+    let t = vec![
+        table(200, vec![row(0x80000, 0x88000, 16, 0, 2, 1)]),
+        table(200, vec![row(0x80000, 0x88008, 16, 50, 2, 1)]),
+        table(200, vec![]),
+    ];
+    rejected(&t, 2, "overlaps the destination of tile 0 row 0");
+}
+
+#[test]
+fn writing_memory_the_phase_reads_is_rejected() {
+    // Tile 1 sends from 0x80000 while tile 0 writes into 0x80008 on tile 1.
+    let t = vec![
+        table(200, vec![row(0x80000, 0x80008, 16, 0, 1, 1)]),
+        table(200, vec![row(0x80000, 0x88000, 16, 0, 0, 1)]),
+    ];
+    rejected(&t, 1, "overlaps the source of row 0 read in the same phase");
+}
+
+#[test]
+fn host_exchange_moves_pages_both_ways() {
+    let src = "main:\n li $m1, 0x90000\n hostx $m1\n halt\n";
+    let (mut d, entry) = device_with(Target::gc200(), 2, src);
+    for t in 0..2u32 {
+        let h = HostTable {
+            rows: vec![
+                HostRow {
+                    page: 0,
+                    direction: HostDirection::ToDevice,
+                    page_offset: 16 * t,
+                    tile_addr: 0x80000,
+                    bytes: 16,
+                },
+                HostRow {
+                    page: 1,
+                    direction: HostDirection::ToHost,
+                    page_offset: 8 * t,
+                    tile_addr: 0x81000,
+                    bytes: 8,
+                },
+            ],
+        };
+        d.write(t, TABLE, &h.to_bytes()).unwrap();
+        d.write(t, 0x81000, &[t as u8 + 100; 8]).unwrap();
+    }
+    d.attach_host_pages(vec![(0..32).collect(), vec![0; 16]]);
+    let r = d.run(entry, &RunLimits::default()).unwrap();
+    assert_eq!(
+        d.read(1, 0x80000, 16).unwrap(),
+        (16..32).collect::<Vec<u8>>()
+    );
+    assert_eq!(d.host_pages()[1], [vec![100u8; 8], vec![101u8; 8]].concat());
+    // 1000 + (2 * 24 bytes) / 16.
+    let cost = ipu_target::HOST_EXCHANGE_OVERHEAD_CYCLES as u64 + 3;
+    assert_eq!(r.exchange_cycles, cost);
+    assert_eq!(d.counters()[0].host_exchange_cycles, cost);
+}
+
+#[test]
+fn host_exchange_checks_pages_and_memory() {
+    let src = "main:\n li $m1, 0x90000\n hostx $m1\n halt\n";
+    let case = |r: HostRow, pages: Vec<Vec<u8>>, needle: &str| {
+        let (mut d, entry) = device_with(Target::gc200(), 1, src);
+        d.write(0, TABLE, &HostTable { rows: vec![r] }.to_bytes())
+            .unwrap();
+        d.attach_host_pages(pages);
+        let e = d.run(entry, &RunLimits::default()).expect_err("rejected");
+        let f = e.fault().unwrap();
+        assert!(matches!(f.kind, FaultKind::HostExchange(_)), "{f}");
+        assert!(
+            f.to_string().contains(needle),
+            "`{f}` should mention `{needle}`"
+        );
+    };
+    let r = HostRow {
+        page: 0,
+        direction: HostDirection::ToDevice,
+        page_offset: 0,
+        tile_addr: 0x80000,
+        bytes: 16,
+    };
+    case(
+        HostRow { page: 3, ..r },
+        vec![vec![0; 16]],
+        "no host page 3",
+    );
+    case(r, vec![vec![0; 8]], "beyond host page 0");
+    case(
+        HostRow {
+            tile_addr: 0x80002,
+            ..r
+        },
+        vec![vec![0; 16]],
+        "multiples of 4",
+    );
+    case(
+        HostRow {
+            tile_addr: 0xE7FF8,
+            ..r
+        },
+        vec![vec![0; 16]],
+        "outside tile memory",
+    );
+}
+
+#[test]
+fn sync_advances_every_tile_to_the_slowest_plus_the_sync_cost() {
+    // Tile t spins 10 * t slots before the sync.
+    let src = "main:\n get $m1, tileid\n mul $m1, $m1, 10\n rpt $m1, 1\n nop\n sync\n halt\n";
+    let (d, r) = run(3, src);
+    let r = r.unwrap();
+    let c = d.counters();
+    // get, mul, rpt = 3 slots; tile 2 spins 20 more.
+    assert_eq!(c[2].compute_cycles, 6 * 23);
+    assert_eq!(c[0].compute_cycles, 6 * 3);
+    for t in 0..3 {
+        assert_eq!(c[t].cycles, 6 * 23 + 90, "tile {t}");
+        assert_eq!(c[t].sync_cycles, 6 * 23 + 90 - c[t].compute_cycles);
+    }
+    assert_eq!(r.cycles, 6 * 23 + 90);
+    // The report shows the first tile with the most cycles: tile 0, which waited longest.
+    assert_eq!((r.critical_tile, r.sync_cycles), (0, 6 * 20 + 90));
+    assert_eq!(d.profile().len(), 6);
+}
