@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use ipu_isa::{AsmOptions, DisasmOptions, Object};
+use ipu_isa::{AsmOptions, Object};
 
 /// Arguments of `ipu asm`.
 #[derive(clap::Args)]
@@ -105,20 +105,8 @@ pub fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
         None => Object::from_bytes(&bytes)
             .with_context(|| format!("corrupt binary {}", args.input.display()))?,
     };
-    let mut out = String::new();
-    for s in &object.sections {
-        let opts = DisasmOptions {
-            data_as_words: !args.strict,
-            symbols: Some(&object.symbols),
-            section: Some(&s.name),
-        };
-        let text = ipu_isa::disassemble_with(&s.bytes, s.address, &opts)
-            .with_context(|| format!("section `{}` of {}", s.name, args.input.display()))?;
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&text);
-    }
+    let out = ipu_isa::disassemble_object_with(&object, !args.strict)
+        .with_context(|| format!("{}", args.input.display()))?;
     print!("{out}");
     Ok(0)
 }

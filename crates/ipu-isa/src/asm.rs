@@ -720,6 +720,12 @@ impl Assembler {
                 format!("duplicate symbol `{name}` (first defined at {prev})"),
             ));
         }
+        if label && u32::try_from(value).is_err() {
+            return Err(loc.err(
+                col,
+                format!("label `{name}` at {value:#x} is outside the 32-bit address space"),
+            ));
+        }
         self.defined_at
             .insert(name.to_string(), format!("{}:{}", loc.file, loc.line));
         self.symbols.insert(name.to_string(), value);

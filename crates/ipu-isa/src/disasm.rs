@@ -29,8 +29,11 @@ pub struct DisasmError {
 pub struct DisasmOptions<'a> {
     /// Print words that are not valid instructions (data) as `.word` lines instead of failing.
     pub data_as_words: bool,
-    /// Labels to print at their addresses and to use for branch targets.
+    /// Labels to print at their addresses (those inside or at the end of the bytes) and to use
+    /// for branch targets.
     pub symbols: Option<&'a BTreeMap<String, u32>>,
+    /// More names for branch targets only (labels of other sections), if any.
+    pub target_names: Option<&'a BTreeMap<String, u32>>,
     /// The section name for the `.section` line.
     pub section: Option<&'a str>,
 }
@@ -44,11 +47,41 @@ pub fn disassemble(bytes: &[u8], address: u32) -> Result<String, DisasmError> {
 /// Disassembles every section of an object with its labels. Data words that are not valid
 /// instructions are printed as `.word` (so the text always reassembles to the same bytes).
 pub fn disassemble_object(object: &Object) -> Result<String, DisasmError> {
+    disassemble_object_with(object, true)
+}
+
+/// Disassembles every section of an object; with `data_as_words` false, a word that is not an
+/// instruction is an error (its offset is counted from the start of its section).
+///
+/// Each label is printed once: in the section that contains its address, or else at the end of
+/// the section that ends there. Labels outside every section are listed as comments.
+pub fn disassemble_object_with(
+    object: &Object,
+    data_as_words: bool,
+) -> Result<String, DisasmError> {
+    let mut own: Vec<BTreeMap<String, u32>> = vec![BTreeMap::new(); object.sections.len()];
+    let mut orphans = Vec::new();
+    for (name, &a) in &object.symbols {
+        let inside = object
+            .sections
+            .iter()
+            .position(|s| s.address <= a && (a as u64) < s.end());
+        let at_end = || object.sections.iter().position(|s| s.end() == a as u64);
+        match inside.or_else(at_end) {
+            Some(i) => {
+                own[i].insert(name.clone(), a);
+            }
+            None => orphans.push((name, a)),
+        }
+    }
+    let printed: BTreeMap<String, u32> =
+        own.iter().flatten().map(|(n, &a)| (n.clone(), a)).collect();
     let mut out = String::new();
-    for s in &object.sections {
+    for (s, labels) in object.sections.iter().zip(&own) {
         let opts = DisasmOptions {
-            data_as_words: true,
-            symbols: Some(&object.symbols),
+            data_as_words,
+            symbols: Some(labels),
+            target_names: Some(&printed),
             section: Some(&s.name),
         };
         if !out.is_empty() {
@@ -56,7 +89,26 @@ pub fn disassemble_object(object: &Object) -> Result<String, DisasmError> {
         }
         out.push_str(&disassemble_with(&s.bytes, s.address, &opts)?);
     }
+    for (name, a) in orphans {
+        let _ = writeln!(out, "# symbol {name} = {a:#x} is outside every section");
+    }
     Ok(out)
+}
+
+/// A section name as the assembler reads it: bare when it is a valid name, else quoted.
+fn section_name(name: &str) -> String {
+    if crate::object::is_symbol_name(name) {
+        name.to_string()
+    } else {
+        let escaped: String = name
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("\"{escaped}\"")
+    }
 }
 
 fn line(out: &mut String, text: &str, comment: &str) {
@@ -87,8 +139,14 @@ pub fn disassemble_with(
             by_addr.entry(a).or_default().push(name);
         }
     }
+    let mut names: BTreeMap<u32, &str> = BTreeMap::new();
+    for syms in [opts.target_names, opts.symbols].into_iter().flatten() {
+        for (name, &a) in syms {
+            names.entry(a).or_insert(name);
+        }
+    }
     let target = |t: u32| -> String {
-        match by_addr.get(&t).and_then(|v| v.first()) {
+        match names.get(&t) {
             Some(name) => name.to_string(),
             None => format!("{t:#x}"),
         }
@@ -97,7 +155,7 @@ pub fn disassemble_with(
     let _ = writeln!(
         out,
         ".section {}, {address:#x}",
-        opts.section.unwrap_or(".text")
+        section_name(opts.section.unwrap_or(".text"))
     );
     let end = address as u64 + bytes.len() as u64;
     let labels_at = |out: &mut String, lo: u64, hi: u64| {
@@ -114,6 +172,26 @@ pub fn disassemble_with(
             }
         }
     };
+    // Whether a label falls strictly inside [lo, hi).
+    let inner_label = |lo: u64, hi: u64| {
+        by_addr
+            .range((lo + 1).min(u32::MAX as u64) as u32..)
+            .next()
+            .is_some_and(|(&a, _)| (a as u64) < hi && a as u64 > lo)
+    };
+    // Bytes as `.byte` runs, with the labels at their places.
+    let bytes_split = |out: &mut String, data: &[u8], at: u32| {
+        let mut start = 0usize;
+        for i in 0..=data.len() {
+            let here = at as u64 + i as u64;
+            let cut = i == data.len() || (i > start && by_addr.contains_key(&(here as u32)));
+            if cut && i > start {
+                labels_at(out, at as u64 + start as u64, at as u64 + start as u64 + 1);
+                byte_line(out, &data[start..i], at + start as u32);
+                start = i;
+            }
+        }
+    };
     let mut off = 0usize;
     // Leading bytes up to a 4-byte boundary, and trailing bytes.
     let lead = ((4 - address % 4) % 4) as usize;
@@ -125,8 +203,7 @@ pub fn disassemble_with(
             ));
         }
         let n = lead.min(bytes.len());
-        labels_at(&mut out, address as u64, address as u64 + n as u64);
-        byte_line(&mut out, &bytes[..n], address);
+        bytes_split(&mut out, &bytes[..n], address);
         off = n;
     }
     let words_end = off + (bytes.len() - off) / 4 * 4;
@@ -154,6 +231,17 @@ pub fn disassemble_with(
                 Ok((slot, n))
             }
         });
+        if opts.data_as_words
+            && inner_label(
+                at as u64,
+                at as u64 + 4 * decoded.as_ref().map_or(1, |d| d.1) as u64,
+            )
+        {
+            // A label inside the slot: print its first word as bytes around the label.
+            bytes_split(&mut out, &bytes[offset..offset + 4], at);
+            w += 1;
+            continue;
+        }
         match decoded {
             Ok((slot, n)) => {
                 labels_at(&mut out, at as u64, at as u64 + 4 * n as u64);
@@ -193,8 +281,7 @@ pub fn disassemble_with(
     }
     if words_end != bytes.len() {
         let at = address + words_end as u32;
-        labels_at(&mut out, at as u64, end);
-        byte_line(&mut out, &bytes[words_end..], at);
+        bytes_split(&mut out, &bytes[words_end..], at);
     }
     // Labels at the end of the bytes.
     labels_at(&mut out, end, end + 1);

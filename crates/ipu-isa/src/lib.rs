@@ -12,7 +12,10 @@ pub mod tables;
 pub mod text;
 
 pub use asm::{AsmError, AsmOptions, assemble};
-pub use disasm::{DisasmError, DisasmOptions, disassemble, disassemble_object, disassemble_with};
+pub use disasm::{
+    DisasmError, DisasmOptions, disassemble, disassemble_object, disassemble_object_with,
+    disassemble_with,
+};
 pub use encoding::{
     BUNDLE_FLAG, DecodeError, EncodeError, decode, decode_slot, encode, encode_bundle,
     encode_slot, validate,

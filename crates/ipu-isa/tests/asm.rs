@@ -466,3 +466,54 @@ fn strict_disassembly_reports_the_byte_offset() {
         "byte offset 0 (address 0x4c004): bundle at 0x4c004 is not 8-byte aligned"
     );
 }
+
+/// Objects with adjacent, empty, misaligned and oddly named sections and labels anywhere in or
+/// at the end of them.
+fn object() -> impl Strategy<Value = Object> {
+    let names = vec![".text", "data", "a b", "x\"y", "w\\z", "s.1", "_k"];
+    (
+        prop::collection::vec(
+            (0u32..3, 0u32..5, prop::collection::vec(any::<u8>(), 0..24)),
+            1..5,
+        ),
+        prop::sample::subsequence(names, 5),
+        prop::collection::vec(
+            (any::<prop::sample::Index>(), any::<prop::sample::Index>()),
+            0..6,
+        ),
+    )
+        .prop_map(|(parts, names, syms)| {
+            let mut address = 0x4C000u32;
+            let mut sections = Vec::new();
+            for ((gap_words, misalign, bytes), name) in parts.into_iter().zip(names) {
+                address += gap_words * 4 + misalign;
+                sections.push(Section {
+                    name: name.to_string(),
+                    address,
+                    bytes: bytes.clone(),
+                });
+                address += bytes.len() as u32;
+            }
+            let mut symbols = std::collections::BTreeMap::new();
+            for (i, (s, off)) in syms.into_iter().enumerate() {
+                let sec: &Section = &sections[s.index(sections.len())];
+                symbols.insert(
+                    format!("l{i}"),
+                    sec.address + off.index(sec.bytes.len() + 1) as u32,
+                );
+            }
+            Object { sections, symbols }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn objects_survive_disassembly_and_reassembly(obj in object()) {
+        let text = disassemble_object(&obj).unwrap();
+        let back = assemble(&text, "o.s", &AsmOptions::default()).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        prop_assert_eq!(&back, &obj, "{}", text);
+        prop_assert_eq!(Object::from_bytes(&obj.to_bytes()), Ok(obj));
+    }
+}

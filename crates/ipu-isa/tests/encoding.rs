@@ -8,7 +8,7 @@ use ipu_isa::*;
 use proptest::prelude::*;
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20_000))]
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
 
     #[test]
     fn every_valid_instruction_round_trips(i in common::instr()) {
@@ -99,7 +99,7 @@ fn sweep_of_the_low_operand_bits_of_every_opcode() {
     // Every operand value of every defined opcode would be 2^31 words; this sweeps the low 16
     // operand bits of every opcode with a fixed pattern in the high register fields.
     for opcode in 0..128u32 {
-        for high in [0u32, 0x22, 0x4C] {
+        for high in [0u32, 0x4D] {
             for low in 0..=0xFFFFu32 {
                 check_word(opcode << OPCODE_SHIFT | high << 16 | low);
             }
