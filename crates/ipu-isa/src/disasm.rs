@@ -273,7 +273,16 @@ pub fn disassemble_with(
                 line(
                     &mut out,
                     &format!(".word {:#010x}", words[w]),
-                    &format!("{at:08x}: not an instruction: {reason}"),
+                    &format!(
+                        "{at:08x}: not an instruction ({})",
+                        reason.split_once(": ").map_or(reason.as_str(), |(w, r)| {
+                            if w.starts_with("word ") {
+                                r
+                            } else {
+                                reason.as_str()
+                            }
+                        })
+                    ),
                 );
                 w += 1;
             }

@@ -423,9 +423,9 @@ end:
 
         .section data, 0x80000
         table:
-            .word 0x00000002                         # 00080000: not an instruction: word 0x00000002: reserved bits 0x00000002 are set
-            .word 0x3c003c00                         # 00080004: not an instruction: word 0x3c003c00: undefined opcode 0x3c
-            .word 0x3f800000                         # 00080008: not an instruction: word 0x3f800000: undefined opcode 0x3f
+            .word 0x00000002                         # 00080000: not an instruction (reserved bits 0x00000002 are set)
+            .word 0x3c003c00                         # 00080004: not an instruction (undefined opcode 0x3c)
+            .word 0x3f800000                         # 00080008: not an instruction (undefined opcode 0x3f)
         end:
     "#]]
     .assert_eq(&text);
