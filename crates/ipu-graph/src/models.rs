@@ -113,7 +113,7 @@ const MODELS: &[ModelInfo] = &[
     },
     ModelInfo {
         name: "mlp",
-        description: "depth layers of matmul + leaky ReLU (max(h, 0.01 h)) on x[batch,width]",
+        description: "depth layers of h = matmul(x, w) / sqrt(width), then leaky ReLU max(h, 0.01 h), on x[batch,width]",
         params: &[
             ParamInfo {
                 key: "batch",
@@ -381,8 +381,12 @@ fn mlp(p: &Params<'_>) -> Built {
                 x = b.cast(&format!("x{i}"), x, dtype)?;
             }
             let h = b.matmul(&format!("h{i}"), x, w, partials, out)?;
-            let leak = b.op(format!("leak{i}"), OpKind::Scale { factor: 0.01 }, &[h])?;
-            x = b.op(format!("a{i}"), OpKind::Max, &[h, leak])?;
+            // Keeps activations of order 1 at any width, so FP8 casts between layers neither
+            // saturate nor underflow.
+            let factor = 1.0 / (width as f32).sqrt();
+            let n = b.op(format!("n{i}"), OpKind::Scale { factor }, &[h])?;
+            let leak = b.op(format!("leak{i}"), OpKind::Scale { factor: 0.01 }, &[n])?;
+            x = b.op(format!("a{i}"), OpKind::Max, &[n, leak])?;
         }
         b.output(x);
         b.finish()

@@ -36,12 +36,14 @@ fn golden_mlp_fp8() {
           input %w0: f152@0[16, 16]
           input %w1: f152@0[16, 16]
           %h0 = matmul(%x, %w0) {partials = f16}: f16[8, 16]
-          %leak0 = scale(%h0) {factor = 0.01}: f16[8, 16]
-          %a0 = max(%h0, %leak0): f16[8, 16]
+          %n0 = scale(%h0) {factor = 0.25}: f16[8, 16]
+          %leak0 = scale(%n0) {factor = 0.01}: f16[8, 16]
+          %a0 = max(%n0, %leak0): f16[8, 16]
           %x1 = cast(%a0) {to = f152@0}: f152@0[8, 16]
           %h1 = matmul(%x1, %w1) {partials = f16}: f16[8, 16]
-          %leak1 = scale(%h1) {factor = 0.01}: f16[8, 16]
-          %a1 = max(%h1, %leak1): f16[8, 16]
+          %n1 = scale(%h1) {factor = 0.25}: f16[8, 16]
+          %leak1 = scale(%n1) {factor = 0.01}: f16[8, 16]
+          %a1 = max(%n1, %leak1): f16[8, 16]
           output %a1
         }
     "#]]

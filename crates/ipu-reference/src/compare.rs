@@ -4,7 +4,7 @@
 //! dtype); the values and their reasoning are in docs/numerics.md ("Accuracy checks and
 //! thresholds").
 
-use ipu_graph::DType;
+use ipu_graph::{DType, Graph, ValueId};
 
 use crate::Tensor;
 
@@ -60,6 +60,30 @@ impl Tolerance {
             DType::F152 { .. } => TOLERANCE_F152,
         }
     }
+}
+
+/// The tolerance for comparing a device-precision result with the exact one: the loosest of
+/// [`Tolerance::for_dtype`] over the output and every operation result it depends on. Graph
+/// inputs are left out (both precisions see the same input values); an FP8 intermediate, for
+/// instance, limits an f16 output to FP8 accuracy.
+pub fn tolerance_versus_exact(graph: &Graph, output: ValueId) -> Tolerance {
+    let mut tol = Tolerance::for_dtype(graph.value(output).ty.dtype);
+    let mut seen = vec![false; graph.values().len()];
+    let mut stack = vec![output];
+    while let Some(v) = stack.pop() {
+        if std::mem::replace(&mut seen[v.0 as usize], true) {
+            continue;
+        }
+        let Some(op) = graph.value(v).producer else {
+            continue;
+        };
+        let t = Tolerance::for_dtype(graph.value(v).ty.dtype);
+        if t.rtol > tol.rtol {
+            tol = t;
+        }
+        stack.extend(graph.operation(op).inputs.iter().copied());
+    }
+    tol
 }
 
 /// The metrics of one comparison.

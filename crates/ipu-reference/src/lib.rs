@@ -42,7 +42,7 @@ mod inputs;
 use ipu_graph::DType;
 use ipu_numerics::{Overflow, round_to_f16};
 
-pub use compare::{Comparison, Stats, Tolerance, compare};
+pub use compare::{Comparison, Stats, Tolerance, compare, tolerance_versus_exact};
 pub use eval::evaluate;
 pub use gemm::F16_PARTIALS_K_BLOCK;
 pub use inputs::{make_input, make_inputs};

@@ -6,6 +6,7 @@
 use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, ValueId, models};
 use ipu_reference::{
     Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs, round_to_dtype,
+    tolerance_versus_exact,
 };
 
 const F16: DType = DType::F16;
@@ -458,7 +459,7 @@ fn device_versus_exact_is_consistent_with_dtypes() {
             .unwrap()
             .remove(0);
         let e = evaluate(g, &inputs, Precision::Exact, 2).unwrap().remove(0);
-        let c = compare(&d, &e, &Tolerance::for_dtype(d.dtype));
+        let c = compare(&d, &e, &tolerance_versus_exact(g, g.outputs()[0]));
         assert!(c.pass(), "{}: {c}", g.name);
         assert!(
             c.max_abs_error > 0.0,
@@ -475,6 +476,23 @@ fn device_versus_exact_is_consistent_with_dtypes() {
         assert!(c.rms_error / rms < 8.0 * unit, "{}: {c} rms {rms}", g.name);
         assert!(c.rms_error / rms > 0.05 * unit, "{}: {c} rms {rms}", g.name);
     }
+}
+
+#[test]
+fn tolerance_versus_exact_follows_the_coarsest_intermediate() {
+    let typed = models::build("typed-attention-small-fp8", &[]).unwrap();
+    let f143 = Tolerance::for_dtype(DType::F143 { scale: 0 });
+    assert_eq!(tolerance_versus_exact(&typed, typed.outputs()[0]), f143);
+    // an f16 output behind an FP8 cast between layers
+    let mlp = models::build("mlp", &[("dtype".into(), "f143".into())]).unwrap();
+    assert_eq!(mlp.value(mlp.outputs()[0]).ty.dtype, F16);
+    assert_eq!(tolerance_versus_exact(&mlp, mlp.outputs()[0]), f143);
+    // FP8 inputs alone do not loosen it
+    let mm = models::build("matmul", &[("dtype".into(), "f152".into())]).unwrap();
+    assert_eq!(
+        tolerance_versus_exact(&mm, mm.outputs()[0]),
+        Tolerance::for_dtype(F16)
+    );
 }
 
 #[test]
