@@ -800,7 +800,7 @@ impl Assembler {
                 // `NAME = expr` is `.equ NAME, expr`.
                 self.equ(loc, toks, &toks[2..], end_col)
             }
-            Tok::Punct("{") => self.bundle(loc, toks, end_col),
+            Tok::Punct("{") => self.bundle(loc, toks),
             _ => {
                 let instr = parse_instr(toks, end_col).map_err(|(c, m)| loc.err(c, m))?;
                 self.check_instr_alignment(loc, instr.col)?;
@@ -822,7 +822,7 @@ impl Assembler {
         Ok(())
     }
 
-    fn bundle(&mut self, loc: &Loc, toks: &[Token], end_col: usize) -> Result<(), AsmError> {
+    fn bundle(&mut self, loc: &Loc, toks: &[Token]) -> Result<(), AsmError> {
         let open = toks[0].col;
         let semi = toks.iter().position(|t| t.tok == Tok::Punct(";"));
         let close = toks.iter().position(|t| t.tok == Tok::Punct("}"));
@@ -844,7 +844,6 @@ impl Assembler {
         let main = parse_instr(&toks[1..semi], toks[semi].col).map_err(|(c, m)| loc.err(c, m))?;
         let float =
             parse_instr(&toks[semi + 1..close], toks[close].col).map_err(|(c, m)| loc.err(c, m))?;
-        let _ = end_col;
         self.check_instr_alignment(loc, open)?;
         let pad = !self.here().is_multiple_of(8);
         let offset = self.grow(loc, open, if pad { 12 } else { 8 })?;
@@ -978,8 +977,7 @@ impl Assembler {
                         format!("`.org {target:#x}` is below the current address {here:#x} of section `{}` (which starts at {start:#x})", self.sections[s].name),
                     ));
                 }
-                let offset = self.grow(loc, col, (target - here as i64) as u64)?;
-                let _ = offset;
+                self.grow(loc, col, (target - here as i64) as u64)?;
                 Ok(())
             }
             ".align" => {
