@@ -32,6 +32,24 @@ proptest! {
     fn random_words_decode_canonically_or_fail(w in any::<u32>()) {
         check_word(w);
     }
+
+    #[test]
+    fn word_pairs_decode_as_slots_canonically_or_fail(
+        main in common::main_instr(),
+        float in common::float_instr(),
+        w1 in any::<u32>(),
+        use_float in any::<bool>(),
+    ) {
+        let w0 = encode(&main).unwrap() | BUNDLE_FLAG;
+        let w1 = if use_float { encode(&float).unwrap() } else { w1 };
+        match decode_slot(&[w0, w1]) {
+            Ok((slot, n)) => {
+                prop_assert_eq!(n, 2);
+                prop_assert_eq!(encode_slot(&slot), Ok(vec![w0, w1]));
+            }
+            Err(_) => prop_assert!(!use_float, "a valid bundle was rejected"),
+        }
+    }
 }
 
 /// A word either fails to decode or decodes to an instruction that encodes back to exactly that
