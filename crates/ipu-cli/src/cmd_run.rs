@@ -1,16 +1,442 @@
-//! `ipu build`, `ipu exec`, `ipu run`
-#[derive(clap::Args)]
-pub struct BuildArgs {}
-#[derive(clap::Args)]
-pub struct ExecArgs {}
-#[derive(clap::Args)]
-pub struct RunArgs {}
-pub fn build(_: BuildArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("ipu build is not built yet")
+//! `ipu build MODEL -o FILE.ipuexe`, `ipu exec FILE.ipuexe`, and `ipu run MODEL` (build, write
+//! the package, read it back, execute on the device, check against the host reference).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use ipu_codegen::{BuildOptions, BuildReport};
+use ipu_graph::{DType, Graph};
+use ipu_package::{Package, TensorRole};
+use ipu_reference::{Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs};
+use ipu_runtime::{DeviceLock, LockOptions, Session, SessionOptions, SimulatorDevice};
+use ipu_target::{AmpMode, Target, TargetKind};
+use serde_json::json;
+use tracing::info;
+
+use crate::cmd_graph::load_model;
+
+/// Options shared by `build` and `run`.
+#[derive(clap::Args, Clone)]
+pub struct CompileArgs {
+    /// Target: gc200, bow or c600.
+    #[arg(long, default_value = "gc200")]
+    target: String,
+    /// Use the first N tiles (default: all of the target's).
+    #[arg(long)]
+    tiles: Option<u32>,
+    /// Override a built-in's parameter: `--set key=value` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
 }
-pub fn exec(_: ExecArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("ipu exec is not built yet")
+
+/// Options of running on the device.
+#[derive(clap::Args, Clone)]
+pub struct DeviceArgs {
+    /// Seed of the inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Device ownership lock file (default: the system temporary directory's
+    /// `ipu-stack-device.lock`).
+    #[arg(long)]
+    lock: Option<PathBuf>,
+    /// Seconds to wait for another owner of the device.
+    #[arg(long, default_value_t = 30.0)]
+    lock_timeout: f64,
+    /// Directory for the package, profile and report of the run.
+    #[arg(long)]
+    artifacts: Option<PathBuf>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
-pub fn run(_: RunArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("ipu run is not built yet")
+
+/// Arguments of `ipu build`.
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// Built-in model name or model file.
+    model: String,
+    /// The package to write.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    #[command(flatten)]
+    compile: CompileArgs,
+    /// Write the JSON build report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// Arguments of `ipu exec`.
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    /// The package.
+    package: PathBuf,
+    /// Write each output's dense bytes to DIR/NAME.bin.
+    #[arg(long)]
+    outputs: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+/// Arguments of `ipu run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Built-in model name or model file.
+    model: String,
+    #[command(flatten)]
+    compile: CompileArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Precision of the host reference: device (emulates the device's rounding) or exact.
+    #[arg(long, default_value = "device")]
+    reference_precision: Precision,
+    /// Host threads of the reference.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+fn target_of(name: &str) -> anyhow::Result<Target> {
+    TargetKind::from_name(name)
+        .map(|k| k.target())
+        .ok_or_else(|| anyhow::anyhow!("unknown target {name:?}; known targets: gc200, bow, c600"))
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory, so a failure never
+/// leaves a partial file that looks complete.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+fn compile(model: &str, c: &CompileArgs) -> anyhow::Result<(Graph, ipu_codegen::Build, u64)> {
+    let graph = load_model(model, &c.set)?;
+    let target = target_of(&c.target)?;
+    let tiles = c.tiles.unwrap_or(target.tiles);
+    let start = Instant::now();
+    let build = ipu_codegen::build(&graph, &BuildOptions { target, tiles })
+        .with_context(|| format!("building {}", graph.name))?;
+    Ok((graph, build, start.elapsed().as_millis() as u64))
+}
+
+fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
+    json!({
+        "phases": r.phases.iter().map(|(n, ms)| json!({"name": n, "elapsed_ms": ms})).collect::<Vec<_>>(),
+        "compile_ms": compile_ms,
+        "estimated_cycles": r.estimated_cycles,
+        "estimated_exchange_cycles": r.estimated_exchange_cycles,
+        "final_cycles": r.final_cycles,
+        "final_exchange_cycles": r.final_exchange_cycles,
+        "tiles_used": r.tiles_used,
+        "peak_tile_bytes": {"standard": r.peak_standard_bytes, "interleaved": r.peak_interleaved_bytes},
+    })
+}
+
+/// `ipu build`.
+pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
+    let (graph, b, ms) = compile(&a.model, &a.compile)?;
+    let bytes = b.package.to_bytes()?;
+    info!(tiles = b.package.tiles.len(), "writing application package");
+    write_atomically(&a.output, &bytes)?;
+    info!("application package written");
+    println!(
+        "package={} model={} target={} tiles={} tiles_used={} package_bytes={} compile_ms={ms} estimated_cycles={} final_cycles={}",
+        a.output.display(),
+        graph.name,
+        b.package.manifest.target,
+        b.package.tiles.len(),
+        b.report.tiles_used,
+        bytes.len(),
+        b.report.estimated_cycles,
+        b.report.final_cycles
+    );
+    if let Some(path) = &a.report {
+        let mut j = build_json(&b.report, ms);
+        j["model"] = json!(graph.name);
+        j["target"] = json!(b.package.manifest.target);
+        j["package_bytes"] = json!(bytes.len());
+        write_atomically(path, serde_json::to_string_pretty(&j)?.as_bytes())?;
+    }
+    Ok(0)
+}
+
+fn read_package(path: &Path) -> anyhow::Result<Package> {
+    info!("reading application package");
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let p = Package::from_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
+    info!(tiles = p.tiles.len(), compiler = %p.manifest.compiler_version, "application package read");
+    Ok(p)
+}
+
+fn dtype_of(name: &str, scale: i32) -> anyhow::Result<DType> {
+    Ok(match name {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "f143" => DType::F143 { scale: scale as i8 },
+        "f152" => DType::F152 { scale: scale as i8 },
+        other => bail!("unknown dtype {other:?} in the package"),
+    })
+}
+
+/// What a device run produced.
+struct DeviceRun {
+    outputs: Vec<(String, Tensor)>,
+    run: ipu_runtime::CallReport,
+    profile_path: Option<PathBuf>,
+    profile_tiles: usize,
+    profile_samples: usize,
+}
+
+fn open_lock(d: &DeviceArgs) -> anyhow::Result<DeviceLock> {
+    let mut o = LockOptions::default();
+    if let Some(p) = &d.lock {
+        o.path = p.clone();
+    }
+    if !(d.lock_timeout >= 0.0 && d.lock_timeout.is_finite()) {
+        bail!("--lock-timeout must be a non-negative number of seconds");
+    }
+    o.timeout = Duration::from_secs_f64(d.lock_timeout);
+    Ok(DeviceLock::acquire(&o)?)
+}
+
+/// Loads `package` on the simulated device, writes `inputs`, calls `initialize` and `run`, and
+/// reads every output back.
+fn execute(
+    package: &Package,
+    inputs: &[(String, Tensor)],
+    d: &DeviceArgs,
+    profile: Option<PathBuf>,
+) -> anyhow::Result<DeviceRun> {
+    let target = target_of(&package.manifest.target)?;
+    let lock = open_lock(d)?;
+    let device = Box::new(SimulatorDevice::new(target));
+    let mut s = Session::open_with(
+        device,
+        package,
+        SessionOptions {
+            ownership: Some(lock),
+            ..Default::default()
+        },
+    )?;
+    s.start_host_exchange()?;
+    for (name, t) in inputs {
+        s.write_input(name, &t.to_bytes())?;
+    }
+    s.call("initialize")?;
+    let run = s.call("run")?;
+    let mut outputs = Vec::new();
+    for t in package
+        .manifest
+        .tensors
+        .iter()
+        .filter(|t| t.role == TensorRole::Output)
+    {
+        let bytes = s.read_output(&t.name)?;
+        let tensor = Tensor::from_bytes(dtype_of(&t.dtype, t.scale)?, t.shape.clone(), &bytes)?;
+        outputs.push((t.name.clone(), tensor));
+    }
+    let (mut profile_tiles, mut profile_samples) = (0, 0);
+    if let Some(p) = &profile {
+        let prof = s.write_profile(p)?;
+        profile_tiles = prof.tile_count();
+        profile_samples = prof.sample_count();
+    }
+    Ok(DeviceRun {
+        outputs,
+        run,
+        profile_path: profile,
+        profile_tiles,
+        profile_samples,
+    })
+}
+
+/// Inputs from the package's manifest, the same distribution as the reference's.
+fn inputs_for_package(package: &Package, seed: u64) -> anyhow::Result<Vec<(String, Tensor)>> {
+    let mut out = Vec::new();
+    for (i, t) in package
+        .manifest
+        .tensors
+        .iter()
+        .filter(|t| t.role == TensorRole::Input)
+        .enumerate()
+    {
+        let ty = ipu_graph::TensorType::new(dtype_of(&t.dtype, t.scale)?, t.shape.clone());
+        out.push((t.name.clone(), ipu_reference::make_input(&ty, i, seed)));
+    }
+    Ok(out)
+}
+
+/// `ipu exec`.
+pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
+    let package = read_package(&a.package)?;
+    let inputs = inputs_for_package(&package, a.device.seed)?;
+    let profile = a
+        .device
+        .artifacts
+        .as_ref()
+        .map(|d| d.join("execution.profile.json"));
+    let r = execute(&package, &inputs, &a.device, profile)?;
+    if let Some(dir) = &a.outputs {
+        for (name, t) in &r.outputs {
+            write_atomically(&dir.join(format!("{name}.bin")), &t.to_bytes())?;
+        }
+    }
+    for (name, t) in &r.outputs {
+        let s = t.stats();
+        println!(
+            "output={name} dtype={} min={:.6} max={:.6} mean={:.6} rms={:.6}",
+            t.dtype, s.min, s.max, s.mean, s.rms
+        );
+    }
+    print_device(&r, &a.package, package.tiles.len());
+    Ok(0)
+}
+
+fn print_device(r: &DeviceRun, package: &Path, tiles: usize) {
+    if let Some(p) = &r.profile_path {
+        println!(
+            "profile={} tiles={} samples={}",
+            p.display(),
+            r.profile_tiles,
+            r.profile_samples
+        );
+    }
+    let c = &r.run.counters;
+    println!(
+        "cycles={} compute_cycles={} exchange_cycles={} sync_cycles={} instructions={}",
+        c.cycles, c.compute_cycles, c.exchange_cycles, c.sync_cycles, c.instructions
+    );
+    println!(
+        "package={} tiles={tiles} device=simulator",
+        package.display()
+    );
+}
+
+fn peak_macs_per_cycle(target: &Target, mode: Option<AmpMode>) -> Option<u64> {
+    mode.and_then(|m| target.chip_macs_per_cycle(m))
+}
+
+/// `ipu run`.
+pub fn run(a: RunArgs) -> anyhow::Result<u8> {
+    let (graph, b, compile_ms) = compile(&a.model, &a.compile)?;
+    let dir = a
+        .device
+        .artifacts
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("artifacts").join(&graph.name));
+    let package_path = dir.join("model.ipuexe");
+    let bytes = b.package.to_bytes()?;
+    info!(tiles = b.package.tiles.len(), "writing application package");
+    write_atomically(&package_path, &bytes)?;
+    info!("application package written");
+    let package = read_package(&package_path)?;
+    let inputs = make_inputs(&graph, a.device.seed);
+    let named: Vec<(String, Tensor)> = graph
+        .inputs()
+        .iter()
+        .zip(&inputs)
+        .map(|(&v, t)| (graph.value(v).name.clone(), t.clone()))
+        .collect();
+    let r = execute(
+        &package,
+        &named,
+        &a.device,
+        Some(dir.join("execution.profile.json")),
+    )?;
+    if a.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let start = Instant::now();
+    info!(threads = a.threads, "configured host reference threads");
+    let expected = evaluate(&graph, &inputs, a.reference_precision, a.threads)?;
+    info!(
+        elapsed_ms = start.elapsed().as_millis() as u64,
+        "evaluated host reference"
+    );
+    println!("referencePrecision={}", a.reference_precision);
+    let mut checks: Vec<(String, Comparison)> = Vec::new();
+    for ((name, actual), exp) in r.outputs.iter().zip(&expected) {
+        let c = compare(actual, exp, &Tolerance::for_dtype(exp.dtype));
+        checks.push((name.clone(), c));
+    }
+    let pass = checks.iter().all(|(_, c)| c.pass());
+    let total: usize = checks.iter().map(|(_, c)| c.checks).sum();
+    let max_err = checks
+        .iter()
+        .map(|(_, c)| c.max_abs_error)
+        .fold(0.0, f64::max);
+    let rms = (checks
+        .iter()
+        .map(|(_, c)| c.rms_error * c.rms_error * c.checks as f64)
+        .sum::<f64>()
+        / total.max(1) as f64)
+        .sqrt();
+    let min_cos = checks.iter().map(|(_, c)| c.min_cosine).fold(1.0, f64::min);
+    print_device(&r, &package_path, package.tiles.len());
+    let target = target_of(&package.manifest.target)?;
+    let c = &r.run.counters;
+    let efficiency = peak_macs_per_cycle(&target, b.report.amp_mode)
+        .filter(|_| c.cycles > 0 && b.report.macs > 0)
+        .map(|peak| b.report.macs as f64 / (peak as f64 * c.cycles as f64));
+    println!(
+        "estimated_cycles={} final_cycles={} device_cycles={} efficiency={}",
+        b.report.estimated_cycles,
+        b.report.final_cycles,
+        c.cycles,
+        efficiency.map_or("n/a".to_string(), |e| format!("{e:.4}"))
+    );
+    let verdict = if pass { "PASS" } else { "FAIL" };
+    for (name, c) in &checks {
+        println!("output={name} {c}");
+    }
+    println!(
+        "numericalChecks={total} maxError={max_err:.6} rmsError={rms:.6} minCosine={min_cos:.9} numericalTest={verdict}"
+    );
+    println!(
+        "package={} tiles={} device=simulator deviceTest={verdict}",
+        package_path.display(),
+        package.tiles.len()
+    );
+    let report = json!({
+        "model": graph.name,
+        "target": package.manifest.target,
+        "tiles_used": b.report.tiles_used,
+        "phases": b.report.phases.iter().map(|(n, ms)| json!({"name": n, "elapsed_ms": ms})).collect::<Vec<_>>(),
+        "compile_ms": compile_ms,
+        "estimated_cycles": b.report.estimated_cycles,
+        "final_cycles": b.report.final_cycles,
+        "device": {
+            "name": "simulator",
+            "cycles": c.cycles,
+            "compute_cycles": c.compute_cycles,
+            "exchange_cycles": c.exchange_cycles,
+            "sync_cycles": c.sync_cycles,
+            "instructions": c.instructions,
+        },
+        "peak_tile_bytes": {"standard": b.report.peak_standard_bytes, "interleaved": b.report.peak_interleaved_bytes},
+        "package_bytes": bytes.len(),
+        "checks": checks.iter().map(|(n, c)| json!({
+            "name": n,
+            "count": c.checks,
+            "max_abs_error": c.max_abs_error,
+            "rms_error": c.rms_error,
+            "min_cosine": c.min_cosine,
+            "threshold": {"atol": c.tolerance.atol, "rtol": c.tolerance.rtol, "min_cosine": c.tolerance.min_cosine},
+            "pass": c.pass(),
+        })).collect::<Vec<_>>(),
+        "flops": 2 * b.report.macs,
+        "efficiency": efficiency,
+        "reference_precision": a.reference_precision.to_string(),
+        "seed": a.device.seed,
+    });
+    let text = serde_json::to_string_pretty(&report)?;
+    write_atomically(&dir.join("report.json"), text.as_bytes())?;
+    if let Some(p) = &a.device.report {
+        write_atomically(p, text.as_bytes())?;
+    }
+    Ok(if pass { 0 } else { 1 })
 }
