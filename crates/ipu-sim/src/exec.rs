@@ -8,7 +8,6 @@
 //!   memory in launch order. Races between workers whose lifetimes overlap are detected when
 //!   the window closes (`waitw` or the next global instruction).
 
-use half::f16;
 use ipu_isa::{
     AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, RedOp, Slot,
     SysReg, Width,
@@ -214,12 +213,63 @@ fn f(bits: u32) -> f32 {
     f32::from_bits(bits)
 }
 
-fn h(bits: u32) -> f32 {
-    f16::from_bits(bits as u16).to_f32()
+/// f16 bits (low 16 of `bits`) to f32, exactly; a NaN keeps its payload and becomes quiet (as
+/// the x86 `vcvtph2ps` instruction and the `half` crate do).
+#[inline(always)]
+pub fn h(bits: u32) -> f32 {
+    let sign = (bits & 0x8000) << 16;
+    let exp = (bits >> 10) & 0x1F;
+    let man = bits & 0x3FF;
+    if exp == 0 {
+        let v = man as f32 * (1.0 / 16_777_216.0);
+        return f32::from_bits(v.to_bits() | sign);
+    }
+    if exp == 31 {
+        let quiet = if man != 0 { 0x0040_0000 } else { 0 };
+        return f32::from_bits(sign | 0x7F80_0000 | quiet | man << 13);
+    }
+    f32::from_bits(sign | (exp + 112) << 23 | man << 13)
 }
 
-fn to_h(x: f32) -> u32 {
-    f16::from_f32(x).to_bits() as u32
+/// f32 to f16 bits, rounding to nearest even (overflow gives infinity; a NaN stays a quiet
+/// NaN with the top of its payload), as `half::f16::from_f32` does.
+#[inline(always)]
+pub fn to_h(x: f32) -> u32 {
+    let b = x.to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let exp = ((b >> 23) & 0xFF) as i32;
+    let man = b & 0x7F_FFFF;
+    if exp == 0xFF {
+        return if man == 0 {
+            sign | 0x7C00
+        } else {
+            sign | 0x7E00 | man >> 13
+        };
+    }
+    let e = exp - 112;
+    if e >= 31 {
+        return sign | 0x7C00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let mut half = m >> shift;
+        let rem = m & ((1 << shift) - 1);
+        let halfway = 1 << (shift - 1);
+        if rem > halfway || (rem == halfway && half & 1 == 1) {
+            half += 1;
+        }
+        return sign | half;
+    }
+    let mut half = (e as u32) << 10 | man >> 13;
+    let rem = man & 0x1FFF;
+    if rem > 0x1000 || (rem == 0x1000 && half & 1 == 1) {
+        half += 1;
+    }
+    sign | half
 }
 
 fn numerics_format(f: Fp8Format) -> ipu_numerics::Fp8Format {
@@ -545,12 +595,11 @@ pub(crate) fn amp_step(
         }
     }
     let k0 = p * g.lanes;
-    for c in 0..g.columns {
-        let mut s = acc.acc[c];
-        for (j, xv) in x.iter().take(g.lanes).enumerate() {
-            s += xv * unit.weights[(k0 + j) * g.columns + c];
-        }
-        acc.acc[c] = s;
+    match mode {
+        AmpMode::F16F16 => mac::<16, 4>(&mut acc.acc, &x, &unit.weights, k0),
+        AmpMode::F16F32 => mac::<8, 4>(&mut acc.acc, &x, &unit.weights, k0),
+        AmpMode::F32F32 => mac::<8, 2>(&mut acc.acc, &x, &unit.weights, k0),
+        AmpMode::F8F16 => mac::<16, 8>(&mut acc.acc, &x, &unit.weights, k0),
     }
     let out = match mode {
         AmpMode::F16F16 | AmpMode::F8F16 => {
@@ -573,6 +622,26 @@ pub(crate) fn amp_step(
         acc.acc = [0.0; 16];
     }
     Ok(out)
+}
+
+/// `acc[c] += x[j] * w[k0 + j][c]` for every column, lanes in order (each column's sum is
+/// accumulated in K order; the loop order only lets the columns run in parallel).
+#[inline(always)]
+fn mac<const COLS: usize, const LANES: usize>(
+    acc: &mut [f32; 16],
+    x: &[f32; 8],
+    w: &[f32; AMP_WEIGHTS_MAX],
+    k0: usize,
+) {
+    let acc: &mut [f32; COLS] = (&mut acc[..COLS]).try_into().expect("COLS <= 16");
+    for (j, &xv) in x.iter().take(LANES).enumerate() {
+        let row: &[f32; COLS] = w[(k0 + j) * COLS..(k0 + j + 1) * COLS]
+            .try_into()
+            .expect("in range");
+        for c in 0..COLS {
+            acc[c] += xv * row[c];
+        }
+    }
 }
 
 /// The text of a slot, for faults.
@@ -1427,4 +1496,56 @@ pub fn eval_float(
     };
     commit(&mut r, w);
     Ok(r.a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    #[test]
+    fn f16_to_f32_matches_half_for_every_code() {
+        for code in 0..=u16::MAX {
+            let want = f16::from_bits(code).to_f32();
+            assert_eq!(h(code as u32).to_bits(), want.to_bits(), "{code:#06x}");
+        }
+    }
+
+    #[test]
+    fn f32_to_f16_matches_half() {
+        // Every f32 with a stride that hits every exponent and many roundings, plus the
+        // boundaries: halfway cases, subnormals, overflow, NaN payloads.
+        let mut bits = 0u32;
+        loop {
+            let x = f32::from_bits(bits);
+            assert_eq!(to_h(x), f16::from_f32(x).to_bits() as u32, "{bits:#010x}");
+            let (next, overflow) = bits.overflowing_add(4093);
+            if overflow {
+                break;
+            }
+            bits = next;
+        }
+        for code in 0..=u16::MAX {
+            let v = f16::from_bits(code).to_f32();
+            for d in [-1i32, 0, 1] {
+                let x = f32::from_bits(v.to_bits().wrapping_add(d as u32));
+                assert_eq!(
+                    to_h(x),
+                    f16::from_f32(x).to_bits() as u32,
+                    "{:#010x}",
+                    x.to_bits()
+                );
+            }
+            // Halfway between this code and the next.
+            let next = f16::from_bits(code.wrapping_add(1)).to_f32();
+            let mid = (v as f64 + next as f64) / 2.0;
+            let x = mid as f32;
+            assert_eq!(
+                to_h(x),
+                f16::from_f32(x).to_bits() as u32,
+                "{:#010x}",
+                x.to_bits()
+            );
+        }
+    }
 }
