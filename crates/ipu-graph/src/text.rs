@@ -158,7 +158,9 @@ enum Tok {
     Ident(String),
     Value(String),
     Int(i64),
-    Float(f64),
+    /// The number's text, parsed at the precision of its use (an f32 attribute parses the
+    /// text directly, avoiding double rounding through f64).
+    Float(String),
     Punct(char),
     Eof,
 }
@@ -271,7 +273,7 @@ impl Lexer<'_> {
                 return Ok((Tok::Int(i), pos));
             }
             return match s.parse::<f64>() {
-                Ok(x) if x.is_finite() => Ok((Tok::Float(x), pos)),
+                Ok(x) if x.is_finite() => Ok((Tok::Float(s), pos)),
                 _ => Err((pos, format!("malformed number `{s}`"))),
             };
         }
@@ -286,7 +288,7 @@ impl Lexer<'_> {
 #[derive(Debug, Clone)]
 enum AttrValue {
     Int(i64),
-    Float(f64),
+    Float(String),
     Word(String),
     DType(DType),
     List(Vec<i64>),
@@ -490,7 +492,10 @@ impl AttrSet<'_, '_> {
     fn f32(&mut self, key: &str) -> PResult<f32> {
         match self.take(key)? {
             (AttrValue::Int(i), _) => Ok(i as f32),
-            (AttrValue::Float(x), _) => Ok(x as f32),
+            (AttrValue::Float(x), pos) => match x.parse::<f32>() {
+                Ok(v) if v.is_finite() => Ok(v),
+                _ => self.bad(key, pos, "a number within f32 range"),
+            },
             (_, pos) => self.bad(key, pos, "a number"),
         }
     }
