@@ -1,0 +1,179 @@
+//! Cycle accounting (barrel slots, rpt, bundles, run/waitw, ampw), memory instructions,
+//! control flow and code-cache invalidation.
+
+mod common;
+
+use common::*;
+use ipu_isa::{Instr, MReg, encode};
+
+#[test]
+fn a_worker_slot_costs_six_cycles_and_waitw_waits_for_the_slowest() {
+    // Supervisor: setzi, setzi, run (worker A: 10 nops + exit), run (worker B: 3 nops + exit),
+    // waitw, halt. Worker A starts at 12, runs 11 slots: finishes at 12 + 66 = 78.
+    let src = "main:\n setzi $m1, a\n setzi $m2, b\n run $m1, $m3\n run $m2, $m3\n waitw\n halt\n .align 8\na:\n rpt 10, 1\n nop\n exit\nb:\n nop\n nop\n nop\n exit\n";
+    let (d, r) = run(1, src);
+    let r = r.unwrap();
+    // a: rpt + 10 nops + exit = 12 slots = 72 cycles from 12 -> 84.
+    assert_eq!(r.cycles, 84);
+    let c = d.counters()[0];
+    assert_eq!(c.worker_slots, 12 + 4);
+    assert_eq!(c.worker_instructions, 12 + 4);
+    assert_eq!(c.supervisor_instructions, 6);
+    assert_eq!(c.worker_busy_cycles, 72 + 24);
+    assert_eq!(c.worker_launches, 2);
+}
+
+#[test]
+fn a_seventh_worker_waits_for_a_free_context() {
+    let mut src = String::from("main:\n setzi $m1, w\n");
+    for _ in 0..7 {
+        src += " run $m1, $m2\n";
+    }
+    src += " waitw\n halt\n .align 8\nw:\n rpt 99, 1\n nop\n exit\n";
+    // Each worker: 101 slots = 606 cycles. Worker k (k < 6) starts at 6 + 6k; the seventh
+    // waits for worker 0 to finish at 6 + 606 = 612 and ends at 1218.
+    let (_, r) = run(1, &src);
+    assert_eq!(r.unwrap().cycles, 612 + 606);
+}
+
+#[test]
+fn bundles_and_transcendentals() {
+    let src = "main:\n setzi $m1, w\n li $m2, 0x80000\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n { ld32 $m3, $m0, 0 ; f32add $a0, $a1, $a2 }\n f32exp $a3, $a3\n { nop ; f16v4exp $a4:5, $a4:5 }\n exit\n";
+    let (d, r) = run(1, src);
+    r.unwrap();
+    let c = d.counters()[0];
+    // Slots: bundle 1, exp 2, the nop the assembler inserts to align the second bundle 1,
+    // bundle with exp 2, exit 1. Instructions: 2 + 1 + 1 + 2 + 1.
+    assert_eq!(c.worker_slots, 7);
+    assert_eq!(c.worker_instructions, 7);
+    assert_eq!(c.worker_busy_cycles, 42);
+}
+
+#[test]
+fn ampw_costs_a_slot_plus_the_weight_bytes_at_16_per_cycle() {
+    let (_, r) = run(
+        1,
+        "main:\n ampcfg f16f16\n li $m1, 0x80000\n ampw $m1\n halt\n",
+    );
+    // ampcfg 6, li 12, ampw 6 + 512/16.
+    assert_eq!(r.unwrap().cycles, 6 + 12 + 6 + 32);
+    let (_, r) = run(
+        1,
+        "main:\n ampcfg f32f32\n li $m1, 0x80000\n ampw $m1\n halt\n",
+    );
+    assert_eq!(r.unwrap().cycles, 6 + 12 + 6 + 16);
+}
+
+#[test]
+fn pointers_advance_and_data_lands() {
+    let body = "
+ li $m1, 0x80000
+ li $m2, 0x80100
+ li $m6, 0x80300
+ ld2x64pace $a2:3, $a4:5, $m1+=8, $m2+=8
+ ldst64pace $a6:7, $a2:3, $m1+=8, $m6+=8
+ ld2xst64pace $a8:9, $a10:11, $a4:5, $m1+=8, $m2+=8, $m6+=8
+ li $m7, 0x80400
+ st32 $m1, $m7, 0
+ st32 $m2, $m7, 4
+ st32 $m6, $m7, 8
+ st64 $a6:7, $m7, 16
+ st64 $a8:9, $m7, 24
+ st64 $a10:11, $m7, 32
+ ldz8 $m3, $m1, 1
+ ldz16 $m4, $m1, 2
+ st32 $m3, $m7, 40
+ st32 $m4, $m7, 44
+ ld128 $a12:15, $m1, -24
+ st64 $a12:13, $m7, 48
+ st64 $a14:15, $m7, 56";
+    let src = one_worker(body, 0);
+    let (mut d, entry) = device_with(ipu_target::Target::gc200(), 1, &src);
+    let a: Vec<u8> = (0..=255u8).collect();
+    let b: Vec<u8> = (0..=255u8).map(|x| x ^ 0xFF).collect();
+    d.write(0, 0x80000, &a).unwrap();
+    d.write(0, 0x80100, &b).unwrap();
+    d.run(entry, &ipu_sim::RunLimits::default()).unwrap();
+    let w = |x| word(&d, 0, x);
+    assert_eq!(
+        (w(0x80400), w(0x80404), w(0x80408)),
+        (0x80018, 0x80110, 0x80310)
+    );
+    let q = |x: &Vec<u8>, at: usize| u32::from_le_bytes(x[at..at + 4].try_into().unwrap());
+    // ldst64pace loaded a[8..16] and stored $a2:3 (= a[0..8]) at 0x80300.
+    assert_eq!((w(0x80410), w(0x80414)), (q(&a, 8), q(&a, 12)));
+    assert_eq!((w(0x80300), w(0x80304)), (q(&a, 0), q(&a, 4)));
+    // ld2xst64pace: a[16..24], b[8..16]; stored $a4:5 (= b[0..8]) at 0x80308.
+    assert_eq!((w(0x80418), w(0x8041C)), (q(&a, 16), q(&a, 20)));
+    assert_eq!((w(0x80420), w(0x80424)), (q(&b, 8), q(&b, 12)));
+    assert_eq!((w(0x80308), w(0x8030C)), (q(&b, 0), q(&b, 4)));
+    // Zero-extending sub-word loads at 0x80018 + 1 / + 2.
+    assert_eq!((w(0x80428), w(0x8042C)), (0x19, 0x1B1A));
+    // ld128 of a[0..16].
+    assert_eq!((w(0x80430), w(0x8043C)), (q(&a, 0), q(&a, 12)));
+}
+
+#[test]
+fn branches_calls_and_loops() {
+    let body = "
+ setzi $m1, 5
+ setzi $m2, 0
+loop:
+ add $m2, $m2, 3
+ brnzdec $m1, loop
+ call $m9, sub
+ li $m7, 0x80000
+ st32 $m2, $m7, 0
+ st32 $m3, $m7, 4
+ brz $m1, skip
+ setzi $m4, 99
+skip:
+ brnz $m4, bad
+ st32 $m1, $m7, 8
+ exit
+bad:
+ st32 $m7, $m7, 8
+ exit
+sub:
+ setzi $m3, 77
+ br $m9";
+    let (d, r) = run(1, &one_worker(body, 0));
+    r.unwrap();
+    // The loop body runs 6 times (brnzdec decrements 5 -> 0 then falls through).
+    assert_eq!(word(&d, 0, 0x80000), 18);
+    assert_eq!(word(&d, 0, 0x80004), 77);
+    assert_eq!(word(&d, 0, 0x80008), 0);
+}
+
+#[test]
+fn stores_into_code_invalidate_the_decoded_slot() {
+    let new = encode(&Instr::Setzi { d: MReg(6), imm: 2 }).unwrap();
+    let src = format!(
+        "main:\n li $m2, 0x80000\n call $m10, f\n st32 $m6, $m2, 0\n setzi $m3, f\n li $m4, {new}\n st32 $m4, $m3, 0\n call $m10, f\n st32 $m6, $m2, 4\n halt\nf:\n setzi $m6, 1\n br $m10\n"
+    );
+    let (d, r) = run(1, &src);
+    r.unwrap();
+    assert_eq!((word(&d, 0, 0x80000), word(&d, 0, 0x80004)), (1, 2));
+}
+
+#[test]
+fn get_reads_tile_context_and_cycles() {
+    let body = " get $m1, tileid\n get $m2, contextid\n get $m3, cycles\n li $m7, 0x80000\n st32 $m1, $m7, 0\n st32 $m2, $m7, 4\n st32 $m3, $m7, 8";
+    let (d, r) = run(3, &one_worker(body, 0));
+    r.unwrap();
+    assert_eq!(word(&d, 2, 0x80000), 2);
+    assert_eq!(word(&d, 2, 0x80004), 0);
+    // The worker starts at 18 (setzi, li = 3 supervisor slots); its third slot issues at 36.
+    assert_eq!(word(&d, 2, 0x80008), 18 + 18);
+}
+
+#[test]
+fn marks_are_recorded_with_their_cycle() {
+    let (d, r) = run(2, "main:\n nop\n mark 5\n sync\n mark 6\n halt\n");
+    r.unwrap();
+    let m: Vec<_> = d.marks().iter().map(|m| (m.tile, m.cycle, m.id)).collect();
+    assert_eq!(
+        m,
+        vec![(0, 6, 5), (1, 6, 5), (0, 12 + 90, 6), (1, 12 + 90, 6)]
+    );
+}
