@@ -91,6 +91,21 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 /// Output type of `kind` applied to operands of types `inputs`.
 pub fn infer(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, InferError> {
+    for (i, t) in inputs.iter().enumerate() {
+        t.check().map_err(|reason| InferError {
+            operand: Some(i),
+            reason,
+        })?;
+    }
+    let out = infer_unchecked(kind, inputs)?;
+    out.check().map_err(|reason| InferError {
+        operand: None,
+        reason,
+    })?;
+    Ok(out)
+}
+
+fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, InferError> {
     match kind {
         OpKind::MatMul { partials, out } => {
             arity(inputs, 2)?;
@@ -160,7 +175,7 @@ pub fn infer(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, InferE
         OpKind::Reshape { shape } => {
             arity(inputs, 1)?;
             let x = inputs[0];
-            let n: usize = shape.iter().product();
+            let n = shape.iter().fold(1usize, |n, &d| n.saturating_mul(d));
             if n != x.elements() {
                 return err(
                     None,

@@ -143,6 +143,11 @@ impl fmt::Display for DType {
     }
 }
 
+/// Largest element count of any tensor: 2^31, more than twice the memory of a whole GC200
+/// (1472 tiles x 624 KiB, about 0.9 GiB) in bytes, so no real model is refused, while element
+/// and byte counts stay far from overflow and the host reference stays allocatable.
+pub const TENSOR_ELEMENTS_MAX: usize = 1 << 31;
+
 /// A tensor type: element type and shape (row-major; an empty shape is a scalar).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorType {
@@ -161,9 +166,23 @@ impl TensorType {
         }
     }
 
-    /// Number of elements.
+    /// Number of elements (saturating; a verified type has at most [`TENSOR_ELEMENTS_MAX`]).
     pub fn elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+    }
+
+    /// Checks the dtype, that every dimension is at least 1 and the element-count limit.
+    pub fn check(&self) -> Result<(), String> {
+        self.dtype.check()?;
+        if self.shape.contains(&0) {
+            return Err(format!("{self} has a dimension of size 0"));
+        }
+        if self.elements() > TENSOR_ELEMENTS_MAX {
+            return Err(format!(
+                "{self} has more than {TENSOR_ELEMENTS_MAX} elements"
+            ));
+        }
+        Ok(())
     }
 
     /// Bytes in device memory.
@@ -460,7 +479,7 @@ impl Graph {
                     reason: "the name is not an identifier ([A-Za-z0-9_.-]+)".into(),
                 });
             }
-            v.ty.dtype.check().map_err(|reason| GraphError::Value {
+            v.ty.check().map_err(|reason| GraphError::Value {
                 value: v.name.clone(),
                 reason,
             })?;

@@ -419,7 +419,11 @@ impl Parser<'_> {
                 self.expect_punct(',', "or `]` in the shape")?;
             }
         }
-        Ok((TensorType::new(dtype, shape), pos))
+        let ty = TensorType::new(dtype, shape);
+        if let Err(reason) = ty.check() {
+            return self.error(pos, reason);
+        }
+        Ok((ty, pos))
     }
 
     fn attr_value(&mut self) -> PResult<AttrValue> {

@@ -234,6 +234,11 @@ fn syntax_errors_have_positions() {
         &model("  %c = matmul(%a, %b) {partials = f32}: f143@99[4, 2]"),
         expect!["bad.ipug:4:46: FP8 scale 99 outside -32..=31"],
     );
+    check_error(&model("  input %z: f16[4, 0]"), expect!["bad.ipug:4:13: f16[4, 0] has a dimension of size 0"]);
+    check_error(
+        &model("  input %z: f16[65536, 65536, 65536, 65536, 65536]"),
+        expect!["bad.ipug:4:13: f16[65536, 65536, 65536, 65536, 65536] has more than 2147483648 elements"],
+    );
     check_error(
         &model("  %c = exp(%a): f16[4, 8]"),
         expect!["bad.ipug:6:1: the graph has no `output`"],

@@ -166,7 +166,7 @@ impl Tensor {
 
     /// Number of elements.
     pub fn elements(&self) -> usize {
-        self.shape.iter().product()
+        self.ty().elements()
     }
 
     /// The graph type of this tensor.
@@ -205,11 +205,12 @@ impl Tensor {
         shape: Vec<usize>,
         bytes: &[u8],
     ) -> Result<Tensor, ReferenceError> {
-        let n: usize = shape.iter().product();
-        if bytes.len() != n * dtype.bytes() {
+        let ty = ipu_graph::TensorType::new(dtype, shape.clone());
+        let expected = ty.elements().saturating_mul(dtype.bytes());
+        if bytes.len() != expected {
             return Err(ReferenceError::BadTensor {
-                ty: ipu_graph::TensorType::new(dtype, shape.clone()).to_string(),
-                reason: format!("{} bytes, expected {}", bytes.len(), n * dtype.bytes()),
+                ty: ty.to_string(),
+                reason: format!("{} bytes, expected {expected}", bytes.len()),
             });
         }
         let data = match dtype {
