@@ -34,7 +34,7 @@ fn read_table<T>(
     parse: impl Fn(&[u8]) -> Result<T, ipu_isa::tables::TableError>,
 ) -> Result<T, Fault> {
     let addr = arrival.operand;
-    if addr % 4 != 0 {
+    if !addr.is_multiple_of(4) {
         return Err(fault(
             tile,
             arrival,
@@ -134,7 +134,7 @@ pub(crate) fn exchange(
         }
         let mut sends: Vec<(u64, u64, usize)> = Vec::new();
         for (i, row) in table.rows.iter().enumerate() {
-            if row.bytes == 0 || row.bytes % 4 != 0 {
+            if row.bytes == 0 || !row.bytes.is_multiple_of(4) {
                 return bad(
                     tiles,
                     t,
@@ -146,7 +146,7 @@ pub(crate) fn exchange(
                 );
             }
             for (what, a) in [("source", row.src_addr), ("destination", row.dst_addr)] {
-                if a % 4 != 0 {
+                if !a.is_multiple_of(4) {
                     return bad(
                         tiles,
                         t,
@@ -308,8 +308,9 @@ pub(crate) fn exchange(
     let mut k = 0;
     for table in &tables {
         for row in &table.rows {
-            for d in row.dst_tile as usize..row.dst_tile as usize + row.dst_tile_count as usize {
-                tiles[d].host_write(row.dst_addr, &payloads[k]);
+            let first = row.dst_tile as usize;
+            for tile in &mut tiles[first..first + row.dst_tile_count as usize] {
+                tile.host_write(row.dst_addr, &payloads[k]);
             }
             k += 1;
         }
@@ -348,7 +349,7 @@ pub(crate) fn host_exchange(
             let Some(page) = pages.get_mut(row.page as usize) else {
                 return bad(tiles, None, format!("row {i}: no host page {}", row.page));
             };
-            if row.bytes % 4 != 0 || row.tile_addr % 4 != 0 {
+            if !row.bytes.is_multiple_of(4) || !row.tile_addr.is_multiple_of(4) {
                 return bad(
                     tiles,
                     Some(row.tile_addr),

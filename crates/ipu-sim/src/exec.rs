@@ -839,14 +839,14 @@ impl Tile {
                     (Width::B32, DataReg::A(x)) => {
                         r.a[x as usize & 15] = u32::from_le_bytes([s[0], s[1], s[2], s[3]])
                     }
-                    (Width::B64, DataReg::A(x)) if x % 2 == 0 && x < 16 => {
+                    (Width::B64, DataReg::A(x)) if x.is_multiple_of(2) && x < 16 => {
                         for i in 0..2 {
                             r.a[x as usize + i] = u32::from_le_bytes(
                                 s[4 * i..4 * i + 4].try_into().expect("4 bytes"),
                             );
                         }
                     }
-                    (Width::B128, DataReg::A(x)) if x % 4 == 0 && x < 16 => {
+                    (Width::B128, DataReg::A(x)) if x.is_multiple_of(4) && x < 16 => {
                         for i in 0..4 {
                             r.a[x as usize + i] = u32::from_le_bytes(
                                 s[4 * i..4 * i + 4].try_into().expect("4 bytes"),
@@ -882,7 +882,7 @@ impl Tile {
                     (Width::B32, DataReg::A(x)) => {
                         self.store_bytes(addr, &r.a[x as usize & 15].to_le_bytes())?
                     }
-                    (Width::B64, DataReg::A(x)) if x % 2 == 0 && x < 16 => {
+                    (Width::B64, DataReg::A(x)) if x.is_multiple_of(2) && x < 16 => {
                         self.store64(addr, [r.a[x as usize], r.a[x as usize + 1]])?
                     }
                     _ => {
@@ -1327,7 +1327,7 @@ impl Tile {
                                 Some(addr),
                             ));
                         }
-                        if addr % 16 != 0 {
+                        if !addr.is_multiple_of(16) {
                             return Err(fault(
                                 self,
                                 FaultKind::Misaligned { align: 16 },

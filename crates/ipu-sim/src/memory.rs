@@ -11,7 +11,7 @@ use ipu_isa::Slot;
 pub const PAGE_BYTES: u32 = 16 * 1024;
 const PAGE_SHIFT: u32 = 14;
 const _: () = assert!(1 << PAGE_SHIFT == PAGE_BYTES);
-const _: () = assert!(ipu_target::MEMORY_BASE % PAGE_BYTES == 0);
+const _: () = assert!(ipu_target::MEMORY_BASE.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(ipu_target::BANK_BYTES == PAGE_BYTES);
 
 static ZERO_PAGE: [u8; PAGE_BYTES as usize] = [0; PAGE_BYTES as usize];

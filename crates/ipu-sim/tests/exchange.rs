@@ -310,9 +310,9 @@ fn sync_advances_every_tile_to_the_slowest_plus_the_sync_cost() {
     // get, mul, rpt = 3 slots; tile 2 spins 20 more.
     assert_eq!(c[2].compute_cycles, 6 * 23);
     assert_eq!(c[0].compute_cycles, 6 * 3);
-    for t in 0..3 {
-        assert_eq!(c[t].cycles, 6 * 23 + 90, "tile {t}");
-        assert_eq!(c[t].sync_cycles, 6 * 23 + 90 - c[t].compute_cycles);
+    for (t, ct) in c.iter().enumerate().take(3) {
+        assert_eq!(ct.cycles, 6 * 23 + 90, "tile {t}");
+        assert_eq!(ct.sync_cycles, 6 * 23 + 90 - ct.compute_cycles);
     }
     assert_eq!(r.cycles, 6 * 23 + 90);
     // The report shows the first tile with the most cycles: tile 0, which waited longest.
