@@ -7,7 +7,32 @@
 //! threading is process-wide (`MATMUL_NUM_THREADS`, read once); callers that pass `threads > 1`
 //! should set `MATMUL_NUM_THREADS=1` so the two do not multiply (the `ipu` CLI does).
 
-use ipu_numerics::round_to_f16;
+/// f16's smallest normal magnitude, 2^-14.
+const F16_MIN_NORMAL: f32 = 6.103_515_6e-5;
+/// The midpoint between f16's largest finite value 65504 and 65536: magnitudes from here up
+/// round to infinity.
+const F16_OVERFLOW_MIDPOINT: f32 = 65520.0;
+
+/// `x` rounded to the nearest f16 value (ties to even), as an f32: the same result as
+/// `ipu_numerics::round_to_f16` (tested on every f16 neighbourhood and random f32s), without
+/// leaving f32 arithmetic, so the kernels' per-block roundings stay cheap.
+#[inline]
+pub fn round_to_f16_fast(x: f32) -> f32 {
+    let a = x.abs();
+    let r = if a < F16_MIN_NORMAL {
+        // Subnormal range: multiples of 2^-24, which is the spacing of f32 on [0.5, 1).
+        (a + 0.5) - 0.5
+    } else if a < F16_OVERFLOW_MIDPOINT {
+        // Normal range: round the 23-bit significand to 10 bits, ties to even.
+        let b = a.to_bits();
+        f32::from_bits((b + 0x0FFF + ((b >> 13) & 1)) & !0x1FFF)
+    } else if a.is_nan() {
+        return x;
+    } else {
+        f32::INFINITY
+    };
+    r.copysign(x)
+}
 
 /// The AMP's K block: with f16 partials the device rounds the running partial sum to f16 after
 /// every 16 products (the depth of one AMP f16 accumulation pass, see docs/numerics.md).
@@ -23,32 +48,51 @@ pub enum Partials {
     F16,
 }
 
+/// Rows of the output computed together by the device-precision kernel: each row of `b`
+/// is loaded once for this many rows of `a`, which cuts the kernel's memory traffic by the same
+/// factor (the order of operations of every element is unchanged).
+pub const DEVICE_KERNEL_ROWS: usize = 4;
+
 /// `out[j] = sum_k a_row[k] * b[k * ldb + j]` for `j in 0..out.len()`, following `partials`.
 /// `b` starts at the first column wanted; `out` is overwritten.
 pub fn row_times_matrix(a_row: &[f32], b: &[f32], ldb: usize, partials: Partials, out: &mut [f32]) {
-    let n = out.len();
+    rows_times_matrix(a_row, a_row.len(), b, ldb, partials, out);
+}
+
+/// [`row_times_matrix`] for several rows at once: `a` holds `rows` rows of `k` values, `out`
+/// the same number of rows of `n` values.
+fn rows_times_matrix(
+    a: &[f32],
+    k: usize,
+    b: &[f32],
+    ldb: usize,
+    partials: Partials,
+    out: &mut [f32],
+) {
+    let rows = a.len().checked_div(k).unwrap_or(0);
+    if rows == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let n = out.len() / rows;
     out.fill(0.0);
-    match partials {
-        Partials::F32 => {
-            for (k, &a) in a_row.iter().enumerate() {
-                let b_row = &b[k * ldb..k * ldb + n];
-                for (o, &bv) in out.iter_mut().zip(b_row) {
-                    *o += a * bv;
+    let block = match partials {
+        Partials::F32 => k,
+        Partials::F16 => F16_PARTIALS_K_BLOCK,
+    };
+    for k0 in (0..k).step_by(block.max(1)) {
+        for kk in k0..(k0 + block).min(k) {
+            let b_row = &b[kk * ldb..kk * ldb + n];
+            for (r, o) in out.chunks_mut(n).enumerate() {
+                let av = a[r * k + kk];
+                for (o, &bv) in o.iter_mut().zip(b_row) {
+                    *o += av * bv;
                 }
             }
         }
-        Partials::F16 => {
-            for block in (0..a_row.len()).step_by(F16_PARTIALS_K_BLOCK) {
-                let end = (block + F16_PARTIALS_K_BLOCK).min(a_row.len());
-                for (k, &a) in a_row.iter().enumerate().take(end).skip(block) {
-                    let b_row = &b[k * ldb..k * ldb + n];
-                    for (o, &bv) in out.iter_mut().zip(b_row) {
-                        *o += a * bv;
-                    }
-                }
-                for o in out.iter_mut() {
-                    *o = round_to_f16(*o);
-                }
+        if partials == Partials::F16 {
+            for o in out.iter_mut() {
+                *o = round_to_f16_fast(*o);
             }
         }
     }
@@ -86,9 +130,10 @@ pub fn matmul_device(
 ) {
     debug_assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
     for_row_chunks(c, n, threads, |row0, chunk| {
-        for (r, out) in chunk.chunks_mut(n).enumerate() {
-            let i = row0 + r;
-            row_times_matrix(&a[i * k..(i + 1) * k], b, n, partials, out);
+        for (g, out) in chunk.chunks_mut(n * DEVICE_KERNEL_ROWS).enumerate() {
+            let i = row0 + g * DEVICE_KERNEL_ROWS;
+            let rows = out.len() / n;
+            rows_times_matrix(&a[i * k..(i + rows) * k], k, b, n, partials, out);
         }
     });
 }
@@ -176,4 +221,42 @@ pub fn sgemm(
             );
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_to_f16_fast;
+    use ipu_numerics::round_to_f16;
+
+    fn same(x: f32) {
+        let (fast, slow) = (round_to_f16_fast(x), round_to_f16(x));
+        assert!(
+            fast.to_bits() == slow.to_bits() || (fast.is_nan() && slow.is_nan()),
+            "{x:e} ({:#x}): fast {fast:e}, half {slow:e}",
+            x.to_bits()
+        );
+    }
+
+    /// Every f16 value, the f32 neighbours of every f16 value and of every midpoint between
+    /// neighbouring f16 values, and a sweep of f32 bit patterns.
+    #[test]
+    fn fast_f16_rounding_matches_half() {
+        for h in 0..=u16::MAX {
+            let v = half::f16::from_bits(h).to_f32();
+            let next = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+            for p in [v, (v + next) / 2.0] {
+                if !p.is_finite() {
+                    same(p);
+                    continue;
+                }
+                let b = p.to_bits();
+                for d in [-2i32, -1, 0, 1, 2] {
+                    same(f32::from_bits(b.wrapping_add_signed(d)));
+                }
+            }
+        }
+        for b in (0..=u32::MAX).step_by(997) {
+            same(f32::from_bits(b));
+        }
+    }
 }

@@ -146,7 +146,9 @@ pub fn round_to_dtype(dtype: DType, x: f32) -> f32 {
 pub fn round_slice(dtype: DType, data: &mut [f32]) {
     match dtype {
         DType::F32 => {}
-        DType::F16 => data.iter_mut().for_each(|x| *x = round_to_f16(*x)),
+        DType::F16 => data
+            .iter_mut()
+            .for_each(|x| *x = gemm::round_to_f16_fast(*x)),
         _ => data.iter_mut().for_each(|x| *x = round_to_dtype(dtype, *x)),
     }
 }
