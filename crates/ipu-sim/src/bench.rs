@@ -95,28 +95,44 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    /// An f16 in [-1, 1) with 8 significant bits (so sums stay well inside f16 range).
-    fn f16(&mut self) -> f16 {
-        let v = (self.next() >> 56) as i32 - 128;
-        f16::from_f32(v as f32 / 128.0)
+    /// An f16 in [-1, 1): one of the 256 values `v / 128`, `v` in -128..128 (so sums stay
+    /// well inside f16 range), looked up in `table` (see [`input_values`]).
+    fn f16(&mut self, table: &[f16; 256]) -> f16 {
+        table[(self.next() >> 56) as usize]
     }
+}
+
+/// The 256 input values: entry `i` is `(i - 128) / 128`.
+fn input_values() -> [f16; 256] {
+    let mut t = [f16::ZERO; 256];
+    for (i, v) in t.iter_mut().enumerate() {
+        *v = f16::from_f32((i as f32 - 128.0) / 128.0);
+    }
+    t
 }
 
 /// The inputs of `tile`: weights (k-major) and `rows` rows of X.
 pub fn inputs(tile: u32, rows: u32) -> (Vec<f16>, Vec<f16>) {
+    let table = input_values();
     let mut rng = Rng(0x1234_5678_9ABC_DEF0 ^ ((tile as u64) << 32) ^ rows as u64);
-    let w = (0..DIM * DIM).map(|_| rng.f16()).collect();
-    let x = (0..rows as usize * DIM).map(|_| rng.f16()).collect();
+    let w = (0..DIM * DIM).map(|_| rng.f16(&table)).collect();
+    let x = (0..rows as usize * DIM).map(|_| rng.f16(&table)).collect();
     (w, x)
 }
 
 /// The host model of the kernel: per row, the AMP's f32 accumulation in one K block (K chunks
 /// of 4 in order, the zero partial of column c added after chunk c/4) rounded to f16.
 pub fn host_model(w: &[f16], x: &[f16], rows: usize) -> Vec<u16> {
-    let wf: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+    let wf: Vec<f32> = w
+        .iter()
+        .map(|v| crate::f16_bits_to_f32(v.to_bits()))
+        .collect();
     let mut out = vec![0u16; rows * DIM];
     for r in 0..rows {
-        let xr: [f32; DIM] = std::array::from_fn(|k| x[r * DIM + k].to_f32());
+        let mut xr = [0f32; DIM];
+        for (k, v) in xr.iter_mut().enumerate() {
+            *v = crate::f16_bits_to_f32(x[r * DIM + k].to_bits());
+        }
         let mut acc = [0f32; DIM];
         for p in 0..4 {
             for (c, a) in acc.iter_mut().enumerate() {
@@ -131,7 +147,7 @@ pub fn host_model(w: &[f16], x: &[f16], rows: usize) -> Vec<u16> {
             }
         }
         for c in 0..DIM {
-            out[r * DIM + c] = f16::from_f32(acc[c]).to_bits();
+            out[r * DIM + c] = crate::f32_to_f16_bits(acc[c]);
         }
     }
     out

@@ -559,6 +559,7 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
 /// current row against the weights into every column, adds the partials-in to the columns of
 /// chunk `phase`, and returns the chunk-`phase` columns of the previously completed row,
 /// rounded to the partials type. Phase 3 completes the row.
+#[inline]
 pub(crate) fn amp_step(
     unit: &AmpUnit,
     acc: &mut AmpAcc,
@@ -607,8 +608,11 @@ pub(crate) fn amp_step(
             for i in 0..4 {
                 acc.acc[c0 + i] += h(partials[i / 2] >> (16 * (i % 2)));
             }
-            let o: [u32; 4] = std::array::from_fn(|i| to_h(acc.prev[c0 + i]));
-            [o[0] | o[1] << 16, o[2] | o[3] << 16]
+            let pv = &acc.prev;
+            [
+                to_h(pv[c0]) | to_h(pv[c0 + 1]) << 16,
+                to_h(pv[c0 + 2]) | to_h(pv[c0 + 3]) << 16,
+            ]
         }
         AmpMode::F16F32 | AmpMode::F32F32 => {
             let c0 = p * 2;

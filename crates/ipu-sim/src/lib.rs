@@ -46,6 +46,17 @@ mod memory;
 use rayon::prelude::*;
 
 pub use exec::{AmpGeometry, RACE_RANGES_MAX, amp_geometry, eval_float};
+/// f16 bits to f32 (exact) and f32 to f16 bits (round to nearest even): the conversions the
+/// device uses, equal to the `half` crate's for every input (tested).
+pub fn f16_bits_to_f32(bits: u16) -> f32 {
+    exec::h(bits as u32)
+}
+
+/// See [`f16_bits_to_f32`].
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    exec::to_h(x) as u16
+}
+
 pub use fault::{Context, Fault, FaultKind, GlobalKind, SimError};
 pub use ipu_target::Target;
 pub use memory::PAGE_BYTES;
