@@ -34,8 +34,9 @@ pub fn round_to_f16_fast(x: f32) -> f32 {
     r.copysign(x)
 }
 
-/// The AMP's K block: with f16 partials the device rounds the running partial sum to f16 after
-/// every 16 products (the depth of one AMP f16 accumulation pass, see docs/numerics.md).
+/// The AMP's K block: the AMP multiplies `[N,16] x [16,16]` blocks (the kernel shape of
+/// `ipu bench amp` and of Graphcore's published AMP peak-FLOPS measurements), so with f16
+/// partials the running sum leaves the unit, rounded to f16, after every 16 products along k.
 pub const F16_PARTIALS_K_BLOCK: usize = 16;
 
 /// Accumulation rule of a device-precision product.
