@@ -234,10 +234,15 @@ fn syntax_errors_have_positions() {
         &model("  %c = matmul(%a, %b) {partials = f32}: f143@99[4, 2]"),
         expect!["bad.ipug:4:46: FP8 scale 99 outside -32..=31"],
     );
-    check_error(&model("  input %z: f16[4, 0]"), expect!["bad.ipug:4:13: f16[4, 0] has a dimension of size 0"]);
+    check_error(
+        &model("  input %z: f16[4, 0]"),
+        expect!["bad.ipug:4:13: f16[4, 0] has a dimension of size 0"],
+    );
     check_error(
         &model("  input %z: f16[65536, 65536, 65536, 65536, 65536]"),
-        expect!["bad.ipug:4:13: f16[65536, 65536, 65536, 65536, 65536] has more than 2147483648 elements"],
+        expect![
+            "bad.ipug:4:13: f16[65536, 65536, 65536, 65536, 65536] has more than 2147483648 elements"
+        ],
     );
     check_error(
         &model("  %c = exp(%a): f16[4, 8]"),
@@ -320,4 +325,13 @@ fn unknown_model_and_parameter_list_the_known_ones() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("f143"), "{e}");
+}
+
+/// The example model file shipped with the crate parses, and prints in canonical form.
+#[test]
+fn example_model_file_parses() {
+    let text = include_str!("../models/fp8_projection.ipug");
+    let g = parse(text, "fp8_projection.ipug").unwrap();
+    assert_eq!(g.operations().len(), 6);
+    assert_eq!(parse(&print(&g), "printed").unwrap(), g);
 }
