@@ -205,6 +205,8 @@ pub(crate) struct Tile {
     pub counters: TileCounters,
     pub marks: Vec<ProfileMark>,
     tracker: Tracker,
+    /// Scratch space for the decoded body of the running `rpt`.
+    rpt_buf: Vec<(u32, Decoded)>,
     /// Set while the executing context is a worker (for `get`).
     target: Target,
 }
@@ -671,6 +673,7 @@ impl Tile {
             counters: TileCounters::default(),
             marks: Vec::new(),
             tracker: Tracker::default(),
+            rpt_buf: Vec::new(),
             target: *target,
         }
     }
@@ -1109,40 +1112,74 @@ impl Tile {
                         let end = self
                             .rpt_body_end(body_start, body)
                             .map_err(|t| self.fault(cx, body_start, t))?;
-                        for _ in 0..count {
+                        // The body's decoded slots, resolved once; refetched from the cache
+                        // whenever a store may have changed code (the cache's epoch moves).
+                        let mut buf = std::mem::take(&mut self.rpt_buf);
+                        buf.clear();
+                        let mut q = body_start;
+                        while q < end {
+                            let d = self.fetch(q).map_err(|t| self.fault(cx, q, t))?;
+                            buf.push((q, d));
+                            q += d.bytes;
+                        }
+                        let epoch = self.code.epoch();
+                        let mut step = |tile: &mut Tile,
+                                        p: u32,
+                                        d: &Decoded|
+                         -> Result<(), Fault> {
+                            time += SLOT * d.cost as u64;
+                            slots += d.cost as u64;
+                            instrs += if matches!(d.slot, Slot::Bundle(_)) {
+                                2
+                            } else {
+                                1
+                            };
+                            if time > deadline {
+                                return Err(tile.fault(
+                                    cx,
+                                    p,
+                                    (FaultKind::CycleLimit(deadline), None),
+                                ));
+                            }
+                            match tile
+                                .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
+                                .map_err(|t| tile.fault(cx, p, t))?
+                            {
+                                Flow::Next => Ok(()),
+                                _ => Err(tile.fault(cx, p, (FaultKind::ControlInRptBody, None))),
+                            }
+                        };
+                        let mut result = Ok(());
+                        'iterations: for _ in 0..count {
                             let mut p = body_start;
-                            while p < end {
-                                let d = self.fetch(p).map_err(|t| self.fault(cx, p, t))?;
-                                time += SLOT * d.cost as u64;
-                                slots += d.cost as u64;
-                                instrs += if matches!(d.slot, Slot::Bundle(_)) {
-                                    2
-                                } else {
-                                    1
-                                };
-                                if time > deadline {
-                                    return Err(self.fault(
-                                        cx,
-                                        p,
-                                        (FaultKind::CycleLimit(deadline), None),
-                                    ));
+                            for (q, d) in buf.iter() {
+                                if self.code.epoch() != epoch {
+                                    break;
                                 }
-                                match self
-                                    .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
-                                    .map_err(|t| self.fault(cx, p, t))?
-                                {
-                                    Flow::Next => {}
-                                    _ => {
-                                        return Err(self.fault(
-                                            cx,
-                                            p,
-                                            (FaultKind::ControlInRptBody, None),
-                                        ));
+                                if let Err(e) = step(self, *q, d) {
+                                    result = Err(e);
+                                    break 'iterations;
+                                }
+                                p = *q + d.bytes;
+                            }
+                            // Code changed under the loop: finish from the cache.
+                            while p < end {
+                                let d = match self.fetch(p) {
+                                    Ok(d) => d,
+                                    Err(t) => {
+                                        result = Err(self.fault(cx, p, t));
+                                        break 'iterations;
                                     }
+                                };
+                                if let Err(e) = step(self, p, &d) {
+                                    result = Err(e);
+                                    break 'iterations;
                                 }
                                 p += d.bytes;
                             }
                         }
+                        self.rpt_buf = buf;
+                        result?;
                         r.pc = end;
                     }
                 }

@@ -126,6 +126,8 @@ const CACHE_PAGE_SHIFT: u32 = 8;
 pub struct CodeCache {
     base: u32,
     end: u32,
+    /// Incremented by every invalidation that touches the executable range.
+    epoch: u64,
     pages: Vec<Option<Box<[Option<Decoded>]>>>,
 }
 
@@ -136,6 +138,7 @@ impl CodeCache {
         CodeCache {
             base,
             end,
+            epoch: 0,
             pages: vec![None; words.div_ceil(CACHE_PAGE_WORDS)],
         }
     }
@@ -173,6 +176,7 @@ impl CodeCache {
         if addr >= self.end || (addr as u64 + len as u64) <= self.base as u64 || len == 0 {
             return;
         }
+        self.epoch += 1;
         let lo = addr.saturating_sub(4).max(self.base);
         let hi = (addr + len).min(self.end);
         let mut w = (lo - self.base) >> 2;
@@ -183,6 +187,12 @@ impl CodeCache {
             }
             w += 1;
         }
+    }
+
+    /// Changes whenever cached code may have changed.
+    #[inline(always)]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The end of the range the cache covers.

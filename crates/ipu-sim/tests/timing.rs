@@ -177,3 +177,15 @@ fn marks_are_recorded_with_their_cycle() {
         vec![(0, 6, 5), (1, 6, 5), (0, 12 + 90, 6), (1, 12 + 90, 6)]
     );
 }
+
+#[test]
+fn stores_into_an_rpt_body_take_effect_in_the_same_loop() {
+    let new = encode(&Instr::Setzi { d: MReg(6), imm: 2 }).unwrap();
+    let body = format!(
+        " setzi $m3, patch\n li $m4, {new}\n setzi $m7, 0\n rpt 3, 3\n st32 $m4, $m3, 0\npatch:\n setzi $m6, 1\n add $m7, $m7, $m6\n li $m1, 0x80000\n st32 $m7, $m1, 0"
+    );
+    let (d, r) = run(1, &one_worker(&body, 0));
+    r.unwrap();
+    // The store precedes the patched instruction in every iteration: 2 + 2 + 2.
+    assert_eq!(word(&d, 0, 0x80000), 6);
+}
