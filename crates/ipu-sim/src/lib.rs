@@ -67,6 +67,8 @@ const _: () = assert!(ipu_target::BARREL_SLOT_CYCLES as u64 == exec::SLOT);
 
 /// Default cycle limit of a run: 2^32 tile cycles (about 3 s of device time at 1.33 GHz).
 pub const DEFAULT_MAX_CYCLES: u64 = 1 << 32;
+/// Default profile sampling: a record per tile at every global step.
+pub const DEFAULT_PROFILE_EVERY: u32 = 1;
 /// Default limit of global steps (sync, exchange, host exchange) in one run.
 pub const DEFAULT_MAX_GLOBAL_STEPS: u32 = 1 << 20;
 
@@ -177,6 +179,7 @@ pub struct Device {
     marks: Vec<ProfileMark>,
     host_pages: Vec<Vec<u8>>,
     steps: u32,
+    profile_every: u32,
 }
 
 impl Device {
@@ -193,6 +196,7 @@ impl Device {
             marks: Vec::new(),
             host_pages: Vec::new(),
             steps: 0,
+            profile_every: DEFAULT_PROFILE_EVERY,
         }
     }
 
@@ -270,7 +274,20 @@ impl Device {
         &self.counters
     }
 
-    /// Sampled profile records: every active tile's counters at each global step.
+    /// Samples profile records at every `every`-th global step (0 turns sampling off). Each
+    /// sample holds one record per active tile (about 100 bytes each).
+    pub fn set_profile_interval(&mut self, every: u32) {
+        self.profile_every = every;
+    }
+
+    /// Forgets the profile records and marks collected so far.
+    pub fn clear_profile(&mut self) {
+        self.profile.clear();
+        self.marks.clear();
+    }
+
+    /// Sampled profile records: every active tile's counters at the sampled global steps (by
+    /// default every step, see [`Device::set_profile_interval`]).
     pub fn profile(&self) -> &[ProfileRecord] {
         &self.profile
     }
@@ -383,7 +400,9 @@ impl Device {
                     .into());
                 }
             }
-            for (i, t) in self.tiles[..n].iter().enumerate() {
+            let sampled =
+                self.profile_every != 0 && (self.steps - 1).is_multiple_of(self.profile_every);
+            for (i, t) in self.tiles[..n].iter().enumerate().filter(|_| sampled) {
                 self.profile.push(ProfileRecord {
                     step: self.steps - 1,
                     kind: first.kind,

@@ -189,3 +189,20 @@ fn stores_into_an_rpt_body_take_effect_in_the_same_loop() {
     // The store precedes the patched instruction in every iteration: 2 + 2 + 2.
     assert_eq!(word(&d, 0, 0x80000), 6);
 }
+
+#[test]
+fn profile_records_are_sampled_at_the_chosen_interval() {
+    let (mut d, entry) = device_with(
+        ipu_target::Target::gc200(),
+        2,
+        "main:\n sync\n sync\n sync\n sync\n halt\n",
+    );
+    d.set_profile_interval(2);
+    let r = d.run(entry, &ipu_sim::RunLimits::default()).unwrap();
+    assert_eq!(r.global_steps, 5);
+    let steps: Vec<(u32, u32)> = d.profile().iter().map(|p| (p.step, p.tile)).collect();
+    assert_eq!(steps, vec![(0, 0), (0, 1), (2, 0), (2, 1), (4, 0), (4, 1)]);
+    assert_eq!(d.profile()[5].kind, ipu_sim::GlobalKind::Halt);
+    d.clear_profile();
+    assert!(d.profile().is_empty());
+}
