@@ -85,30 +85,68 @@ pub struct SupportLayout {
     pub end: u32,
 }
 
-/// Bytes of the exchange table of `tile` in exchange step `copies`.
-fn exchange_table_bytes(program: &TileProgram, tile: u32, step: &Step) -> u32 {
-    match step {
-        Step::Exchange { copies, .. } => {
-            let rows = copies
-                .iter()
-                .filter(|c| program.buffers[c.src.0 as usize].tile == tile)
-                .count();
-            ipu_isa::tables::EXCHANGE_HEADER_BYTES
-                + ipu_isa::tables::EXCHANGE_ROW_BYTES * rows as u32
+/// Per step, which rows of its tables belong to which tile: computed once, so that per-tile
+/// work does not scan every copy of the program.
+#[derive(Debug, Clone, Default)]
+pub struct StepIndex {
+    /// Per step, per sending tile, the indices of its exchange copies.
+    pub exchange: Vec<BTreeMap<u32, Vec<usize>>>,
+    /// Per step, per tile, the indices of its host copies.
+    pub host: Vec<BTreeMap<u32, Vec<usize>>>,
+}
+
+/// Indexes the tables of `program` by tile.
+pub fn index(program: &TileProgram) -> StepIndex {
+    let mut idx = StepIndex::default();
+    for s in &program.steps {
+        let mut ex: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut host: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        match s {
+            Step::Exchange { copies, .. } => {
+                for (i, c) in copies.iter().enumerate() {
+                    ex.entry(program.buffers[c.src.0 as usize].tile)
+                        .or_default()
+                        .push(i);
+                }
+            }
+            Step::Host { copies, .. } => {
+                for (i, (c, _)) in copies.iter().enumerate() {
+                    host.entry(program.buffers[c.buffer.0 as usize].tile)
+                        .or_default()
+                        .push(i);
+                }
+            }
+            Step::Compute { .. } => {}
         }
-        Step::Host { copies, .. } => {
-            let rows = copies
-                .iter()
-                .filter(|(c, _)| program.buffers[c.buffer.0 as usize].tile == tile)
-                .count();
-            ipu_isa::tables::HOST_HEADER_BYTES + ipu_isa::tables::HOST_ROW_BYTES * rows as u32
+        idx.exchange.push(ex);
+        idx.host.push(host);
+    }
+    idx
+}
+
+/// Bytes of the table of `tile` in step `i`, 0 for a compute step.
+fn table_bytes(program: &TileProgram, idx: &StepIndex, tile: u32, i: usize) -> u32 {
+    let rows = |m: &BTreeMap<u32, Vec<usize>>| m.get(&tile).map_or(0, |v| v.len() as u32);
+    match &program.steps[i] {
+        Step::Exchange { .. } => {
+            ipu_isa::tables::EXCHANGE_HEADER_BYTES
+                + ipu_isa::tables::EXCHANGE_ROW_BYTES * rows(&idx.exchange[i])
+        }
+        Step::Host { .. } => {
+            ipu_isa::tables::HOST_HEADER_BYTES
+                + ipu_isa::tables::HOST_ROW_BYTES * rows(&idx.host[i])
         }
         Step::Compute { .. } => 0,
     }
 }
 
 /// Lays out the support data of `tile` from `base`.
-pub fn support_layout(program: &TileProgram, tile: u32, base: u32) -> SupportLayout {
+pub fn support_layout(
+    program: &TileProgram,
+    idx: &StepIndex,
+    tile: u32,
+    base: u32,
+) -> SupportLayout {
     let mut at = base.div_ceil(16) * 16;
     let mut l = SupportLayout {
         base: at,
@@ -126,8 +164,8 @@ pub fn support_layout(program: &TileProgram, tile: u32, base: u32) -> SupportLay
             }
         }
     }
-    for (i, s) in program.steps.iter().enumerate() {
-        let bytes = exchange_table_bytes(program, tile, s);
+    for i in 0..program.steps.len() {
+        let bytes = table_bytes(program, idx, tile, i);
         if bytes > 0 {
             at = at.div_ceil(4) * 4;
             l.tables.insert(i, at);
@@ -246,29 +284,29 @@ pub fn state_bytes(program: &TileProgram, tile: u32, addr: &dyn Fn(BufferId) -> 
     out
 }
 
-/// The host table of `tile` for host step `step`.
+/// The host table of `tile` for host step `i`.
 pub fn host_table(
     program: &TileProgram,
+    idx: &StepIndex,
     tile: u32,
-    step: &Step,
+    i: usize,
     addr: &dyn Fn(BufferId) -> u32,
 ) -> HostTable {
     let mut t = HostTable::default();
-    if let Step::Host { copies, .. } = step {
-        for (c, to_host) in copies {
-            if program.buffers[c.buffer.0 as usize].tile == tile {
-                t.rows.push(HostRow {
-                    page: c.page,
-                    direction: if *to_host {
-                        HostDirection::ToHost
-                    } else {
-                        HostDirection::ToDevice
-                    },
-                    page_offset: c.page_offset,
-                    tile_addr: addr(c.buffer) + c.offset,
-                    bytes: c.bytes,
-                });
-            }
+    if let Step::Host { copies, .. } = &program.steps[i] {
+        for &k in idx.host[i].get(&tile).map(|v| v.as_slice()).unwrap_or(&[]) {
+            let (c, to_host) = copies[k];
+            t.rows.push(HostRow {
+                page: c.page,
+                direction: if to_host {
+                    HostDirection::ToHost
+                } else {
+                    HostDirection::ToDevice
+                },
+                page_offset: c.page_offset,
+                tile_addr: addr(c.buffer) + c.offset,
+                bytes: c.bytes,
+            });
         }
     }
     t
@@ -278,6 +316,7 @@ pub fn host_table(
 #[allow(clippy::too_many_arguments)]
 pub fn tile_image(
     program: &TileProgram,
+    idx: &StepIndex,
     tile: u32,
     kernels: &KernelLibrary,
     support: &SupportLayout,
@@ -313,7 +352,7 @@ pub fn tile_image(
         };
         let bytes = match s {
             Step::Exchange { .. } => exchanges[&i].tables[&tile].to_bytes(),
-            Step::Host { .. } => host_table(program, tile, s, addr).to_bytes(),
+            Step::Host { .. } => host_table(program, idx, tile, i, addr).to_bytes(),
             Step::Compute { .. } => continue,
         };
         let off = (at - support.base) as usize;

@@ -1,6 +1,8 @@
 //! Exchange lowering: the copies of an exchange phase become rows of per-tile exchange tables,
-//! each with a scheduled start cycle. Two schedules are built (rows taken in source order, and
-//! in destination order); the shorter is kept. The checker re-derives the port rules the device
+//! each with a scheduled start cycle. Two schedules are built and the shorter is kept: the
+//! *sender-driven* list schedule (whenever a sender's port frees, it starts the pending copy
+//! whose receiver can take it soonest) and the *destination-ordered* one (receivers served one
+//! after another, each copy at the earliest cycle both ports allow). The checker re-derives the port rules the device
 //! enforces from the rows alone.
 
 use std::collections::BTreeMap;
@@ -18,12 +20,12 @@ pub struct Scheduled {
     pub tables: BTreeMap<u32, ExchangeTable>,
     /// Cycles of the phase.
     pub horizon: u32,
-    /// Horizon of the source-ordered schedule.
-    pub ordinary_horizon: u32,
+    /// Horizon of the sender-driven schedule.
+    pub sender_horizon: u32,
     /// Horizon of the destination-ordered schedule.
-    pub paired_horizon: u32,
+    pub destination_horizon: u32,
     /// Whether the destination-ordered schedule was kept.
-    pub use_paired: bool,
+    pub use_destination_order: bool,
 }
 
 /// A copy resolved to tiles and addresses.
@@ -34,6 +36,50 @@ struct Resolved {
     src_addr: u32,
     dst_addr: u32,
     bytes: u32,
+}
+
+/// List scheduling driven by the senders: whenever a sender's port is free, it starts the
+/// pending copy whose receiver can take it soonest. Returns the copies in start order with
+/// their starts.
+fn sender_driven(copies: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut pending: BTreeMap<u32, Vec<Resolved>> = BTreeMap::new();
+    for c in copies {
+        pending.entry(c.src_tile).or_default().push(*c);
+    }
+    let mut recv_free: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
+        pending.keys().map(|&s| Reverse((0, s))).collect();
+    let (mut order, mut starts, mut horizon) = (Vec::new(), Vec::new(), 0);
+    while let Some(Reverse((free, src))) = heap.pop() {
+        let queue = pending.get_mut(&src).expect("sender has copies");
+        let ready = |c: &Resolved| {
+            let l = target.exchange_latency_cycles(c.src_tile, c.dst_tile);
+            free.max(
+                recv_free
+                    .get(&c.dst_tile)
+                    .map_or(0, |r| r.saturating_sub(l)),
+            )
+        };
+        let (best, _) = queue
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, c)| (ready(c), *i))
+            .expect("non-empty queue");
+        let c = queue.swap_remove(best);
+        let start = ready(&c);
+        let latency = target.exchange_latency_cycles(c.src_tile, c.dst_tile);
+        let duration = target.exchange_transfer_cycles(c.bytes);
+        recv_free.insert(c.dst_tile, start + latency + duration);
+        horizon = horizon.max(start + latency + duration);
+        order.push(c);
+        starts.push(start);
+        if !queue.is_empty() {
+            heap.push(Reverse((start + duration, src)));
+        }
+    }
+    (order, starts, horizon)
 }
 
 fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
@@ -80,17 +126,15 @@ pub fn schedule(
             }
         })
         .collect();
-    let mut by_src = resolved.clone();
-    by_src.sort_by_key(|c| (c.src_tile, c.dst_tile, c.src_addr));
+    let (by_sender, starts_sender, h_sender) = sender_driven(&resolved, target);
     let mut by_dst = resolved;
     by_dst.sort_by_key(|c| (c.dst_tile, c.src_tile, c.dst_addr));
-    let (starts_src, h_src) = greedy(&by_src, target);
     let (starts_dst, h_dst) = greedy(&by_dst, target);
-    let use_paired = h_dst < h_src;
-    let (order, starts, horizon) = if use_paired {
+    let use_dst = h_dst < h_sender;
+    let (order, starts, horizon) = if use_dst {
         (by_dst, starts_dst, h_dst)
     } else {
-        (by_src, starts_src, h_src)
+        (by_sender, starts_sender, h_sender)
     };
     let mut tables: BTreeMap<u32, ExchangeTable> = (0..program.tiles_used)
         .map(|t| {
@@ -122,9 +166,9 @@ pub fn schedule(
     let s = Scheduled {
         tables,
         horizon,
-        ordinary_horizon: h_src,
-        paired_horizon: h_dst,
-        use_paired,
+        sender_horizon: h_sender,
+        destination_horizon: h_dst,
+        use_destination_order: use_dst,
     };
     check(&s, target)?;
     Ok(s)

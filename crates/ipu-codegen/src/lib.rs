@@ -212,20 +212,16 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         Ok(())
     })?;
     let active: Vec<u32> = (0..program.tiles_used).collect();
+    let step_index = emit::index(program);
     // Size each tile's code and support data (addresses do not change sizes).
     let sized: BTreeMap<u32, (emit::SupportLayout, [u32; 3])> =
         phase(&mut report, "size_tile_code", || {
             let zero = |_: program::BufferId| 0u32;
             let mut out = BTreeMap::new();
             for &t in &active {
-                let dummy = emit::SupportLayout::default();
-                let sizing = emit::support_layout(program, t, 0);
-                let dummy = emit::SupportLayout {
-                    states: sizing.states.clone(),
-                    tables: sizing.tables.clone(),
-                    ..dummy
-                };
-                let (s, i, r) = emit::supervisor_code(program, t, &kernels, &dummy, &zero);
+                // Addresses do not change code sizes: size with a provisional layout.
+                let sizing = emit::support_layout(program, &step_index, t, 0);
+                let (s, i, r) = emit::supervisor_code(program, t, &kernels, &sizing, &zero);
                 let mut at = kernels.end;
                 let mut addrs = [0u32; 3];
                 for (k, c) in [s, i, r].iter().enumerate() {
@@ -238,7 +234,7 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
                         at - target.executable_end
                     )));
                 }
-                let support = emit::support_layout(program, t, at);
+                let support = emit::support_layout(program, &step_index, t, at);
                 out.insert(t, (support, addrs));
             }
             Ok(out)
@@ -289,10 +285,10 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
                     info!(
                         phase = i,
                         candidates = copies.len(),
-                        ordinary_horizon = sch.ordinary_horizon,
-                        paired_horizon = sch.paired_horizon,
-                        use_paired = sch.use_paired,
-                        "compared ordinary and paired exchange schedules"
+                        sender_horizon = sch.sender_horizon,
+                        destination_horizon = sch.destination_horizon,
+                        use_destination_order = sch.use_destination_order,
+                        "compared sender-driven and destination-ordered exchange schedules"
                     );
                     out.insert(i, sch);
                 }
@@ -349,6 +345,7 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         for &t in &active {
             images[t as usize] = emit::tile_image(
                 program,
+                &step_index,
                 t,
                 &kernels,
                 &sized[&t].0,

@@ -41,6 +41,47 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 <= b.1 && b.0 <= a.1
 }
 
+fn free_at(taken: &[(u32, u32)], at: u32, bytes: u32) -> bool {
+    taken.iter().all(|&(s, e)| e <= at || s >= at + bytes)
+}
+
+/// The largest free range in `[lo, hi)` between the `taken` ranges (for messages).
+fn largest_free(taken: &[(u32, u32)], lo: u32, hi: u32) -> u32 {
+    let mut t: Vec<(u32, u32)> = taken.to_vec();
+    t.sort_unstable();
+    let (mut at, mut best) = (lo, 0);
+    for (s, e) in t {
+        if s > at {
+            best = best.max(s.min(hi) - at.min(hi));
+        }
+        at = at.max(e);
+    }
+    best.max(hi.saturating_sub(at))
+}
+
+/// The lowest aligned address in `[lo, hi)` where `bytes` fit clear of the `taken` ranges.
+fn bottom_fit(taken: &[(u32, u32)], lo: u32, hi: u32, bytes: u32) -> (Option<u32>, u32) {
+    let candidates = std::iter::once(lo)
+        .chain(taken.iter().map(|t| t.1))
+        .map(|a| align(a.max(lo), BUFFER_ALIGN));
+    let best = candidates
+        .filter(|&a| a as u64 + bytes as u64 <= hi as u64 && free_at(taken, a, bytes))
+        .min();
+    (best, largest_free(taken, lo, hi))
+}
+
+/// The highest aligned address in `[lo, hi)` where `bytes` fit clear of the `taken` ranges.
+fn top_fit(taken: &[(u32, u32)], lo: u32, hi: u32, bytes: u32) -> (Option<u32>, u32) {
+    let candidates = std::iter::once(hi)
+        .chain(taken.iter().map(|t| t.0))
+        .filter(|&e| e >= lo + bytes && e <= hi)
+        .map(|e| (e - bytes) / BUFFER_ALIGN * BUFFER_ALIGN);
+    let best = candidates
+        .filter(|&a| a >= lo && free_at(taken, a, bytes))
+        .max();
+    (best, largest_free(taken, lo, hi))
+}
+
 /// Places the buffers of `program`, given each tile's support area.
 pub fn place(
     program: &TileProgram,
@@ -73,43 +114,24 @@ pub fn place(
         for id in ids {
             let b = &program.buffers[id.0 as usize];
             let live = (b.first, b.last);
-            let regions: Vec<(u32, u32)> = match b.region {
-                Region::Interleaved => vec![(target.interleaved_base, target.memory_end)],
-                Region::Any => vec![
-                    (std_start, target.interleaved_base),
-                    (target.interleaved_base, target.memory_end),
-                ],
-            };
             let mut conflicts: Vec<(u32, u32)> = placed
                 .iter()
                 .filter(|p| overlaps(p.2, live))
                 .map(|p| (p.0, p.0 + p.1))
                 .collect();
             conflicts.sort_unstable();
-            let mut chosen = None;
-            let mut best_free = 0u32;
-            for (lo, hi) in &regions {
-                let mut at = align(*lo, BUFFER_ALIGN);
-                for &(s, e) in &conflicts {
-                    if e <= at {
-                        continue;
-                    }
-                    if s >= at && s - at >= b.bytes {
-                        break;
-                    }
-                    if s < *hi {
-                        best_free = best_free.max(s.saturating_sub(at).min(hi - at.min(*hi)));
-                    }
-                    at = at.max(align(e, BUFFER_ALIGN));
-                }
-                if at < *hi {
-                    best_free = best_free.max(hi - at);
-                }
-                if at + b.bytes <= *hi {
-                    chosen = Some(at);
-                    break;
-                }
-            }
+            // Interleaved-only buffers fill interleaved memory from the top down; the others
+            // fill from the bottom up (standard and interleaved memory are adjacent, so a
+            // buffer may straddle them), leaving the free space in one piece in the middle.
+            let (chosen, best_free) = match b.region {
+                Region::Interleaved => top_fit(
+                    &conflicts,
+                    target.interleaved_base,
+                    target.memory_end,
+                    b.bytes,
+                ),
+                Region::Any => bottom_fit(&conflicts, std_start, target.memory_end, b.bytes),
+            };
             let Some(addr) = chosen else {
                 return Err(CodegenError::DoesNotFit(format!(
                     "tile {tile}: buffer {} of {} bytes ({:?} region) does not fit: the largest free range at its steps {}..={} is {} bytes, {} bytes over",

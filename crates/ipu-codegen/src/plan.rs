@@ -209,6 +209,34 @@ pub fn cast_type(dtype: DType) -> CastType {
     }
 }
 
+/// The AMP mode of a matmul with operands of `dtype` and `partials`.
+pub fn matmul_mode(dtype: DType, partials: DType) -> Option<AmpMode> {
+    match (dtype, partials) {
+        (DType::F32, DType::F32) => Some(AmpMode::F32F32),
+        (DType::F32, _) => None,
+        (_, DType::F32) => Some(AmpMode::F16F32),
+        (_, DType::F16) => Some(AmpMode::F16F16),
+        _ => None,
+    }
+}
+
+/// The column group a graph input should be stored in so that its first matmul consumer
+/// reads it without regrouping: the AMP's K block for the left operand, its column count for
+/// the right.
+fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
+    let op = graph.operations().iter().find(|o| o.inputs.contains(&v))?;
+    let OpKind::MatMul { partials, .. } = op.kind else {
+        return None;
+    };
+    let dtype = graph.value(op.inputs[0]).ty.dtype;
+    let geo = amp_geometry(matmul_mode(dtype, partials)?);
+    Some(if op.inputs[0] == v {
+        geo.k_block
+    } else {
+        geo.cols
+    })
+}
+
 struct Planner<'a> {
     graph: &'a Graph,
     target: &'a Target,
@@ -239,7 +267,7 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
     let mut inputs = Vec::new();
     for &v in graph.inputs() {
         let val = graph.value(v);
-        let group = default_group(val.ty.dtype);
+        let group = input_group(graph, v).unwrap_or_else(|| default_group(val.ty.dtype));
         let layout = Layout::balanced(&val.ty.shape, group, tiles);
         let id = p.add_value(
             val.name.clone(),
@@ -352,11 +380,8 @@ impl Planner<'_> {
                 let mut a = ins[0];
                 let mut b = ins[1];
                 let in_dtype = self.values[a].dtype;
-                let mode = match (in_dtype, partials) {
-                    (DType::F32, DType::F32) => AmpMode::F32F32,
-                    (_, DType::F32) => AmpMode::F16F32,
-                    (_, DType::F16) => AmpMode::F16F16,
-                    _ => return unsupported("partials must be f16 or f32"),
+                let Some(mode) = matmul_mode(in_dtype, *partials) else {
+                    return unsupported("partials must be f32, or f16 for f16 and FP8 operands");
                 };
                 // FP8 operands: the Mk2 AMP has no FP8 mode; cast to f16 first (on every
                 // target for now).
