@@ -40,7 +40,7 @@ fn random_slot(rng: &mut Rng) -> Vec<u32> {
                     | LdSt64Pace { .. }
                     | Ld2xSt64Pace { .. }
             );
-            if memory && rng.next() % 8 != 0 {
+            if memory && !rng.next().is_multiple_of(8) {
                 continue;
             }
             return encode_slot(&slot).expect("a decoded slot encodes");
