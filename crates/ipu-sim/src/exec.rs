@@ -5,8 +5,9 @@
 //!   `halt`); every supervisor issue costs one barrel slot;
 //! - `run` simulates the launched worker to completion at once, starting at the supervisor's
 //!   current time, and records when it finishes; workers of one tile therefore take effect on
-//!   memory in launch order. Races between workers whose lifetimes overlap are detected when
-//!   the window closes (`waitw` or the next global instruction).
+//!   memory in launch order. Races between workers whose lifetimes overlap, and between the
+//!   supervisor and the workers running when it accesses memory, are detected when the window
+//!   closes (`waitw` or the next global instruction).
 
 use ipu_isa::{
     AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, RedOp, Slot,
@@ -123,15 +124,24 @@ struct Launch {
 /// Records the address ranges workers touch.
 #[derive(Clone, Debug, Default)]
 struct Tracker {
+    /// Set while a worker runs.
     on: bool,
     used: usize,
     launches: Vec<Launch>,
+    /// The supervisor's accesses while the window is open: range, write, issue cycle, pc.
+    sup: Vec<(u32, u32, bool, u64, u32)>,
+    /// The supervisor's current issue cycle and pc.
+    now: u64,
+    pc: u32,
 }
 
 impl Tracker {
     #[inline(always)]
     fn note(&mut self, addr: u32, len: u32, write: bool) {
         if !self.on {
+            if self.used > 0 && self.sup.len() < RACE_RANGES_MAX {
+                self.sup.push((addr, addr + len, write, self.now, self.pc));
+            }
             return;
         }
         let l = &mut self.launches[self.used - 1];
@@ -1228,11 +1238,34 @@ impl Tile {
                 }
             }
         }
+        // The supervisor's accesses against the workers running when it issued them.
+        let mut sup_found = None;
+        'sup: for &(lo, hi, write, t, spc) in &self.tracker.sup {
+            for l in ls.iter() {
+                if l.overflow || !(l.start <= t && t < l.end) {
+                    continue;
+                }
+                let hit = intersect(&l.writes, &[(lo, hi)])
+                    .map(|a| (a, true))
+                    .or_else(|| {
+                        if write {
+                            intersect(&l.reads, &[(lo, hi)]).map(|a| (a, false))
+                        } else {
+                            None
+                        }
+                    });
+                if let Some((addr, in_writes)) = hit {
+                    sup_found = Some((spc, l.ctx, write && in_writes, addr));
+                    break 'sup;
+                }
+            }
+        }
         for l in ls.iter_mut() {
             l.reads.clear();
             l.writes.clear();
         }
         self.tracker.used = 0;
+        self.tracker.sup.clear();
         if let Some((ctx, entry, other, both_write, addr)) = found {
             let _ = pc;
             return Err(Fault {
@@ -1240,6 +1273,16 @@ impl Tile {
                 context: Context::Worker(ctx),
                 pc: entry,
                 instruction: String::new(),
+                address: Some(addr),
+                kind: FaultKind::WorkerRace { other, both_write },
+            });
+        }
+        if let Some((spc, other, both_write, addr)) = sup_found {
+            return Err(Fault {
+                tile: self.id,
+                context: Context::Supervisor,
+                pc: spc,
+                instruction: self.text_at(spc),
                 address: Some(addr),
                 kind: FaultKind::WorkerRace { other, both_write },
             });
@@ -1390,6 +1433,8 @@ impl Tile {
                 r.pc = pc + 4;
                 continue;
             }
+            self.tracker.now = self.time;
+            self.tracker.pc = pc;
             self.time += SLOT * d.cost as u64;
             let now = self.time;
             match self
@@ -1411,6 +1456,8 @@ impl Tile {
                             if matches!(d.slot, Slot::Single(i) if i.class() == Class::Supervisor) {
                                 return Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None)));
                             }
+                            self.tracker.now = self.time;
+                            self.tracker.pc = p;
                             self.time += SLOT * d.cost as u64;
                             self.counters.supervisor_instructions +=
                                 if matches!(d.slot, Slot::Bundle(_)) {

@@ -20,8 +20,10 @@
 //!   tile's memory. Two workers whose lifetimes overlap (launched in the same `run`..`waitw`
 //!   window) must not write the same bytes, nor may one read bytes the other writes: this is
 //!   checked at `waitw` (or the next global instruction) and reported as
-//!   [`FaultKind::WorkerRace`]. Not checked: the supervisor reading or writing memory while its
-//!   workers run (the supervisor sees the workers' results as soon as `run` issues).
+//!   [`FaultKind::WorkerRace`]. The supervisor's own accesses in the window are checked the
+//!   same way against the workers running when it issued them (it may write a vertex state
+//!   before the `run` that uses it, and read results after `waitw`). A worker that touches more
+//!   than [`RACE_RANGES_MAX`] disjoint ranges is not checked (a warning says so).
 //! - **BSP**: every tile runs its supervisor until it reaches a global instruction (`sync`,
 //!   `exch`, `hostx`, `halt`); all active tiles must reach the same kind. Workers must have
 //!   finished by then ([`FaultKind::WorkersRunning`]). Waiting for the slowest tile is counted

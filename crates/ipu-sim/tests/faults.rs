@@ -270,3 +270,27 @@ fn faults_on_a_later_tile_name_that_tile() {
         (1, Context::Supervisor, s["bad"], Some(0x80001))
     );
 }
+
+#[test]
+fn supervisor_touching_what_a_running_worker_writes() {
+    // The supervisor reads the worker's output before waitw.
+    let src = "main:\n li $m5, 0x80010\n setzi $m1, w\n run $m1, $m2\nbad: ld32 $m6, $m5, 0\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
+    let (f, s) = fault(src);
+    assert_eq!(
+        f.kind,
+        FaultKind::WorkerRace {
+            other: 0,
+            both_write: false
+        }
+    );
+    check(&f, Context::Supervisor, s["bad"], Some(0x80010));
+    assert_eq!(f.instruction, "ld32 $m6, $m5, 0");
+    // After waitw, or before the run, it is fine.
+    let ok = "main:\n li $m5, 0x80010\n st32 $m5, $m5, 0\n setzi $m1, w\n run $m1, $m2\n waitw\n ld32 $m6, $m5, 0\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
+    let o = assemble(ok, "ok.s", &AsmOptions::default()).unwrap();
+    let mut d = Device::new(Target::gc200(), 1);
+    for s in &o.sections {
+        d.write(0, s.address, &s.bytes).unwrap();
+    }
+    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+}
