@@ -688,6 +688,17 @@ impl Tile {
         }
     }
 
+    /// Starts a run at `entry`: forgets any worker window a faulted run left open.
+    pub fn start(&mut self, entry: u32) {
+        self.sup.pc = entry;
+        self.tracker.on = false;
+        self.tracker.used = 0;
+        self.tracker.sup.clear();
+        for b in &mut self.busy_until {
+            *b = (*b).min(self.time);
+        }
+    }
+
     fn fault(&self, ctx: Context, pc: u32, trap: Trap) -> Fault {
         let instruction = self
             .code

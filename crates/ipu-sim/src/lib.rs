@@ -324,7 +324,7 @@ impl Device {
             .map(|t| t.time.saturating_add(limits.max_cycles))
             .collect();
         for (t, &e) in self.tiles[..n].iter_mut().zip(entries) {
-            t.sup.pc = e;
+            t.start(e);
         }
         let result = self.run_steps(&deadlines, limits);
         for (c, t) in self.counters.iter_mut().zip(&self.tiles) {

@@ -294,3 +294,17 @@ fn supervisor_touching_what_a_running_worker_writes() {
     }
     d.run(o.symbols["main"], &RunLimits::default()).unwrap();
 }
+
+#[test]
+fn a_device_runs_again_after_a_fault() {
+    // The first run faults inside a worker window; the second starts clean.
+    let src = "main:\n setzi $m1, w\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m1, 0x80004\n ld64 $a0:1, $m1, 0\n exit\nok:\n halt\n";
+    let o = assemble(src, "f.s", &AsmOptions::default()).unwrap();
+    let mut d = Device::new(Target::gc200(), 1);
+    for s in &o.sections {
+        d.write(0, s.address, &s.bytes).unwrap();
+    }
+    assert!(d.run(o.symbols["main"], &RunLimits::default()).is_err());
+    let r = d.run(o.symbols["ok"], &RunLimits::default()).unwrap();
+    assert_eq!(r.global_steps, 1);
+}
