@@ -15,7 +15,11 @@ mod cmd_run;
 mod cmd_sim;
 
 #[derive(Parser)]
-#[command(name = "ipu", version, about = "Compiler, runtime and simulator for the Graphcore IPU")]
+#[command(
+    name = "ipu",
+    version,
+    about = "Compiler, runtime and simulator for the Graphcore IPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -62,6 +66,7 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 

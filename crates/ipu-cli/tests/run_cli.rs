@@ -1,0 +1,273 @@
+//! `ipu build`, `ipu exec` and `ipu run` through the real binary: summary lines, reports, exit
+//! codes, and the refusals of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ipu(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ipu"))
+        .args(args)
+        .output()
+        .expect("ipu runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ipu-run-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn lock_args(dir: &Path) -> [String; 2] {
+    [
+        "--lock".into(),
+        dir.join("device.lock").display().to_string(),
+    ]
+}
+
+#[test]
+fn run_passes_with_summary_lines_and_report() {
+    let d = scratch("run");
+    let report = d.join("report.json");
+    let [l0, l1] = lock_args(&d);
+    let o = ipu(&[
+        "run",
+        "matmul",
+        "--set",
+        "m=9",
+        "--set",
+        "k=21",
+        "--set",
+        "n=5",
+        "--tiles",
+        "4",
+        "--artifacts",
+        d.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        &l0,
+        &l1,
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("numericalTest=PASS"), "{out}");
+    assert!(out.contains("device=simulator deviceTest=PASS"), "{out}");
+    assert!(
+        err.contains("package build phase finished phase=\"place_storage\""),
+        "{err}"
+    );
+    assert!(err.contains("acquired hardware ownership"), "{err}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for key in [
+        "model",
+        "target",
+        "tiles_used",
+        "phases",
+        "compile_ms",
+        "estimated_cycles",
+        "final_cycles",
+        "device",
+        "peak_tile_bytes",
+        "package_bytes",
+        "checks",
+        "flops",
+        "efficiency",
+    ] {
+        assert!(j.get(key).is_some(), "report lacks {key}: {j}");
+    }
+    assert!(j["device"]["cycles"].as_u64().unwrap() > 0);
+    assert_eq!(j["checks"][0]["pass"], true);
+    assert!(d.join("model.ipuexe").is_file() && d.join("execution.profile.json").is_file());
+}
+
+#[test]
+fn a_failing_check_exits_1() {
+    let d = scratch("fail");
+    let [l0, l1] = lock_args(&d);
+    // Against the exact reference with zero tolerance, f16 rounding must show.
+    let o = ipu(&[
+        "run",
+        "matmul",
+        "--set",
+        "m=8",
+        "--set",
+        "k=40",
+        "--set",
+        "n=8",
+        "--tiles",
+        "2",
+        "--reference-precision",
+        "exact",
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+        "--artifacts",
+        d.to_str().unwrap(),
+        &l0,
+        &l1,
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("numericalTest=FAIL") && out.contains("deviceTest=FAIL"),
+        "{out}"
+    );
+}
+
+#[test]
+fn build_then_exec_and_refusals() {
+    let d = scratch("exec");
+    let pkg = d.join("m.ipuexe");
+    let o = ipu(&[
+        "build",
+        "mlp",
+        "--set",
+        "batch=6",
+        "--set",
+        "width=24",
+        "--tiles",
+        "8",
+        "-o",
+        pkg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let [l0, l1] = lock_args(&d);
+    let o = ipu(&[
+        "exec",
+        pkg.to_str().unwrap(),
+        "--outputs",
+        d.join("out").to_str().unwrap(),
+        &l0,
+        &l1,
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("device=simulator") && d.join("out").read_dir().unwrap().count() == 1,
+        "{out}"
+    );
+
+    // Another target's device refuses the package.
+    let o = ipu(&["exec", pkg.to_str().unwrap(), "--target", "c600", &l0, &l1]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("gc200") && err.contains("c600"), "{err}");
+
+    // A truncated package names the byte offset.
+    let bytes = std::fs::read(&pkg).unwrap();
+    let cut = d.join("cut.ipuexe");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = ipu(&["exec", cut.to_str().unwrap(), &l0, &l1]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("byte offset"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+
+    // A flipped byte fails a checksum.
+    let mut bad = bytes.clone();
+    let at = bad.len() - 10;
+    bad[at] ^= 0xFF;
+    let flipped = d.join("flipped.ipuexe");
+    std::fs::write(&flipped, &bad).unwrap();
+    let o = ipu(&["exec", flipped.to_str().unwrap(), &l0, &l1]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("checksum"), "{}", text(&o).1);
+}
+
+#[test]
+fn a_held_lock_is_refused_after_the_timeout() {
+    let d = scratch("lock");
+    let pkg = d.join("m.ipuexe");
+    let o = ipu(&[
+        "build",
+        "matmul",
+        "--set",
+        "m=4",
+        "--set",
+        "k=4",
+        "--set",
+        "n=4",
+        "--tiles",
+        "1",
+        "-o",
+        pkg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let lock = d.join("device.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    f.lock().unwrap();
+    let o = ipu(&[
+        "exec",
+        pkg.to_str().unwrap(),
+        "--lock",
+        lock.to_str().unwrap(),
+        "--lock-timeout",
+        "0.3",
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(lock.to_str().unwrap()), "{err}");
+    drop(f);
+}
+
+#[test]
+fn a_model_that_does_not_fit_is_refused_at_build() {
+    let d = scratch("fit");
+    let pkg = d.join("big.ipuexe");
+    let o = ipu(&[
+        "build",
+        "matmul",
+        "--set",
+        "m=4096",
+        "--set",
+        "k=65536",
+        "--set",
+        "n=64",
+        "--set",
+        "dtype=f32",
+        "--tiles",
+        "1",
+        "-o",
+        pkg.to_str().unwrap(),
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err.contains("does not fit") && err.contains("bytes over"),
+        "{err}"
+    );
+    assert!(!pkg.exists(), "no package may be left behind");
+}
+
+#[test]
+fn unknown_model_and_bad_options_exit_2() {
+    let o = ipu(&["run", "no-such-model"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).1.contains("matmul"),
+        "the error lists the known models"
+    );
+    let o = ipu(&["build", "matmul", "--target", "ipu9", "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("gc200"));
+    let o = ipu(&["build", "matmul", "--tiles", "5000", "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+}
