@@ -63,6 +63,8 @@ pub(crate) struct AmpAcc {
 #[derive(Clone, Debug)]
 pub(crate) struct AmpUnit {
     pub mode: Option<AmpMode>,
+    /// Whether the host runs the vectorised `f16f16` step (same results, see `simd`).
+    pub simd: bool,
     pub weights: [f32; AMP_WEIGHTS_MAX],
 }
 
@@ -586,8 +588,18 @@ pub(crate) fn amp_step(
     if phase > 3 {
         return Err((FaultKind::IllegalOperands("amp phase above 3"), None));
     }
-    let g = amp_geometry(mode);
     let p = phase as usize;
+    #[cfg(target_arch = "x86_64")]
+    if mode == AmpMode::F16F16 && unit.simd {
+        return Ok(crate::simd::amp_f16f16(
+            &unit.weights,
+            acc,
+            input,
+            partials,
+            p,
+        ));
+    }
+    let g = amp_geometry(mode);
     let mut x = [0f32; 8];
     match mode {
         AmpMode::F16F16 | AmpMode::F16F32 => {
@@ -677,6 +689,7 @@ impl Tile {
             busy_until: [0; 6],
             amp: AmpUnit {
                 mode: None,
+                simd: crate::simd::available(),
                 weights: [0.0; AMP_WEIGHTS_MAX],
             },
             time: 0,
@@ -1601,6 +1614,71 @@ pub fn eval_float(
 mod tests {
     use super::*;
     use half::f16;
+
+    #[test]
+    fn vectorised_f16f16_step_matches_the_portable_step() {
+        if !crate::simd::available() {
+            return;
+        }
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        // f16 bit patterns: ordinary values, subnormals, large values, infinities, NaNs.
+        let half_bits = |n: &mut dyn FnMut() -> u64| -> u32 {
+            let r = n();
+            match r % 16 {
+                0 => (r >> 8) as u32 & 0x83FF,            // zero or subnormal
+                1 => 0x7C00 | ((r >> 8) as u32 & 0x8000), // infinity
+                2 => 0x7C01 | ((r >> 8) as u32 & 0x83FF), // NaN
+                3 => 0x7800 | ((r >> 8) as u32 & 0x83FF), // large
+                _ => (r >> 8) as u32 & 0xBFFF,            // |x| < 2
+            }
+        };
+        for case in 0..200 {
+            let mut weights = [0f32; AMP_WEIGHTS_MAX];
+            for w in weights.iter_mut().take(256) {
+                *w = h(half_bits(&mut next));
+            }
+            let unit = |simd| AmpUnit {
+                mode: Some(AmpMode::F16F16),
+                simd,
+                weights,
+            };
+            let (portable, fast) = (unit(false), unit(true));
+            let (mut a, mut b) = (AmpAcc::default(), AmpAcc::default());
+            for step in 0..16u8 {
+                let mut pair = || {
+                    [
+                        half_bits(&mut next) | half_bits(&mut next) << 16,
+                        half_bits(&mut next) | half_bits(&mut next) << 16,
+                    ]
+                };
+                let (input, partials) = (pair(), pair());
+                let fp8 = (Fp8Format::F143, 0);
+                let x = amp_step(&portable, &mut a, input, partials, step % 4, fp8).unwrap();
+                let y = amp_step(&fast, &mut b, input, partials, step % 4, fp8).unwrap();
+                let same_h = |p: u32, q: u32| p == q || (h(p).is_nan() && h(q).is_nan());
+                for i in 0..2 {
+                    for s in [0, 16] {
+                        assert!(
+                            same_h(x[i] >> s & 0xFFFF, y[i] >> s & 0xFFFF),
+                            "case {case}"
+                        );
+                    }
+                }
+                for (p, q) in a.acc.iter().chain(&a.prev).zip(b.acc.iter().chain(&b.prev)) {
+                    assert!(
+                        p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                        "case {case}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn f16_to_f32_matches_half_for_every_code() {

@@ -44,6 +44,7 @@ mod exchange;
 mod exec;
 mod fault;
 mod memory;
+mod simd;
 
 use rayon::prelude::*;
 

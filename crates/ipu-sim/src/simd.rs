@@ -1,0 +1,78 @@
+//! The f16 -> f16 AMP step with x86 F16C/AVX instructions, when the host has them.
+//!
+//! It performs exactly the operations of the portable step (`exec::amp_step`): each product
+//! and each sum rounded to f32, in K order per column (no fused multiply-add), f16 conversions
+//! rounding to nearest even. Tests compare the two on random and special values.
+
+use crate::exec::AmpAcc;
+
+/// Whether the host can run [`amp_f16f16`].
+#[inline(always)]
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx") && std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One `f16f16` AMP phase. Callers check [`available`] first.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn amp_f16f16(
+    weights: &[f32; 512],
+    acc: &mut AmpAcc,
+    input: [u32; 2],
+    partials: [u32; 2],
+    phase: usize,
+) -> [u32; 2] {
+    debug_assert!(available() && phase < 4);
+    // SAFETY: the caller checked that the host supports AVX and F16C.
+    unsafe { step(weights, acc, input, partials, phase) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+fn step(
+    weights: &[f32; 512],
+    acc: &mut AmpAcc,
+    input: [u32; 2],
+    partials: [u32; 2],
+    phase: usize,
+) -> [u32; 2] {
+    use std::arch::x86_64::*;
+    let as_i64 = |v: [u32; 2]| (v[0] as u64 | (v[1] as u64) << 32) as i64;
+    let x = _mm_cvtph_ps(_mm_set_epi64x(0, as_i64(input)));
+    let mut xs = [0f32; 4];
+    // SAFETY (all loads and stores below): every pointer comes from an array whose length
+    // covers the access: weights rows (4p + j) * 16 .. + 16 < 512, acc and prev of 16 f32.
+    unsafe {
+        _mm_storeu_ps(xs.as_mut_ptr(), x);
+        let a = acc.acc.as_mut_ptr();
+        let mut lo = _mm256_loadu_ps(a);
+        let mut hi = _mm256_loadu_ps(a.add(8));
+        for (j, &xj) in xs.iter().enumerate() {
+            let w = weights.as_ptr().add((4 * phase + j) * 16);
+            let b = _mm256_set1_ps(xj);
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(b, _mm256_loadu_ps(w)));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(b, _mm256_loadu_ps(w.add(8))));
+        }
+        _mm256_storeu_ps(a, lo);
+        _mm256_storeu_ps(a.add(8), hi);
+        let chunk = a.add(4 * phase);
+        let p = _mm_cvtph_ps(_mm_set_epi64x(0, as_i64(partials)));
+        _mm_storeu_ps(chunk, _mm_add_ps(_mm_loadu_ps(chunk), p));
+        let out = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_loadu_ps(
+            acc.prev.as_ptr().add(4 * phase),
+        ));
+        let bits = _mm_cvtsi128_si64(out) as u64;
+        if phase == 3 {
+            acc.prev = acc.acc;
+            acc.acc = [0.0; 16];
+        }
+        [bits as u32, (bits >> 32) as u32]
+    }
+}
