@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd_bench;
 mod cmd_graph;
 mod cmd_isa;
 mod cmd_numerics;
@@ -58,6 +59,8 @@ enum Command {
 enum BenchCommand {
     /// The AMP matmul kernel [N,16]x[16,16] on every tile.
     Amp(cmd_sim::AmpArgs),
+    /// Compile time per model (median of several builds).
+    Compile(cmd_bench::CompileArgs),
 }
 
 fn init_logging() {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Disasm(a) => cmd_isa::disasm(a),
         Command::Sim(a) => cmd_sim::sim(a),
         Command::Bench(BenchCommand::Amp(a)) => cmd_sim::amp(a),
+        Command::Bench(BenchCommand::Compile(a)) => cmd_bench::compile(a),
         Command::Numerics(c) => cmd_numerics::run(c),
         Command::Models(a) => cmd_graph::models(a),
         Command::Graph(c) => cmd_graph::run(c),
