@@ -469,9 +469,19 @@ pub enum Instr {
     /// `nop`
     Nop,
     /// `OP $mD, $mA, $mB`
-    Alu { op: AluOp, d: MReg, a: MReg, b: MReg },
+    Alu {
+        op: AluOp,
+        d: MReg,
+        a: MReg,
+        b: MReg,
+    },
     /// `OP $mD, $mA, imm` (imm is a signed 16-bit value, sign-extended)
-    AluImm { op: AluOp, d: MReg, a: MReg, imm: i16 },
+    AluImm {
+        op: AluOp,
+        d: MReg,
+        a: MReg,
+        imm: i16,
+    },
     /// `setzi $mD, imm`: d = imm (20-bit, zero-extended).
     Setzi { d: MReg, imm: u32 },
     /// `orhi $mD, imm`: d |= imm << 16.
@@ -485,17 +495,44 @@ pub enum Instr {
 
     // ---- main pipeline: memory -------------------------------------------------------------
     /// `ldW REG, $mB, imm` / `ldWstep REG, $mB+=imm` (W = z8, z16, 32, 64, 128).
-    Load { width: Width, d: DataReg, base: MReg, mode: AddrMode },
+    Load {
+        width: Width,
+        d: DataReg,
+        base: MReg,
+        mode: AddrMode,
+    },
     /// `stW REG, $mB, imm` / `stWstep REG, $mB+=imm` (W = 8, 16, 32, 64).
-    Store { width: Width, s: DataReg, base: MReg, mode: AddrMode },
+    Store {
+        width: Width,
+        s: DataReg,
+        base: MReg,
+        mode: AddrMode,
+    },
     /// `ld2x64pace $aD0:, $aD1:, $mP0+=8, $mP1+=8`: two 64-bit loads, both pointers advance.
-    Ld2x64Pace { d0: APair, d1: APair, p0: MReg, p1: MReg },
+    Ld2x64Pace {
+        d0: APair,
+        d1: APair,
+        p0: MReg,
+        p1: MReg,
+    },
     /// `ldst64pace $aD:, $aS:, $mP0+=8, $mP1+=8`: a 64-bit load from p0 and a 64-bit store of s
     /// to p1.
-    LdSt64Pace { d: APair, s: APair, p0: MReg, p1: MReg },
+    LdSt64Pace {
+        d: APair,
+        s: APair,
+        p0: MReg,
+        p1: MReg,
+    },
     /// `ld2xst64pace $aD0:, $aD1:, $aS:, $mP0+=8, $mP1+=8, $mP2+=8`: two 64-bit loads and one
     /// 64-bit store in one slot.
-    Ld2xSt64Pace { d0: APair, d1: APair, s: APair, p0: MReg, p1: MReg, p2: MReg },
+    Ld2xSt64Pace {
+        d0: APair,
+        d1: APair,
+        s: APair,
+        p0: MReg,
+        p1: MReg,
+        p2: MReg,
+    },
 
     // ---- main pipeline: control --------------------------------------------------------------
     /// `br $mA`: jump to the address in a.
@@ -524,11 +561,22 @@ pub enum Instr {
     // ---- float pipeline -----------------------------------------------------------------------
     /// `TYOP $aD, $aA, $aB` (`f32add`, `f16v4mac`, `f32v2cmplt`, ..). Register indices are the
     /// lowest register of each operand; pairs for f32v2 and f16v4.
-    FBin { ty: FType, op: FBinOp, d: u8, a: u8, b: u8 },
+    FBin {
+        ty: FType,
+        op: FBinOp,
+        d: u8,
+        a: u8,
+        b: u8,
+    },
     /// `TYOP $aD, $aA` (`f32exp`, `f16v4abs`, ..).
     FUn { ty: FType, op: FUnOp, d: u8, a: u8 },
     /// `f32v2sum $aD, $aA:B` / `f16v4max $aD, $aA:B`: horizontal reduction into one f32.
-    FReduce { ty: FType, op: RedOp, d: AReg, a: APair },
+    FReduce {
+        ty: FType,
+        op: RedOp,
+        d: AReg,
+        a: APair,
+    },
     /// Conversions (`f32tof16`, `f8v4tof16`, ..).
     Conv { op: ConvOp, d: u8, a: u8 },
     /// `f32v2bcast $aD:E, $aA` (both lanes = a) / `f16v4bcast $aD:E, $aA` (four lanes = low
@@ -541,7 +589,12 @@ pub enum Instr {
     /// against the tile's weights into the 16 (or 8) column accumulators, adds the partials-in
     /// p for columns of chunk p, and returns in d the chunk-p columns of the previously
     /// completed row; phase 3 completes the row.
-    Amp { d: APair, a: APair, p: APair, phase: u8 },
+    Amp {
+        d: APair,
+        a: APair,
+        p: APair,
+        phase: u8,
+    },
 
     // ---- supervisor only ---------------------------------------------------------------------
     /// `run $mE, $mS`: start a worker at entry e with vertex state s (the worker's $m0 = s).
@@ -590,15 +643,44 @@ impl Instr {
     pub fn class(&self) -> Class {
         use Instr::*;
         match self {
-            Nop | Alu { .. } | AluImm { .. } | Setzi { .. } | Orhi { .. } | Get { .. }
-            | MovToA { .. } | MovToM { .. } | Load { .. } | Store { .. } | Ld2x64Pace { .. }
-            | LdSt64Pace { .. } | Ld2xSt64Pace { .. } | SetFp8 { .. } => Class::Main,
-            Br { .. } | Bri { .. } | Brz { .. } | Brnz { .. } | Brnzdec { .. } | Call { .. }
-            | Rpt { .. } | Rpti { .. } => Class::Control,
-            FBin { .. } | FUn { .. } | FReduce { .. } | Conv { .. } | Bcast { .. }
-            | F16v2Pack { .. } | Amp { .. } => Class::Float,
-            Run { .. } | WaitW | Sync | Exch { .. } | HostX { .. } | Mark { .. }
-            | AmpCfg { .. } | AmpW { .. } | Halt => Class::Supervisor,
+            Nop
+            | Alu { .. }
+            | AluImm { .. }
+            | Setzi { .. }
+            | Orhi { .. }
+            | Get { .. }
+            | MovToA { .. }
+            | MovToM { .. }
+            | Load { .. }
+            | Store { .. }
+            | Ld2x64Pace { .. }
+            | LdSt64Pace { .. }
+            | Ld2xSt64Pace { .. }
+            | SetFp8 { .. } => Class::Main,
+            Br { .. }
+            | Bri { .. }
+            | Brz { .. }
+            | Brnz { .. }
+            | Brnzdec { .. }
+            | Call { .. }
+            | Rpt { .. }
+            | Rpti { .. } => Class::Control,
+            FBin { .. }
+            | FUn { .. }
+            | FReduce { .. }
+            | Conv { .. }
+            | Bcast { .. }
+            | F16v2Pack { .. }
+            | Amp { .. } => Class::Float,
+            Run { .. }
+            | WaitW
+            | Sync
+            | Exch { .. }
+            | HostX { .. }
+            | Mark { .. }
+            | AmpCfg { .. }
+            | AmpW { .. }
+            | Halt => Class::Supervisor,
             Exit => Class::Worker,
         }
     }

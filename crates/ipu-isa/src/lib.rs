@@ -17,8 +17,8 @@ pub use disasm::{
     disassemble_with,
 };
 pub use encoding::{
-    BUNDLE_FLAG, DecodeError, EncodeError, decode, decode_slot, encode, encode_bundle,
-    encode_slot, validate,
+    BUNDLE_FLAG, DecodeError, EncodeError, decode, decode_slot, encode, encode_bundle, encode_slot,
+    validate,
 };
 pub use instr::*;
 pub use object::{FlatImage, Object, ObjectError, Section};

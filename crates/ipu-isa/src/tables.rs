@@ -82,7 +82,12 @@ impl ExchangeTable {
     /// The table's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.byte_len() as usize);
-        for w in [EXCHANGE_TABLE_MAGIC, self.rows.len() as u32, self.horizon_cycles, 0] {
+        for w in [
+            EXCHANGE_TABLE_MAGIC,
+            self.rows.len() as u32,
+            self.horizon_cycles,
+            0,
+        ] {
             out.extend_from_slice(&w.to_le_bytes());
         }
         for r in &self.rows {
@@ -114,7 +119,10 @@ impl ExchangeTable {
     pub fn from_bytes(bytes: &[u8]) -> Result<ExchangeTable, TableError> {
         let len = Self::byte_len_from_header(bytes)?;
         if bytes.len() < len {
-            return Err(TableError::Truncated { needed: len, available: bytes.len() });
+            return Err(TableError::Truncated {
+                needed: len,
+                available: bytes.len(),
+            });
         }
         let rows = (0..word(bytes, 4) as usize)
             .map(|i| {
@@ -129,7 +137,10 @@ impl ExchangeTable {
                 }
             })
             .collect();
-        Ok(ExchangeTable { horizon_cycles: word(bytes, 8), rows })
+        Ok(ExchangeTable {
+            horizon_cycles: word(bytes, 8),
+            rows,
+        })
     }
 }
 
@@ -209,7 +220,10 @@ impl HostTable {
     pub fn from_bytes(bytes: &[u8]) -> Result<HostTable, TableError> {
         let len = Self::byte_len_from_header(bytes)?;
         if bytes.len() < len {
-            return Err(TableError::Truncated { needed: len, available: bytes.len() });
+            return Err(TableError::Truncated {
+                needed: len,
+                available: bytes.len(),
+            });
         }
         let mut rows = Vec::new();
         for i in 0..word(bytes, 4) as usize {
@@ -218,7 +232,11 @@ impl HostTable {
             let direction = match dir {
                 0 => HostDirection::ToDevice,
                 1 => HostDirection::ToHost,
-                other => return Err(TableError::BadMagic { found: other as u32 }),
+                other => {
+                    return Err(TableError::BadMagic {
+                        found: other as u32,
+                    });
+                }
             };
             rows.push(HostRow {
                 page: u16::from_le_bytes([bytes[at], bytes[at + 1]]),
