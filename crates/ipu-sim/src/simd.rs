@@ -3,6 +3,9 @@
 //! It performs exactly the operations of the portable step (`exec::amp_step`): each product
 //! and each sum rounded to f32, in K order per column (no fused multiply-add), f16 conversions
 //! rounding to nearest even. Tests compare the two on random and special values.
+//! The one freedom IEEE leaves, which NaN's payload survives when both operands of an
+//! operation are NaNs, may differ between the paths; a host always takes the same path, so
+//! results stay bit-identical from run to run and at any thread count.
 
 use crate::exec::AmpAcc;
 
