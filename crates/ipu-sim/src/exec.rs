@@ -760,7 +760,12 @@ impl Tile {
         let (slot, n) = ipu_isa::decode_slot(&words[..if two { 2 } else { 1 }])
             .map_err(|e| (FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
         if n == 2 && pc & 7 != 0 {
-            return Err((FaultKind::FetchNotExecutable, Some(pc)));
+            return Err((
+                FaultKind::InvalidEncoding(
+                    "a bundle at an address that is not 8-byte aligned".into(),
+                ),
+                Some(pc),
+            ));
         }
         let cost = match &slot {
             Slot::Single(Instr::FUn { op, .. }) => op.slots(),

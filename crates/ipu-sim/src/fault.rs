@@ -61,10 +61,9 @@ pub enum FaultKind {
     },
     /// A 128-bit load (or `ampw`) outside interleaved memory.
     NotInterleaved,
-    /// Instruction fetch outside the executable range (or a pc not 4-byte aligned, or a bundle
-    /// not 8-byte aligned).
+    /// Instruction fetch outside the executable range, or from a pc not 4-byte aligned.
     FetchNotExecutable,
-    /// The words at pc do not decode.
+    /// The words at pc do not decode (including a bundle not 8-byte aligned).
     InvalidEncoding(String),
     /// A store of 8 or 16 bits: the hardware has no sub-word stores.
     SubWordStore,

@@ -92,6 +92,31 @@ fn invalid_encoding() {
 }
 
 #[test]
+fn misaligned_bundle() {
+    let bundle = ipu_isa::encode_slot(&ipu_isa::Slot::Bundle(ipu_isa::Bundle {
+        main: ipu_isa::Instr::Nop,
+        float: ipu_isa::Instr::FUn {
+            ty: ipu_isa::FType::F32,
+            op: ipu_isa::FUnOp::Mov,
+            d: 0,
+            a: 1,
+        },
+    }))
+    .unwrap();
+    // The worker starts 8-byte aligned; one nop puts the bundle's words at 4 mod 8.
+    let (f, s) = fault(&worker(&format!(
+        " nop
+bad: .word {}, {}",
+        bundle[0], bundle[1]
+    )));
+    assert!(
+        matches!(&f.kind, FaultKind::InvalidEncoding(m) if m.contains("8-byte")),
+        "{f}"
+    );
+    check(&f, Context::Worker(0), s["bad"], Some(s["bad"]));
+}
+
+#[test]
 fn sub_word_store() {
     let (f, s) = fault(&worker(" li $m1, 0x80000\nbad: st8 $m2, $m1, 3"));
     assert_eq!(f.kind, FaultKind::SubWordStore);
