@@ -319,3 +319,66 @@ fn sync_advances_every_tile_to_the_slowest_plus_the_sync_cost() {
     assert_eq!((r.critical_tile, r.sync_cycles), (0, 6 * 20 + 90));
     assert_eq!(d.profile().len(), 6);
 }
+
+#[test]
+fn random_permutation_exchanges_move_every_byte() {
+    let mut seed = 0x0123_4567_89AB_CDEFu64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..20 {
+        let n = 2 + (next() % 15) as usize;
+        // A random permutation: tile t sends to perm[t].
+        let mut perm: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            perm.swap(i, (next() % (i as u64 + 1)) as usize);
+        }
+        let bytes: Vec<u32> = (0..n).map(|_| 4 * (1 + (next() % 64) as u32)).collect();
+        let starts: Vec<u32> = (0..n).map(|_| (next() % 50) as u32).collect();
+        let horizon = (0..n)
+            .map(|t| {
+                starts[t]
+                    + Target::gc200().exchange_latency_cycles(t as u32, perm[t] as u32)
+                    + bytes[t] / 4
+            })
+            .max()
+            .unwrap();
+        let tables: Vec<ExchangeTable> = (0..n)
+            .map(|t| {
+                table(
+                    horizon,
+                    vec![row(
+                        0x80000,
+                        0x90000,
+                        bytes[t],
+                        starts[t],
+                        perm[t] as u16,
+                        1,
+                    )],
+                )
+            })
+            .collect();
+        let (d, r) = exchange(&tables);
+        let r = r.unwrap();
+        assert_eq!(
+            r.exchange_cycles,
+            EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + horizon as u64
+        );
+        for t in 0..n {
+            let want: Vec<u8> = (0..bytes[t]).map(|i| (t as u32 * 16 + i) as u8).collect();
+            assert_eq!(d.read(perm[t] as u32, 0x90000, bytes[t]).unwrap(), want);
+        }
+        // One cycle less of horizon is rejected.
+        let short: Vec<ExchangeTable> = tables
+            .iter()
+            .map(|x| ExchangeTable {
+                horizon_cycles: horizon - 1,
+                rows: x.rows.clone(),
+            })
+            .collect();
+        assert!(exchange(&short).1.is_err());
+    }
+}
