@@ -192,6 +192,8 @@ pub fn supervisor_code(
     init.op(Instr::Sync).op(Instr::Halt);
     let mut run = Code::new();
     let mut state_index = 0;
+    // The kernel whose entry is in $m2, to skip reloading it between launches.
+    let mut entry: Option<Kernel> = None;
     for (i, s) in program.steps.iter().enumerate() {
         run.op(Instr::Mark { id: i as u16 });
         match s {
@@ -223,16 +225,19 @@ pub fn supervisor_code(
                         }
                         SupOp::AmpW(b, off) => {
                             run.op(Instr::Setzi {
-                                d: m2,
+                                d: MReg(4),
                                 imm: addr(*b) + off,
                             });
-                            run.op(Instr::AmpW { base: m2 });
+                            run.op(Instr::AmpW { base: MReg(4) });
                         }
                         SupOp::Run(k, _, _) => {
-                            run.op(Instr::Setzi {
-                                d: m2,
-                                imm: kernels.entries[k],
-                            });
+                            if entry != Some(*k) {
+                                run.op(Instr::Setzi {
+                                    d: m2,
+                                    imm: kernels.entries[k],
+                                });
+                                entry = Some(*k);
+                            }
                             run.op(Instr::Setzi {
                                 d: m3,
                                 imm: support.states[state_index],

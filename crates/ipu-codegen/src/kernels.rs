@@ -34,6 +34,16 @@ pub enum Kernel {
     /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
     /// rows, stride, keep-mask of the first word, full words.
     PadClear,
+    /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
+    Transpose { bytes: u32 },
+    /// Per-row maximum or sum (`row_kernels::row_reduce`).
+    RowReduce { ty: Elem, max: bool },
+    /// A row operand combined with one scalar per row (`row_kernels::row_scalar`).
+    RowScalar { ty: Elem, op: BinOp, reversed: bool },
+    /// Softmax along rows, optionally causal (`row_kernels::softmax`).
+    Softmax { ty: Elem },
+    /// Layer norm along rows (`row_kernels::layer_norm`).
+    LayerNorm { ty: Elem },
 }
 
 /// Element types of vector kernels.
@@ -124,6 +134,13 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Cast { from, to } => cast(&mut c, from, to),
         Kernel::Zero => zero(&mut c),
         Kernel::PadClear => pad_clear(&mut c),
+        Kernel::Transpose { bytes } => crate::row_kernels::transpose(&mut c, bytes),
+        Kernel::RowReduce { ty, max } => crate::row_kernels::row_reduce(&mut c, ty, max),
+        Kernel::RowScalar { ty, op, reversed } => {
+            crate::row_kernels::row_scalar(&mut c, ty, op, reversed)
+        }
+        Kernel::Softmax { ty } => crate::row_kernels::softmax(&mut c, ty),
+        Kernel::LayerNorm { ty } => crate::row_kernels::layer_norm(&mut c, ty),
     }
     c
 }
@@ -136,10 +153,12 @@ fn amp(c: &mut Code, partials: bool) {
     load_state(c, 4); // m1 in, m2 partials, m3 out, m4 rows
     let end = c.label();
     c.branch(Instr::Brz { a: m(4), target: 0 }, end);
-    // $a12:13 = 0: the partials-in of a first pass.
-    c.op(setzi(m(7), 0));
-    c.op(Instr::MovToA { d: a(12), a: m(7) });
-    c.op(Instr::MovToA { d: a(13), a: m(7) });
+    if !partials {
+        // $a12:13 = 0: the partials-in of a first pass.
+        c.op(setzi(m(7), 0));
+        c.op(Instr::MovToA { d: a(12), a: m(7) });
+        c.op(Instr::MovToA { d: a(13), a: m(7) });
+    }
     let (inp, part, out) = (ap(0), ap(2), ap(4));
     let p_reg = if partials { part } else { ap(12) };
     let amp_op = |phase: u8| Instr::Amp {
@@ -202,11 +221,12 @@ fn amp(c: &mut Code, partials: bool) {
 }
 
 /// Issue slots of one AMP pass over `rows` rows on one worker.
-pub fn amp_slots(rows: u32) -> u32 {
+pub fn amp_slots(rows: u32, partials: bool) -> u32 {
+    let zero = if partials { 0 } else { 3 };
     if rows == 0 {
-        7
+        6
     } else {
-        4 + 3 + 1 + 5 + 1 + 1 + 4 * (rows - 1) + 3 + 1 + 1
+        4 + 1 + zero + 1 + 5 + 1 + 1 + 4 * (rows - 1) + 3 + 1 + 1
     }
 }
 

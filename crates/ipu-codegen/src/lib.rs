@@ -23,6 +23,7 @@ pub mod lower;
 pub mod place;
 pub mod plan;
 pub mod program;
+pub mod row_kernels;
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -484,7 +484,7 @@ impl Lowerer<'_> {
                                     StateWord::Addr(dst, c_off + r0 * out_row_bytes),
                                     StateWord::Const(r1 - r0),
                                 ],
-                                kernels::amp_slots(r1 - r0),
+                                kernels::amp_slots(r1 - r0, kk > 0),
                             ));
                         }
                     }
@@ -616,10 +616,17 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
     let mut wave_start = 0u64;
     let mut sup = 0u64;
     let mut slowest = 0u64;
+    let mut entry = None;
     for op in ops {
         match op {
-            SupOp::Run(_, _, slots) => {
-                sup += 3 * slot;
+            SupOp::Run(k, _, slots) => {
+                // `setzi` of the entry only when the kernel changes (see emit::supervisor_code).
+                sup += if entry == Some(*k) {
+                    2 * slot
+                } else {
+                    3 * slot
+                };
+                entry = Some(*k);
                 slowest = slowest.max(sup + *slots as u64 * slot);
             }
             SupOp::WaitW => {

@@ -18,6 +18,9 @@ use crate::CodegenError;
 use crate::kernels::{self, BinOp, CastType, UnOp};
 use crate::layout::{Layout, PIECE_GRAIN};
 
+pub mod rows;
+pub use rows::{GatherKind, RowOp};
+
 /// Finalists kept per operation for the log.
 pub const FINALISTS: usize = 3;
 /// Bytes per tile kept free of data for code, vertex states, tables and the runtime when
@@ -124,6 +127,8 @@ pub enum DevOpKind {
     Unary(UnOp, f32),
     /// Conversion.
     Cast,
+    /// Data movement or a row operation in the row layout (see [`rows`]).
+    Rows(RowOp),
 }
 
 /// A device operation.
@@ -408,11 +413,6 @@ impl Planner<'_> {
             }
             OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max => {
                 let (x, y) = (ins[0], ins[1]);
-                if self.values[x].shape != self.values[y].shape {
-                    return unsupported(
-                        "operands of different shapes (broadcasting) are not lowered yet",
-                    );
-                }
                 if elem(self.values[x].dtype).is_none() {
                     return unsupported(
                         "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
@@ -425,6 +425,11 @@ impl Planner<'_> {
                     OpKind::Div => BinOp::Div,
                     _ => BinOp::Max,
                 };
+                if self.values[x].shape != out_val.ty.shape
+                    || self.values[y].shape != out_val.ty.shape
+                {
+                    return self.plan_broadcast(op, bop, &ins, &out_val);
+                }
                 let layout = self.values[x].layout.clone();
                 let r = self.add_value(
                     out_val.name.clone(),
@@ -487,6 +492,15 @@ impl Planner<'_> {
                 );
                 self.push_simple(op.name.clone(), DevOpKind::Cast, vec![ins[0]], r);
             }
+            OpKind::Reshape { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::Slice { .. }
+            | OpKind::Concat { .. }
+            | OpKind::ReduceMax { .. }
+            | OpKind::ReduceSum { .. }
+            | OpKind::Softmax { .. }
+            | OpKind::LayerNorm { .. }
+            | OpKind::Attention { .. } => return self.plan_rows(op, &ins, &out_val),
             _ => return unsupported("not lowered to the device yet"),
         }
         Ok(())
@@ -603,10 +617,10 @@ impl Planner<'_> {
                 }
                 let rows_per_worker = bm.div_ceil(6) as u32;
                 let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
-                let round = slot * kernels::amp_slots(rows_per_worker) as u64
+                let round = slot * kernels::amp_slots(rows_per_worker, true) as u64
                     + 6
                     + weight_bytes / 16
-                    + slot * (2 + 6 * 3 + 1);
+                    + slot * (2 + 6 * 2 + 1);
                 let compute = per_tile * bg * kb as u64 * round;
                 let exchange =
                     per_tile * (a_bytes + b_bytes) / 4 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;

@@ -1,0 +1,621 @@
+//! Lowering of row operations (`plan::rows`): gathers of whole 4-element runs by exchange,
+//! on-tile transposes of staged blocks, and row kernels over operands staged in the row
+//! layout.
+
+use super::*;
+use crate::plan::rows::{GatherKind, RowOp, row_group, row_layout};
+use crate::row_kernels;
+
+/// The storage ranges holding columns `c0..c1` of flattened row `row` of a value of `shape`
+/// stored in column group `group`; `c0` is a multiple of 4 and `c1` is rounded up to one (the
+/// columns past the row's end are the value's zero padding). Split at group boundaries.
+fn segment(shape: &[usize], group: usize, row: usize, c0: usize, c1: usize) -> Vec<(usize, usize)> {
+    debug_assert_eq!(c0 % 4, 0);
+    let (_, rows, cols) = split_shape(shape);
+    let per_outer = cols.div_ceil(group) * rows * group;
+    let (o, r) = (row / rows, row % rows);
+    let c1 = c1.div_ceil(4) * 4;
+    debug_assert!(c1 <= cols.div_ceil(group) * group);
+    let mut out = Vec::new();
+    let mut c = c0;
+    while c < c1 {
+        let g = c / group;
+        let e = c1.min((g + 1) * group);
+        let s = o * per_outer + g * rows * group + r * group + c % group;
+        out.push((s, s + e - c));
+        c = e;
+    }
+    out
+}
+
+/// Row-major multi-index of `i` in `dims`.
+fn unflatten(mut i: usize, dims: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; dims.len()];
+    for d in (0..dims.len()).rev() {
+        idx[d] = i % dims[d];
+        i /= dims[d];
+    }
+    idx
+}
+
+/// Row-major linear index of `idx` in `dims`.
+fn flatten(idx: &[usize], dims: &[usize]) -> usize {
+    idx.iter().zip(dims).fold(0, |acc, (&i, &d)| acc * d + i)
+}
+
+/// One run of an output row: columns `c0..c1` of row `row` of operand `input`, placed at
+/// column `dst` of the output row.
+struct Source {
+    input: usize,
+    row: usize,
+    c0: usize,
+    c1: usize,
+    dst: usize,
+}
+
+/// Splits the row-major element range `f0..f1` of a value with rows of `c` elements into runs.
+fn flat_runs(f0: usize, f1: usize, c: usize, input: usize, dst0: usize) -> Vec<Source> {
+    let mut out = Vec::new();
+    let mut f = f0;
+    while f < f1 {
+        let (row, col) = (f / c, f % c);
+        let n = (f1 - f).min(c - col);
+        out.push(Source {
+            input,
+            row,
+            c0: col,
+            c1: col + n,
+            dst: dst0 + f - f0,
+        });
+        f += n;
+    }
+    out
+}
+
+/// The runs making output row `r` of a gather.
+fn sources(kind: &GatherKind, ins: &[&[usize]], out: &[usize], r: usize) -> Vec<Source> {
+    let n = out.len();
+    let co = out[n - 1];
+    let lead = &out[..n - 1];
+    match kind {
+        GatherKind::Reshape => {
+            let ci = *ins[0].last().expect("rank >= 1");
+            if ci == co {
+                vec![Source {
+                    input: 0,
+                    row: r,
+                    c0: 0,
+                    c1: co,
+                    dst: 0,
+                }]
+            } else {
+                flat_runs(r * co, (r + 1) * co, ci, 0, 0)
+            }
+        }
+        GatherKind::Permute(perm) => {
+            let oi = unflatten(r, lead);
+            let mut ii = vec![0; n - 1];
+            for k in 0..n - 1 {
+                ii[perm[k]] = oi[k];
+            }
+            vec![Source {
+                input: 0,
+                row: flatten(&ii, &ins[0][..n - 1]),
+                c0: 0,
+                c1: co,
+                dst: 0,
+            }]
+        }
+        GatherKind::Slice { axis, start, end } => {
+            if *axis == n - 1 {
+                vec![Source {
+                    input: 0,
+                    row: r,
+                    c0: *start,
+                    c1: *end,
+                    dst: 0,
+                }]
+            } else {
+                let mut oi = unflatten(r, lead);
+                oi[*axis] += start;
+                vec![Source {
+                    input: 0,
+                    row: flatten(&oi, &ins[0][..n - 1]),
+                    c0: 0,
+                    c1: co,
+                    dst: 0,
+                }]
+            }
+        }
+        GatherKind::Concat { axis } => {
+            if *axis == n - 1 {
+                let mut off = 0;
+                ins.iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let ci = s[n - 1];
+                        let src = Source {
+                            input: i,
+                            row: r,
+                            c0: 0,
+                            c1: ci,
+                            dst: off,
+                        };
+                        off += ci;
+                        src
+                    })
+                    .collect()
+            } else {
+                let mut oi = unflatten(r, lead);
+                let mut at = oi[*axis];
+                for (i, s) in ins.iter().enumerate() {
+                    if at < s[*axis] {
+                        oi[*axis] = at;
+                        return vec![Source {
+                            input: i,
+                            row: flatten(&oi, &s[..n - 1]),
+                            c0: 0,
+                            c1: co,
+                            dst: 0,
+                        }];
+                    }
+                    at -= s[*axis];
+                }
+                unreachable!("a verified concat covers its output")
+            }
+        }
+    }
+}
+
+/// Rows of a tile's piece of a row-layout value: `(tile, first row, end row, local element)`.
+fn piece_rows(layout: &crate::layout::Layout) -> Vec<(u32, usize, usize, usize)> {
+    let g = layout.group;
+    layout
+        .pieces
+        .iter()
+        .map(|p| (p.tile, p.start / g, p.end.div_ceil(g), p.local))
+        .collect()
+}
+
+impl Lowerer<'_> {
+    /// Lowers the row operation `index`.
+    pub(super) fn lower_rows(
+        &mut self,
+        index: usize,
+        rop: &RowOp,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        match rop {
+            RowOp::Gather(kind) => self.lower_gather(index, kind, tiles, copies),
+            RowOp::Transpose { batch, rows, cols } => {
+                self.lower_transpose(index, *batch, *rows, *cols, tiles, copies)
+            }
+            RowOp::Reduce { .. } | RowOp::Softmax { .. } | RowOp::LayerNorm { .. } => {
+                self.lower_row_kernel(index, rop, tiles, copies)
+            }
+            RowOp::Broadcast(bop) => self.lower_broadcast(index, *bop, tiles, copies),
+        }
+    }
+
+    fn lower_gather(
+        &mut self,
+        index: usize,
+        kind: &GatherKind,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let op = &plan.ops[index];
+        let out = &plan.values[op.output];
+        let eb = out.dtype.bytes();
+        let cp = out.layout.group;
+        let in_shapes: Vec<&[usize]> = op
+            .inputs
+            .iter()
+            .map(|&i| plan.values[i].shape.as_slice())
+            .collect();
+        for (tile, r0, r1, local) in piece_rows(&out.layout) {
+            let ob = self.value_buffer(op.output, tile);
+            let mut wants: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); op.inputs.len()];
+            for r in r0..r1 {
+                for s in sources(kind, &in_shapes, &out.shape, r) {
+                    let v = &plan.values[op.inputs[s.input]];
+                    let mut d = local + (r - r0) * cp + s.dst;
+                    for (a, b) in segment(&v.shape, v.layout.group, s.row, s.c0, s.c1) {
+                        wants[s.input].push((a, b, d));
+                        d += b - a;
+                    }
+                }
+            }
+            let mut cps = Vec::new();
+            for (i, want) in wants.iter().enumerate() {
+                let v = op.inputs[i];
+                cps.extend(self.gather(v, tile, plan.values[v].layout.group, want, ob));
+            }
+            let mut ops = Vec::new();
+            let bytes = ((local + (r1 - r0) * cp) * eb) as u32;
+            self.zero_gaps(ob, bytes, &cps, &mut ops);
+            if !ops.is_empty() {
+                tiles.entry(tile).or_default().extend(ops);
+            }
+            copies.extend(cps);
+        }
+        Ok(())
+    }
+
+    fn lower_transpose(
+        &mut self,
+        index: usize,
+        _batch: usize,
+        rows: usize,
+        cols: usize,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let op = &plan.ops[index];
+        let (x, out) = (op.inputs[0], op.output);
+        let xv = &plan.values[x];
+        let ov = &plan.values[out];
+        let eb = xv.dtype.bytes();
+        let ci = *xv.shape.last().expect("rank >= 2");
+        let co = *ov.shape.last().expect("rank >= 2");
+        let unit = rows / co;
+        let cpo = ov.layout.group;
+        let rp = rows.div_ceil(4) * 4;
+        debug_assert_eq!(unit * cpo, rp);
+        let words = (rp * eb / 4) as u32;
+        for (tile, r0, r1, local) in piece_rows(&ov.layout) {
+            let ob = self.value_buffer(out, tile);
+            let (v0, v1) = (r0 / unit, r1 / unit);
+            let mut zero_ops = Vec::new();
+            let mut run_ops = Vec::new();
+            let mut b = v0 / cols;
+            while b * cols < v1 {
+                let c0 = v0.max(b * cols) - b * cols;
+                let c1 = v1.min((b + 1) * cols) - b * cols;
+                b += 1;
+                if c1 <= c0 {
+                    continue;
+                }
+                let c0w = c0 / 4 * 4;
+                let c1w = (c1.div_ceil(4) * 4).min(cols.div_ceil(4) * 4);
+                let w = c1w - c0w;
+                let st_bytes = (rp * w * eb) as u32;
+                let st = self.prog.buffer(
+                    tile,
+                    align8(st_bytes as u64) as u32 + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("stage:{}.t", op.name),
+                );
+                let mut want = Vec::new();
+                let bb = b - 1;
+                for r in 0..rows {
+                    let runs = if cols == ci {
+                        vec![Source {
+                            input: 0,
+                            row: bb * rows + r,
+                            c0: c0w,
+                            c1: c1w,
+                            dst: 0,
+                        }]
+                    } else {
+                        let f0 = (bb * rows + r) * cols + c0w;
+                        flat_runs(f0, f0 + w, ci, 0, 0)
+                    };
+                    for s in runs {
+                        let mut d = r * w + s.dst;
+                        for (a, e) in segment(&xv.shape, xv.layout.group, s.row, s.c0, s.c1) {
+                            want.push((a, e, d));
+                            d += e - a;
+                        }
+                    }
+                }
+                let cps = self.gather(x, tile, xv.layout.group, &want, st);
+                self.zero_gaps(st, st_bytes, &cps, &mut zero_ops);
+                copies.extend(cps);
+                for (j0, j1) in split((c1 - c0) as u32, WORKERS) {
+                    if j1 <= j0 {
+                        continue;
+                    }
+                    let vr = bb * cols + c0 + j0 as usize;
+                    let out_off = (local + (vr * unit - r0) * cpo) * eb;
+                    run_ops.push(SupOp::Run(
+                        Kernel::Transpose { bytes: eb as u32 },
+                        vec![
+                            StateWord::Addr(st, ((c0 - c0w + j0 as usize) * eb) as u32),
+                            StateWord::Addr(ob, out_off as u32),
+                            StateWord::Const(j1 - j0),
+                            StateWord::Const((w * eb) as u32),
+                            StateWord::Const((unit * cpo * eb) as u32),
+                            StateWord::Const(words),
+                        ],
+                        row_kernels::transpose_slots(eb as u32, j1 - j0, words),
+                    ));
+                }
+            }
+            let ops = tiles.entry(tile).or_default();
+            if !zero_ops.is_empty() {
+                ops.extend(zero_ops);
+                ops.push(SupOp::WaitW);
+            }
+            ops.extend(run_ops);
+        }
+        Ok(())
+    }
+
+    /// The rows `in_rows` of `v` (one per output row, in order) staged contiguously in the row
+    /// layout on `tile`: the value's own buffer when it is already there (`identity` and `v`
+    /// in the row layout), else a staging buffer filled by `copies` and zero-fill `ops`.
+    /// Returns the buffer and the byte offset of the first row.
+    fn stage_rows(
+        &mut self,
+        v: DevValueId,
+        tile: u32,
+        in_rows: &[usize],
+        identity: bool,
+        what: &str,
+        copies: &mut Vec<Copy>,
+        ops: &mut Vec<SupOp>,
+    ) -> (BufferId, u32) {
+        let plan = self.plan;
+        let val = &plan.values[v];
+        let cp = row_group(&val.shape);
+        let eb = val.dtype.bytes();
+        if identity && val.layout == row_layout(&val.shape, plan.tiles_used, 1) {
+            let (_, r0, _, local) = piece_rows(&val.layout)
+                .into_iter()
+                .find(|p| p.0 == tile)
+                .expect("the same rows on the same tile");
+            debug_assert_eq!(r0, in_rows[0]);
+            return (self.value_buffer(v, tile), (local * eb) as u32);
+        }
+        let c = *val.shape.last().unwrap_or(&1);
+        let bytes = (in_rows.len() * cp * eb) as u32;
+        let st = self.prog.buffer(
+            tile,
+            align8(bytes as u64) as u32 + OVERREAD_BYTES,
+            Region::Any,
+            format!("stage:{what}"),
+        );
+        let mut want = Vec::new();
+        for (k, &r) in in_rows.iter().enumerate() {
+            let mut d = k * cp;
+            for (a, b) in segment(&val.shape, val.layout.group, r, 0, c) {
+                want.push((a, b, d));
+                d += b - a;
+            }
+        }
+        let cps = self.gather(v, tile, val.layout.group, &want, st);
+        self.zero_gaps(st, bytes, &cps, ops);
+        copies.extend(cps);
+        (st, 0)
+    }
+
+    fn lower_row_kernel(
+        &mut self,
+        index: usize,
+        rop: &RowOp,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let op = &plan.ops[index];
+        let (x, out) = (op.inputs[0], op.output);
+        let xv = &plan.values[x];
+        let ov = &plan.values[out];
+        let ty = elem(xv.dtype).expect("planned on f32/f16");
+        let eb = xv.dtype.bytes();
+        let c = *xv.shape.last().unwrap_or(&1);
+        let cpx = row_group(&xv.shape);
+        let cpo = ov.layout.group;
+        let sq = if xv.shape.len() >= 2 {
+            xv.shape[xv.shape.len() - 2]
+        } else {
+            1
+        };
+        for (tile, r0, r1, local) in piece_rows(&ov.layout) {
+            let rows: Vec<usize> = (r0..r1).collect();
+            let mut zero_ops = Vec::new();
+            let (xb, xoff) =
+                self.stage_rows(x, tile, &rows, true, &op.name, copies, &mut zero_ops);
+            let ob = self.value_buffer(out, tile);
+            let mut vertices: Vec<(usize, usize)> = Vec::new();
+            for (a, b) in split((r1 - r0) as u32, WORKERS) {
+                let (mut a, b) = (a as usize + r0, b as usize + r0);
+                if matches!(rop, RowOp::Softmax { causal: true }) {
+                    // A vertex's rows stay within one matrix (the mask restarts at row 0).
+                    while a < b {
+                        let e = b.min((a / sq + 1) * sq);
+                        vertices.push((a, e));
+                        a = e;
+                    }
+                } else if b > a {
+                    vertices.push((a, b));
+                }
+            }
+            let ops = tiles.entry(tile).or_default();
+            if !zero_ops.is_empty() {
+                ops.extend(zero_ops);
+                ops.push(SupOp::WaitW);
+            }
+            for (a, b) in vertices {
+                let n = (b - a) as u32;
+                let inp = StateWord::Addr(xb, xoff + ((a - r0) * cpx * eb) as u32);
+                let outp = StateWord::Addr(ob, ((local + (a - r0) * cpo) * eb) as u32);
+                let (kernel, state, slots) = match rop {
+                    RowOp::Reduce { max } => (
+                        Kernel::RowReduce { ty, max: *max },
+                        vec![
+                            inp,
+                            outp,
+                            StateWord::Const(n),
+                            StateWord::Const((cpx * eb) as u32),
+                            StateWord::Const(c as u32),
+                        ],
+                        row_kernels::row_reduce_slots(ty, n, c as u32),
+                    ),
+                    RowOp::Softmax { causal } => {
+                        let (l0, dl) = if *causal {
+                            ((a % sq + 1) as u32, 1)
+                        } else {
+                            (c as u32, 0)
+                        };
+                        (
+                            Kernel::Softmax { ty },
+                            vec![
+                                inp,
+                                outp,
+                                StateWord::Const(n),
+                                StateWord::Const((cpx * eb) as u32),
+                                StateWord::Const((cpo * eb) as u32),
+                                StateWord::Const(c as u32),
+                                StateWord::Const(l0),
+                                StateWord::Const(dl),
+                            ],
+                            row_kernels::softmax_slots(
+                                ty,
+                                n,
+                                c as u32,
+                                (cpo * eb / 4) as u32,
+                            ),
+                        )
+                    }
+                    RowOp::LayerNorm { epsilon } => (
+                        Kernel::LayerNorm { ty },
+                        vec![
+                            inp,
+                            outp,
+                            StateWord::Const(n),
+                            StateWord::Const((cpx * eb) as u32),
+                            StateWord::Const(c as u32),
+                            StateWord::Const(epsilon.to_bits()),
+                            StateWord::Const((c as f32).to_bits()),
+                        ],
+                        row_kernels::layer_norm_slots(ty, n, c as u32, (cpo * eb / 4) as u32),
+                    ),
+                    _ => unreachable!("row kernels only"),
+                };
+                ops.push(SupOp::Run(kernel, state, slots));
+            }
+        }
+        Ok(())
+    }
+
+    fn lower_broadcast(
+        &mut self,
+        index: usize,
+        bop: BinOp,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        let plan = self.plan;
+        let op = &plan.ops[index];
+        let out = op.output;
+        let ov = &plan.values[out];
+        let ty = elem(ov.dtype).expect("planned on f32/f16");
+        let eb = ov.dtype.bytes();
+        let n = ov.shape.len();
+        let co = ov.shape[n - 1];
+        let cpo = ov.layout.group;
+        let lead = &ov.shape[..n - 1];
+        let scalar: Vec<bool> = op
+            .inputs
+            .iter()
+            .map(|&i| plan.values[i].shape[n - 1] == 1 && co > 1)
+            .collect();
+        for (tile, r0, r1, local) in piece_rows(&ov.layout) {
+            let mut zero_ops = Vec::new();
+            let mut staged = Vec::new();
+            for &i in &op.inputs {
+                let s = &plan.values[i].shape;
+                let in_rows: Vec<usize> = (r0..r1)
+                    .map(|r| {
+                        let mut idx = unflatten(r, lead);
+                        for (d, x) in idx.iter_mut().enumerate() {
+                            if s[d] == 1 {
+                                *x = 0;
+                            }
+                        }
+                        flatten(&idx, &s[..n - 1])
+                    })
+                    .collect();
+                let identity = s[..n - 1] == *lead;
+                staged.push(self.stage_rows(
+                    i,
+                    tile,
+                    &in_rows,
+                    identity,
+                    &op.name,
+                    copies,
+                    &mut zero_ops,
+                ));
+            }
+            let ob = self.value_buffer(out, tile);
+            let o_off = (local * eb) as u32;
+            let ops = tiles.entry(tile).or_default();
+            if !zero_ops.is_empty() {
+                ops.extend(zero_ops);
+                ops.push(SupOp::WaitW);
+            }
+            let rows = (r1 - r0) as u32;
+            match (scalar[0], scalar[1]) {
+                (false, true) | (true, false) => {
+                    let reversed = scalar[0];
+                    let ((xb, xo), (yb, yo)) = if reversed {
+                        (staged[1], staged[0])
+                    } else {
+                        (staged[0], staged[1])
+                    };
+                    let stride = (cpo * eb) as u32;
+                    for (a, b) in split(rows, WORKERS) {
+                        if b <= a {
+                            continue;
+                        }
+                        ops.push(SupOp::Run(
+                            Kernel::RowScalar {
+                                ty,
+                                op: bop,
+                                reversed,
+                            },
+                            vec![
+                                StateWord::Addr(xb, xo + a * stride),
+                                StateWord::Addr(yb, yo + a * 4 * eb as u32),
+                                StateWord::Addr(ob, o_off + a * stride),
+                                StateWord::Const(b - a),
+                                StateWord::Const(stride),
+                                StateWord::Const(co as u32),
+                                StateWord::Const(4 * eb as u32),
+                            ],
+                            row_kernels::row_scalar_slots(ty, bop, b - a, co as u32, stride / 4),
+                        ));
+                    }
+                }
+                _ => {
+                    let ((xb, xo), (yb, yo)) = (staged[0], staged[1]);
+                    let vectors = rows * (cpo * eb) as u32 / 8;
+                    for (v0, v1) in split(vectors, WORKERS) {
+                        if v1 <= v0 {
+                            continue;
+                        }
+                        ops.push(SupOp::Run(
+                            Kernel::Binary { ty, op: bop },
+                            vec![
+                                StateWord::Addr(xb, xo + v0 * 8),
+                                StateWord::Addr(yb, yo + v0 * 8),
+                                StateWord::Addr(ob, o_off + v0 * 8),
+                                StateWord::Const(v1 - v0),
+                            ],
+                            kernels::binary_slots(ty, bop, v1 - v0),
+                        ));
+                    }
+                }
+            }
+        }
+        if bop == BinOp::Div && !scalar.iter().any(|&s| s) {
+            self.pad_clears(index, tiles);
+        }
+        Ok(())
+    }
+}

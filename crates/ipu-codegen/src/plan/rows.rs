@@ -1,0 +1,629 @@
+//! Planning of data movement (reshape, transpose, slice, concat), broadcasting binary
+//! operations, reductions, softmax, layer norm and the unfused `attention` expansion.
+//!
+//! These operations produce values in the **row layout**: the column group is the row length
+//! rounded up to 4 (`[.., 1, R, Cp]`, i.e. row-major rows padded to a multiple of 4 elements)
+//! and whole rows are dealt to tiles in balanced contiguous ranges ([`row_layout`]). A row is
+//! then contiguous on one tile, which is what the row kernels (`row_kernels`) walk. Operands in
+//! another layout are gathered row by row into staging buffers by the exchange (`moves` does
+//! the regrouping); a run of a gather is always a whole number of 4-element units, so every
+//! transfer is word aligned.
+//!
+//! Restrictions, refused here with the operation and the reason (never at run time):
+//! reductions and softmax over an axis other than the last; a reshape or last-axis slice or
+//! concat whose runs are not multiples of 4 elements; a transpose whose merged view needs runs
+//! that are not multiples of 4 elements; arithmetic on FP8 values.
+
+use ipu_graph::{DType, OpKind, Operation, Value};
+
+use super::*;
+
+/// How the rows of a gathered value come from its operands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatherKind {
+    /// The same elements in row-major order (reshape).
+    Reshape,
+    /// A permutation that keeps the last axis: output row = one input row.
+    Permute(Vec<usize>),
+    /// `start..end` along `axis`.
+    Slice {
+        /// Axis.
+        axis: usize,
+        /// First index.
+        start: usize,
+        /// One past the last.
+        end: usize,
+    },
+    /// Concatenation along `axis`.
+    Concat {
+        /// Axis.
+        axis: usize,
+    },
+}
+
+/// A row operation (the output is in the row layout).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowOp {
+    /// Pure data movement by exchange.
+    Gather(GatherKind),
+    /// The input viewed as `[batch, rows, cols]` (row-major order) becomes `[batch, cols,
+    /// rows]`: staged blocks transposed on tile.
+    Transpose {
+        /// Batch of the view.
+        batch: usize,
+        /// Rows of the view's input.
+        rows: usize,
+        /// Columns of the view's input.
+        cols: usize,
+    },
+    /// Maximum or sum along the last axis (kept with size 1).
+    Reduce {
+        /// Maximum (else sum).
+        max: bool,
+    },
+    /// Elementwise binary operation broadcasting size-1 dimensions.
+    Broadcast(BinOp),
+    /// Softmax along the last axis; `causal` masks column `j > i` in row `i` of each matrix.
+    Softmax {
+        /// Causal mask.
+        causal: bool,
+    },
+    /// Layer norm along the last axis.
+    LayerNorm {
+        /// Added to the variance.
+        epsilon: f32,
+    },
+}
+
+/// The row length of `shape` rounded up to 4: the row layout's column group.
+pub fn row_group(shape: &[usize]) -> usize {
+    shape.last().copied().unwrap_or(1).div_ceil(PIECE_GRAIN) * PIECE_GRAIN
+}
+
+/// Rows of `shape` (every dimension but the last).
+pub fn row_count(shape: &[usize]) -> usize {
+    shape[..shape.len().saturating_sub(1)].iter().product()
+}
+
+/// The row layout of `shape` over `tiles` tiles: units of `unit_rows` whole rows dealt in
+/// balanced contiguous ranges, one piece per tile.
+pub fn row_layout(shape: &[usize], tiles: u32, unit_rows: usize) -> Layout {
+    let cp = row_group(shape);
+    let rows = row_count(shape);
+    let unit_rows = unit_rows.max(1);
+    let units = rows / unit_rows;
+    let t = (tiles as usize).clamp(1, units.max(1));
+    let ranges = (0..t).map(|i| {
+        let (u0, u1) = (units * i / t, units * (i + 1) / t);
+        (i as u32, u0 * unit_rows * cp, u1 * unit_rows * cp)
+    });
+    Layout::from_ranges(cp, ranges.collect::<Vec<_>>())
+}
+
+/// `perm` without the size-1 dimensions of `shape`: the shape kept and the renumbered
+/// permutation.
+fn drop_unit_dims(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let keep: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let new_index = |d: usize| keep.iter().position(|&k| k == d);
+    let s = keep.iter().map(|&d| shape[d]).collect();
+    let p = perm.iter().filter_map(|&d| new_index(d)).collect();
+    (s, p)
+}
+
+/// Merges input dimensions that stay adjacent and in order in the output: the merged input
+/// shape and the merged permutation.
+fn merge_dims(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &p in perm {
+        match groups.last_mut() {
+            Some(g) if g.last().is_some_and(|&l| l + 1 == p) => g.push(p),
+            _ => groups.push(vec![p]),
+        }
+    }
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by_key(|&i| groups[i][0]);
+    let merged = order
+        .iter()
+        .map(|&i| groups[i].iter().map(|&d| shape[d]).product())
+        .collect();
+    let mut pos = vec![0; groups.len()];
+    for (k, &i) in order.iter().enumerate() {
+        pos[i] = k;
+    }
+    (merged, (0..groups.len()).map(|j| pos[j]).collect())
+}
+
+impl Planner<'_> {
+    fn refuse<T>(&self, op: &str, what: &str, why: String) -> Result<T, CodegenError> {
+        Err(CodegenError::Unsupported(format!(
+            "operation {op} ({what}): {why}"
+        )))
+    }
+
+    /// A new value in the row layout.
+    fn row_value(
+        &mut self,
+        name: String,
+        dtype: DType,
+        shape: Vec<usize>,
+        graph: Option<ValueId>,
+        unit_rows: usize,
+    ) -> DevValueId {
+        let layout = row_layout(&shape, self.tiles, unit_rows);
+        self.add_value(name, dtype, shape, graph, layout)
+    }
+
+    /// Records a row operation with its estimate, after checking its tile memory: the output
+    /// piece and every operand's rows staged next to it.
+    fn push_rows(
+        &mut self,
+        name: String,
+        kind: RowOp,
+        inputs: Vec<DevValueId>,
+        output: DevValueId,
+    ) -> Result<(), CodegenError> {
+        let out = &self.values[output];
+        let eb = out.dtype.bytes() as u64;
+        let most = out
+            .layout
+            .tiles()
+            .iter()
+            .map(|&t| out.layout.elements_on(t))
+            .max()
+            .unwrap_or(0) as u64;
+        let active = out.layout.tiles().len().max(1) as u64;
+        let staged: u64 = inputs
+            .iter()
+            .map(|&i| {
+                let v = &self.values[i];
+                let total = ipu_package::storage_elements(&v.shape, row_group(&v.shape)) as u64;
+                match kind {
+                    // A transpose stages the rows of its block: at most the whole input.
+                    RowOp::Transpose { .. } => total.div_ceil(active) * v.dtype.bytes() as u64,
+                    _ => total.div_ceil(active) * v.dtype.bytes() as u64,
+                }
+            })
+            .sum();
+        let bytes = most * eb + staged;
+        let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
+        if bytes > avail {
+            return Err(CodegenError::DoesNotFit(format!(
+                "{name}: the busiest tile needs {bytes} bytes for its output rows and staged operands, {avail} available after {SUPPORT_RESERVE_BYTES} reserved; {} bytes over",
+                bytes - avail
+            )));
+        }
+        let slot = BARREL_SLOT_CYCLES as u64;
+        // Row kernels spend a few slots per element (see the `*_slots` models), spread over six
+        // workers; moving operands costs a word per cycle on the receiving port.
+        let compute = match kind {
+            RowOp::Gather(_) => 0,
+            _ => slot * (most * 12).div_ceil(6) + slot * 40,
+        };
+        let exchange = staged / 4 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
+        self.finalists.push(Finalist {
+            op: name.clone(),
+            mapping: format!("rows tiles={active}"),
+            estimated_cycles: compute + exchange,
+            estimated_exchange_cycles: exchange,
+            peak_tile_bytes: bytes,
+            tiles: active as u32,
+        });
+        self.ops.push(DevOp {
+            name,
+            kind: DevOpKind::Rows(kind),
+            inputs,
+            output,
+            estimated_cycles: compute + exchange,
+            estimated_exchange_cycles: exchange,
+        });
+        Ok(())
+    }
+
+    /// Plans the row operations of `op` (see the module docs).
+    pub(super) fn plan_rows(
+        &mut self,
+        op: &Operation,
+        ins: &[DevValueId],
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        let out = op.outputs[0];
+        let what = op.kind.mnemonic();
+        let oshape = out_val.ty.shape.clone();
+        let odtype = out_val.ty.dtype;
+        let name = out_val.name.clone();
+        let x = ins[0];
+        let xshape = self.values[x].shape.clone();
+        let rank = xshape.len();
+        let arith = |p: &Self, v: DevValueId| -> Result<kernels::Elem, CodegenError> {
+            elem(p.values[v].dtype).ok_or_else(|| {
+                CodegenError::Unsupported(format!(
+                    "operation {} ({what}): arithmetic on FP8 is not lowered; cast to f16 first",
+                    op.name
+                ))
+            })
+        };
+        match &op.kind {
+            OpKind::Reshape { .. } => {
+                let (ci, co) = (*xshape.last().unwrap_or(&1), *oshape.last().unwrap_or(&1));
+                if ci != co && (ci % PIECE_GRAIN != 0 || co % PIECE_GRAIN != 0) {
+                    return self.refuse(
+                        &op.name,
+                        what,
+                        format!(
+                            "the last dimension changes from {ci} to {co} and one of them is not a multiple of {PIECE_GRAIN}: the runs to move are not whole 32-bit words"
+                        ),
+                    );
+                }
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                self.push_rows(
+                    op.name.clone(),
+                    RowOp::Gather(GatherKind::Reshape),
+                    vec![x],
+                    r,
+                )
+            }
+            OpKind::Transpose { perm } => {
+                self.plan_transpose(&op.name, x, perm, Some((name, out)))?;
+                Ok(())
+            }
+            OpKind::Slice { axis, start, end } => {
+                let c = xshape[rank - 1];
+                if *axis == rank - 1
+                    && (start % PIECE_GRAIN != 0 || ((end - start) % PIECE_GRAIN != 0 && *end != c))
+                {
+                    return self.refuse(
+                        &op.name,
+                        what,
+                        format!(
+                            "a slice {start}..{end} of the last axis must start at a multiple of {PIECE_GRAIN} and have a multiple of {PIECE_GRAIN} elements or end at the row's end ({c})"
+                        ),
+                    );
+                }
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                let kind = GatherKind::Slice {
+                    axis: *axis,
+                    start: *start,
+                    end: *end,
+                };
+                self.push_rows(op.name.clone(), RowOp::Gather(kind), vec![x], r)
+            }
+            OpKind::Concat { axis } => {
+                if *axis == rank - 1 {
+                    for &i in &ins[..ins.len() - 1] {
+                        let c = self.values[i].shape[rank - 1];
+                        if c % PIECE_GRAIN != 0 {
+                            return self.refuse(
+                                &op.name,
+                                what,
+                                format!(
+                                    "operand %{} has {c} columns, not a multiple of {PIECE_GRAIN}: along the last axis only the last operand may end off a word",
+                                    self.values[i].name
+                                ),
+                            );
+                        }
+                    }
+                }
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                self.push_rows(
+                    op.name.clone(),
+                    RowOp::Gather(GatherKind::Concat { axis: *axis }),
+                    ins.to_vec(),
+                    r,
+                )
+            }
+            OpKind::ReduceMax { axis } | OpKind::ReduceSum { axis } => {
+                if *axis != rank - 1 {
+                    return self.refuse(
+                        &op.name,
+                        what,
+                        format!(
+                            "only the last axis ({}) is reduced on the device, not axis {axis}; transpose the axis last first",
+                            rank - 1
+                        ),
+                    );
+                }
+                arith(self, x)?;
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                let max = matches!(op.kind, OpKind::ReduceMax { .. });
+                self.push_rows(op.name.clone(), RowOp::Reduce { max }, vec![x], r)
+            }
+            OpKind::Softmax { axis } => {
+                if *axis != rank - 1 {
+                    return self.refuse(
+                        &op.name,
+                        what,
+                        format!(
+                            "only the last axis ({}) is lowered, not axis {axis}; transpose the axis last first",
+                            rank - 1
+                        ),
+                    );
+                }
+                arith(self, x)?;
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                self.push_rows(
+                    op.name.clone(),
+                    RowOp::Softmax { causal: false },
+                    vec![x],
+                    r,
+                )
+            }
+            OpKind::LayerNorm { epsilon } => {
+                arith(self, x)?;
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                self.push_rows(
+                    op.name.clone(),
+                    RowOp::LayerNorm { epsilon: *epsilon },
+                    vec![x],
+                    r,
+                )
+            }
+            OpKind::Attention {
+                scale,
+                causal,
+                partials,
+                out: out_dtype,
+            } => self.plan_attention(op, ins, *scale, *causal, *partials, *out_dtype, out_val),
+            _ => self.refuse(&op.name, what, "not a row operation".into()),
+        }
+    }
+
+    /// Plans an elementwise binary operation whose operands broadcast size-1 dimensions.
+    pub(super) fn plan_broadcast(
+        &mut self,
+        op: &Operation,
+        bop: BinOp,
+        ins: &[DevValueId],
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        let oshape = &out_val.ty.shape;
+        for &i in ins {
+            let s = &self.values[i].shape;
+            if s.len() != oshape.len() || s.iter().zip(oshape).any(|(&d, &o)| d != o && d != 1) {
+                return self.refuse(
+                    &op.name,
+                    op.kind.mnemonic(),
+                    format!(
+                        "operand %{} of shape {:?} does not broadcast to {:?}",
+                        self.values[i].name, s, oshape
+                    ),
+                );
+            }
+        }
+        let r = self.row_value(
+            out_val.name.clone(),
+            out_val.ty.dtype,
+            oshape.clone(),
+            Some(op.outputs[0]),
+            1,
+        );
+        self.push_rows(op.name.clone(), RowOp::Broadcast(bop), ins.to_vec(), r)
+    }
+
+    /// Plans `x` transposed by `perm`; the result is named `final_value` if given, else
+    /// `{op}.t`. Returns the result.
+    fn plan_transpose(
+        &mut self,
+        op: &str,
+        x: DevValueId,
+        perm: &[usize],
+        final_value: Option<(String, ValueId)>,
+    ) -> Result<DevValueId, CodegenError> {
+        let xshape = self.values[x].shape.clone();
+        let dtype = self.values[x].dtype;
+        let n = xshape.len();
+        let oshape: Vec<usize> = perm.iter().map(|&p| xshape[p]).collect();
+        let (name, graph) = match &final_value {
+            Some((nm, g)) => (nm.clone(), Some(*g)),
+            None => (format!("{op}.t"), None),
+        };
+        if n == 0 || perm[n - 1] == n - 1 {
+            let r = self.row_value(name, dtype, oshape, graph, 1);
+            self.push_rows(
+                op.to_string(),
+                RowOp::Gather(GatherKind::Permute(perm.to_vec())),
+                vec![x],
+                r,
+            )?;
+            return Ok(r);
+        }
+        let (s1, p1) = drop_unit_dims(&xshape, perm);
+        let (ms, mp) = merge_dims(&s1, &p1);
+        let k = mp.len();
+        if k <= 1 {
+            // Only the order of size-1 dimensions changes: the elements keep their order.
+            let (ci, co) = (xshape[n - 1], oshape[n - 1]);
+            if ci != co && (ci % PIECE_GRAIN != 0 || co % PIECE_GRAIN != 0) {
+                return self.refuse(
+                    op,
+                    "transpose",
+                    format!("moving size-1 dimensions changes the row length from {ci} to {co}, not word aligned"),
+                );
+            }
+            let r = self.row_value(name, dtype, oshape, graph, 1);
+            self.push_rows(
+                op.to_string(),
+                RowOp::Gather(GatherKind::Reshape),
+                vec![x],
+                r,
+            )?;
+            return Ok(r);
+        }
+        let swap_last = (0..k - 2).all(|i| mp[i] == i) && mp[k - 2] == k - 1 && mp[k - 1] == k - 2;
+        if swap_last {
+            let batch: usize = ms[..k - 2].iter().product();
+            let (rows, cols) = (ms[k - 2], ms[k - 1]);
+            let (ci, co) = (xshape[n - 1], oshape[n - 1]);
+            if (cols != ci && ci % PIECE_GRAIN != 0) || (rows != co && co % PIECE_GRAIN != 0) {
+                return self.refuse(
+                    op,
+                    "transpose",
+                    format!(
+                        "the transposed view [{batch}, {rows}, {cols}] spans rows of {ci} (input) or {co} (output) elements, which must then be multiples of {PIECE_GRAIN}"
+                    ),
+                );
+            }
+            let unit = rows / co;
+            let r = self.row_value(name, dtype, oshape, graph, unit);
+            self.push_rows(
+                op.to_string(),
+                RowOp::Transpose { batch, rows, cols },
+                vec![x],
+                r,
+            )?;
+            return Ok(r);
+        }
+        // Decompose: a row permutation bringing the new last axis just before the old one, a
+        // swap of the last two axes, then a row permutation into the final order.
+        let p = perm[n - 1];
+        let l = n - 1;
+        let rest: Vec<usize> = perm[..n - 1].iter().copied().filter(|&d| d != l).collect();
+        let mut perm1 = rest.clone();
+        perm1.extend([p, l]);
+        let x1 = self.plan_transpose(&format!("{op}.gather"), x, &perm1, None)?;
+        let mut swap: Vec<usize> = (0..n).collect();
+        swap.swap(n - 2, n - 1);
+        // Dims of x2 (as input dims of x): rest ++ [l, p].
+        let mut x2_dims = rest;
+        x2_dims.extend([l, p]);
+        let perm3: Vec<usize> = perm
+            .iter()
+            .map(|d| x2_dims.iter().position(|e| e == d).expect("a permutation"))
+            .collect();
+        let identity = perm3.iter().enumerate().all(|(i, &d)| i == d);
+        if identity {
+            self.plan_transpose(&format!("{op}.swap"), x1, &swap, final_value)
+        } else {
+            let x2 = self.plan_transpose(&format!("{op}.swap"), x1, &swap, None)?;
+            self.plan_transpose(op, x2, &perm3, final_value)
+        }
+    }
+
+    /// Expands `attention` exactly as the reference's device precision defines it: `S = q
+    /// k^T` (matmul rule, rounded to partials), `T = partials(S * scale)`, `P =
+    /// partials(softmax(T))` with the causal mask applied inside the softmax (masked entries are
+    /// `-inf`, i.e. left out of the maximum and sum and written as 0), `out = out(P v)`.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_attention(
+        &mut self,
+        op: &Operation,
+        ins: &[DevValueId],
+        scale: f32,
+        causal: bool,
+        partials: DType,
+        out_dtype: DType,
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        let name = &op.name;
+        let (mut q, mut k, mut v) = (ins[0], ins[1], ins[2]);
+        let in_dtype = self.values[q].dtype;
+        if in_dtype.is_fp8() {
+            q = self.cast_to(q, DType::F16, &format!("{name}.q_f16"));
+            k = self.cast_to(k, DType::F16, &format!("{name}.k_f16"));
+            v = self.cast_to(v, DType::F16, &format!("{name}.v_f16"));
+        }
+        let op_dtype = self.values[q].dtype;
+        let Some(mode) = matmul_mode(op_dtype, partials) else {
+            return self.refuse(
+                name,
+                "attention",
+                format!(
+                    "partials {} with {} operands have no AMP mode",
+                    crate::lower::dtype_name(partials),
+                    crate::lower::dtype_name(in_dtype)
+                ),
+            );
+        };
+        let qs = self.values[q].shape.clone();
+        let ks = self.values[k].shape.clone();
+        let r = qs.len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        let kt = self.plan_transpose(&format!("{name}.k_t"), k, &perm, None)?;
+        let mut sshape = qs.clone();
+        sshape[r - 1] = ks[r - 2];
+        let s = self.plan_matmul(&format!("{name}.scores"), mode, q, kt, partials, &sshape)?;
+        let layout = self.values[s].layout.clone();
+        let t = self.add_value(
+            format!("{name}.scaled"),
+            partials,
+            sshape.clone(),
+            None,
+            layout,
+        );
+        self.push_simple(
+            format!("{name}.scale"),
+            DevOpKind::Unary(UnOp::Scale, scale),
+            vec![s],
+            t,
+        );
+        let p = self.row_value(format!("{name}.probs"), partials, sshape, None, 1);
+        self.push_rows(
+            format!("{name}.softmax"),
+            RowOp::Softmax { causal },
+            vec![t],
+            p,
+        )?;
+        // P is in the partials type: the second product takes its operands in that type.
+        let v2 = self.cast_to(
+            v,
+            partials,
+            &format!("{name}.v_{}", crate::lower::dtype_name(partials)),
+        );
+        let Some(mode2) = matmul_mode(partials, partials) else {
+            return self.refuse(
+                name,
+                "attention",
+                format!(
+                    "no AMP mode for {} probabilities",
+                    crate::lower::dtype_name(partials)
+                ),
+            );
+        };
+        let oshape = out_val.ty.shape.clone();
+        let o = self.plan_matmul(&format!("{name}.context"), mode2, p, v2, partials, &oshape)?;
+        let out = op.outputs[0];
+        if partials == out_dtype {
+            self.rename(o, out_val.name.clone(), out);
+        } else {
+            let layout = self.values[o].layout.clone();
+            let rv = self.add_value(out_val.name.clone(), out_dtype, oshape, Some(out), layout);
+            self.push_simple(format!("{name}.cast"), DevOpKind::Cast, vec![o], rv);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merging_finds_the_swapped_view() {
+        // [s, h, d] -> [h, d, s]: the view [s, h*d] -> [h*d, s].
+        assert_eq!(
+            merge_dims(&[8, 4, 16], &[1, 2, 0]),
+            (vec![8, 64], vec![1, 0])
+        );
+        // [h, s, d] -> [h, d, s]: batched swap.
+        assert_eq!(
+            merge_dims(&[4, 8, 16], &[0, 2, 1]),
+            (vec![4, 8, 16], vec![0, 2, 1])
+        );
+        assert_eq!(
+            drop_unit_dims(&[1, 5, 3], &[1, 0, 2]),
+            (vec![5, 3], vec![0, 1])
+        );
+    }
+
+    #[test]
+    fn row_layout_keeps_rows_whole() {
+        let l = row_layout(&[3, 7, 21], 5, 1);
+        assert_eq!(l.group, 24);
+        l.check(3 * 7 * 24).unwrap();
+        assert!(
+            l.pieces
+                .iter()
+                .all(|p| p.start % 24 == 0 && p.end % 24 == 0)
+        );
+    }
+}

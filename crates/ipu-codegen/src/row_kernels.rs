@@ -1,0 +1,552 @@
+//! Row kernels: worker code for operations that work along the last axis of values stored
+//! row-major (a layout whose column group is the row length rounded up to 4, see
+//! `plan::rows`), and the on-tile transpose.
+//!
+//! Every row kernel computes in f32 and follows the device-precision rules of
+//! `ipu_reference` exactly where the order is specified: sums run in f32 in index order (one
+//! `f32add` per element), maxima with `f32max`, softmax is `e_j = exp(x_j - max)`,
+//! `s = sum e_j`, `e_j / s`, layer norm is `mean = sum x / n`, `var = sum (x - mean)^2 / n`,
+//! `(x - mean) / sqrt(var + epsilon)`. Divisions are computed as `q = a * rcp(b)` followed by
+//! one correction step `q += (a - q b) rcp(b)` with fused multiply-adds, which gives the
+//! correctly rounded f32 quotient (Markstein's theorem: `rcp` is correctly rounded and the
+//! residual `a - q b` is exact under a fused multiply-add).
+//!
+//! Elements are processed in pairs (an f32v2 in `$a0:1`): f16 rows load one 32-bit word and
+//! widen it, f32 rows load one 64-bit pair. A row of `C` columns has `C / 2` pairs and, when
+//! `C` is odd, a last pair whose second lane is padding and is ignored. Kernels that write rows
+//! write the padding columns as zeros themselves (the hardware has no sub-word stores, so a row
+//! is written in whole words up to its stride).
+
+use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
+
+use crate::code::*;
+use crate::kernels::{BinOp, Elem};
+
+fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
+    Instr::Alu { op, d, a, b }
+}
+
+fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
+    Instr::AluImm { op, d, a, imm }
+}
+
+fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
+    Instr::FBin { ty, op, d, a, b }
+}
+
+fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
+    Instr::FUn { ty, op, d, a }
+}
+
+fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
+    Instr::Conv { op, d, a }
+}
+
+fn mov_a(d: u8, s: MReg) -> Instr {
+    Instr::MovToA { d: a(d), a: s }
+}
+
+fn bcast(d: u8, s: u8) -> Instr {
+    Instr::Bcast {
+        ty: FType::F32v2,
+        d: ap(d),
+        a: a(s),
+    }
+}
+
+/// `li d, value`: two words.
+fn li(c: &mut Code, d: MReg, value: u32) {
+    c.op(setzi(d, value & 0xFFFF));
+    c.op(Instr::Orhi {
+        d,
+        imm: (value >> 16) as u16,
+    });
+}
+
+/// Loads state words `0..n` into `$m1..=$mn`.
+fn load_state(c: &mut Code, n: u8) {
+    for i in 0..n {
+        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
+    }
+}
+
+/// An `rpt` over the single instructions `body` emits; returns the body's slot count.
+fn rpt(c: &mut Code, count: MReg, body: impl FnOnce(&mut Code)) -> u32 {
+    c.op(Instr::Rpt { count, body: 0 });
+    let at = c.len() - 1;
+    body(c);
+    let n = (c.len() - at - 1) as u8;
+    c.patch(at, |i| match i {
+        Instr::Rpt { count, .. } => Instr::Rpt { count, body: n },
+        other => other,
+    });
+    n as u32
+}
+
+/// Loads the next pair of elements at `ptr` (advancing it) into `$a0:1` as f32v2; `raw` is a
+/// scratch register for the f16 word.
+fn ld_pair(c: &mut Code, ty: Elem, ptr: MReg, raw: u8) {
+    match ty {
+        Elem::F32 => {
+            c.op(ld64step(ap(0), ptr, 8));
+        }
+        Elem::F16 => {
+            c.op(ld32step_a(a(raw), ptr, 4));
+            c.op(conv(ConvOp::F16v2ToF32v2, 0, raw));
+        }
+    }
+}
+
+/// Slots of [`ld_pair`].
+fn ld_pair_slots(ty: Elem) -> u32 {
+    match ty {
+        Elem::F32 => 1,
+        Elem::F16 => 2,
+    }
+}
+
+/// Stores the f32v2 in pair `src` at `ptr` (advancing it) in the element type.
+fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
+    match ty {
+        Elem::F32 => {
+            c.op(st64step(ap(src), ptr, 8));
+        }
+        Elem::F16 => {
+            c.op(conv(ConvOp::F32v2ToF16v2, src, src));
+            c.op(st32step_a(a(src), ptr, 4));
+        }
+    }
+}
+
+/// Slots of [`st_pair`].
+fn st_pair_slots(ty: Elem) -> u32 {
+    match ty {
+        Elem::F32 => 1,
+        Elem::F16 => 2,
+    }
+}
+
+fn st32step_m(s: MReg, base: MReg) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::M(s),
+        base,
+        mode: ipu_isa::AddrMode::PostInc(4),
+    }
+}
+
+/// Fills with zero words from `ptr` (advancing) up to `row_end`: `words = (row_end - ptr) / 4`.
+/// `zero` holds 0; `tmp` is scratch.
+fn zero_to(c: &mut Code, ptr: MReg, row_end: MReg, zero: MReg, tmp: MReg) {
+    c.op(alu(AluOp::Sub, tmp, row_end, ptr));
+    c.op(alu_imm(AluOp::Shr, tmp, tmp, 2));
+    rpt(c, tmp, |c| {
+        c.op(st32step_m(zero, ptr));
+    });
+}
+
+/// Emits the f32v2 division `q = n / d` (pairs), correctly rounded: `r` holds `rcp(d)` and
+/// `dd` holds `d` (pairs); `t` is a scratch pair; `n` is overwritten with the residual.
+fn div_pair(c: &mut Code, q: u8, n: u8, r: u8, dd: u8, t: u8) {
+    let v = FType::F32v2;
+    c.op(fbin(v, FBinOp::Mul, q, n, r));
+    c.op(fun(v, FUnOp::Neg, t, q));
+    c.op(fbin(v, FBinOp::Mac, n, t, dd));
+    c.op(fbin(v, FBinOp::Mac, q, n, r));
+}
+
+/// Slots of [`div_pair`].
+const DIV_PAIR_SLOTS: u32 = 4;
+
+/// Scalar f32 division `q = n / d` with `r = rcp(d)`; `n` is overwritten; `t` scratch.
+fn div_scalar(c: &mut Code, q: u8, n: u8, r: u8, d: u8, t: u8) {
+    let s = FType::F32;
+    c.op(fbin(s, FBinOp::Mul, q, n, r));
+    c.op(fun(s, FUnOp::Neg, t, q));
+    c.op(fbin(s, FBinOp::Mac, n, t, d));
+    c.op(fbin(s, FBinOp::Mac, q, n, r));
+}
+
+/// Transpose of a staged block of `bytes`-byte elements: output row `j` (of `rows`) takes
+/// element `j` of every staged row. State: in (column 0 of staged row 0), out, rows, in
+/// stride (bytes between staged rows), out stride, 32-bit words per output row.
+pub fn transpose(c: &mut Code, bytes: u32) {
+    load_state(c, 6);
+    let (inp, out, rows, stride, out_stride, words) = (m(1), m(2), m(3), m(4), m(5), m(6));
+    let end = c.label();
+    let row = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    c.bind(row);
+    let (p, q) = (m(8), m(9));
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(alu_imm(AluOp::Add, q, out, 0));
+    let per_word = 4 / bytes;
+    let width = match bytes {
+        1 => Width::B8,
+        2 => Width::B16,
+        _ => Width::B32,
+    };
+    rpt(c, words, |c| {
+        for k in 0..per_word {
+            let d = if k == 0 { m(10) } else { m(11) };
+            c.op(Instr::Load {
+                width,
+                d: DataReg::M(d),
+                base: p,
+                mode: ipu_isa::AddrMode::Offset(0),
+            });
+            c.op(alu(AluOp::Add, p, p, stride));
+            if k > 0 {
+                c.op(alu_imm(AluOp::Shl, m(11), m(11), (8 * bytes * k) as i16));
+                c.op(alu(AluOp::Or, m(10), m(10), m(11)));
+            }
+        }
+        c.op(st32step_m(m(10), q));
+    });
+    c.op(alu_imm(AluOp::Add, inp, inp, bytes as i16));
+    c.op(alu(AluOp::Add, out, out, out_stride));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a transpose of `rows` output rows of `words` words each.
+pub fn transpose_slots(bytes: u32, rows: u32, words: u32) -> u32 {
+    let per_word = 4 / bytes;
+    let per = 2 * per_word + 2 * (per_word - 1) + 1;
+    9 + rows * (6 + words * per)
+}
+
+/// Per-row maximum or sum of the first `C` columns, in f32 in index order, written as one
+/// element and three zeros per output row. State: in, out, rows, in stride, columns.
+pub fn row_reduce(c: &mut Code, ty: Elem, max: bool) {
+    load_state(c, 5);
+    let (inp, out, rows, stride, cols) = (m(1), m(2), m(3), m(4), m(5));
+    let end = c.label();
+    let row = c.label();
+    let store = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    let (pairs, odd, init, zero, p) = (m(6), m(7), m(10), m(11), m(8));
+    c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
+    c.op(alu_imm(AluOp::And, odd, cols, 1));
+    li(c, init, if max { 0xFF80_0000 } else { 0 });
+    c.op(setzi(zero, 0));
+    let op = if max { FBinOp::Max } else { FBinOp::Add };
+    let s = FType::F32;
+    c.bind(row);
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_a(8, init));
+    rpt(c, pairs, |c| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(s, op, 8, 8, 0));
+        c.op(fbin(s, op, 8, 8, 1));
+    });
+    c.branch(Instr::Brz { a: odd, target: 0 }, store);
+    ld_pair(c, ty, p, 2);
+    c.op(fbin(s, op, 8, 8, 0));
+    c.bind(store);
+    emit_scalar_row(c, ty, out, zero);
+    c.op(alu(AluOp::Add, inp, inp, stride));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Writes `$a8` (f32) as one element of `ty` followed by three zero elements at `out`
+/// (advancing it by the row: 16 bytes for f32, 8 for f16).
+fn emit_scalar_row(c: &mut Code, ty: Elem, out: MReg, zero: MReg) {
+    match ty {
+        Elem::F32 => {
+            c.op(st32step_a(a(8), out, 4));
+            for _ in 0..3 {
+                c.op(st32step_m(zero, out));
+            }
+        }
+        Elem::F16 => {
+            c.op(conv(ConvOp::F32ToF16, 8, 8));
+            c.op(st32step_a(a(8), out, 4));
+            c.op(st32step_m(zero, out));
+        }
+    }
+}
+
+/// Issue slots of a row reduction over `rows` rows of `cols` columns.
+pub fn row_reduce_slots(ty: Elem, rows: u32, cols: u32) -> u32 {
+    14 + rows * (10 + (cols / 2) * (ld_pair_slots(ty) + 2) + ld_pair_slots(ty) + 1)
+}
+
+/// `out[r][c] = x[r][c] OP y[r]` (or `y[r] OP x[r][c]` when `reversed`) for the first `C`
+/// columns, zeros up to the row stride. State: x, y, out, rows, stride (x and out), columns,
+/// y stride.
+pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
+    load_state(c, 7);
+    let (x, y, out, rows, stride, cols, ystride) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
+    let end = c.label();
+    let row = c.label();
+    let tail = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    let (pairs, odd, zero, p, q, row_end, tmp) = (m(12), m(13), m(11), m(8), m(9), m(10), m(14));
+    c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
+    c.op(alu_imm(AluOp::And, odd, cols, 1));
+    c.op(setzi(zero, 0));
+    let v = FType::F32v2;
+    c.bind(row);
+    // y[r] to f32, broadcast into $a10:11; for a division by y, rcp(y) into $a6:7.
+    c.op(ld32a(a(15), y, 0));
+    if ty == Elem::F16 {
+        c.op(conv(ConvOp::F16ToF32, 15, 15));
+    }
+    c.op(bcast(10, 15));
+    if op == BinOp::Div && !reversed {
+        c.op(fun(FType::F32, FUnOp::Rcp, 15, 15));
+        c.op(bcast(6, 15));
+    }
+    c.op(alu_imm(AluOp::Add, p, x, 0));
+    c.op(alu_imm(AluOp::Add, q, out, 0));
+    c.op(alu(AluOp::Add, row_end, out, stride));
+    let body = |c: &mut Code| {
+        ld_pair(c, ty, p, 2);
+        // Result in $a4:5.
+        match (op, reversed) {
+            (BinOp::Div, false) => div_pair(c, 4, 0, 6, 10, 8),
+            (BinOp::Div, true) => {
+                // y / x: rcp of each x lane, then the correction step.
+                c.op(fun(v, FUnOp::Rcp, 6, 0));
+                c.op(fun(v, FUnOp::Mov, 14, 10));
+                div_pair(c, 4, 14, 6, 0, 8);
+            }
+            _ => {
+                let f = match op {
+                    BinOp::Add => FBinOp::Add,
+                    BinOp::Sub => FBinOp::Sub,
+                    BinOp::Mul => FBinOp::Mul,
+                    _ => FBinOp::Max,
+                };
+                if reversed {
+                    c.op(fbin(v, f, 4, 10, 0));
+                } else {
+                    c.op(fbin(v, f, 4, 0, 10));
+                }
+            }
+        }
+    };
+    rpt(c, pairs, |c| {
+        body(c);
+        st_pair(c, ty, 4, q);
+    });
+    c.branch(Instr::Brz { a: odd, target: 0 }, tail);
+    body(c);
+    c.op(mov_a(5, zero));
+    st_pair(c, ty, 4, q);
+    c.bind(tail);
+    zero_to(c, q, row_end, zero, tmp);
+    c.op(alu(AluOp::Add, x, x, stride));
+    c.op(alu(AluOp::Add, out, out, stride));
+    c.op(alu(AluOp::Add, y, y, ystride));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of [`row_scalar`] over `rows` rows of `cols` columns and `stride_words` words.
+pub fn row_scalar_slots(ty: Elem, op: BinOp, rows: u32, cols: u32, stride_words: u32) -> u32 {
+    let f = match op {
+        BinOp::Div => DIV_PAIR_SLOTS + 3,
+        _ => 1,
+    };
+    let per = ld_pair_slots(ty) + f + st_pair_slots(ty);
+    12 + rows * (16 + (cols / 2 + 1) * per + stride_words)
+}
+
+/// Softmax over the first `L` columns of each row, `L = min(C, L0 + r dL)` for row `r`
+/// (`dL = 1` and `L0` = the query index + 1 gives the causal mask); the masked columns and the
+/// padding are written as zeros. State: in, out, rows, in stride, out stride, columns, L0,
+/// dL.
+pub fn softmax(c: &mut Code, ty: Elem) {
+    load_state(c, 8);
+    let (inp, out, rows, stride, out_stride, cols, l0, dl) =
+        (m(1), m(2), m(3), m(4), m(5), m(6), m(7), m(8));
+    let end = c.label();
+    let row = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    let (len, pairs, odd, p, zero) = (m(9), m(10), m(11), m(14), m(13));
+    let s = FType::F32;
+    let v = FType::F32v2;
+    c.op(setzi(zero, 0));
+    c.bind(row);
+    c.op(alu(AluOp::Min, len, l0, cols));
+    c.op(alu_imm(AluOp::Shr, pairs, len, 1));
+    c.op(alu_imm(AluOp::And, odd, len, 1));
+    // Pass 1: the maximum, in $a8.
+    li(c, m(12), 0xFF80_0000);
+    c.op(mov_a(8, m(12)));
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    rpt(c, pairs, |c| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(s, FBinOp::Max, 8, 8, 0));
+        c.op(fbin(s, FBinOp::Max, 8, 8, 1));
+    });
+    let p1 = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, p1);
+    ld_pair(c, ty, p, 2);
+    c.op(fbin(s, FBinOp::Max, 8, 8, 0));
+    c.bind(p1);
+    c.op(bcast(10, 8));
+    // Pass 2: the sum of exp(x - max) in index order, in $a9.
+    c.op(mov_a(9, zero));
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    rpt(c, pairs, |c| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+        c.op(fun(v, FUnOp::Exp, 0, 0));
+        c.op(fbin(s, FBinOp::Add, 9, 9, 0));
+        c.op(fbin(s, FBinOp::Add, 9, 9, 1));
+    });
+    let p2 = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, p2);
+    ld_pair(c, ty, p, 2);
+    c.op(fbin(s, FBinOp::Sub, 0, 0, 10));
+    c.op(fun(s, FUnOp::Exp, 0, 0));
+    c.op(fbin(s, FBinOp::Add, 9, 9, 0));
+    c.bind(p2);
+    // rcp(s) in $a6:7, s in $a12:13.
+    c.op(fun(s, FUnOp::Rcp, 15, 9));
+    c.op(bcast(6, 15));
+    c.op(bcast(12, 9));
+    // Pass 3: e / s.
+    let (q, row_end, tmp) = (m(15), m(12), m(10));
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(alu_imm(AluOp::Add, q, out, 0));
+    let body = |c: &mut Code| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+        c.op(fun(v, FUnOp::Exp, 0, 0));
+        div_pair(c, 4, 0, 6, 12, 8);
+    };
+    rpt(c, pairs, |c| {
+        body(c);
+        st_pair(c, ty, 4, q);
+    });
+    let p3 = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, p3);
+    body(c);
+    c.op(mov_a(5, zero));
+    st_pair(c, ty, 4, q);
+    c.bind(p3);
+    c.op(alu(AluOp::Add, row_end, out, out_stride));
+    zero_to(c, q, row_end, zero, tmp);
+    c.op(alu(AluOp::Add, inp, inp, stride));
+    c.op(alu(AluOp::Add, out, out, out_stride));
+    c.op(alu(AluOp::Add, l0, l0, dl));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a softmax over `rows` rows of `cols` columns and `stride_words` words.
+pub fn softmax_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
+    let l = ld_pair_slots(ty);
+    let pass1 = l + 2;
+    let pass2 = l + 1 + 2 + 2;
+    let pass3 = l + 1 + 2 + DIV_PAIR_SLOTS + st_pair_slots(ty);
+    10 + rows * (40 + (cols / 2 + 1) * (pass1 + pass2 + pass3) + stride_words)
+}
+
+/// Layer norm over the first `C` columns of each row; padding written as zeros. State: in,
+/// out, rows, stride (in and out), columns, epsilon (f32 bits), `C` as f32 bits.
+pub fn layer_norm(c: &mut Code, ty: Elem) {
+    load_state(c, 7);
+    let (inp, out, rows, stride, cols, eps, n) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
+    let end = c.label();
+    let row = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    let (pairs, odd, p, q, zero, row_end, tmp) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
+    let s = FType::F32;
+    let v = FType::F32v2;
+    c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
+    c.op(alu_imm(AluOp::And, odd, cols, 1));
+    c.op(setzi(zero, 0));
+    c.bind(row);
+    // $a3 = n, $a15 = rcp(n) (reloaded per row: the pair registers are reused below).
+    c.op(mov_a(3, n));
+    c.op(fun(s, FUnOp::Rcp, 15, 3));
+    // Pass 1: sum in $a14, then the mean in $a9 and broadcast in $a10:11.
+    c.op(mov_a(14, zero));
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    rpt(c, pairs, |c| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(s, FBinOp::Add, 14, 14, 0));
+        c.op(fbin(s, FBinOp::Add, 14, 14, 1));
+    });
+    let p1 = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, p1);
+    ld_pair(c, ty, p, 2);
+    c.op(fbin(s, FBinOp::Add, 14, 14, 0));
+    c.bind(p1);
+    div_scalar(c, 9, 14, 15, 3, 8);
+    c.op(bcast(10, 9));
+    // Pass 2: sum of squared deviations in $a14; var = that / n; inv = sqrt(var + eps).
+    c.op(mov_a(14, zero));
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    rpt(c, pairs, |c| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+        c.op(fbin(v, FBinOp::Mul, 0, 0, 0));
+        c.op(fbin(s, FBinOp::Add, 14, 14, 0));
+        c.op(fbin(s, FBinOp::Add, 14, 14, 1));
+    });
+    let p2 = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, p2);
+    ld_pair(c, ty, p, 2);
+    c.op(fbin(s, FBinOp::Sub, 0, 0, 10));
+    c.op(fbin(s, FBinOp::Mul, 0, 0, 0));
+    c.op(fbin(s, FBinOp::Add, 14, 14, 0));
+    c.bind(p2);
+    div_scalar(c, 9, 14, 15, 3, 8); // var in $a9
+    c.op(mov_a(8, eps));
+    c.op(fbin(s, FBinOp::Add, 9, 9, 8));
+    c.op(fun(s, FUnOp::Sqrt, 9, 9));
+    // inv in $a12:13, rcp(inv) in $a6:7.
+    c.op(fun(s, FUnOp::Rcp, 15, 9));
+    c.op(bcast(6, 15));
+    c.op(bcast(12, 9));
+    // Pass 3: (x - mean) / inv.
+    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(alu_imm(AluOp::Add, q, out, 0));
+    c.op(alu(AluOp::Add, row_end, out, stride));
+    let body = |c: &mut Code| {
+        ld_pair(c, ty, p, 2);
+        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+        div_pair(c, 4, 0, 6, 12, 8);
+    };
+    rpt(c, pairs, |c| {
+        body(c);
+        st_pair(c, ty, 4, q);
+    });
+    let p3 = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, p3);
+    body(c);
+    c.op(mov_a(5, zero));
+    st_pair(c, ty, 4, q);
+    c.bind(p3);
+    zero_to(c, q, row_end, zero, tmp);
+    c.op(alu(AluOp::Add, inp, inp, stride));
+    c.op(alu(AluOp::Add, out, out, stride));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a layer norm over `rows` rows of `cols` columns and `stride_words` words.
+pub fn layer_norm_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
+    let l = ld_pair_slots(ty);
+    let pass1 = l + 2;
+    let pass2 = l + 4;
+    let pass3 = l + 1 + DIV_PAIR_SLOTS + st_pair_slots(ty);
+    12 + rows * (45 + (cols / 2 + 1) * (pass1 + pass2 + pass3) + stride_words)
+}
