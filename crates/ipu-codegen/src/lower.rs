@@ -14,6 +14,8 @@ use crate::layout::{Move, moves, uncovered};
 use crate::plan::{DevOpKind, DevValueId, OperatorPlan, amp_geometry, cast_type, elem};
 use crate::program::*;
 
+mod rows;
+
 /// Worker contexts a compute step spreads a tile's work over.
 const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
 
@@ -235,6 +237,9 @@ impl Lowerer<'_> {
         match &op.kind {
             DevOpKind::MatMul { mode, blocks, .. } => {
                 self.lower_matmul(index, *mode, blocks, &mut tiles, &mut copies)?;
+            }
+            DevOpKind::Rows(rop) => {
+                self.lower_rows(index, rop, &mut tiles, &mut copies)?;
             }
             DevOpKind::Binary(bop) => {
                 let (x, y) = (op.inputs[0], op.inputs[1]);

@@ -349,6 +349,7 @@ impl Lowerer<'_> {
     /// layout on `tile`: the value's own buffer when it is already there (`identity` and `v`
     /// in the row layout), else a staging buffer filled by `copies` and zero-fill `ops`.
     /// Returns the buffer and the byte offset of the first row.
+    #[allow(clippy::too_many_arguments)]
     fn stage_rows(
         &mut self,
         v: DevValueId,
@@ -418,8 +419,7 @@ impl Lowerer<'_> {
         for (tile, r0, r1, local) in piece_rows(&ov.layout) {
             let rows: Vec<usize> = (r0..r1).collect();
             let mut zero_ops = Vec::new();
-            let (xb, xoff) =
-                self.stage_rows(x, tile, &rows, true, &op.name, copies, &mut zero_ops);
+            let (xb, xoff) = self.stage_rows(x, tile, &rows, true, &op.name, copies, &mut zero_ops);
             let ob = self.value_buffer(out, tile);
             let mut vertices: Vec<(usize, usize)> = Vec::new();
             for (a, b) in split((r1 - r0) as u32, WORKERS) {
@@ -474,12 +474,7 @@ impl Lowerer<'_> {
                                 StateWord::Const(l0),
                                 StateWord::Const(dl),
                             ],
-                            row_kernels::softmax_slots(
-                                ty,
-                                n,
-                                c as u32,
-                                (cpo * eb / 4) as u32,
-                            ),
+                            row_kernels::softmax_slots(ty, n, c as u32, (cpo * eb / 4) as u32),
                         )
                     }
                     RowOp::LayerNorm { epsilon } => (

@@ -245,7 +245,8 @@ impl Planner<'_> {
         match &op.kind {
             OpKind::Reshape { .. } => {
                 let (ci, co) = (*xshape.last().unwrap_or(&1), *oshape.last().unwrap_or(&1));
-                if ci != co && (ci % PIECE_GRAIN != 0 || co % PIECE_GRAIN != 0) {
+                if ci != co && (!ci.is_multiple_of(PIECE_GRAIN) || !co.is_multiple_of(PIECE_GRAIN))
+                {
                     return self.refuse(
                         &op.name,
                         what,
@@ -269,7 +270,8 @@ impl Planner<'_> {
             OpKind::Slice { axis, start, end } => {
                 let c = xshape[rank - 1];
                 if *axis == rank - 1
-                    && (start % PIECE_GRAIN != 0 || ((end - start) % PIECE_GRAIN != 0 && *end != c))
+                    && (!start.is_multiple_of(PIECE_GRAIN)
+                        || (!(end - start).is_multiple_of(PIECE_GRAIN) && *end != c))
                 {
                     return self.refuse(
                         &op.name,
@@ -291,7 +293,7 @@ impl Planner<'_> {
                 if *axis == rank - 1 {
                     for &i in &ins[..ins.len() - 1] {
                         let c = self.values[i].shape[rank - 1];
-                        if c % PIECE_GRAIN != 0 {
+                        if !c.is_multiple_of(PIECE_GRAIN) {
                             return self.refuse(
                                 &op.name,
                                 what,
@@ -432,7 +434,7 @@ impl Planner<'_> {
         if k <= 1 {
             // Only the order of size-1 dimensions changes: the elements keep their order.
             let (ci, co) = (xshape[n - 1], oshape[n - 1]);
-            if ci != co && (ci % PIECE_GRAIN != 0 || co % PIECE_GRAIN != 0) {
+            if ci != co && (!ci.is_multiple_of(PIECE_GRAIN) || !co.is_multiple_of(PIECE_GRAIN)) {
                 return self.refuse(
                     op,
                     "transpose",
@@ -449,11 +451,14 @@ impl Planner<'_> {
             return Ok(r);
         }
         let swap_last = (0..k - 2).all(|i| mp[i] == i) && mp[k - 2] == k - 1 && mp[k - 1] == k - 2;
-        if swap_last {
-            let batch: usize = ms[..k - 2].iter().product();
-            let (rows, cols) = (ms[k - 2], ms[k - 1]);
-            let (ci, co) = (xshape[n - 1], oshape[n - 1]);
-            if (cols != ci && ci % PIECE_GRAIN != 0) || (rows != co && co % PIECE_GRAIN != 0) {
+        let (ci, co) = (xshape[n - 1], oshape[n - 1]);
+        let batch: usize = ms[..k - 2].iter().product();
+        let (rows, cols) = (ms[k - 2], ms[k - 1]);
+        let aligned = (cols == ci || ci.is_multiple_of(PIECE_GRAIN))
+            && (rows == co || co.is_multiple_of(PIECE_GRAIN));
+        let pure_swap = (0..n - 2).all(|i| perm[i] == i) && perm[n - 2] == n - 1;
+        if swap_last && (aligned || pure_swap) {
+            if !aligned {
                 return self.refuse(
                     op,
                     "transpose",

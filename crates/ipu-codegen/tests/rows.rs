@@ -1,0 +1,222 @@
+//! Differential tests of the row operations and data movement: reshape, transpose, slice,
+//! concat, broadcasting binary operations, reductions, softmax, layer norm and the unfused
+//! attention expansion. Each graph runs the whole way (build, package bytes written and read
+//! back, simulated device, host reference in device precision) on odd shapes and on 1, 13 and
+//! 64 tiles.
+
+mod common;
+
+use ipu_codegen::{BuildOptions, CodegenError, build};
+use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, models};
+use ipu_target::Target;
+
+const F32: DType = DType::F32;
+const F16: DType = DType::F16;
+const F143: DType = DType::F143 { scale: -2 };
+
+/// One operation on fresh inputs of the given types.
+fn single(kind: OpKind, inputs: &[(DType, &[usize])]) -> Graph {
+    let mut b = GraphBuilder::new("rows");
+    let ids: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (d, s))| b.input(format!("x{i}"), TensorType::new(*d, s.to_vec())))
+        .collect();
+    let y = b.op("y", kind, &ids).expect("a valid operation");
+    b.output(y);
+    b.finish().expect("a valid graph")
+}
+
+fn check(g: &Graph, tiles: &[u32], what: &str) {
+    for &t in tiles {
+        common::run(g, Target::gc200(), t, 7).assert_pass(&format!("{what} on {t} tiles"));
+    }
+}
+
+fn params(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn transposes_keep_every_element() {
+    let perms: [&[usize]; 5] = [&[1, 0, 2], &[0, 2, 1], &[1, 2, 0], &[2, 0, 1], &[2, 1, 0]];
+    for perm in perms {
+        for (dtype, shape) in [(F16, [5usize, 6, 7]), (F32, [3, 4, 9]), (F143, [3, 9, 8])] {
+            let g = single(
+                OpKind::Transpose {
+                    perm: perm.to_vec(),
+                },
+                &[(dtype, &shape)],
+            );
+            check(
+                &g,
+                &[1, 13],
+                &format!("transpose {perm:?} of {shape:?} {dtype:?}"),
+            );
+        }
+    }
+    let g = single(OpKind::Transpose { perm: vec![1, 0] }, &[(F16, &[67, 45])]);
+    check(&g, &[64], "transpose 67x45");
+}
+
+#[test]
+fn reshapes_slices_and_concats_move_runs() {
+    type Operands = Vec<(DType, Vec<usize>)>;
+    let cases: Vec<(OpKind, Operands)> = vec![
+        (
+            OpKind::Reshape { shape: vec![4, 12] },
+            vec![(F16, vec![6, 8])],
+        ),
+        (
+            OpKind::Reshape { shape: vec![6, 5] },
+            vec![(F32, vec![2, 3, 5])],
+        ),
+        (
+            OpKind::Reshape { shape: vec![16, 8] },
+            vec![(F143, vec![8, 16])],
+        ),
+        (
+            OpKind::Slice {
+                axis: 0,
+                start: 1,
+                end: 4,
+            },
+            vec![(F16, vec![5, 7])],
+        ),
+        (
+            OpKind::Slice {
+                axis: 1,
+                start: 4,
+                end: 11,
+            },
+            vec![(F16, vec![5, 11])],
+        ),
+        (
+            OpKind::Concat { axis: 0 },
+            vec![(F16, vec![3, 7]), (F16, vec![2, 7])],
+        ),
+        (
+            OpKind::Concat { axis: 1 },
+            vec![(F32, vec![3, 8]), (F32, vec![3, 5])],
+        ),
+    ];
+    for (kind, ins) in cases {
+        let ins: Vec<(DType, &[usize])> = ins.iter().map(|(d, s)| (*d, s.as_slice())).collect();
+        let g = single(kind.clone(), &ins);
+        check(&g, &[1, 13], &format!("{kind:?}"));
+    }
+}
+
+#[test]
+fn unaligned_reshape_is_refused_at_planning() {
+    let g = single(OpKind::Reshape { shape: vec![5, 3] }, &[(F16, &[3, 5])]);
+    let e = build(
+        &g,
+        &BuildOptions {
+            target: Target::gc200(),
+            tiles: 4,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("reshape"), "{e}");
+}
+
+#[test]
+fn reductions_over_the_last_axis() {
+    for dtype in [F32, F16] {
+        for shape in [[3usize, 5, 37], [2, 4, 1], [1, 9, 64]] {
+            for kind in [OpKind::ReduceMax { axis: 2 }, OpKind::ReduceSum { axis: 2 }] {
+                let g = single(kind.clone(), &[(dtype, &shape)]);
+                check(&g, &[1, 13, 64], &format!("{kind:?} {shape:?} {dtype:?}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn reduction_over_another_axis_is_refused() {
+    let g = single(OpKind::ReduceSum { axis: 0 }, &[(F16, &[3, 5])]);
+    let e = build(
+        &g,
+        &BuildOptions {
+            target: Target::gc200(),
+            tiles: 4,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("last axis"), "{e}");
+}
+
+#[test]
+fn broadcasting_binary_operations() {
+    use OpKind::*;
+    for dtype in [F32, F16] {
+        for kind in [Add, Sub, Mul, Div, Max] {
+            for (a, b) in [
+                (vec![3usize, 5, 13], vec![3usize, 5, 1]),
+                (vec![3, 5, 1], vec![3, 5, 13]),
+                (vec![3, 5, 13], vec![1, 5, 13]),
+                (vec![2, 6, 1], vec![1, 6, 1]),
+            ] {
+                let g = single(kind.clone(), &[(dtype, &a), (dtype, &b)]);
+                check(&g, &[1, 13], &format!("{kind:?} {a:?} {b:?} {dtype:?}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_and_layer_norm_along_rows() {
+    for dtype in [F32, F16] {
+        for shape in [[3usize, 7, 45], [2, 2, 1], [1, 30, 128]] {
+            let g = single(OpKind::Softmax { axis: 2 }, &[(dtype, &shape)]);
+            check(&g, &[1, 13, 64], &format!("softmax {shape:?} {dtype:?}"));
+            let g = single(OpKind::LayerNorm { epsilon: 1e-5 }, &[(dtype, &shape)]);
+            check(&g, &[1, 13, 64], &format!("layer_norm {shape:?} {dtype:?}"));
+        }
+    }
+}
+
+#[test]
+fn attention_expands_over_dtypes_and_masks() {
+    for dtype in ["f32", "f16", "f143", "f152"] {
+        for causal in ["false", "true"] {
+            let g = models::build(
+                "attention",
+                &params(&[
+                    ("seq", "21"),
+                    ("heads", "2"),
+                    ("head_dim", "16"),
+                    ("dtype", dtype),
+                    ("causal", causal),
+                ]),
+            )
+            .unwrap();
+            check(&g, &[1, 13], &format!("attention {dtype} causal={causal}"));
+        }
+    }
+    let g = models::build(
+        "attention",
+        &params(&[
+            ("seq", "64"),
+            ("heads", "3"),
+            ("head_dim", "64"),
+            ("causal", "true"),
+        ]),
+    )
+    .unwrap();
+    check(&g, &[64], "attention seq 64 causal");
+}
+
+#[test]
+fn typed_attention_small_fp8_runs() {
+    let g = models::build(
+        "typed-attention-small-fp8",
+        &params(&[("seq", "24"), ("heads", "2"), ("head_dim", "16")]),
+    )
+    .unwrap();
+    check(&g, &[1, 13, 64], "typed-attention-small-fp8 small");
+}
