@@ -32,7 +32,7 @@ fn matmul_every_dtype_and_odd_shape() {
         for (m, k, n) in [(1, 1, 1), (7, 13, 5), (3, 17, 33), (31, 40, 9)] {
             let g = matmul(m, k, n, dtype, partials, out);
             for tiles in [1, 13] {
-                common::run(&g, Target::gc200(), tiles, 3).assert_pass(&format!(
+                common::run(&g, Target::gc200(), tiles, 3).assert_exact(&format!(
                     "{dtype}/{partials}->{out} {m}x{k}x{n} on {tiles} tiles"
                 ));
             }
@@ -45,7 +45,7 @@ fn matmul_on_64_and_all_tiles() {
     for (m, k, n, tiles) in [(64, 48, 80, 64), (97, 61, 53, 1472), (5, 300, 7, 1472)] {
         let g = matmul(m, k, n, "f16", "f32", "f16");
         common::run(&g, Target::gc200(), tiles, 1)
-            .assert_pass(&format!("{m}x{k}x{n} on {tiles} tiles"));
+            .assert_exact(&format!("{m}x{k}x{n} on {tiles} tiles"));
     }
 }
 
@@ -54,11 +54,11 @@ fn batched_matmul_with_broadcast_weights() {
     let g = graph(
         "graph bmm {\n  input %a: f16[3, 5, 19]\n  input %b: f16[19, 6]\n  %c = matmul(%a, %b) {partials = f16}: f16[3, 5, 6]\n  output %c\n}\n",
     );
-    common::run(&g, Target::gc200(), 7, 2).assert_pass("batched");
+    common::run(&g, Target::gc200(), 7, 2).assert_exact("batched");
     let g = graph(
         "graph bmm2 {\n  input %a: f32[2, 9, 8]\n  input %b: f32[2, 8, 11]\n  %c = matmul(%a, %b) {partials = f32}: f32[2, 9, 11]\n  output %c\n}\n",
     );
-    common::run(&g, Target::gc200(), 5, 2).assert_pass("batched both");
+    common::run(&g, Target::gc200(), 5, 2).assert_exact("batched both");
 }
 
 fn elementwise(dtype: &str, rows: usize, cols: usize) -> Graph {
@@ -108,7 +108,7 @@ fn casts_between_every_type() {
                 "graph cast {{\n  input %a: {from}[{rows}, {cols}]\n  %b = cast(%a) {{to = {to}}}: {to}[{rows}, {cols}]\n  output %b\n}}\n"
             ));
             common::run(&g, Target::gc200(), tiles, 9)
-                .assert_pass(&format!("{from}->{to} {rows}x{cols}"));
+                .assert_exact(&format!("{from}->{to} {rows}x{cols}"));
         }
     }
 }
@@ -130,7 +130,7 @@ fn every_target_runs_and_results_do_not_depend_on_it() {
         .iter()
         .map(|k| {
             let o = common::run(&g, k.target(), 9, 4);
-            o.assert_pass(k.name());
+            o.assert_exact(k.name());
             o.outputs
         })
         .collect();

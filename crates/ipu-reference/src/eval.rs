@@ -4,7 +4,7 @@
 use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
-use crate::gemm::{Partials, for_row_chunks, matmul_device, matmul_f64, row_times_matrix};
+use crate::gemm::{AmpRule, Partials, for_row_chunks, matmul_device, matmul_f64, row_times_matrix};
 use crate::{Precision, ReferenceError, Tensor, round_slice};
 
 #[derive(Clone, Copy)]
@@ -231,12 +231,14 @@ fn transpose2(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
-fn partials_rule(p: DType) -> Partials {
-    if p == DType::F16 {
+/// The AMP rule of a product of `operands` (FP8 operands go through f16) with `partials`.
+fn partials_rule(operands: DType, p: DType) -> AmpRule {
+    let partials = if p == DType::F16 {
         Partials::F16
     } else {
         Partials::F32
-    }
+    };
+    AmpRule::new(operands == DType::F32, partials)
 }
 
 /// Device operand conversion for matmul-like products: FP8 operands go through f16.
@@ -291,7 +293,14 @@ fn matmul(
         let bm = &b[ob * k * n..(ob + 1) * k * n];
         let cm = &mut r[batch * m * n..(batch + 1) * m * n];
         if ctx.device() {
-            matmul_device(am, bm, cm, (m, k, n), partials_rule(partials), ctx.threads);
+            matmul_device(
+                am,
+                bm,
+                cm,
+                (m, k, n),
+                partials_rule(ta.dtype, partials),
+                ctx.threads,
+            );
         } else {
             let a64: Vec<f64> = am.iter().map(|&x| f64::from(x)).collect();
             let b64: Vec<f64> = bm.iter().map(|&x| f64::from(x)).collect();
@@ -357,7 +366,7 @@ fn attention(
         let kt = transpose2(km, sk, d);
         let masked = |i: usize, j: usize| causal && j > i;
         if ctx.device() {
-            let rule = partials_rule(partials);
+            let rule = partials_rule(q.1.dtype, partials);
             let mut s = vec![0.0f32; sq * sk];
             matmul_device(qm, &kt, &mut s, (sq, d, sk), rule, ctx.threads);
             round_slice(partials, &mut s);
@@ -438,7 +447,7 @@ fn flash_attention_device(
         device_operand(k.0, k.1),
         device_operand(v.0, v.1),
     );
-    let rule = partials_rule(partials);
+    let rule = partials_rule(q.1.dtype, partials);
     let mut out = vec![0.0f32; batches * sq * dv];
     let kts: Vec<Vec<f32>> = (0..batches)
         .map(|bi| transpose2(&kd[bi * sk * d..(bi + 1) * sk * d], sk, d))
@@ -464,7 +473,7 @@ fn flash_attention_device(
                     break;
                 }
                 let s = &mut s[..j_end - jb];
-                row_times_matrix(qi, &kt[jb..], sk, rule, s);
+                row_times_matrix(qi, &kt[jb..], sk, rule, jb, s);
                 round_slice(partials, s);
                 s.iter_mut().for_each(|x| *x *= scale);
                 round_slice(partials, s);
@@ -546,6 +555,11 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
                 }
             }
             r
+        }
+        // The device converts f32 to FP8 through f16 (its conversion unit takes f16v4): two
+        // roundings, which the device precision keeps.
+        OpKind::Cast { to } if device && ins[0].1.dtype == DType::F32 && to.is_fp8() => {
+            ins[0].0.iter().map(|&x| round_to_f16(x)).collect()
         }
         OpKind::Cast { .. } => ins[0].0.to_vec(),
         OpKind::LayerNorm { epsilon } => {

@@ -39,14 +39,69 @@ pub fn round_to_f16_fast(x: f32) -> f32 {
 /// partials the running sum leaves the unit, rounded to f16, after every 16 products along k.
 pub const F16_PARTIALS_K_BLOCK: usize = 16;
 
-/// Accumulation rule of a device-precision product.
+/// The running partial's type in a device-precision product (see [`AmpRule`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Partials {
-    /// Products and sums in f32, in k order.
+    /// f32 partials.
     F32,
-    /// Sums in f32 within blocks of [`F16_PARTIALS_K_BLOCK`] k, the running partial rounded to
-    /// f16 after each block.
+    /// f16 partials: rounded to f16 after every K block.
     F16,
+}
+
+/// How the device's AMP forms a product (`docs/isa.md`, section 6): the inputs go through in
+/// K blocks of four phases of `lanes` values; every column's accumulator starts at zero in each
+/// block, takes the block's products in k order (each product and sum rounded to f32), and
+/// takes the running partial from the previous block after the phase that matches the
+/// column's chunk (`(column % cols) / chunk_cols`); at the end of the block the accumulator
+/// becomes the running partial, rounded to f16 for f16 partials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmpRule {
+    /// Inputs per K block (4 phases of `lanes`).
+    pub k_block: usize,
+    /// Input values per phase.
+    pub lanes: usize,
+    /// Columns of a weight block.
+    pub cols: usize,
+    /// Columns whose partials enter per phase.
+    pub chunk_cols: usize,
+    /// The running partial's type.
+    pub partials: Partials,
+}
+
+impl AmpRule {
+    /// `f16f16`: 4 f16 lanes, K block 16, 16 columns in chunks of 4.
+    pub const F16F16: AmpRule = AmpRule {
+        k_block: 16,
+        lanes: 4,
+        cols: 16,
+        chunk_cols: 4,
+        partials: Partials::F16,
+    };
+    /// `f16f32`: 4 f16 lanes, K block 16, 8 columns in chunks of 2.
+    pub const F16F32: AmpRule = AmpRule {
+        k_block: 16,
+        lanes: 4,
+        cols: 8,
+        chunk_cols: 2,
+        partials: Partials::F32,
+    };
+    /// `f32f32`: 2 f32 lanes, K block 8, 8 columns in chunks of 2.
+    pub const F32F32: AmpRule = AmpRule {
+        k_block: 8,
+        lanes: 2,
+        cols: 8,
+        chunk_cols: 2,
+        partials: Partials::F32,
+    };
+
+    /// The rule of a product with f32 (or else f16) operands and `partials`.
+    pub fn new(f32_operands: bool, partials: Partials) -> AmpRule {
+        match (f32_operands, partials) {
+            (_, Partials::F16) => AmpRule::F16F16,
+            (true, Partials::F32) => AmpRule::F32F32,
+            (false, Partials::F32) => AmpRule::F16F32,
+        }
+    }
 }
 
 /// Rows of the output computed together by the device-precision kernel: each row of `b`
@@ -54,10 +109,18 @@ pub enum Partials {
 /// factor (the order of operations of every element is unchanged).
 pub const DEVICE_KERNEL_ROWS: usize = 4;
 
-/// `out[j] = sum_k a_row[k] * b[k * ldb + j]` for `j in 0..out.len()`, following `partials`.
-/// `b` starts at the first column wanted; `out` is overwritten.
-pub fn row_times_matrix(a_row: &[f32], b: &[f32], ldb: usize, partials: Partials, out: &mut [f32]) {
-    rows_times_matrix(a_row, a_row.len(), b, ldb, partials, out);
+/// `out[j] = sum_k a_row[k] * b[k * ldb + j]` for `j in 0..out.len()`, following `rule`.
+/// `b` starts at column `col0` of the whole product (it decides each column's chunk); `out`
+/// is overwritten.
+pub fn row_times_matrix(
+    a_row: &[f32],
+    b: &[f32],
+    ldb: usize,
+    rule: AmpRule,
+    col0: usize,
+    out: &mut [f32],
+) {
+    rows_times_matrix(a_row, a_row.len(), b, ldb, rule, col0, out);
 }
 
 /// [`row_times_matrix`] for several rows at once: `a` holds `rows` rows of `k` values, `out`
@@ -67,7 +130,8 @@ fn rows_times_matrix(
     k: usize,
     b: &[f32],
     ldb: usize,
-    partials: Partials,
+    rule: AmpRule,
+    col0: usize,
     out: &mut [f32],
 ) {
     let rows = a.len().checked_div(k).unwrap_or(0);
@@ -77,24 +141,38 @@ fn rows_times_matrix(
     }
     let n = out.len() / rows;
     out.fill(0.0);
-    let block = match partials {
-        Partials::F32 => k,
-        Partials::F16 => F16_PARTIALS_K_BLOCK,
-    };
-    for k0 in (0..k).step_by(block.max(1)) {
-        for kk in k0..(k0 + block).min(k) {
-            let b_row = &b[kk * ldb..kk * ldb + n];
-            for (r, o) in out.chunks_mut(n).enumerate() {
-                let av = a[r * k + kk];
-                for (o, &bv) in o.iter_mut().zip(b_row) {
-                    *o += av * bv;
+    let chunk: Vec<usize> = (0..n)
+        .map(|c| ((col0 + c) % rule.cols) / rule.chunk_cols)
+        .collect();
+    let mut acc = vec![0.0f32; out.len()];
+    for k0 in (0..k).step_by(rule.k_block) {
+        acc.fill(0.0);
+        for phase in 0..4 {
+            for j in 0..rule.lanes {
+                let kk = k0 + phase * rule.lanes + j;
+                if kk >= k {
+                    break;
+                }
+                let b_row = &b[kk * ldb..kk * ldb + n];
+                for (r, acc) in acc.chunks_mut(n).enumerate() {
+                    let av = a[r * k + kk];
+                    for (o, &bv) in acc.iter_mut().zip(b_row) {
+                        *o += av * bv;
+                    }
+                }
+            }
+            for (acc, run) in acc.chunks_mut(n).zip(out.chunks(n)) {
+                for c in (0..n).filter(|&c| chunk[c] == phase) {
+                    acc[c] += run[c];
                 }
             }
         }
-        if partials == Partials::F16 {
-            for o in out.iter_mut() {
-                *o = round_to_f16_fast(*o);
-            }
+        match rule.partials {
+            Partials::F16 => out
+                .iter_mut()
+                .zip(&acc)
+                .for_each(|(o, &a)| *o = round_to_f16_fast(a)),
+            Partials::F32 => out.copy_from_slice(&acc),
         }
     }
 }
@@ -126,7 +204,7 @@ pub fn matmul_device(
     b: &[f32],
     c: &mut [f32],
     (m, k, n): (usize, usize, usize),
-    partials: Partials,
+    rule: AmpRule,
     threads: usize,
 ) {
     debug_assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
@@ -134,7 +212,7 @@ pub fn matmul_device(
         for (g, out) in chunk.chunks_mut(n * DEVICE_KERNEL_ROWS).enumerate() {
             let i = row0 + g * DEVICE_KERNEL_ROWS;
             let rows = out.len() / n;
-            rows_times_matrix(&a[i * k..(i + rows) * k], k, b, n, partials, out);
+            rows_times_matrix(&a[i * k..(i + rows) * k], k, b, n, rule, 0, out);
         }
     });
 }

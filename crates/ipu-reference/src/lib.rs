@@ -15,12 +15,13 @@
 //!   the decoded operands, then round to the output dtype; sums run in f32 in index order;
 //!   softmax is `e_j = exp(x_j - max)`, `s = sum e_j` (index order), `e_j / s`; layer norm is
 //!   `mean = sum x / n`, `var = sum (x - mean)^2 / n`, `(x - mean) / sqrt(var + epsilon)`;
-//! - matmul with f32 partials: products and sums in f32, in k order; with f16 partials
-//!   (f16 or FP8 operands): k runs in blocks of [`F16_PARTIALS_K_BLOCK`]; within a block the
-//!   sum is formed in f32 starting from the running partial, and after each block the running
-//!   partial is rounded to f16 (`running = f16(running + sum_{k in block} a_k b_k)`); FP8
-//!   operands are first converted to f16 (exact for F143 at scales -14..=8 and F152 at
-//!   -7..=0, which covers every built-in; outside those the conversion rounds as f16 does);
+//! - matmul follows the AMP exactly ([`gemm::AmpRule`], `docs/isa.md` section 6): per K block
+//!   every column's accumulator starts at zero, takes the block's products in k order (f32),
+//!   and takes the running partial after the phase of the column's chunk; the block's result,
+//!   rounded to f16 for f16 partials, is the next running partial. FP8 operands are first
+//!   converted to f16 (exact for F143 at scales -14..=8 and F152 at -7..=0, which covers every
+//!   built-in; outside those the conversion rounds as f16 does);
+//! - a cast from f32 to FP8 goes through f16 (two roundings), as the device's conversions do;
 //! - attention: `S = q k^T` by the matmul rule with the op's partials, rounded to the partials
 //!   dtype; `T = partials(S * scale)` with masked entries `-inf`; `P = partials(softmax_f32(T))`
 //!   along keys; `out = out_dtype(P v)` by the matmul rule;

@@ -297,18 +297,30 @@ fn flash_attention_matches_attention() {
     }
 }
 
-/// An independent scalar model of the device's f16-partials matmul.
+/// An independent scalar model of the device's f16-partials matmul (the AMP's `f16f16` mode,
+/// docs/isa.md section 6): per block of 16 k, four phases of 4 products into an accumulator
+/// that starts at zero; the running partial enters after the phase of the column's chunk
+/// (`(j % 16) / 4`); the block's result, rounded to f16, is the next running partial.
 fn f16_partials_naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     let mut c = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {
+            let chunk = (j % 16) / 4;
             let mut running = 0.0f32;
             for k0 in (0..k).step_by(16) {
-                let mut s = running;
-                for kk in k0..(k0 + 16).min(k) {
-                    s += a[i * k + kk] * b[kk * n + j];
+                let mut acc = 0.0f32;
+                for phase in 0..4 {
+                    for lane in 0..4 {
+                        let kk = k0 + 4 * phase + lane;
+                        if kk < k {
+                            acc += a[i * k + kk] * b[kk * n + j];
+                        }
+                    }
+                    if phase == chunk {
+                        acc += running;
+                    }
                 }
-                running = half::f16::from_f32(s).to_f32();
+                running = half::f16::from_f32(acc).to_f32();
             }
             c[i * n + j] = running;
         }

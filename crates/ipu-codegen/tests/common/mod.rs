@@ -31,6 +31,17 @@ impl Outcome {
         }
         assert!(!self.checks.is_empty(), "{what}: no outputs checked");
     }
+
+    /// Panics unless every output equals the device-precision reference bit for bit.
+    pub fn assert_exact(&self, what: &str) {
+        self.assert_pass(what);
+        for (name, c) in &self.checks {
+            assert!(
+                c.max_abs_error == 0.0,
+                "{what}: output {name} is not exact: {c}"
+            );
+        }
+    }
 }
 
 /// Builds and runs `graph` on tiles `0..tiles` of `target` with inputs from `seed`.
