@@ -12,6 +12,7 @@
 //! attributes ([`infer`]), so a verified graph never carries a stale annotation.
 
 mod builder;
+pub mod expand;
 mod infer;
 pub mod models;
 mod text;

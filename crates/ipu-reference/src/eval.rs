@@ -36,6 +36,15 @@ pub fn evaluate(
         });
     }
     let threads = threads.max(1);
+    // In device precision a fused operation is what the device computes: its expansion
+    // (`ipu_graph::expand`), evaluated operation by operation. Causal flash attention is not
+    // expanded and keeps the recipe below.
+    if precision == Precision::Device
+        && ipu_graph::expand::has_fused(graph)
+        && let Ok(expanded) = ipu_graph::expand::expand_fused(graph)
+    {
+        return evaluate(&expanded, inputs, precision, threads);
+    }
     let _span =
         tracing::info_span!("reference", graph = %graph.name, precision = %precision).entered();
     tracing::info!(threads, "configured host reference GEMM threads={threads}");
@@ -540,6 +549,8 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         OpKind::Add => binary(ins[0], ins[1], out, |a, b| a + b),
         OpKind::Sub => binary(ins[0], ins[1], out, |a, b| a - b),
         OpKind::Mul => binary(ins[0], ins[1], out, |a, b| a * b),
+        // The device divides as `a * (1 / b)` in f32 (`rcp`, then `mul`).
+        OpKind::Div if device => binary(ins[0], ins[1], out, |a, b| a * (1.0 / b)),
         OpKind::Div => binary(ins[0], ins[1], out, |a, b| a / b),
         OpKind::Max => binary(ins[0], ins[1], out, f32::max),
         OpKind::Scale { factor } => ins[0].0.iter().map(|&x| x * factor).collect(),

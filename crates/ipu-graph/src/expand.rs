@@ -1,0 +1,199 @@
+//! Expansion of fused operations into the operations they are made of.
+//!
+//! `flash_attention` becomes, per key block of `block_k` keys, a blocked `q kᵀ`, the running
+//! row maximum, `exp` of the shifted scores, the running row sum with rescaling, the `p v`
+//! accumulation with rescaling, and a final normalisation. No value of the expansion holds a
+//! whole score matrix: the largest is one block of scores, `[.., sq, block_k]`. The compiler
+//! lowers the expansion; the host reference's device precision evaluates the same expansion,
+//! so the device's result is defined operation by operation.
+//!
+//! For key block `j` (keys `k0..k1`), with `P` the partials dtype:
+//! ```text
+//! s_j   = matmul(q, kᵀ[.., :, k0..k1]) {partials = P}: P        (kᵀ once: transpose of k)
+//! t_j   = scale(s_j)
+//! m_j   = max(m_{j-1}, reduce_max(t_j))                         (m_0 = reduce_max(t_0))
+//! a_j   = exp(m_{j-1} - m_j)                                     (j > 0)
+//! p_j   = exp(t_j - m_j)
+//! l_j   = l_{j-1} * a_j + reduce_sum(p_j)                        (l_0 = reduce_sum(p_0))
+//! o_j   = o_{j-1} * a_j + matmul(p_j, v'[.., k0..k1, :]) {partials = P}   (v' = v in P)
+//! out   = cast(o_last / l_last) to the output dtype
+//! ```
+//! `block_q` does not change the numbers (it is a tiling hint). Causal masking is not
+//! expanded yet: [`expand_fused`] refuses a causal `flash_attention`.
+
+use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, ValueId};
+
+/// Whether `graph` has an operation [`expand_fused`] rewrites.
+pub fn has_fused(graph: &Graph) -> bool {
+    graph
+        .operations()
+        .iter()
+        .any(|o| matches!(o.kind, OpKind::FlashAttention { .. }))
+}
+
+/// Rewrites every `flash_attention` of `graph` into its blocked operations (see the module
+/// docs). Other operations, inputs and outputs keep their names and order.
+pub fn expand_fused(graph: &Graph) -> Result<Graph, GraphError> {
+    let mut b = GraphBuilder::new(graph.name.clone());
+    let mut map: Vec<Option<ValueId>> = vec![None; graph.values().len()];
+    for &i in graph.inputs() {
+        let v = graph.value(i);
+        map[i.0 as usize] = Some(b.input(v.name.clone(), v.ty.clone()));
+    }
+    for op in graph.operations() {
+        let ins: Vec<ValueId> = op
+            .inputs
+            .iter()
+            .map(|v| map[v.0 as usize].expect("defined"))
+            .collect();
+        let out = match &op.kind {
+            OpKind::FlashAttention {
+                scale,
+                causal,
+                block_k,
+                partials,
+                out,
+                ..
+            } => {
+                if *causal {
+                    return Err(GraphError::Operation {
+                        operation: op.name.clone(),
+                        mnemonic: op.kind.mnemonic(),
+                        operand: None,
+                        reason: "causal flash_attention cannot be expanded yet".into(),
+                    });
+                }
+                flash(&mut b, &op.name, &ins, *scale, *block_k, *partials, *out)?
+            }
+            kind => b.op(op.name.clone(), kind.clone(), &ins)?,
+        };
+        map[op.outputs[0].0 as usize] = Some(out);
+    }
+    for &o in graph.outputs() {
+        b.output(map[o.0 as usize].expect("defined"));
+    }
+    b.finish()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn flash(
+    b: &mut GraphBuilder,
+    name: &str,
+    ins: &[ValueId],
+    scale: f32,
+    block_k: usize,
+    partials: DType,
+    out: DType,
+) -> Result<ValueId, GraphError> {
+    let (q, k, v) = (ins[0], ins[1], ins[2]);
+    let rank = b.ty(k).shape.len();
+    let sk = b.ty(k).shape[rank - 2];
+    let block = block_k.clamp(1, sk);
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(rank - 2, rank - 1);
+    let kt = b.op(format!("{name}.kt"), OpKind::Transpose { perm }, &[k])?;
+    let vp = if b.ty(v).dtype == partials {
+        v
+    } else {
+        b.op(format!("{name}.v"), OpKind::Cast { to: partials }, &[v])?
+    };
+    let mm = OpKind::MatMul {
+        partials,
+        out: partials,
+    };
+    let (mut m, mut l, mut o): (Option<ValueId>, Option<ValueId>, Option<ValueId>) =
+        (None, None, None);
+    for (j, k0) in (0..sk).step_by(block).enumerate() {
+        let k1 = (k0 + block).min(sk);
+        let n = |what: &str| format!("{name}.{what}{j}");
+        let ktj = b.op(
+            n("kt"),
+            OpKind::Slice {
+                axis: rank - 1,
+                start: k0,
+                end: k1,
+            },
+            &[kt],
+        )?;
+        let vj = b.op(
+            n("v"),
+            OpKind::Slice {
+                axis: rank - 2,
+                start: k0,
+                end: k1,
+            },
+            &[vp],
+        )?;
+        let s = b.op(n("s"), mm.clone(), &[q, ktj])?;
+        let t = b.op(n("t"), OpKind::Scale { factor: scale }, &[s])?;
+        let rm = b.op(n("rowmax"), OpKind::ReduceMax { axis: rank - 1 }, &[t])?;
+        let (mj, alpha) = match m {
+            None => (rm, None),
+            Some(mp) => {
+                let mj = b.op(n("m"), OpKind::Max, &[mp, rm])?;
+                let d = b.op(n("mdiff"), OpKind::Sub, &[mp, mj])?;
+                (mj, Some(b.op(n("alpha"), OpKind::Exp, &[d])?))
+            }
+        };
+        let shifted = b.op(n("shifted"), OpKind::Sub, &[t, mj])?;
+        let p = b.op(n("p"), OpKind::Exp, &[shifted])?;
+        let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[p])?;
+        let pv = b.op(n("pv"), mm.clone(), &[p, vj])?;
+        let (lj, oj) = match (alpha, l, o) {
+            (Some(alpha), Some(lp), Some(op)) => {
+                let ls = b.op(n("lscaled"), OpKind::Mul, &[lp, alpha])?;
+                let lj = b.op(n("l"), OpKind::Add, &[ls, rs])?;
+                let os = b.op(n("oscaled"), OpKind::Mul, &[op, alpha])?;
+                (lj, b.op(n("o"), OpKind::Add, &[os, pv])?)
+            }
+            _ => (rs, pv),
+        };
+        (m, l, o) = (Some(mj), Some(lj), Some(oj));
+    }
+    let (l, o) = (
+        l.expect("at least one key block"),
+        o.expect("at least one key block"),
+    );
+    if out == partials {
+        b.op(name.to_string(), OpKind::Div, &[o, l])
+    } else {
+        let r = b.op(format!("{name}.normalised"), OpKind::Div, &[o, l])?;
+        b.op(name.to_string(), OpKind::Cast { to: out }, &[r])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models;
+
+    #[test]
+    fn flash_attention_expands_into_blocks_without_a_whole_score_matrix() {
+        let g = models::build(
+            "attention-flash",
+            &[("seq".into(), "512".into()), ("block".into(), "128".into())],
+        )
+        .unwrap();
+        assert!(has_fused(&g));
+        let e = expand_fused(&g).unwrap();
+        assert!(!has_fused(&e));
+        assert_eq!(e.inputs().len(), 3);
+        assert_eq!(e.value(e.outputs()[0]).name, g.value(g.outputs()[0]).name);
+        assert_eq!(e.value(e.outputs()[0]).ty, g.value(g.outputs()[0]).ty);
+        let blocks = e
+            .operations()
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::MatMul { .. }))
+            .count();
+        assert_eq!(blocks, 2 * 4, "a scores and a p v product per key block");
+        // Scores are [heads, seq, block]: never [heads, seq, seq].
+        for v in e.values() {
+            assert!(
+                v.ty.shape.iter().product::<usize>() <= 4 * 512 * 128,
+                "%{} {}",
+                v.name,
+                v.ty
+            );
+        }
+    }
+}
