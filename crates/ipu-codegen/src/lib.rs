@@ -140,6 +140,21 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         ..Default::default()
     };
     let plan = phase(&mut report, "lower_mid", || {
+        // Fused operations are planned as their expansion (the device precision of the host
+        // reference is defined by the same expansion).
+        let expanded;
+        let graph = if ipu_graph::expand::has_fused(graph) {
+            expanded = ipu_graph::expand::expand_fused(graph)
+                .map_err(|e| CodegenError::Unsupported(e.to_string()))?;
+            info!(
+                operations = graph.operations().len(),
+                expanded_operations = expanded.operations().len(),
+                "modelled expanded operator plan"
+            );
+            &expanded
+        } else {
+            graph
+        };
         let p = plan::plan(graph, &target, options.tiles)?;
         plan::check(&p)?;
         Ok(p)
