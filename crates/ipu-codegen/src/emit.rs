@@ -89,7 +89,9 @@ pub struct SupportLayout {
 /// work does not scan every copy of the program.
 #[derive(Debug, Clone, Default)]
 pub struct StepIndex {
-    /// Per step, per sending tile, the indices of its exchange copies.
+    /// Per step, its exchange transfers (multicast merged; empty for other steps).
+    pub transfers: Vec<Vec<crate::exchange::Transfer>>,
+    /// Per step, per sending tile, the indices of its transfers.
     pub exchange: Vec<BTreeMap<u32, Vec<usize>>>,
     /// Per step, per tile, the indices of its host copies.
     pub host: Vec<BTreeMap<u32, Vec<usize>>>,
@@ -101,10 +103,12 @@ pub fn index(program: &TileProgram) -> StepIndex {
     for s in &program.steps {
         let mut ex: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut host: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut transfers = Vec::new();
         match s {
             Step::Exchange { copies, .. } => {
-                for (i, c) in copies.iter().enumerate() {
-                    ex.entry(program.buffers[c.src.0 as usize].tile)
+                transfers = crate::exchange::transfers(program, copies);
+                for (i, t) in transfers.iter().enumerate() {
+                    ex.entry(program.buffers[t.src.0 as usize].tile)
                         .or_default()
                         .push(i);
                 }
@@ -118,6 +122,7 @@ pub fn index(program: &TileProgram) -> StepIndex {
             }
             Step::Compute { .. } => {}
         }
+        idx.transfers.push(transfers);
         idx.exchange.push(ex);
         idx.host.push(host);
     }

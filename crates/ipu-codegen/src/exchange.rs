@@ -1,9 +1,15 @@
 //! Exchange lowering: the copies of an exchange phase become rows of per-tile exchange tables,
-//! each with a scheduled start cycle. Two schedules are built and the shorter is kept: the
-//! *sender-driven* list schedule (whenever a sender's port frees, it starts the pending copy
-//! whose receiver can take it soonest) and the *destination-ordered* one (receivers served one
-//! after another, each copy at the earliest cycle both ports allow). The checker re-derives the port rules the device
-//! enforces from the rows alone.
+//! each with a scheduled start cycle.
+//!
+//! Copies of the same source bytes to buffers of one placement group (which sit at the same
+//! address on every member tile) merge into one multicast row per run of consecutive tiles:
+//! the sender's port is busy once, every receiver's port for the same span.
+//!
+//! Two schedules are built and the shorter is kept: the *sender-driven* list schedule (whenever
+//! a sender's port frees, it starts the pending row whose receivers can take it soonest) and the
+//! *destination-ordered* one (receivers served one after another, each row at the earliest
+//! cycle all its ports allow). The checker re-derives the port rules the device enforces from
+//! the rows alone.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +17,84 @@ use ipu_isa::tables::{ExchangeRow, ExchangeTable};
 use ipu_target::Target;
 
 use crate::CodegenError;
-use crate::program::{Copy, TileProgram};
+use crate::program::{BufferId, Copy, TileProgram};
+
+/// One row to be: a source range sent to one buffer, or to the buffers of a placement group on
+/// consecutive tiles (at the same offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    /// Source buffer.
+    pub src: BufferId,
+    /// Byte offset in the source.
+    pub src_offset: u32,
+    /// Destination buffers, on consecutive tiles in ascending order.
+    pub dsts: Vec<BufferId>,
+    /// Byte offset in every destination.
+    pub dst_offset: u32,
+    /// Bytes.
+    pub bytes: u32,
+}
+
+/// Merges the copies of one phase into transfers (multicast where the destinations form a
+/// placement group on consecutive tiles). Deterministic: ordered by first copy.
+pub fn transfers(program: &TileProgram, copies: &[Copy]) -> Vec<Transfer> {
+    // (source buffer, source offset, bytes, destination group, destination offset)
+    type Key = (u32, u32, u32, u32, u32);
+    let mut merged: BTreeMap<Key, Vec<(u32, BufferId)>> = BTreeMap::new();
+    let mut order: Vec<Key> = Vec::new();
+    let mut singles: Vec<(usize, Transfer)> = Vec::new();
+    for (i, c) in copies.iter().enumerate() {
+        let dst = &program.buffers[c.dst.0 as usize];
+        match dst.group {
+            Some(g) => {
+                let key = (c.src.0, c.src_offset, c.bytes, g, c.dst_offset);
+                let e = merged.entry(key).or_default();
+                if e.is_empty() {
+                    order.push(key);
+                }
+                e.push((dst.tile, c.dst));
+            }
+            None => singles.push((
+                i,
+                Transfer {
+                    src: c.src,
+                    src_offset: c.src_offset,
+                    dsts: vec![c.dst],
+                    dst_offset: c.dst_offset,
+                    bytes: c.bytes,
+                },
+            )),
+        }
+    }
+    let mut out: Vec<Transfer> = singles.into_iter().map(|(_, t)| t).collect();
+    for key in order {
+        let mut dsts = merged.remove(&key).expect("key recorded");
+        dsts.sort_unstable();
+        let mut run: Vec<BufferId> = Vec::new();
+        let mut last_tile = None;
+        for (tile, b) in dsts {
+            if last_tile.is_some_and(|t: u32| t + 1 != tile || run.len() == u16::MAX as usize) {
+                out.push(Transfer {
+                    src: BufferId(key.0),
+                    src_offset: key.1,
+                    dsts: std::mem::take(&mut run),
+                    dst_offset: key.4,
+                    bytes: key.2,
+                });
+            }
+            run.push(b);
+            last_tile = Some(tile);
+        }
+        out.push(Transfer {
+            src: BufferId(key.0),
+            src_offset: key.1,
+            dsts: run,
+            dst_offset: key.4,
+            bytes: key.2,
+        });
+    }
+    out
+}
 
 /// One scheduled exchange phase.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,24 +111,53 @@ pub struct Scheduled {
     pub use_destination_order: bool,
 }
 
-/// A copy resolved to tiles and addresses.
+/// A transfer resolved to tiles and addresses.
 #[derive(Debug, Clone, Copy)]
 struct Resolved {
     src_tile: u32,
     dst_tile: u32,
+    dst_count: u32,
     src_addr: u32,
     dst_addr: u32,
     bytes: u32,
 }
 
+impl Resolved {
+    fn receivers(&self) -> impl Iterator<Item = u32> {
+        self.dst_tile..self.dst_tile + self.dst_count
+    }
+
+    /// The earliest start at or after `free` that every receiver's port allows.
+    fn ready(&self, free: u32, recv_free: &BTreeMap<u32, u32>, target: &Target) -> u32 {
+        self.receivers()
+            .map(|d| {
+                let l = target.exchange_latency_cycles(self.src_tile, d);
+                recv_free.get(&d).map_or(0, |r| r.saturating_sub(l))
+            })
+            .fold(free, u32::max)
+    }
+
+    /// Books the receivers' ports from `start`; returns the end of the last arrival.
+    fn book(&self, start: u32, recv_free: &mut BTreeMap<u32, u32>, target: &Target) -> u32 {
+        let duration = target.exchange_transfer_cycles(self.bytes);
+        let mut end = 0;
+        for d in self.receivers() {
+            let e = start + target.exchange_latency_cycles(self.src_tile, d) + duration;
+            recv_free.insert(d, e);
+            end = end.max(e);
+        }
+        end
+    }
+}
+
 /// List scheduling driven by the senders: whenever a sender's port is free, it starts the
-/// pending copy whose receiver can take it soonest. Returns the copies in start order with
-/// their starts.
-fn sender_driven(copies: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
+/// pending row whose receivers can take it soonest. Returns the rows in start order with their
+/// starts.
+fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let mut pending: BTreeMap<u32, Vec<Resolved>> = BTreeMap::new();
-    for c in copies {
+    for c in rows {
         pending.entry(c.src_tile).or_default().push(*c);
     }
     let mut recv_free: BTreeMap<u32, u32> = BTreeMap::new();
@@ -53,76 +165,62 @@ fn sender_driven(copies: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u3
         pending.keys().map(|&s| Reverse((0, s))).collect();
     let (mut order, mut starts, mut horizon) = (Vec::new(), Vec::new(), 0);
     while let Some(Reverse((free, src))) = heap.pop() {
-        let queue = pending.get_mut(&src).expect("sender has copies");
-        let ready = |c: &Resolved| {
-            let l = target.exchange_latency_cycles(c.src_tile, c.dst_tile);
-            free.max(
-                recv_free
-                    .get(&c.dst_tile)
-                    .map_or(0, |r| r.saturating_sub(l)),
-            )
-        };
+        let queue = pending.get_mut(&src).expect("sender has rows");
         let (best, _) = queue
             .iter()
             .enumerate()
-            .min_by_key(|(i, c)| (ready(c), *i))
+            .min_by_key(|(i, c)| (c.ready(free, &recv_free, target), *i))
             .expect("non-empty queue");
         let c = queue.swap_remove(best);
-        let start = ready(&c);
-        let latency = target.exchange_latency_cycles(c.src_tile, c.dst_tile);
-        let duration = target.exchange_transfer_cycles(c.bytes);
-        recv_free.insert(c.dst_tile, start + latency + duration);
-        horizon = horizon.max(start + latency + duration);
+        let start = c.ready(free, &recv_free, target);
+        horizon = horizon.max(c.book(start, &mut recv_free, target));
         order.push(c);
         starts.push(start);
         if !queue.is_empty() {
-            heap.push(Reverse((start + duration, src)));
+            heap.push(Reverse((
+                start + target.exchange_transfer_cycles(c.bytes),
+                src,
+            )));
         }
     }
     (order, starts, horizon)
 }
 
+/// Rows in the given order, each at the earliest cycle its ports allow.
 fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
     let mut send_free: BTreeMap<u32, u32> = BTreeMap::new();
     let mut recv_free: BTreeMap<u32, u32> = BTreeMap::new();
     let mut starts = Vec::with_capacity(order.len());
     let mut horizon = 0;
     for c in order {
-        let latency = target.exchange_latency_cycles(c.src_tile, c.dst_tile);
-        let duration = target.exchange_transfer_cycles(c.bytes);
         let s = *send_free.get(&c.src_tile).unwrap_or(&0);
-        let r = recv_free
-            .get(&c.dst_tile)
-            .map_or(0, |r| r.saturating_sub(latency));
-        let start = s.max(r);
-        send_free.insert(c.src_tile, start + duration);
-        recv_free.insert(c.dst_tile, start + latency + duration);
-        horizon = horizon.max(start + latency + duration);
+        let start = c.ready(s, &recv_free, target);
+        send_free.insert(c.src_tile, start + target.exchange_transfer_cycles(c.bytes));
+        horizon = horizon.max(c.book(start, &mut recv_free, target));
         starts.push(start);
     }
     (starts, horizon)
 }
 
-/// Schedules the copies of one phase, given buffer addresses.
+/// Schedules the transfers of one phase, given buffer addresses.
 pub fn schedule(
     program: &TileProgram,
-    copies: &[Copy],
+    transfers: &[Transfer],
     addresses: &[u32],
     target: &Target,
 ) -> Result<Scheduled, CodegenError> {
-    let resolved: Vec<Resolved> = copies
+    let resolved: Vec<Resolved> = transfers
         .iter()
-        .map(|c| {
-            let (s, d) = (
-                &program.buffers[c.src.0 as usize],
-                &program.buffers[c.dst.0 as usize],
-            );
+        .map(|t| {
+            let s = &program.buffers[t.src.0 as usize];
+            let d = &program.buffers[t.dsts[0].0 as usize];
             Resolved {
                 src_tile: s.tile,
                 dst_tile: d.tile,
-                src_addr: addresses[c.src.0 as usize] + c.src_offset,
-                dst_addr: addresses[c.dst.0 as usize] + c.dst_offset,
-                bytes: c.bytes,
+                dst_count: t.dsts.len() as u32,
+                src_addr: addresses[t.src.0 as usize] + t.src_offset,
+                dst_addr: addresses[t.dsts[0].0 as usize] + t.dst_offset,
+                bytes: t.bytes,
             }
         })
         .collect();
@@ -148,8 +246,7 @@ pub fn schedule(
         })
         .collect();
     for (c, start) in order.iter().zip(starts) {
-        let dst_tile = u16::try_from(c.dst_tile)
-            .map_err(|_| CodegenError::Internal(format!("tile {} beyond 16 bits", c.dst_tile)))?;
+        let too_wide = |_| CodegenError::Internal(format!("tile {} beyond 16 bits", c.dst_tile));
         tables
             .get_mut(&c.src_tile)
             .expect("active tile")
@@ -159,8 +256,8 @@ pub fn schedule(
                 dst_addr: c.dst_addr,
                 bytes: c.bytes,
                 start_cycle: start,
-                dst_tile,
-                dst_tile_count: 1,
+                dst_tile: u16::try_from(c.dst_tile).map_err(too_wide)?,
+                dst_tile_count: u16::try_from(c.dst_count).map_err(too_wide)?,
             });
     }
     let s = Scheduled {
@@ -189,25 +286,32 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
         }
         let mut sends: Vec<(u32, u32)> = Vec::new();
         for r in &t.rows {
-            if r.bytes == 0 || r.bytes % 4 != 0 || r.src_addr % 4 != 0 || r.dst_addr % 4 != 0 {
-                return bad(format!("tile {tile}: row {r:?} not word aligned"));
+            if r.bytes == 0
+                || r.bytes % 4 != 0
+                || r.src_addr % 4 != 0
+                || r.dst_addr % 4 != 0
+                || r.dst_tile_count == 0
+            {
+                return bad(format!("tile {tile}: row {r:?} not word aligned or empty"));
             }
             let d = target.exchange_transfer_cycles(r.bytes);
-            let l = target.exchange_latency_cycles(tile, r.dst_tile as u32);
-            if r.start_cycle + l + d > s.horizon {
-                return bad(format!(
-                    "tile {tile}: row {r:?} ends after the horizon {}",
-                    s.horizon
-                ));
-            }
             sends.push((r.start_cycle, r.start_cycle + d));
-            recv.entry(r.dst_tile as u32)
-                .or_default()
-                .push((r.start_cycle + l, r.start_cycle + l + d));
-            writes
-                .entry(r.dst_tile as u32)
-                .or_default()
-                .push((r.dst_addr, r.dst_addr + r.bytes));
+            for dst in r.dst_tile as u32..r.dst_tile as u32 + r.dst_tile_count as u32 {
+                let l = target.exchange_latency_cycles(tile, dst);
+                if r.start_cycle + l + d > s.horizon {
+                    return bad(format!(
+                        "tile {tile}: row {r:?} ends after the horizon {}",
+                        s.horizon
+                    ));
+                }
+                recv.entry(dst)
+                    .or_default()
+                    .push((r.start_cycle + l, r.start_cycle + l + d));
+                writes
+                    .entry(dst)
+                    .or_default()
+                    .push((r.dst_addr, r.dst_addr + r.bytes));
+            }
         }
         sends.sort_unstable();
         if let Some(w) = sends.windows(2).find(|w| w[1].0 < w[0].1) {

@@ -123,6 +123,14 @@ fn phase<T>(
     r
 }
 
+fn step_name(s: &program::Step) -> &str {
+    match s {
+        program::Step::Host { name, .. }
+        | program::Step::Exchange { name, .. }
+        | program::Step::Compute { name, .. } => name,
+    }
+}
+
 /// Compiles `graph` into a package.
 pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenError> {
     graph
@@ -260,6 +268,8 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
             tile = t,
             kernel_bytes = kernels.end - emit::RUNTIME_BASE,
             support_bytes = s.end - s.base,
+            state_bytes = s.tables.values().next().map_or(s.end, |&t| t) - s.base,
+            tables = s.tables.len(),
             support_end = s.end,
             "allocated package support memory"
         );
@@ -297,7 +307,18 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
             let mut out = BTreeMap::new();
             for (i, s) in program.steps.iter().enumerate() {
                 if let program::Step::Exchange { copies, .. } = s {
-                    let sch = exchange::schedule(program, copies, &placement.addresses, &target)?;
+                    let transfers = &step_index.transfers[i];
+                    let sch =
+                        exchange::schedule(program, transfers, &placement.addresses, &target)?;
+                    let most_rows = sch.tables.values().map(|t| t.rows.len()).max().unwrap_or(0);
+                    tracing::debug!(
+                        phase = i,
+                        name = %step_name(&program.steps[i]),
+                        copies = copies.len(),
+                        rows = transfers.len(),
+                        most_rows,
+                        "exchange rows"
+                    );
                     info!(
                         phase = i,
                         candidates = copies.len(),

@@ -2,7 +2,7 @@
 //! buffer on each tile holding pieces of it; operands another layout holds are gathered into
 //! staging buffers by an exchange phase; each operation becomes a compute step of vertices.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ipu_graph::DType;
 use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements};
@@ -43,6 +43,8 @@ struct Lowerer<'a> {
     value_buffers: HashMap<(DevValueId, u32), BufferId>,
     clears_removed: u32,
     clears: u32,
+    /// The next placement group id.
+    next_group: u32,
 }
 
 fn align8(n: u64) -> u64 {
@@ -75,6 +77,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         value_buffers: HashMap::new(),
         clears_removed: 0,
         clears: 0,
+        next_group: 0,
     };
     let mut tensors = Vec::new();
     // Host pages: inputs in page 0, outputs in page 1, each tensor 8-byte aligned.
@@ -391,6 +394,8 @@ impl Lowerer<'_> {
         let out_row_bytes = (cols * geo.out_bytes) as u32; // 32 for every mode
         let weight_bytes = (kblk * cols * geo.in_bytes) as u32;
         let mut block_copies: Vec<(u32, Vec<SupOp>)> = Vec::new();
+        let mut weight_groups: BTreeMap<(usize, usize, usize), (u32, BTreeSet<u32>)> =
+            BTreeMap::new();
         for bl in blocks {
             let bm = bl.m1 - bl.m0;
             let bg = bl.g1 - bl.g0;
@@ -422,6 +427,18 @@ impl Lowerer<'_> {
                 Region::Interleaved,
                 format!("stage:{}.w", op.name),
             );
+            // Blocks with the same weights hold them at the same address (a placement group),
+            // so the exchange can multicast them.
+            let key = (if b_batch == 1 { 0 } else { bl.batch }, bl.g0, bl.g1);
+            let entry = weight_groups
+                .entry(key)
+                .or_insert((u32::MAX, BTreeSet::new()));
+            if entry.0 == u32::MAX || !entry.1.insert(bl.tile) {
+                // A new group: the first of its kind, or a second block of it on one tile.
+                *entry = (self.next_group, BTreeSet::from([bl.tile]));
+                self.next_group += 1;
+            }
+            self.prog.buffers[b_st.0 as usize].group = Some(entry.0);
             let b_base = if b_batch == 1 {
                 0
             } else {

@@ -41,6 +41,9 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 <= b.1 && b.0 <= a.1
 }
 
+/// A placed buffer: address, bytes, live steps.
+type Placed = (u32, u32, (usize, usize));
+
 fn free_at(taken: &[(u32, u32)], at: u32, bytes: u32) -> bool {
     taken.iter().all(|&(s, e)| e <= at || s >= at + bytes)
 }
@@ -90,8 +93,73 @@ pub fn place(
 ) -> Result<Placement, CodegenError> {
     let mut addresses = vec![0u32; program.buffers.len()];
     let mut by_tile: BTreeMap<u32, Vec<BufferId>> = BTreeMap::new();
+    let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, b) in program.buffers.iter().enumerate() {
-        by_tile.entry(b.tile).or_default().push(BufferId(i as u32));
+        match b.group {
+            Some(g) => groups.entry(g).or_default().push(i),
+            None => by_tile.entry(b.tile).or_default().push(BufferId(i as u32)),
+        }
+    }
+    // Placement groups first: one address free on every member's tile.
+    let mut preplaced: BTreeMap<u32, Vec<Placed>> = BTreeMap::new();
+    let floor = |tile: u32| {
+        support
+            .get(&tile)
+            .map_or(target.memory_base, |s| s.support_end)
+            .div_ceil(BUFFER_ALIGN)
+            * BUFFER_ALIGN
+    };
+    for members in groups.values() {
+        let b = &program.buffers[members[0]];
+        let live = (b.first, b.last);
+        let mut conflicts: Vec<(u32, u32)> = members
+            .iter()
+            .flat_map(|&m| {
+                preplaced
+                    .get(&program.buffers[m].tile)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter(|p| overlaps(p.2, live))
+            .map(|p| (p.0, p.0 + p.1))
+            .collect();
+        conflicts.sort_unstable();
+        conflicts.dedup();
+        let lo = members
+            .iter()
+            .map(|&m| floor(program.buffers[m].tile))
+            .max()
+            .unwrap_or(0);
+        let (chosen, best_free) = match b.region {
+            Region::Interleaved => top_fit(
+                &conflicts,
+                target.interleaved_base.max(lo),
+                target.memory_end,
+                b.bytes,
+            ),
+            Region::Any => bottom_fit(&conflicts, lo, target.memory_end, b.bytes),
+        };
+        let Some(addr) = chosen else {
+            return Err(CodegenError::DoesNotFit(format!(
+                "tiles {}..: shared buffer {} of {} bytes ({:?} region) does not fit on all {} tiles: the largest free range common to them is {} bytes, {} bytes over",
+                program.buffers[members[0]].tile,
+                b.name,
+                b.bytes,
+                b.region,
+                members.len(),
+                best_free,
+                b.bytes - best_free.min(b.bytes)
+            )));
+        };
+        for &m in members {
+            addresses[m] = addr;
+            let mb = &program.buffers[m];
+            preplaced
+                .entry(mb.tile)
+                .or_default()
+                .push((addr, mb.bytes, (mb.first, mb.last)));
+            by_tile.entry(mb.tile).or_default();
+        }
     }
     let mut peak_standard_bytes = BTreeMap::new();
     let mut peak_interleaved_bytes = BTreeMap::new();
@@ -109,7 +177,7 @@ pub fn place(
                 id.0,
             )
         });
-        let mut placed: Vec<(u32, u32, (usize, usize))> = Vec::new();
+        let mut placed: Vec<Placed> = preplaced.get(&tile).cloned().unwrap_or_default();
         let std_start = align(sup.support_end, BUFFER_ALIGN);
         for id in ids {
             let b = &program.buffers[id.0 as usize];
@@ -225,6 +293,17 @@ pub fn check(
                     ));
                 }
             }
+        }
+    }
+    let mut group_addr: BTreeMap<u32, u32> = BTreeMap::new();
+    for (i, b) in program.buffers.iter().enumerate() {
+        if let Some(g) = b.group
+            && *group_addr.entry(g).or_insert(placement.addresses[i]) != placement.addresses[i]
+        {
+            return bad(format!(
+                "{} of placement group {g} is not at the group's address",
+                b.name
+            ));
         }
     }
     for (tile, s) in support {

@@ -653,9 +653,11 @@ impl Planner<'_> {
         let (cost, exch, _, pm, pn) = candidates[0];
         // Blocks in (batch, row, column) order, dealt to tiles round-robin.
         let mut blocks = Vec::new();
+        // Blocks sharing a column range (the same weights) get consecutive tiles, so one
+        // multicast exchange row can send them their weights.
         for bi in 0..batch {
-            for i in 0..pm {
-                for j in 0..pn {
+            for j in 0..pn {
+                for i in 0..pm {
                     let (m0, m1) = (m * i / pm, m * (i + 1) / pm);
                     let (g0, g1) = (groups * j / pn, groups * (j + 1) / pn);
                     if m1 > m0 && g1 > g0 {

@@ -42,6 +42,9 @@ pub struct Buffer {
     pub first: usize,
     /// Last step that uses it.
     pub last: usize,
+    /// Buffers of one placement group (on different tiles, of equal size) sit at the same
+    /// address, so one multicast exchange row can fill them all.
+    pub group: Option<u32>,
 }
 
 /// One transfer between host pages and a tile buffer.
@@ -144,6 +147,7 @@ impl TileProgram {
     /// Adds a buffer.
     pub fn buffer(&mut self, tile: u32, bytes: u32, region: Region, name: String) -> BufferId {
         self.buffers.push(Buffer {
+            group: None,
             tile,
             bytes,
             region,
