@@ -44,6 +44,8 @@ pub enum Kernel {
     Softmax { ty: Elem },
     /// Layer norm along rows (`row_kernels::layer_norm`).
     LayerNorm { ty: Elem },
+    /// Strided two-dimensional copy of 32-bit or 64-bit words (`row_kernels::copy2d`).
+    Copy2d { wide: bool },
 }
 
 /// Element types of vector kernels.
@@ -141,6 +143,7 @@ pub fn generate(kernel: Kernel) -> Code {
         }
         Kernel::Softmax { ty } => crate::row_kernels::softmax(&mut c, ty),
         Kernel::LayerNorm { ty } => crate::row_kernels::layer_norm(&mut c, ty),
+        Kernel::Copy2d { wide } => crate::row_kernels::copy2d(&mut c, wide),
     }
     c
 }

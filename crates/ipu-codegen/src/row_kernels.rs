@@ -457,15 +457,16 @@ pub fn softmax_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
 }
 
 /// Layer norm over the first `C` columns of each row; padding written as zeros. State: in,
-/// out, rows, stride (in and out), columns, epsilon (f32 bits), `C` as f32 bits.
+/// out, rows, in stride, columns, epsilon (f32 bits), `C` as f32 bits, out stride.
 pub fn layer_norm(c: &mut Code, ty: Elem) {
-    load_state(c, 7);
+    load_state(c, 8);
     let (inp, out, rows, stride, cols, eps, n) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
+    let out_stride = m(8);
     let end = c.label();
     let row = c.label();
     c.branch(Instr::Brz { a: rows, target: 0 }, end);
     c.op(alu_imm(AluOp::Sub, rows, rows, 1));
-    let (pairs, odd, p, q, zero, row_end, tmp) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
+    let (pairs, odd, p, q, zero, row_end, tmp) = (m(9), m(10), m(11), m(12), m(13), m(14), m(15));
     let s = FType::F32;
     let v = FType::F32v2;
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
@@ -518,7 +519,7 @@ pub fn layer_norm(c: &mut Code, ty: Elem) {
     // Pass 3: (x - mean) / inv.
     c.op(alu_imm(AluOp::Add, p, inp, 0));
     c.op(alu_imm(AluOp::Add, q, out, 0));
-    c.op(alu(AluOp::Add, row_end, out, stride));
+    c.op(alu(AluOp::Add, row_end, out, out_stride));
     let body = |c: &mut Code| {
         ld_pair(c, ty, p, 2);
         c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
@@ -536,7 +537,7 @@ pub fn layer_norm(c: &mut Code, ty: Elem) {
     c.bind(p3);
     zero_to(c, q, row_end, zero, tmp);
     c.op(alu(AluOp::Add, inp, inp, stride));
-    c.op(alu(AluOp::Add, out, out, stride));
+    c.op(alu(AluOp::Add, out, out, out_stride));
     c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
     c.bind(end);
     c.op(Instr::Exit);
@@ -549,4 +550,51 @@ pub fn layer_norm_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u3
     let pass2 = l + 4;
     let pass3 = l + 1 + DIV_PAIR_SLOTS + st_pair_slots(ty);
     12 + rows * (45 + (cols / 2 + 1) * (pass1 + pass2 + pass3) + stride_words)
+}
+
+/// Strided two-dimensional copy: for row `i` and segment `j`, `words` words (64-bit when
+/// `wide`, else 32-bit) from `src + i src_row + j src_seg` to `dst + i dst_row + j dst_seg`.
+/// Regroups staged rows between the column-grouped order and row-major rows on tile. State:
+/// src, dst, rows, segments, words per segment, src row stride, src segment stride, dst row
+/// stride, dst segment stride (strides in bytes).
+pub fn copy2d(c: &mut Code, wide: bool) {
+    load_state(c, 9);
+    let (src, dst, rows, segs, words) = (m(1), m(2), m(3), m(4), m(5));
+    let (src_row, src_seg, dst_row, dst_seg) = (m(6), m(7), m(8), m(9));
+    let (s, d, left, p, q) = (m(10), m(11), m(12), m(13), m(14));
+    let end = c.label();
+    let row = c.label();
+    let seg = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.branch(Instr::Brz { a: segs, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    c.bind(row);
+    c.op(alu_imm(AluOp::Add, s, src, 0));
+    c.op(alu_imm(AluOp::Add, d, dst, 0));
+    c.op(alu_imm(AluOp::Sub, left, segs, 1));
+    c.bind(seg);
+    c.op(alu_imm(AluOp::Add, p, s, 0));
+    c.op(alu_imm(AluOp::Add, q, d, 0));
+    rpt(c, words, |c| {
+        if wide {
+            c.op(ld64step(ap(0), p, 8));
+            c.op(st64step(ap(0), q, 8));
+        } else {
+            c.op(ld32step_a(a(0), p, 4));
+            c.op(st32step_a(a(0), q, 4));
+        }
+    });
+    c.op(alu(AluOp::Add, s, s, src_seg));
+    c.op(alu(AluOp::Add, d, d, dst_seg));
+    c.branch(Instr::Brnzdec { a: left, target: 0 }, seg);
+    c.op(alu(AluOp::Add, src, src, src_row));
+    c.op(alu(AluOp::Add, dst, dst, dst_row));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of [`copy2d`].
+pub fn copy2d_slots(rows: u32, segs: u32, words: u32) -> u32 {
+    14 + rows * (6 + segs * (6 + 2 * words))
 }

@@ -3,7 +3,7 @@
 //! layout.
 
 use super::*;
-use crate::plan::rows::{GatherKind, RowOp, row_group, row_layout};
+use crate::plan::rows::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows};
 use crate::row_kernels;
 
 /// The storage ranges holding columns `c0..c1` of flattened row `row` of a value of `shape`
@@ -345,10 +345,12 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// The rows `in_rows` of `v` (one per output row, in order) staged contiguously in the row
-    /// layout on `tile`: the value's own buffer when it is already there (`identity` and `v`
-    /// in the row layout), else a staging buffer filled by `copies` and zero-fill `ops`.
-    /// Returns the buffer and the byte offset of the first row.
+    /// The rows `in_rows` of `v` (one per output row, in order) staged contiguously as
+    /// row-major rows on `tile`: the value's own buffer when it is already there (`identity`
+    /// and `v` in the row layout), else a staging buffer filled by `copies` and zero-fill
+    /// `ops`. With `grouped`, a value stored in several column groups is gathered group by
+    /// group (whole runs of rows per copy) and regrouped on tile into rows of `groups x group`
+    /// elements. Returns the buffer, the byte offset of the first row and the row stride.
     #[allow(clippy::too_many_arguments)]
     fn stage_rows(
         &mut self,
@@ -356,10 +358,11 @@ impl Lowerer<'_> {
         tile: u32,
         in_rows: &[usize],
         identity: bool,
+        grouped: bool,
         what: &str,
         copies: &mut Vec<Copy>,
         ops: &mut Vec<SupOp>,
-    ) -> (BufferId, u32) {
+    ) -> (BufferId, u32, u32) {
         let plan = self.plan;
         let val = &plan.values[v];
         let cp = row_group(&val.shape);
@@ -370,10 +373,69 @@ impl Lowerer<'_> {
                 .find(|p| p.0 == tile)
                 .expect("the same rows on the same tile");
             debug_assert_eq!(r0, in_rows[0]);
-            return (self.value_buffer(v, tile), (local * eb) as u32);
+            return (
+                self.value_buffer(v, tile),
+                (local * eb) as u32,
+                (cp * eb) as u32,
+            );
         }
         let c = *val.shape.last().unwrap_or(&1);
-        let bytes = (in_rows.len() * cp * eb) as u32;
+        let gx = val.layout.group;
+        let groups = c.div_ceil(gx);
+        let n = in_rows.len();
+        if grouped && groups > 1 {
+            let bytes = (groups * n * gx * eb) as u32;
+            let a_buf = self.prog.buffer(
+                tile,
+                align8(bytes as u64) as u32 + OVERREAD_BYTES,
+                Region::Any,
+                format!("stage:{what}.groups"),
+            );
+            let mut want = Vec::new();
+            for j in 0..groups {
+                for (k, &r) in in_rows.iter().enumerate() {
+                    for (a, b) in segment(&val.shape, gx, r, j * gx, (j + 1) * gx) {
+                        want.push((a, b, (j * n + k) * gx));
+                    }
+                }
+            }
+            let cps = self.gather(v, tile, gx, &want, a_buf);
+            self.zero_gaps(a_buf, bytes, &cps, ops);
+            copies.extend(cps);
+            let b_buf = self.prog.buffer(
+                tile,
+                align8(bytes as u64) as u32 + OVERREAD_BYTES,
+                Region::Any,
+                format!("stage:{what}.rows"),
+            );
+            ops.push(SupOp::WaitW);
+            let seg_bytes = (gx * eb) as u32;
+            let wide = seg_bytes.is_multiple_of(8);
+            let words = seg_bytes / if wide { 8 } else { 4 };
+            let row_bytes = groups as u32 * seg_bytes;
+            for (k0, k1) in split(n as u32, WORKERS) {
+                if k1 <= k0 {
+                    continue;
+                }
+                ops.push(SupOp::Run(
+                    Kernel::Copy2d { wide },
+                    vec![
+                        StateWord::Addr(a_buf, k0 * seg_bytes),
+                        StateWord::Addr(b_buf, k0 * row_bytes),
+                        StateWord::Const(k1 - k0),
+                        StateWord::Const(groups as u32),
+                        StateWord::Const(words),
+                        StateWord::Const(seg_bytes),
+                        StateWord::Const(n as u32 * seg_bytes),
+                        StateWord::Const(row_bytes),
+                        StateWord::Const(seg_bytes),
+                    ],
+                    row_kernels::copy2d_slots(k1 - k0, groups as u32, words),
+                ));
+            }
+            return (b_buf, 0, row_bytes);
+        }
+        let bytes = (n * cp * eb) as u32;
         let st = self.prog.buffer(
             tile,
             align8(bytes as u64) as u32 + OVERREAD_BYTES,
@@ -391,7 +453,7 @@ impl Lowerer<'_> {
         let cps = self.gather(v, tile, val.layout.group, &want, st);
         self.zero_gaps(st, bytes, &cps, ops);
         copies.extend(cps);
-        (st, 0)
+        (st, 0, (cp * eb) as u32)
     }
 
     fn lower_row_kernel(
@@ -409,18 +471,35 @@ impl Lowerer<'_> {
         let ty = elem(xv.dtype).expect("planned on f32/f16");
         let eb = xv.dtype.bytes();
         let c = *xv.shape.last().unwrap_or(&1);
-        let cpx = row_group(&xv.shape);
-        let cpo = ov.layout.group;
+        let go = ov.layout.group;
+        let o_groups = ov.shape.last().unwrap_or(&1).div_ceil(go);
+        // The output is written as rows of `o_groups x go` elements; in the grouped layout
+        // through a scratch buffer regrouped afterwards.
+        let direct = o_groups == 1;
         let sq = if xv.shape.len() >= 2 {
             xv.shape[xv.shape.len() - 2]
         } else {
             1
         };
-        for (tile, r0, r1, local) in piece_rows(&ov.layout) {
+        for (tile, r0, r1) in tile_rows(row_count(&ov.shape), plan.tiles_used) {
             let rows: Vec<usize> = (r0..r1).collect();
+            let n_rows = r1 - r0;
             let mut zero_ops = Vec::new();
-            let (xb, xoff) = self.stage_rows(x, tile, &rows, true, &op.name, copies, &mut zero_ops);
+            let (xb, xoff, sx) =
+                self.stage_rows(x, tile, &rows, true, true, &op.name, copies, &mut zero_ops);
             let ob = self.value_buffer(out, tile);
+            let o_row = (o_groups * go * eb) as u32;
+            let wb = if direct {
+                ob
+            } else {
+                let bytes = n_rows as u32 * o_row;
+                self.prog.buffer(
+                    tile,
+                    align8(bytes as u64) as u32 + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("stage:{}.out", op.name),
+                )
+            };
             let mut vertices: Vec<(usize, usize)> = Vec::new();
             for (a, b) in split((r1 - r0) as u32, WORKERS) {
                 let (mut a, b) = (a as usize + r0, b as usize + r0);
@@ -442,8 +521,8 @@ impl Lowerer<'_> {
             }
             for (a, b) in vertices {
                 let n = (b - a) as u32;
-                let inp = StateWord::Addr(xb, xoff + ((a - r0) * cpx * eb) as u32);
-                let outp = StateWord::Addr(ob, ((local + (a - r0) * cpo) * eb) as u32);
+                let inp = StateWord::Addr(xb, xoff + (a - r0) as u32 * sx);
+                let outp = StateWord::Addr(wb, (a - r0) as u32 * o_row);
                 let (kernel, state, slots) = match rop {
                     RowOp::Reduce { max } => (
                         Kernel::RowReduce { ty, max: *max },
@@ -451,7 +530,7 @@ impl Lowerer<'_> {
                             inp,
                             outp,
                             StateWord::Const(n),
-                            StateWord::Const((cpx * eb) as u32),
+                            StateWord::Const(sx),
                             StateWord::Const(c as u32),
                         ],
                         row_kernels::row_reduce_slots(ty, n, c as u32),
@@ -468,13 +547,13 @@ impl Lowerer<'_> {
                                 inp,
                                 outp,
                                 StateWord::Const(n),
-                                StateWord::Const((cpx * eb) as u32),
-                                StateWord::Const((cpo * eb) as u32),
+                                StateWord::Const(sx),
+                                StateWord::Const(o_row),
                                 StateWord::Const(c as u32),
                                 StateWord::Const(l0),
                                 StateWord::Const(dl),
                             ],
-                            row_kernels::softmax_slots(ty, n, c as u32, (cpo * eb / 4) as u32),
+                            row_kernels::softmax_slots(ty, n, c as u32, o_row / 4),
                         )
                     }
                     RowOp::LayerNorm { epsilon } => (
@@ -483,16 +562,44 @@ impl Lowerer<'_> {
                             inp,
                             outp,
                             StateWord::Const(n),
-                            StateWord::Const((cpx * eb) as u32),
+                            StateWord::Const(sx),
                             StateWord::Const(c as u32),
                             StateWord::Const(epsilon.to_bits()),
                             StateWord::Const((c as f32).to_bits()),
+                            StateWord::Const(o_row),
                         ],
-                        row_kernels::layer_norm_slots(ty, n, c as u32, (cpo * eb / 4) as u32),
+                        row_kernels::layer_norm_slots(ty, n, c as u32, o_row / 4),
                     ),
                     _ => unreachable!("row kernels only"),
                 };
                 ops.push(SupOp::Run(kernel, state, slots));
+            }
+            if !direct {
+                // Scratch rows to the grouped layout: [group][row][go] on this tile.
+                ops.push(SupOp::WaitW);
+                let seg_bytes = (go * eb) as u32;
+                let wide = seg_bytes.is_multiple_of(8);
+                let words = seg_bytes / if wide { 8 } else { 4 };
+                for (k0, k1) in split(n_rows as u32, WORKERS) {
+                    if k1 <= k0 {
+                        continue;
+                    }
+                    ops.push(SupOp::Run(
+                        Kernel::Copy2d { wide },
+                        vec![
+                            StateWord::Addr(wb, k0 * o_row),
+                            StateWord::Addr(ob, k0 * seg_bytes),
+                            StateWord::Const(k1 - k0),
+                            StateWord::Const(o_groups as u32),
+                            StateWord::Const(words),
+                            StateWord::Const(o_row),
+                            StateWord::Const(seg_bytes),
+                            StateWord::Const(seg_bytes),
+                            StateWord::Const(n_rows as u32 * seg_bytes),
+                        ],
+                        row_kernels::copy2d_slots(k1 - k0, o_groups as u32, words),
+                    ));
+                }
             }
         }
         Ok(())
@@ -542,6 +649,7 @@ impl Lowerer<'_> {
                     tile,
                     &in_rows,
                     identity,
+                    false,
                     &op.name,
                     copies,
                     &mut zero_ops,
@@ -558,7 +666,7 @@ impl Lowerer<'_> {
             match (scalar[0], scalar[1]) {
                 (false, true) | (true, false) => {
                     let reversed = scalar[0];
-                    let ((xb, xo), (yb, yo)) = if reversed {
+                    let ((xb, xo, _), (yb, yo, _)) = if reversed {
                         (staged[1], staged[0])
                     } else {
                         (staged[0], staged[1])
@@ -588,7 +696,7 @@ impl Lowerer<'_> {
                     }
                 }
                 _ => {
-                    let ((xb, xo), (yb, yo)) = (staged[0], staged[1]);
+                    let ((xb, xo, _), (yb, yo, _)) = (staged[0], staged[1]);
                     let vectors = rows * (cpo * eb) as u32 / 8;
                     for (v0, v1) in split(vectors, WORKERS) {
                         if v1 <= v0 {

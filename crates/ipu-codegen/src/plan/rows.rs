@@ -100,6 +100,51 @@ pub fn row_layout(shape: &[usize], tiles: u32, unit_rows: usize) -> Layout {
     Layout::from_ranges(cp, ranges.collect::<Vec<_>>())
 }
 
+/// Rows `r0..r1` of each tile when `rows` rows are dealt in balanced contiguous ranges over
+/// `tiles` tiles (the split of [`row_layout`] with units of one row).
+pub fn tile_rows(rows: usize, tiles: u32) -> Vec<(u32, usize, usize)> {
+    let t = (tiles as usize).clamp(1, rows.max(1));
+    (0..t)
+        .map(|i| (i as u32, rows * i / t, rows * (i + 1) / t))
+        .filter(|r| r.2 > r.1)
+        .collect()
+}
+
+/// The **grouped row layout** of `shape` in column group `group`: rows dealt as in
+/// [`tile_rows`], and on each tile the rows of column group 0, then of group 1, and so on
+/// (tile-local order `[group][row][group columns]`). With `group` = [`row_group`] it is
+/// [`row_layout`]; with the AMP's K block a matmul reads it without regrouping.
+pub fn grouped_layout(shape: &[usize], tiles: u32, group: usize) -> Layout {
+    let (_, r, c) = ipu_package::split_shape(shape);
+    let groups = c.div_ceil(group);
+    let per_outer = groups * r * group;
+    let mut ranges = Vec::new();
+    for (tile, a, b) in tile_rows(row_count(shape), tiles) {
+        for j in 0..groups {
+            let mut row = a;
+            while row < b {
+                let o = row / r;
+                let e = b.min((o + 1) * r);
+                let s = o * per_outer + j * r * group + (row - o * r) * group;
+                ranges.push((tile, s, s + (e - row) * group));
+                row = e;
+            }
+        }
+    }
+    Layout::from_ranges(group, ranges)
+}
+
+/// The column group a row operation writes its result in: the default group of the type
+/// when rows are longer (a matmul consumer then reads whole blocks), else the row length.
+pub fn output_group(shape: &[usize], dtype: DType) -> usize {
+    let g = default_group(dtype);
+    if row_group(shape) > g {
+        g
+    } else {
+        row_group(shape)
+    }
+}
+
 /// `perm` without the size-1 dimensions of `shape`: the shape kept and the renumbered
 /// permutation.
 fn drop_unit_dims(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
@@ -341,7 +386,8 @@ impl Planner<'_> {
                     );
                 }
                 arith(self, x)?;
-                let r = self.row_value(name, odtype, oshape, Some(out), 1);
+                let layout = grouped_layout(&oshape, self.tiles, output_group(&oshape, odtype));
+                let r = self.add_value(name, odtype, oshape, Some(out), layout);
                 self.push_rows(
                     op.name.clone(),
                     RowOp::Softmax { causal: false },
@@ -561,7 +607,8 @@ impl Planner<'_> {
             vec![s],
             t,
         );
-        let p = self.row_value(format!("{name}.probs"), partials, sshape, None, 1);
+        let layout = grouped_layout(&sshape, self.tiles, output_group(&sshape, partials));
+        let p = self.add_value(format!("{name}.probs"), partials, sshape, None, layout);
         self.push_rows(
             format!("{name}.softmax"),
             RowOp::Softmax { causal },
