@@ -220,3 +220,23 @@ fn typed_attention_small_fp8_runs() {
     .unwrap();
     check(&g, &[1, 13, 64], "typed-attention-small-fp8 small");
 }
+
+#[test]
+fn attention_too_large_for_the_chip_is_refused_at_planning() {
+    let g = models::build(
+        "attention",
+        &params(&[("seq", "4096"), ("heads", "16"), ("dtype", "f32")]),
+    )
+    .unwrap();
+    let e = build(
+        &g,
+        &BuildOptions {
+            target: Target::gc200(),
+            tiles: 1472,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
+    assert!(e.to_string().contains("score matrix"), "{e}");
+    assert!(e.to_string().contains("bytes over"), "{e}");
+}

@@ -587,6 +587,21 @@ impl Planner<'_> {
         let qs = self.values[q].shape.clone();
         let ks = self.values[k].shape.clone();
         let r = qs.len();
+        // The expansion holds the whole score matrix, twice at least (scores and scaled
+        // scores are both live during the scale): refuse what cannot fit on the tiles at all.
+        let batch: usize = qs[..r - 2].iter().product();
+        let (sq, sk) = (qs[r - 2], ks[r - 2]);
+        let score_bytes = (batch * sq * sk * partials.bytes()) as u64;
+        let per_tile = (2 * score_bytes).div_ceil(self.tiles as u64);
+        let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
+        if per_tile > avail {
+            return Err(CodegenError::DoesNotFit(format!(
+                "{name}: unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice (scores and scaled scores): {per_tile} bytes per tile over {} tiles, {avail} available after {SUPPORT_RESERVE_BYTES} reserved; {} bytes over (flash_attention keeps no whole score matrix)",
+                crate::lower::dtype_name(partials),
+                self.tiles,
+                per_tile - avail
+            )));
+        }
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
         let kt = self.plan_transpose(&format!("{name}.k_t"), k, &perm, None)?;
