@@ -6,8 +6,9 @@
 //! `ipu_reference` exactly where the order is specified: sums run in f32 in index order (one
 //! `f32add` per element), maxima with `f32max`, softmax is `e_j = exp(x_j - max)`,
 //! `s = sum e_j`, `e_j / s`, layer norm is `mean = sum x / n`, `var = sum (x - mean)^2 / n`,
-//! `(x - mean) / sqrt(var + epsilon)`. Divisions are computed as `q = a * rcp(b)` followed by
-//! one correction step `q += (a - q b) rcp(b)` with fused multiply-adds, which gives the
+//! `(x - mean) / sqrt(var + epsilon)`. The graph's `div` is `a * rcp(b)` in f32; the divisions
+//! inside softmax and layer norm are computed as `q = a * rcp(b)` followed by one correction
+//! step `q += (a - q b) rcp(b)` with fused multiply-adds, which gives the
 //! correctly rounded f32 quotient (Markstein's theorem: `rcp` is correctly rounded and the
 //! residual `a - q b` is exact under a fused multiply-add).
 //!
@@ -278,7 +279,7 @@ pub fn row_reduce_slots(ty: Elem, rows: u32, cols: u32) -> u32 {
 }
 
 /// `out[r][c] = x[r][c] OP y[r]` (or `y[r] OP x[r][c]` when `reversed`) for the first `C`
-/// columns, zeros up to the row stride. State: x, y, out, rows, stride (x and out), columns,
+/// columns, zeros up to the row stride; a division is `a * rcp(b)` (the graph's `div`). State: x, y, out, rows, stride (x and out), columns,
 /// y stride.
 pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     load_state(c, 7);
@@ -311,12 +312,14 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
         ld_pair(c, ty, p, 2);
         // Result in $a4:5.
         match (op, reversed) {
-            (BinOp::Div, false) => div_pair(c, 4, 0, 6, 10, 8),
+            // Division is `a * (1 / b)` in f32, as the graph's `div` is defined in device
+            // precision (the reference's rule; the same as the elementwise kernel).
+            (BinOp::Div, false) => {
+                c.op(fbin(v, FBinOp::Mul, 4, 0, 6));
+            }
             (BinOp::Div, true) => {
-                // y / x: rcp of each x lane, then the correction step.
                 c.op(fun(v, FUnOp::Rcp, 6, 0));
-                c.op(fun(v, FUnOp::Mov, 14, 10));
-                div_pair(c, 4, 14, 6, 0, 8);
+                c.op(fbin(v, FBinOp::Mul, 4, 10, 6));
             }
             _ => {
                 let f = match op {
@@ -354,7 +357,7 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
 /// Issue slots of [`row_scalar`] over `rows` rows of `cols` columns and `stride_words` words.
 pub fn row_scalar_slots(ty: Elem, op: BinOp, rows: u32, cols: u32, stride_words: u32) -> u32 {
     let f = match op {
-        BinOp::Div => DIV_PAIR_SLOTS + 3,
+        BinOp::Div => 3,
         _ => 1,
     };
     let per = ld_pair_slots(ty) + f + st_pair_slots(ty);

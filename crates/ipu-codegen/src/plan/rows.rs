@@ -238,12 +238,9 @@ impl Planner<'_> {
             )));
         }
         let slot = BARREL_SLOT_CYCLES as u64;
-        // Row kernels spend a few slots per element (see the `*_slots` models), spread over six
-        // workers; moving operands costs a word per cycle on the receiving port.
-        let compute = match kind {
-            RowOp::Gather(_) => 0,
-            _ => slot * (most * 12).div_ceil(6) + slot * 40,
-        };
+        // The busiest tile's rows over six workers, costed with the kernels' slot models;
+        // moving operands costs a word per cycle on the receiving port.
+        let compute = slot * self.row_slots(&kind, &inputs, output);
         let exchange = staged / 4 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
         self.finalists.push(Finalist {
             op: name.clone(),
@@ -262,6 +259,55 @@ impl Planner<'_> {
             estimated_exchange_cycles: exchange,
         });
         Ok(())
+    }
+
+    /// Issue slots of the busiest worker of a row operation (from the `row_kernels` models).
+    fn row_slots(&self, kind: &RowOp, inputs: &[DevValueId], output: DevValueId) -> u64 {
+        use crate::row_kernels as rk;
+        let out = &self.values[output];
+        let x = &self.values[inputs[0]];
+        let eb = x.dtype.bytes() as u32;
+        let rows_t = tile_rows(row_count(&out.shape), self.tiles)
+            .iter()
+            .map(|r| r.2 - r.1)
+            .max()
+            .unwrap_or(0) as u32;
+        let per_worker = rows_t.div_ceil(6);
+        let c = *x.shape.last().unwrap_or(&1) as u32;
+        let co = *out.shape.last().unwrap_or(&1) as u32;
+        let stride_words = row_group(&out.shape) as u32 * eb / 4;
+        let gx = x.layout.group as u32;
+        let regroup = if c > gx {
+            let words = gx * eb / 8;
+            rk::copy2d_slots(per_worker, c.div_ceil(gx), words.max(1))
+        } else {
+            0
+        };
+        let ty = elem(x.dtype).unwrap_or(kernels::Elem::F16);
+        let slots = match kind {
+            RowOp::Gather(_) => 0,
+            RowOp::Transpose { rows, .. } => {
+                let unit = (*rows as u32 / co).max(1);
+                let words = (*rows as u32).div_ceil(4) * 4 * eb / 4;
+                rk::transpose_slots(eb, (rows_t / unit).div_ceil(6), words)
+            }
+            RowOp::Reduce { .. } => regroup + rk::row_reduce_slots(ty, per_worker, c),
+            RowOp::Softmax { .. } => regroup + rk::softmax_slots(ty, per_worker, c, stride_words),
+            RowOp::LayerNorm { .. } => {
+                regroup + rk::layer_norm_slots(ty, per_worker, c, stride_words)
+            }
+            RowOp::Broadcast(op) => {
+                let scalar = inputs
+                    .iter()
+                    .any(|&i| self.values[i].shape.last() == Some(&1) && co > 1);
+                if scalar {
+                    rk::row_scalar_slots(ty, *op, per_worker, co, stride_words)
+                } else {
+                    kernels::binary_slots(ty, *op, (per_worker * stride_words * 4).div_ceil(8))
+                }
+            }
+        };
+        slots as u64 + 40
     }
 
     /// Plans the row operations of `op` (see the module docs).
