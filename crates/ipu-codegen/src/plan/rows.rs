@@ -9,10 +9,11 @@
 //! the regrouping); a run of a gather is always a whole number of 4-element units, so every
 //! transfer is word aligned.
 //!
-//! Restrictions, refused here with the operation and the reason (never at run time):
-//! reductions and softmax over an axis other than the last; a reshape or last-axis slice or
-//! concat whose runs are not multiples of 4 elements; a transpose whose merged view needs runs
-//! that are not multiples of 4 elements; arithmetic on FP8 values.
+//! Reductions and softmax along another axis transpose that axis last, run along rows and
+//! put the result back. Restrictions, refused here with the operation and the reason (never
+//! at run time): a reshape or last-axis slice or concat whose runs are not multiples of 4
+//! elements (unless a row length is 1: then it is the transpose of a `[n, 1]` view); a
+//! transpose whose merged view needs such runs; arithmetic on FP8 values.
 
 use ipu_graph::{DType, OpKind, Operation, Value};
 
@@ -335,24 +336,8 @@ impl Planner<'_> {
         };
         match &op.kind {
             OpKind::Reshape { .. } => {
-                let (ci, co) = (*xshape.last().unwrap_or(&1), *oshape.last().unwrap_or(&1));
-                if ci != co && (!ci.is_multiple_of(PIECE_GRAIN) || !co.is_multiple_of(PIECE_GRAIN))
-                {
-                    return self.refuse(
-                        &op.name,
-                        what,
-                        format!(
-                            "the last dimension changes from {ci} to {co} and one of them is not a multiple of {PIECE_GRAIN}: the runs to move are not whole 32-bit words"
-                        ),
-                    );
-                }
-                let r = self.row_value(name, odtype, oshape, Some(out), 1);
-                self.push_rows(
-                    op.name.clone(),
-                    RowOp::Gather(GatherKind::Reshape),
-                    vec![x],
-                    r,
-                )
+                self.plan_reorder(&op.name, what, x, oshape, name, Some(out))?;
+                Ok(())
             }
             OpKind::Transpose { perm } => {
                 self.plan_transpose(&op.name, x, perm, Some((name, out)))?;
@@ -405,33 +390,20 @@ impl Planner<'_> {
                 )
             }
             OpKind::ReduceMax { axis } | OpKind::ReduceSum { axis } => {
-                if *axis != rank - 1 {
-                    return self.refuse(
-                        &op.name,
-                        what,
-                        format!(
-                            "only the last axis ({}) is reduced on the device, not axis {axis}; transpose the axis last first",
-                            rank - 1
-                        ),
-                    );
-                }
                 arith(self, x)?;
-                let r = self.row_value(name, odtype, oshape, Some(out), 1);
                 let max = matches!(op.kind, OpKind::ReduceMax { .. });
+                if *axis != rank - 1 {
+                    return self.plan_axis_moved(op, x, *axis, RowOp::Reduce { max }, out_val);
+                }
+                let r = self.row_value(name, odtype, oshape, Some(out), 1);
                 self.push_rows(op.name.clone(), RowOp::Reduce { max }, vec![x], r)
             }
             OpKind::Softmax { axis } => {
-                if *axis != rank - 1 {
-                    return self.refuse(
-                        &op.name,
-                        what,
-                        format!(
-                            "only the last axis ({}) is lowered, not axis {axis}; transpose the axis last first",
-                            rank - 1
-                        ),
-                    );
-                }
                 arith(self, x)?;
+                if *axis != rank - 1 {
+                    let kind = RowOp::Softmax { causal: false };
+                    return self.plan_axis_moved(op, x, *axis, kind, out_val);
+                }
                 let layout = grouped_layout(&oshape, self.tiles, output_group(&oshape, odtype));
                 let r = self.add_value(name, odtype, oshape, Some(out), layout);
                 self.push_rows(
@@ -525,22 +497,7 @@ impl Planner<'_> {
         let k = mp.len();
         if k <= 1 {
             // Only the order of size-1 dimensions changes: the elements keep their order.
-            let (ci, co) = (xshape[n - 1], oshape[n - 1]);
-            if ci != co && (!ci.is_multiple_of(PIECE_GRAIN) || !co.is_multiple_of(PIECE_GRAIN)) {
-                return self.refuse(
-                    op,
-                    "transpose",
-                    format!("moving size-1 dimensions changes the row length from {ci} to {co}, not word aligned"),
-                );
-            }
-            let r = self.row_value(name, dtype, oshape, graph, 1);
-            self.push_rows(
-                op.to_string(),
-                RowOp::Gather(GatherKind::Reshape),
-                vec![x],
-                r,
-            )?;
-            return Ok(r);
+            return self.plan_reorder(op, "transpose", x, oshape, name, graph);
         }
         let swap_last = (0..k - 2).all(|i| mp[i] == i) && mp[k - 2] == k - 1 && mp[k - 1] == k - 2;
         let (ci, co) = (xshape[n - 1], oshape[n - 1]);
@@ -593,6 +550,91 @@ impl Planner<'_> {
             let x2 = self.plan_transpose(&format!("{op}.swap"), x1, &swap, None)?;
             self.plan_transpose(op, x2, &perm3, final_value)
         }
+    }
+
+    /// Plans `x` in a new shape with the same elements in the same row-major order (reshape):
+    /// a gather of runs when both row lengths are multiples of 4 (or equal); when one of them
+    /// is 1, the transpose of a `[n, 1]` view (one element per staged row); else refused.
+    fn plan_reorder(
+        &mut self,
+        op: &str,
+        what: &str,
+        x: DevValueId,
+        oshape: Vec<usize>,
+        name: String,
+        graph: Option<ValueId>,
+    ) -> Result<DevValueId, CodegenError> {
+        let dtype = self.values[x].dtype;
+        let xshape = &self.values[x].shape;
+        let (ci, co) = (*xshape.last().unwrap_or(&1), *oshape.last().unwrap_or(&1));
+        let total: usize = oshape.iter().product();
+        let aligned =
+            ci == co || (ci.is_multiple_of(PIECE_GRAIN) && co.is_multiple_of(PIECE_GRAIN));
+        let kind = if aligned {
+            RowOp::Gather(GatherKind::Reshape)
+        } else if ci == 1 {
+            // Input rows of one element: view [total / co, co, 1] -> [total / co, 1, co].
+            RowOp::Transpose {
+                batch: total / co,
+                rows: co,
+                cols: 1,
+            }
+        } else if co == 1 {
+            // Output rows of one element: view [total / ci, 1, ci] -> [total / ci, ci, 1].
+            RowOp::Transpose {
+                batch: total / ci,
+                rows: 1,
+                cols: ci,
+            }
+        } else {
+            return self.refuse(
+                op,
+                what,
+                format!(
+                    "the last dimension changes from {ci} to {co} and one of them is not a multiple of {PIECE_GRAIN}: the runs to move are not whole 32-bit words"
+                ),
+            );
+        };
+        let r = self.row_value(name, dtype, oshape, graph, 1);
+        self.push_rows(op.to_string(), kind, vec![x], r)?;
+        Ok(r)
+    }
+
+    /// Plans a reduction or softmax along a non-last `axis` of `x`: the axis is transposed
+    /// last, the row operation runs, and the result is put back in the output's order.
+    fn plan_axis_moved(
+        &mut self,
+        op: &Operation,
+        x: DevValueId,
+        axis: usize,
+        kind: RowOp,
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        let xshape = self.values[x].shape.clone();
+        let n = xshape.len();
+        let mut perm: Vec<usize> = (0..n).filter(|&d| d != axis).collect();
+        perm.push(axis);
+        let x1 = self.plan_transpose(&format!("{}.axis_last", op.name), x, &perm, None)?;
+        let mut s1 = self.values[x1].shape.clone();
+        if matches!(kind, RowOp::Reduce { .. }) {
+            s1[n - 1] = 1;
+        }
+        let odtype = out_val.ty.dtype;
+        let layout = grouped_layout(&s1, self.tiles, output_group(&s1, odtype));
+        let r = self.add_value(format!("{}.rows", op.name), odtype, s1, None, layout);
+        self.push_rows(op.name.clone(), kind.clone(), vec![x1], r)?;
+        let (name, graph) = (out_val.name.clone(), Some(op.outputs[0]));
+        let back = format!("{}.back", op.name);
+        if matches!(kind, RowOp::Reduce { .. }) {
+            self.plan_reorder(&back, "reduce", r, out_val.ty.shape.clone(), name, graph)?;
+        } else {
+            let mut inverse = vec![0; n];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            self.plan_transpose(&back, r, &inverse, Some((name, op.outputs[0])))?;
+        }
+        Ok(())
     }
 
     /// Expands `attention` exactly as the reference's device precision defines it: `S = q
