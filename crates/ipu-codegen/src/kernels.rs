@@ -46,6 +46,12 @@ pub enum Kernel {
     LayerNorm { ty: Elem },
     /// Strided two-dimensional copy of 32-bit or 64-bit words (`row_kernels::copy2d`).
     Copy2d { wide: bool },
+    /// Per-row softmax statistics: maximum and sum (`row_kernels::softmax`, stats form).
+    SoftmaxStats { ty: Elem },
+    /// Per-row layer-norm statistics: mean and `sqrt(var + epsilon)`.
+    LayerNormStats { ty: Elem },
+    /// The last pass of softmax or layer norm over part of a row (`row_kernels::row_apply`).
+    RowApply { ty: Elem, softmax: bool },
 }
 
 /// Element types of vector kernels.
@@ -141,8 +147,11 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::RowScalar { ty, op, reversed } => {
             crate::row_kernels::row_scalar(&mut c, ty, op, reversed)
         }
-        Kernel::Softmax { ty } => crate::row_kernels::softmax(&mut c, ty),
-        Kernel::LayerNorm { ty } => crate::row_kernels::layer_norm(&mut c, ty),
+        Kernel::Softmax { ty } => crate::row_kernels::softmax(&mut c, ty, false),
+        Kernel::LayerNorm { ty } => crate::row_kernels::layer_norm(&mut c, ty, false),
+        Kernel::SoftmaxStats { ty } => crate::row_kernels::softmax(&mut c, ty, true),
+        Kernel::LayerNormStats { ty } => crate::row_kernels::layer_norm(&mut c, ty, true),
+        Kernel::RowApply { ty, softmax } => crate::row_kernels::row_apply(&mut c, ty, softmax),
         Kernel::Copy2d { wide } => crate::row_kernels::copy2d(&mut c, wide),
     }
     c

@@ -127,6 +127,15 @@ fn st_pair_slots(ty: Elem) -> u32 {
     }
 }
 
+fn st32_a(s: u8, base: MReg, off: i16) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::A(s),
+        base,
+        mode: ipu_isa::AddrMode::Offset(off),
+    }
+}
+
 fn st32step_m(s: MReg, base: MReg) -> Instr {
     Instr::Store {
         width: Width::B32,
@@ -368,7 +377,7 @@ pub fn row_scalar_slots(ty: Elem, op: BinOp, rows: u32, cols: u32, stride_words:
 /// (`dL = 1` and `L0` = the query index + 1 gives the causal mask); the masked columns and the
 /// padding are written as zeros. State: in, out, rows, in stride, out stride, columns, L0,
 /// dL.
-pub fn softmax(c: &mut Code, ty: Elem) {
+pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     load_state(c, 8);
     let (inp, out, rows, stride, out_stride, cols, l0, dl) =
         (m(1), m(2), m(3), m(4), m(5), m(6), m(7), m(8));
@@ -416,32 +425,38 @@ pub fn softmax(c: &mut Code, ty: Elem) {
     c.op(fun(s, FUnOp::Exp, 0, 0));
     c.op(fbin(s, FBinOp::Add, 9, 9, 0));
     c.bind(p2);
-    // rcp(s) in $a6:7, s in $a12:13.
-    c.op(fun(s, FUnOp::Rcp, 15, 9));
-    c.op(bcast(6, 15));
-    c.op(bcast(12, 9));
-    // Pass 3: e / s.
-    let (q, row_end, tmp) = (m(15), m(12), m(10));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
-    c.op(alu_imm(AluOp::Add, q, out, 0));
-    let body = |c: &mut Code| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-        c.op(fun(v, FUnOp::Exp, 0, 0));
-        div_pair(c, 4, 0, 6, 12, 8);
-    };
-    rpt(c, pairs, |c| {
+    if stats {
+        // The row's maximum and sum, for `row_apply`.
+        c.op(st32_a(8, out, 0));
+        c.op(st32_a(9, out, 4));
+    } else {
+        // rcp(s) in $a6:7, s in $a12:13.
+        c.op(fun(s, FUnOp::Rcp, 15, 9));
+        c.op(bcast(6, 15));
+        c.op(bcast(12, 9));
+        // Pass 3: e / s.
+        let (q, row_end, tmp) = (m(15), m(12), m(10));
+        c.op(alu_imm(AluOp::Add, p, inp, 0));
+        c.op(alu_imm(AluOp::Add, q, out, 0));
+        let body = |c: &mut Code| {
+            ld_pair(c, ty, p, 2);
+            c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+            c.op(fun(v, FUnOp::Exp, 0, 0));
+            div_pair(c, 4, 0, 6, 12, 8);
+        };
+        rpt(c, pairs, |c| {
+            body(c);
+            st_pair(c, ty, 4, q);
+        });
+        let p3 = c.label();
+        c.branch(Instr::Brz { a: odd, target: 0 }, p3);
         body(c);
+        c.op(mov_a(5, zero));
         st_pair(c, ty, 4, q);
-    });
-    let p3 = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, p3);
-    body(c);
-    c.op(mov_a(5, zero));
-    st_pair(c, ty, 4, q);
-    c.bind(p3);
-    c.op(alu(AluOp::Add, row_end, out, out_stride));
-    zero_to(c, q, row_end, zero, tmp);
+        c.bind(p3);
+        c.op(alu(AluOp::Add, row_end, out, out_stride));
+        zero_to(c, q, row_end, zero, tmp);
+    }
     c.op(alu(AluOp::Add, inp, inp, stride));
     c.op(alu(AluOp::Add, out, out, out_stride));
     c.op(alu(AluOp::Add, l0, l0, dl));
@@ -461,7 +476,7 @@ pub fn softmax_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
 
 /// Layer norm over the first `C` columns of each row; padding written as zeros. State: in,
 /// out, rows, in stride, columns, epsilon (f32 bits), `C` as f32 bits, out stride.
-pub fn layer_norm(c: &mut Code, ty: Elem) {
+pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     load_state(c, 8);
     let (inp, out, rows, stride, cols, eps, n) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
     let out_stride = m(8);
@@ -515,30 +530,36 @@ pub fn layer_norm(c: &mut Code, ty: Elem) {
     c.op(mov_a(8, eps));
     c.op(fbin(s, FBinOp::Add, 9, 9, 8));
     c.op(fun(s, FUnOp::Sqrt, 9, 9));
-    // inv in $a12:13, rcp(inv) in $a6:7.
-    c.op(fun(s, FUnOp::Rcp, 15, 9));
-    c.op(bcast(6, 15));
-    c.op(bcast(12, 9));
-    // Pass 3: (x - mean) / inv.
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
-    c.op(alu_imm(AluOp::Add, q, out, 0));
-    c.op(alu(AluOp::Add, row_end, out, out_stride));
-    let body = |c: &mut Code| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-        div_pair(c, 4, 0, 6, 12, 8);
-    };
-    rpt(c, pairs, |c| {
+    if stats {
+        // The row's mean and sqrt(var + epsilon), for `row_apply`.
+        c.op(st32_a(10, out, 0));
+        c.op(st32_a(9, out, 4));
+    } else {
+        // inv in $a12:13, rcp(inv) in $a6:7.
+        c.op(fun(s, FUnOp::Rcp, 15, 9));
+        c.op(bcast(6, 15));
+        c.op(bcast(12, 9));
+        // Pass 3: (x - mean) / inv.
+        c.op(alu_imm(AluOp::Add, p, inp, 0));
+        c.op(alu_imm(AluOp::Add, q, out, 0));
+        c.op(alu(AluOp::Add, row_end, out, out_stride));
+        let body = |c: &mut Code| {
+            ld_pair(c, ty, p, 2);
+            c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+            div_pair(c, 4, 0, 6, 12, 8);
+        };
+        rpt(c, pairs, |c| {
+            body(c);
+            st_pair(c, ty, 4, q);
+        });
+        let p3 = c.label();
+        c.branch(Instr::Brz { a: odd, target: 0 }, p3);
         body(c);
+        c.op(mov_a(5, zero));
         st_pair(c, ty, 4, q);
-    });
-    let p3 = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, p3);
-    body(c);
-    c.op(mov_a(5, zero));
-    st_pair(c, ty, 4, q);
-    c.bind(p3);
-    zero_to(c, q, row_end, zero, tmp);
+        c.bind(p3);
+        zero_to(c, q, row_end, zero, tmp);
+    }
     c.op(alu(AluOp::Add, inp, inp, stride));
     c.op(alu(AluOp::Add, out, out, out_stride));
     c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
@@ -600,4 +621,52 @@ pub fn copy2d(c: &mut Code, wide: bool) {
 /// Issue slots of [`copy2d`].
 pub fn copy2d_slots(rows: u32, segs: u32, words: u32) -> u32 {
     14 + rows * (6 + segs * (6 + 2 * words))
+}
+
+/// The last pass of softmax (`softmax`) or layer norm (`layer_norm`) over a range of pairs of
+/// one row, from the row's statistics written by the `stats` form of those kernels (maximum
+/// and sum, or mean and `sqrt(var + epsilon)`): the same arithmetic as the fused kernels, so
+/// several workers can share a row. State: in (first pair), out (first pair), statistics,
+/// full pairs, odd (1 if a last pair with one valid lane follows), zero words after.
+pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
+    load_state(c, 6);
+    let (inp, out, st, full, odd, zeros) = (m(1), m(2), m(3), m(4), m(5), m(6));
+    let zero = m(13);
+    let s = FType::F32;
+    let v = FType::F32v2;
+    c.op(setzi(zero, 0));
+    c.op(ld32a(a(8), st, 0));
+    c.op(ld32a(a(9), st, 4));
+    c.op(bcast(10, 8));
+    c.op(fun(s, FUnOp::Rcp, 15, 9));
+    c.op(bcast(6, 15));
+    c.op(bcast(12, 9));
+    let body = |c: &mut Code| {
+        ld_pair(c, ty, inp, 2);
+        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+        if softmax {
+            c.op(fun(v, FUnOp::Exp, 0, 0));
+        }
+        div_pair(c, 4, 0, 6, 12, 8);
+    };
+    rpt(c, full, |c| {
+        body(c);
+        st_pair(c, ty, 4, out);
+    });
+    let tail = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, tail);
+    body(c);
+    c.op(mov_a(5, zero));
+    st_pair(c, ty, 4, out);
+    c.bind(tail);
+    rpt(c, zeros, |c| {
+        c.op(st32step_m(zero, out));
+    });
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of [`row_apply`] over `pairs` pairs and `zero_words` words.
+pub fn row_apply_slots(ty: Elem, softmax: bool, pairs: u32, zero_words: u32) -> u32 {
+    let per = ld_pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + st_pair_slots(ty);
+    20 + (pairs + 1) * per + zero_words
 }

@@ -514,10 +514,95 @@ impl Lowerer<'_> {
                     vertices.push((a, b));
                 }
             }
+            // Fewer rows than workers: one worker per row forms the row's statistics, then
+            // every worker applies them to a part of a row.
+            let split_rows = matches!(rop, RowOp::Softmax { .. } | RowOp::LayerNorm { .. })
+                && n_rows < WORKERS as usize;
+            let stats = if split_rows {
+                Some(self.prog.buffer(
+                    tile,
+                    (n_rows * 8) as u32 + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("stats:{}", op.name),
+                ))
+            } else {
+                None
+            };
             let ops = tiles.entry(tile).or_default();
             if !zero_ops.is_empty() {
                 ops.extend(zero_ops);
                 ops.push(SupOp::WaitW);
+            }
+            if let Some(stats) = stats {
+                let softmax = matches!(rop, RowOp::Softmax { .. });
+                let causal = matches!(rop, RowOp::Softmax { causal: true });
+                let valid = |a: usize| if causal { c.min(a % sq + 1) } else { c };
+                for k in 0..n_rows {
+                    let a = r0 + k;
+                    let inp = StateWord::Addr(xb, xoff + k as u32 * sx);
+                    let st = StateWord::Addr(stats, k as u32 * 8);
+                    let (kernel, state, slots) = match rop {
+                        RowOp::Softmax { .. } => (
+                            Kernel::SoftmaxStats { ty },
+                            vec![
+                                inp,
+                                st,
+                                StateWord::Const(1),
+                                StateWord::Const(sx),
+                                StateWord::Const(8),
+                                StateWord::Const(c as u32),
+                                StateWord::Const(valid(a) as u32),
+                                StateWord::Const(0),
+                            ],
+                            row_kernels::softmax_slots(ty, 1, c as u32, 0),
+                        ),
+                        RowOp::LayerNorm { epsilon } => (
+                            Kernel::LayerNormStats { ty },
+                            vec![
+                                inp,
+                                st,
+                                StateWord::Const(1),
+                                StateWord::Const(sx),
+                                StateWord::Const(c as u32),
+                                StateWord::Const(epsilon.to_bits()),
+                                StateWord::Const((c as f32).to_bits()),
+                                StateWord::Const(8),
+                            ],
+                            row_kernels::layer_norm_slots(ty, 1, c as u32, 0),
+                        ),
+                        _ => unreachable!("softmax or layer norm"),
+                    };
+                    ops.push(SupOp::Run(kernel, state, slots));
+                }
+                ops.push(SupOp::WaitW);
+                let chunks = WORKERS / n_rows as u32;
+                let pair_bytes = 2 * eb as u32;
+                let pairs = o_row / pair_bytes;
+                for k in 0..n_rows {
+                    let l = valid(r0 + k) as u32;
+                    let (pv, odd) = (l / 2, l % 2);
+                    for (pa, pb) in split(pairs, chunks) {
+                        if pb <= pa {
+                            continue;
+                        }
+                        let full = pb.min(pv).saturating_sub(pa);
+                        let odd_here = u32::from(odd == 1 && pa <= pv && pv < pb);
+                        let zero_words = (pb - pa - full - odd_here) * pair_bytes / 4;
+                        ops.push(SupOp::Run(
+                            Kernel::RowApply { ty, softmax },
+                            vec![
+                                StateWord::Addr(xb, xoff + k as u32 * sx + pa * pair_bytes),
+                                StateWord::Addr(wb, k as u32 * o_row + pa * pair_bytes),
+                                StateWord::Addr(stats, k as u32 * 8),
+                                StateWord::Const(full),
+                                StateWord::Const(odd_here),
+                                StateWord::Const(zero_words),
+                            ],
+                            row_kernels::row_apply_slots(ty, softmax, full + odd_here, zero_words),
+                        ));
+                    }
+                }
+                vertices.clear();
             }
             for (a, b) in vertices {
                 let n = (b - a) as u32;

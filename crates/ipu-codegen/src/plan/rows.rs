@@ -293,9 +293,25 @@ impl Planner<'_> {
                 rk::transpose_slots(eb, (rows_t / unit).div_ceil(6), words)
             }
             RowOp::Reduce { .. } => regroup + rk::row_reduce_slots(ty, per_worker, c),
-            RowOp::Softmax { .. } => regroup + rk::softmax_slots(ty, per_worker, c, stride_words),
-            RowOp::LayerNorm { .. } => {
-                regroup + rk::layer_norm_slots(ty, per_worker, c, stride_words)
+            RowOp::Softmax { .. } | RowOp::LayerNorm { .. } => {
+                let softmax = matches!(kind, RowOp::Softmax { .. });
+                let fused = |rows| {
+                    if softmax {
+                        rk::softmax_slots(ty, rows, c, stride_words)
+                    } else {
+                        rk::layer_norm_slots(ty, rows, c, stride_words)
+                    }
+                };
+                if rows_t < 6 && rows_t > 0 {
+                    // Statistics one row per worker, then the last pass shared by the workers.
+                    let last_pass = rk::row_apply_slots(ty, softmax, c / 2, stride_words);
+                    let chunks = 6 / rows_t;
+                    regroup
+                        + fused(1).saturating_sub(last_pass)
+                        + rk::row_apply_slots(ty, softmax, (c / 2).div_ceil(chunks), 0)
+                } else {
+                    regroup + fused(per_worker)
+                }
             }
             RowOp::Broadcast(op) => {
                 let scalar = inputs
