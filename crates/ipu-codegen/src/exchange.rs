@@ -150,33 +150,44 @@ impl Resolved {
     }
 }
 
-/// List scheduling driven by the senders: whenever a sender's port is free, it starts the
-/// pending row whose receivers can take it soonest. Returns the rows in start order with their
-/// starts.
+/// List scheduling driven by the senders: whenever a sender's port is free, it starts a
+/// pending row whose receivers can take it soonest (rows to the same receivers go in their
+/// given order). Returns the rows in start order with their starts.
 fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
     use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let mut pending: BTreeMap<u32, Vec<Resolved>> = BTreeMap::new();
+    use std::collections::{BinaryHeap, VecDeque};
+    // Per sender, per receiver range, the rows in order: every row of one range is ready at
+    // the same cycle, so a pick looks at one row per range.
+    type Queues = BTreeMap<(u32, u32), VecDeque<Resolved>>;
+    let mut pending: BTreeMap<u32, Queues> = BTreeMap::new();
     for c in rows {
-        pending.entry(c.src_tile).or_default().push(*c);
+        pending
+            .entry(c.src_tile)
+            .or_default()
+            .entry((c.dst_tile, c.dst_count))
+            .or_default()
+            .push_back(*c);
     }
     let mut recv_free: BTreeMap<u32, u32> = BTreeMap::new();
     let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
         pending.keys().map(|&s| Reverse((0, s))).collect();
     let (mut order, mut starts, mut horizon) = (Vec::new(), Vec::new(), 0);
     while let Some(Reverse((free, src))) = heap.pop() {
-        let queue = pending.get_mut(&src).expect("sender has rows");
-        let (best, _) = queue
+        let queues = pending.get_mut(&src).expect("sender has rows");
+        let (&key, _) = queues
             .iter()
-            .enumerate()
-            .min_by_key(|(i, c)| (c.ready(free, &recv_free, target), *i))
-            .expect("non-empty queue");
-        let c = queue.swap_remove(best);
+            .min_by_key(|(key, q)| (q[0].ready(free, &recv_free, target), **key))
+            .expect("a non-empty queue");
+        let queue = queues.get_mut(&key).expect("chosen queue");
+        let c = queue.pop_front().expect("non-empty");
+        if queue.is_empty() {
+            queues.remove(&key);
+        }
         let start = c.ready(free, &recv_free, target);
         horizon = horizon.max(c.book(start, &mut recv_free, target));
         order.push(c);
         starts.push(start);
-        if !queue.is_empty() {
+        if !queues.is_empty() {
             heap.push(Reverse((
                 start + target.exchange_transfer_cycles(c.bytes),
                 src,
