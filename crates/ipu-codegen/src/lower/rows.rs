@@ -537,6 +537,10 @@ impl Lowerer<'_> {
                 let softmax = matches!(rop, RowOp::Softmax { .. });
                 let causal = matches!(rop, RowOp::Softmax { causal: true });
                 let valid = |a: usize| if causal { c.min(a % sq + 1) } else { c };
+                let stats_slots = |fused: u32, softmax: bool| {
+                    fused.saturating_sub(row_kernels::row_apply_slots(ty, softmax, c as u32 / 2, 0))
+                        + 20
+                };
                 for k in 0..n_rows {
                     let a = r0 + k;
                     let inp = StateWord::Addr(xb, xoff + k as u32 * sx);
@@ -554,7 +558,7 @@ impl Lowerer<'_> {
                                 StateWord::Const(valid(a) as u32),
                                 StateWord::Const(0),
                             ],
-                            row_kernels::softmax_slots(ty, 1, c as u32, 0),
+                            stats_slots(row_kernels::softmax_slots(ty, 1, c as u32, 0), true),
                         ),
                         RowOp::LayerNorm { epsilon } => (
                             Kernel::LayerNormStats { ty },
@@ -568,7 +572,7 @@ impl Lowerer<'_> {
                                 StateWord::Const((c as f32).to_bits()),
                                 StateWord::Const(8),
                             ],
-                            row_kernels::layer_norm_slots(ty, 1, c as u32, 0),
+                            stats_slots(row_kernels::layer_norm_slots(ty, 1, c as u32, 0), false),
                         ),
                         _ => unreachable!("softmax or layer norm"),
                     };
@@ -757,7 +761,41 @@ impl Lowerer<'_> {
                         (staged[0], staged[1])
                     };
                     let stride = (cpo * eb) as u32;
-                    for (a, b) in split(rows, WORKERS) {
+                    if rows < WORKERS {
+                        // Fewer rows than workers: each row's columns are shared out in pairs;
+                        // the last part of a row also writes its padding.
+                        let kernel = Kernel::RowScalar {
+                            ty,
+                            op: bop,
+                            reversed,
+                        };
+                        let pair_bytes = 2 * eb as u32;
+                        for k in 0..rows {
+                            for (pa, pb) in split(cpo as u32 / 2, WORKERS / rows) {
+                                if pb <= pa {
+                                    continue;
+                                }
+                                let c0 = 2 * pa;
+                                let cols = (2 * pb).min(co as u32).saturating_sub(c0);
+                                let part = (pb - pa) * pair_bytes;
+                                let at = k * stride + pa * pair_bytes;
+                                ops.push(SupOp::Run(
+                                    kernel,
+                                    vec![
+                                        StateWord::Addr(xb, xo + at),
+                                        StateWord::Addr(yb, yo + k * 4 * eb as u32),
+                                        StateWord::Addr(ob, o_off + at),
+                                        StateWord::Const(1),
+                                        StateWord::Const(part),
+                                        StateWord::Const(cols),
+                                        StateWord::Const(4 * eb as u32),
+                                    ],
+                                    row_kernels::row_scalar_slots(ty, bop, 1, cols, part / 4),
+                                ));
+                            }
+                        }
+                    }
+                    for (a, b) in split(if rows < WORKERS { 0 } else { rows }, WORKERS) {
                         if b <= a {
                             continue;
                         }
