@@ -218,19 +218,41 @@ impl Planner<'_> {
             .max()
             .unwrap_or(0) as u64;
         let active = out.layout.tiles().len().max(1) as u64;
+        // Per tile, live together: each operand's own piece, its staged rows (twice when a
+        // column-grouped operand is regrouped on tile), the output piece and, for an output in
+        // several column groups, its row-major scratch.
+        let tiles = self.tiles;
         let staged: u64 = inputs
             .iter()
             .map(|&i| {
                 let v = &self.values[i];
+                let veb = v.dtype.bytes() as u64;
+                let own = v
+                    .layout
+                    .tiles()
+                    .iter()
+                    .map(|&t| v.layout.elements_on(t))
+                    .max()
+                    .unwrap_or(0) as u64
+                    * veb;
                 let total = ipu_package::storage_elements(&v.shape, row_group(&v.shape)) as u64;
-                match kind {
-                    // A transpose stages the rows of its block: at most the whole input.
-                    RowOp::Transpose { .. } => total.div_ceil(active) * v.dtype.bytes() as u64,
-                    _ => total.div_ceil(active) * v.dtype.bytes() as u64,
+                let rows = total.div_ceil(active) * veb;
+                let in_rows = v.layout == row_layout(&v.shape, tiles, 1);
+                let regrouped = v.layout.group < row_group(&v.shape);
+                own + match kind {
+                    RowOp::Gather(_) => 0,
+                    _ if in_rows => 0,
+                    _ if regrouped => 2 * rows,
+                    _ => rows,
                 }
             })
             .sum();
-        let bytes = most * eb + staged;
+        let scratch = if out.layout.group < row_group(&out.shape) {
+            most * eb
+        } else {
+            0
+        };
+        let bytes = most * eb + scratch + staged;
         let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
         if bytes > avail {
             return Err(CodegenError::DoesNotFit(format!(
