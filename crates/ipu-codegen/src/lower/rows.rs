@@ -315,24 +315,36 @@ impl Lowerer<'_> {
                 let cps = self.gather(x, tile, xv.layout.group, &want, st);
                 self.zero_gaps(st, st_bytes, &cps, &mut zero_ops);
                 copies.extend(cps);
-                for (j0, j1) in split((c1 - c0) as u32, WORKERS) {
+                // Output rows over the workers; with fewer rows than workers, each row's words
+                // are shared out too.
+                let n_out = (c1 - c0) as u32;
+                let parts = (WORKERS / n_out.min(WORKERS)).max(1);
+                let per_word = 4 / eb as u32;
+                for (j0, j1) in split(n_out, WORKERS.min(n_out)) {
                     if j1 <= j0 {
                         continue;
                     }
                     let vr = bb * cols + c0 + j0 as usize;
-                    let out_off = (local + (vr * unit - r0) * cpo) * eb;
-                    run_ops.push(SupOp::Run(
-                        Kernel::Transpose { bytes: eb as u32 },
-                        vec![
-                            StateWord::Addr(st, ((c0 - c0w + j0 as usize) * eb) as u32),
-                            StateWord::Addr(ob, out_off as u32),
-                            StateWord::Const(j1 - j0),
-                            StateWord::Const((w * eb) as u32),
-                            StateWord::Const((unit * cpo * eb) as u32),
-                            StateWord::Const(words),
-                        ],
-                        row_kernels::transpose_slots(eb as u32, j1 - j0, words),
-                    ));
+                    let out_off = ((local + (vr * unit - r0) * cpo) * eb) as u32;
+                    let in_off = ((c0 - c0w + j0 as usize) * eb) as u32;
+                    let word_parts = if j1 - j0 == 1 { parts } else { 1 };
+                    for (w0, w1) in split(words, word_parts) {
+                        if w1 <= w0 {
+                            continue;
+                        }
+                        run_ops.push(SupOp::Run(
+                            Kernel::Transpose { bytes: eb as u32 },
+                            vec![
+                                StateWord::Addr(st, in_off + w0 * per_word * (w * eb) as u32),
+                                StateWord::Addr(ob, out_off + 4 * w0),
+                                StateWord::Const(j1 - j0),
+                                StateWord::Const((w * eb) as u32),
+                                StateWord::Const((unit * cpo * eb) as u32),
+                                StateWord::Const(w1 - w0),
+                            ],
+                            row_kernels::transpose_slots(eb as u32, j1 - j0, w1 - w0),
+                        ));
+                    }
                 }
             }
             let ops = tiles.entry(tile).or_default();
