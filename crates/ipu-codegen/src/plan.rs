@@ -594,6 +594,9 @@ impl Planner<'_> {
         let slot = BARREL_SLOT_CYCLES as u64;
         let mut candidates: Vec<(u64, u64, u64, usize, usize)> = Vec::new();
         let mut examined = 0;
+        // The candidate that misses by the least: (bytes over in total, bytes over in
+        // interleaved memory, bytes per tile, pm, pn).
+        let mut closest: Option<(u64, u64, u64, usize, usize)> = None;
         let tiles = self.tiles as usize;
         'outer: for pm in 1..=m.min(tiles) {
             for pn in 1..=groups.min(tiles) {
@@ -610,9 +613,15 @@ impl Planner<'_> {
                 let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
                 let mem = per_tile
                     * (a_bytes + b_bytes + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64);
-                if mem + SUPPORT_RESERVE_BYTES > self.target.memory_bytes() as u64
-                    || per_tile * b_bytes > self.target.interleaved_bytes() as u64
-                {
+                let over_total =
+                    (mem + SUPPORT_RESERVE_BYTES).saturating_sub(self.target.memory_bytes() as u64);
+                let over_interleaved =
+                    (per_tile * b_bytes).saturating_sub(self.target.interleaved_bytes() as u64);
+                if over_total > 0 || over_interleaved > 0 {
+                    let worst = over_total.max(over_interleaved);
+                    if closest.is_none_or(|c: (u64, u64, u64, usize, usize)| worst < c.0.max(c.1)) {
+                        closest = Some((over_total, over_interleaved, mem, pm, pn));
+                    }
                     continue;
                 }
                 let rows_per_worker = bm.div_ceil(6) as u32;
@@ -628,15 +637,24 @@ impl Planner<'_> {
             }
         }
         if candidates.is_empty() {
-            // Report the smallest memory any split needs.
-            let bm = m.div_ceil(tiles.min(m)) as u64;
-            let need =
-                kp as u64 * bm * geo.in_bytes as u64 + kp as u64 * (geo.cols * geo.in_bytes) as u64;
+            // Report the split that comes closest to fitting, and by how much it misses.
+            let available = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
+            let reason = match closest {
+                Some((over_total, over_interleaved, mem, pm, pn))
+                    if over_total >= over_interleaved =>
+                {
+                    format!(
+                        "the closest split (rows/{pm} x column-groups/{pn}) needs {mem} bytes per tile, {available} are available after {SUPPORT_RESERVE_BYTES} reserved: {over_total} bytes over"
+                    )
+                }
+                Some((_, over_interleaved, _, pm, pn)) => format!(
+                    "the closest split (rows/{pm} x column-groups/{pn}) needs {over_interleaved} bytes more of weights than the {} bytes of interleaved memory",
+                    self.target.interleaved_bytes()
+                ),
+                None => format!("{examined} candidates examined, none usable"),
+            };
             return Err(CodegenError::DoesNotFit(format!(
-                "{name}: no tile mapping fits: even the finest split needs {need} bytes per tile for operands (rows {bm} x k {kp}), {} available after {} reserved; {} bytes over",
-                self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES,
-                SUPPORT_RESERVE_BYTES,
-                need.saturating_sub(self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES)
+                "{name}: no tile mapping fits on {tiles} tiles: {reason}"
             )));
         }
         candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4));
