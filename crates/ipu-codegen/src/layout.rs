@@ -85,6 +85,25 @@ impl Layout {
             .sum()
     }
 
+    /// Elements of the value on each tile holding some, in one pass over the pieces (a layout
+    /// may have many pieces per tile: asking [`Layout::elements_on`] tile by tile is quadratic).
+    pub fn elements_per_tile(&self) -> std::collections::BTreeMap<u32, usize> {
+        let mut m = std::collections::BTreeMap::new();
+        for p in &self.pieces {
+            *m.entry(p.tile).or_insert(0) += p.end - p.start;
+        }
+        m
+    }
+
+    /// The most elements any one tile holds.
+    pub fn most_elements_on_a_tile(&self) -> usize {
+        self.elements_per_tile()
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The tiles holding pieces, ascending, without repeats.
     pub fn tiles(&self) -> Vec<u32> {
         let mut t: Vec<u32> = self.pieces.iter().map(|p| p.tile).collect();

@@ -41,6 +41,8 @@ struct Lowerer<'a> {
     plan: &'a OperatorPlan,
     prog: TileProgram,
     value_buffers: HashMap<(DevValueId, u32), BufferId>,
+    /// Per value, its elements on each tile (computed once: layouts may have many pieces).
+    tile_elements: HashMap<DevValueId, BTreeMap<u32, usize>>,
     clears_removed: u32,
     clears: u32,
     /// The next placement group id.
@@ -75,6 +77,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
             ..Default::default()
         },
         value_buffers: HashMap::new(),
+        tile_elements: HashMap::new(),
         clears_removed: 0,
         clears: 0,
         next_group: 0,
@@ -157,8 +160,13 @@ impl Lowerer<'_> {
             return *b;
         }
         let val = &self.plan.values[v];
-        let bytes = align8((val.layout.elements_on(tile) * val.dtype.bytes()) as u64) as u32
-            + OVERREAD_BYTES;
+        let on_tile = *self
+            .tile_elements
+            .entry(v)
+            .or_insert_with(|| val.layout.elements_per_tile())
+            .get(&tile)
+            .unwrap_or(&0);
+        let bytes = align8((on_tile * val.dtype.bytes()) as u64) as u32 + OVERREAD_BYTES;
         let b = self
             .prog
             .buffer(tile, bytes, Region::Any, format!("%{}", val.name));
@@ -235,6 +243,7 @@ impl Lowerer<'_> {
         let op = &self.plan.ops[index];
         let out = op.output;
         let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
         let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
         let mut copies: Vec<Copy> = Vec::new();
         match &op.kind {
@@ -250,7 +259,7 @@ impl Lowerer<'_> {
                 let eb = self.eb(x);
                 let same = self.plan.values[y].layout == out_layout;
                 for tile in out_layout.tiles() {
-                    let n = out_layout.elements_on(tile);
+                    let n = per_tile[&tile];
                     let xb = self.value_buffer(x, tile);
                     let ob = self.value_buffer(out, tile);
                     let yb = if same {
@@ -299,7 +308,7 @@ impl Lowerer<'_> {
                 let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
                 let eb = self.eb(x);
                 for tile in out_layout.tiles() {
-                    let n = out_layout.elements_on(tile) as u32;
+                    let n = per_tile[&tile] as u32;
                     let xb = self.value_buffer(x, tile);
                     let ob = self.value_buffer(out, tile);
                     let ops = tiles.entry(tile).or_default();
@@ -329,7 +338,7 @@ impl Lowerer<'_> {
                     cast_type(self.plan.values[out].dtype),
                 );
                 for tile in out_layout.tiles() {
-                    let n = out_layout.elements_on(tile) as u32;
+                    let n = per_tile[&tile] as u32;
                     let xb = self.value_buffer(x, tile);
                     let ob = self.value_buffer(out, tile);
                     let ops = tiles.entry(tile).or_default();

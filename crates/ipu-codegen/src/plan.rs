@@ -534,13 +534,7 @@ impl Planner<'_> {
     ) {
         let out = &self.values[output];
         let eb = out.dtype.bytes() as u64;
-        let most = out
-            .layout
-            .tiles()
-            .iter()
-            .map(|&t| out.layout.elements_on(t))
-            .max()
-            .unwrap_or(0) as u64;
+        let most = out.layout.most_elements_on_a_tile() as u64;
         let per_worker = most.div_ceil(6);
         let slot = BARREL_SLOT_CYCLES as u64;
         let compute = slot * (per_worker * 2 / PIECE_GRAIN as u64 + 12) + 6 * slot * 3;

@@ -358,8 +358,8 @@ impl Lowerer<'_> {
     }
 
     /// The rows `in_rows` of `v` (one per output row, in order) staged contiguously as
-    /// row-major rows on `tile`: the value's own buffer when it is already there (`identity`
-    /// and `v` in the row layout), else a staging buffer filled by `copies` and zero-fill
+    /// row-major rows on `tile`: the value's own buffer when it is already there (`identity`:
+    /// the caller found `v` in the row layout with the same rows), else a staging buffer filled by `copies` and zero-fill
     /// `ops`. With `grouped`, a value stored in several column groups is gathered group by
     /// group (whole runs of rows per copy) and regrouped on tile into rows of `groups x group`
     /// elements. Returns the buffer, the byte offset of the first row and the row stride.
@@ -379,15 +379,17 @@ impl Lowerer<'_> {
         let val = &plan.values[v];
         let cp = row_group(&val.shape);
         let eb = val.dtype.bytes();
-        if identity && val.layout == row_layout(&val.shape, plan.tiles_used, 1) {
-            let (_, r0, _, local) = piece_rows(&val.layout)
-                .into_iter()
-                .find(|p| p.0 == tile)
+        if identity {
+            let p = val
+                .layout
+                .pieces
+                .iter()
+                .find(|p| p.tile == tile)
                 .expect("the same rows on the same tile");
-            debug_assert_eq!(r0, in_rows[0]);
+            debug_assert_eq!(p.start / cp, in_rows[0]);
             return (
                 self.value_buffer(v, tile),
-                (local * eb) as u32,
+                (p.local * eb) as u32,
                 (cp * eb) as u32,
             );
         }
@@ -493,12 +495,21 @@ impl Lowerer<'_> {
         } else {
             1
         };
+        let x_in_rows = xv.layout == row_layout(&xv.shape, plan.tiles_used, 1);
         for (tile, r0, r1) in tile_rows(row_count(&ov.shape), plan.tiles_used) {
             let rows: Vec<usize> = (r0..r1).collect();
             let n_rows = r1 - r0;
             let mut zero_ops = Vec::new();
-            let (xb, xoff, sx) =
-                self.stage_rows(x, tile, &rows, true, true, &op.name, copies, &mut zero_ops);
+            let (xb, xoff, sx) = self.stage_rows(
+                x,
+                tile,
+                &rows,
+                x_in_rows,
+                true,
+                &op.name,
+                copies,
+                &mut zero_ops,
+            );
             let ob = self.value_buffer(out, tile);
             let o_row = (o_groups * go * eb) as u32;
             let wb = if direct {
@@ -728,10 +739,18 @@ impl Lowerer<'_> {
             .iter()
             .map(|&i| plan.values[i].shape[n - 1] == 1 && co > 1)
             .collect();
+        let in_rows_layout: Vec<bool> = op
+            .inputs
+            .iter()
+            .map(|&i| {
+                let v = &plan.values[i];
+                v.layout == row_layout(&v.shape, plan.tiles_used, 1)
+            })
+            .collect();
         for (tile, r0, r1, local) in piece_rows(&ov.layout) {
             let mut zero_ops = Vec::new();
             let mut staged = Vec::new();
-            for &i in &op.inputs {
+            for (k, &i) in op.inputs.iter().enumerate() {
                 let s = &plan.values[i].shape;
                 let in_rows: Vec<usize> = (r0..r1)
                     .map(|r| {
@@ -744,7 +763,7 @@ impl Lowerer<'_> {
                         flatten(&idx, &s[..n - 1])
                     })
                     .collect();
-                let identity = s[..n - 1] == *lead;
+                let identity = s[..n - 1] == *lead && in_rows_layout[k];
                 staged.push(self.stage_rows(
                     i,
                     tile,

@@ -210,13 +210,7 @@ impl Planner<'_> {
     ) -> Result<(), CodegenError> {
         let out = &self.values[output];
         let eb = out.dtype.bytes() as u64;
-        let most = out
-            .layout
-            .tiles()
-            .iter()
-            .map(|&t| out.layout.elements_on(t))
-            .max()
-            .unwrap_or(0) as u64;
+        let most = out.layout.most_elements_on_a_tile() as u64;
         let active = out.layout.tiles().len().max(1) as u64;
         // Per tile, live together: each operand's own piece, its staged rows (twice when a
         // column-grouped operand is regrouped on tile), the output piece and, for an output in
@@ -227,14 +221,7 @@ impl Planner<'_> {
             .map(|&i| {
                 let v = &self.values[i];
                 let veb = v.dtype.bytes() as u64;
-                let own = v
-                    .layout
-                    .tiles()
-                    .iter()
-                    .map(|&t| v.layout.elements_on(t))
-                    .max()
-                    .unwrap_or(0) as u64
-                    * veb;
+                let own = v.layout.most_elements_on_a_tile() as u64 * veb;
                 let total = ipu_package::storage_elements(&v.shape, row_group(&v.shape)) as u64;
                 let rows = total.div_ceil(active) * veb;
                 let in_rows = v.layout == row_layout(&v.shape, tiles, 1);
