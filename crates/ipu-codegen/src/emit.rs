@@ -135,7 +135,9 @@ fn table_bytes(program: &TileProgram, idx: &StepIndex, tile: u32, i: usize) -> u
     match &program.steps[i] {
         Step::Exchange { .. } => {
             ipu_isa::tables::EXCHANGE_HEADER_BYTES
-                + ipu_isa::tables::EXCHANGE_ROW_BYTES * rows(&idx.exchange[i])
+                + idx.exchange[i].get(&tile).map_or(0, |v| {
+                    v.iter().map(|&k| idx.transfers[i][k].row_bytes()).sum()
+                })
         }
         Step::Host { .. } => {
             ipu_isa::tables::HOST_HEADER_BYTES

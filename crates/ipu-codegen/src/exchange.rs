@@ -33,6 +33,80 @@ pub struct Transfer {
     pub dst_offset: u32,
     /// Bytes.
     pub bytes: u32,
+    /// Sends the transfer stands for (see [`ExchangeRow`]): send `k` moves `bytes` from
+    /// `src_offset + k * src_stride` to `dst_offset + k * dst_stride`.
+    pub repeat: u32,
+    /// Source step between repeated sends (two's complement).
+    pub src_stride: u32,
+    /// Destination step between repeated sends (two's complement).
+    pub dst_stride: u32,
+}
+
+impl Transfer {
+    /// Bytes of its table row.
+    pub fn row_bytes(&self) -> u32 {
+        ipu_isa::tables::EXCHANGE_ROW_BYTES
+            + if self.repeat == 1 {
+                0
+            } else {
+                ipu_isa::tables::EXCHANGE_REPEAT_BYTES
+            }
+    }
+}
+
+/// Most sends one repeated row stands for (a bound on a row's port time).
+pub const REPEAT_MAX: u32 = 4096;
+
+/// Folds transfers with the same source buffer, destinations and size whose offsets step by
+/// constant strides into repeated rows: a scatter or gather of many small pieces becomes one
+/// row. Order: by first appearance of each (source, destinations, size), then by offsets.
+fn fold_repeats(transfers: Vec<Transfer>) -> Vec<Transfer> {
+    let mut groups: BTreeMap<(u32, Vec<u32>, u32), Vec<Transfer>> = BTreeMap::new();
+    let mut order = Vec::new();
+    for t in transfers {
+        let key = (
+            t.src.0,
+            t.dsts.iter().map(|b| b.0).collect::<Vec<_>>(),
+            t.bytes,
+        );
+        let e = groups.entry(key.clone()).or_default();
+        if e.is_empty() {
+            order.push(key);
+        }
+        e.push(t);
+    }
+    let mut out = Vec::new();
+    for key in order {
+        let mut ts = groups.remove(&key).expect("recorded");
+        ts.sort_by_key(|t| (t.src_offset, t.dst_offset));
+        let mut run: Option<Transfer> = None;
+        for t in ts {
+            if let Some(r) = run.as_mut() {
+                let (ds, dd) = (
+                    t.src_offset.wrapping_sub(r.src_offset),
+                    t.dst_offset.wrapping_sub(r.dst_offset),
+                );
+                let fits = if r.repeat == 1 {
+                    true
+                } else {
+                    ds == r.src_stride.wrapping_mul(r.repeat)
+                        && dd == r.dst_stride.wrapping_mul(r.repeat)
+                };
+                if fits && r.repeat < REPEAT_MAX {
+                    if r.repeat == 1 {
+                        r.src_stride = ds;
+                        r.dst_stride = dd;
+                    }
+                    r.repeat += 1;
+                    continue;
+                }
+                out.push(run.take().expect("a run"));
+            }
+            run = Some(t);
+        }
+        out.extend(run);
+    }
+    out
 }
 
 /// Merges the copies of one phase into transfers (multicast where the destinations form a
@@ -62,6 +136,9 @@ pub fn transfers(program: &TileProgram, copies: &[Copy]) -> Vec<Transfer> {
                     dsts: vec![c.dst],
                     dst_offset: c.dst_offset,
                     bytes: c.bytes,
+                    repeat: 1,
+                    src_stride: 0,
+                    dst_stride: 0,
                 },
             )),
         }
@@ -80,6 +157,9 @@ pub fn transfers(program: &TileProgram, copies: &[Copy]) -> Vec<Transfer> {
                     dsts: std::mem::take(&mut run),
                     dst_offset: key.4,
                     bytes: key.2,
+                    repeat: 1,
+                    src_stride: 0,
+                    dst_stride: 0,
                 });
             }
             run.push(b);
@@ -91,9 +171,12 @@ pub fn transfers(program: &TileProgram, copies: &[Copy]) -> Vec<Transfer> {
             dsts: run,
             dst_offset: key.4,
             bytes: key.2,
+            repeat: 1,
+            src_stride: 0,
+            dst_stride: 0,
         });
     }
-    out
+    fold_repeats(out)
 }
 
 /// One scheduled exchange phase.
@@ -120,9 +203,17 @@ struct Resolved {
     src_addr: u32,
     dst_addr: u32,
     bytes: u32,
+    repeat: u32,
+    src_stride: u32,
+    dst_stride: u32,
 }
 
 impl Resolved {
+    /// Cycles the sender's port (and each receiver's) is busy: the repeated sends back to back.
+    fn duration(&self, target: &Target) -> u32 {
+        self.repeat * target.exchange_transfer_cycles(self.bytes)
+    }
+
     fn receivers(&self) -> impl Iterator<Item = u32> {
         self.dst_tile..self.dst_tile + self.dst_count
     }
@@ -139,7 +230,7 @@ impl Resolved {
 
     /// Books the receivers' ports from `start`; returns the end of the last arrival.
     fn book(&self, start: u32, recv_free: &mut BTreeMap<u32, u32>, target: &Target) -> u32 {
-        let duration = target.exchange_transfer_cycles(self.bytes);
+        let duration = self.duration(target);
         let mut end = 0;
         for d in self.receivers() {
             let e = start + target.exchange_latency_cycles(self.src_tile, d) + duration;
@@ -188,10 +279,7 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
         order.push(c);
         starts.push(start);
         if !queues.is_empty() {
-            heap.push(Reverse((
-                start + target.exchange_transfer_cycles(c.bytes),
-                src,
-            )));
+            heap.push(Reverse((start + c.duration(target), src)));
         }
     }
     (order, starts, horizon)
@@ -206,7 +294,7 @@ fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
     for c in order {
         let s = *send_free.get(&c.src_tile).unwrap_or(&0);
         let start = c.ready(s, &recv_free, target);
-        send_free.insert(c.src_tile, start + target.exchange_transfer_cycles(c.bytes));
+        send_free.insert(c.src_tile, start + c.duration(target));
         horizon = horizon.max(c.book(start, &mut recv_free, target));
         starts.push(start);
     }
@@ -232,6 +320,9 @@ pub fn schedule(
                 src_addr: addresses[t.src.0 as usize] + t.src_offset,
                 dst_addr: addresses[t.dsts[0].0 as usize] + t.dst_offset,
                 bytes: t.bytes,
+                repeat: t.repeat,
+                src_stride: t.src_stride,
+                dst_stride: t.dst_stride,
             }
         })
         .collect();
@@ -269,6 +360,9 @@ pub fn schedule(
                 start_cycle: start,
                 dst_tile: u16::try_from(c.dst_tile).map_err(too_wide)?,
                 dst_tile_count: u16::try_from(c.dst_count).map_err(too_wide)?,
+                repeat: c.repeat,
+                src_stride: c.src_stride,
+                dst_stride: c.dst_stride,
             });
     }
     let s = Scheduled {
@@ -296,7 +390,7 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
             ));
         }
         let mut sends: Vec<(u32, u32)> = Vec::new();
-        for r in &t.rows {
+        for r in &t.sends() {
             if r.bytes == 0
                 || r.bytes % 4 != 0
                 || r.src_addr % 4 != 0

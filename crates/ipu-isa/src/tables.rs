@@ -8,10 +8,14 @@
 pub const EXCHANGE_TABLE_MAGIC: u32 = u32::from_le_bytes(*b"XCHG");
 /// Magic word at the start of a host-exchange table: `"HOST"`.
 pub const HOST_TABLE_MAGIC: u32 = u32::from_le_bytes(*b"HOST");
-/// Bytes of an exchange table header: magic, row count, horizon cycles, reserved.
+/// Bytes of an exchange table header: magic, row count, horizon cycles, table bytes.
 pub const EXCHANGE_HEADER_BYTES: u32 = 16;
 /// Bytes of one exchange row.
 pub const EXCHANGE_ROW_BYTES: u32 = 20;
+/// Bytes a repeated row adds: repeat count, source stride, destination stride.
+pub const EXCHANGE_REPEAT_BYTES: u32 = 12;
+/// Set in a row's encoded destination tile count when the repeat words follow the row.
+pub const EXCHANGE_REPEAT_FLAG: u16 = 0x8000;
 /// Bytes of a host-exchange table header: magic, row count.
 pub const HOST_HEADER_BYTES: u32 = 8;
 /// Bytes of one host-exchange row.
@@ -22,7 +26,10 @@ pub const HOST_ROW_BYTES: u32 = 16;
 /// The sender's port is busy for `ceil(bytes / 4)` cycles from `start_cycle` (relative to the
 /// start of the phase); each destination tile receives the bytes from `start_cycle + latency`
 /// for as many cycles. `dst_tile_count > 1` multicasts to the contiguous tiles
-/// `dst_tile .. dst_tile + dst_tile_count`, all at `dst_addr`.
+/// `dst_tile .. dst_tile + dst_tile_count`, all at `dst_addr`. A row with `repeat > 1` stands
+/// for `repeat` sends back to back: send `k` moves `bytes` from `src_addr + k * src_stride` to
+/// `dst_addr + k * dst_stride` starting at `start_cycle + k * ceil(bytes / 4)` (strides wrap
+/// as 32-bit two's complement).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExchangeRow {
     /// Source address on the sending tile (4-byte aligned).
@@ -35,8 +42,62 @@ pub struct ExchangeRow {
     pub start_cycle: u32,
     /// First destination tile.
     pub dst_tile: u16,
-    /// Number of destination tiles (at least 1).
+    /// Number of destination tiles (1..=0x7FFF).
     pub dst_tile_count: u16,
+    /// Sends this row stands for (at least 1).
+    pub repeat: u32,
+    /// Source address step between repeated sends.
+    pub src_stride: u32,
+    /// Destination address step between repeated sends.
+    pub dst_stride: u32,
+}
+
+impl ExchangeRow {
+    /// A single send.
+    pub fn single(
+        src_addr: u32,
+        dst_addr: u32,
+        bytes: u32,
+        start_cycle: u32,
+        dst_tile: u16,
+        dst_tile_count: u16,
+    ) -> ExchangeRow {
+        ExchangeRow {
+            src_addr,
+            dst_addr,
+            bytes,
+            start_cycle,
+            dst_tile,
+            dst_tile_count,
+            repeat: 1,
+            src_stride: 0,
+            dst_stride: 0,
+        }
+    }
+
+    /// Bytes of the row's encoding.
+    pub fn byte_len(&self) -> u32 {
+        EXCHANGE_ROW_BYTES
+            + if self.repeat == 1 {
+                0
+            } else {
+                EXCHANGE_REPEAT_BYTES
+            }
+    }
+
+    /// The single sends the row stands for.
+    pub fn sends(&self) -> impl Iterator<Item = ExchangeRow> + '_ {
+        let step = self.bytes.div_ceil(4);
+        (0..self.repeat).map(move |k| ExchangeRow {
+            src_addr: self.src_addr.wrapping_add(k.wrapping_mul(self.src_stride)),
+            dst_addr: self.dst_addr.wrapping_add(k.wrapping_mul(self.dst_stride)),
+            start_cycle: self.start_cycle.saturating_add(k.saturating_mul(step)),
+            repeat: 1,
+            src_stride: 0,
+            dst_stride: 0,
+            ..*self
+        })
+    }
 }
 
 /// An exchange table: this tile's sends in one exchange phase.
@@ -56,6 +117,9 @@ pub enum TableError {
     BadMagic { found: u32 },
     /// The bytes end before the table does.
     Truncated { needed: usize, available: usize },
+    /// The header's byte count does not match its rows (or a repeated row repeats less than
+    /// twice).
+    BadLength { rows: usize, bytes: usize },
 }
 
 impl std::fmt::Display for TableError {
@@ -64,6 +128,9 @@ impl std::fmt::Display for TableError {
             TableError::BadMagic { found } => write!(f, "bad table magic {found:#010x}"),
             TableError::Truncated { needed, available } => {
                 write!(f, "table needs {needed} bytes, {available} available")
+            }
+            TableError::BadLength { rows, bytes } => {
+                write!(f, "table of {rows} rows cannot be {bytes} bytes long")
             }
         }
     }
@@ -76,7 +143,12 @@ fn word(bytes: &[u8], at: usize) -> u32 {
 impl ExchangeTable {
     /// Bytes the table occupies.
     pub fn byte_len(&self) -> u32 {
-        EXCHANGE_HEADER_BYTES + EXCHANGE_ROW_BYTES * self.rows.len() as u32
+        EXCHANGE_HEADER_BYTES + self.rows.iter().map(|r| r.byte_len()).sum::<u32>()
+    }
+
+    /// Every single send of the table, repeated rows expanded, in row order.
+    pub fn sends(&self) -> Vec<ExchangeRow> {
+        self.rows.iter().flat_map(|r| r.sends()).collect()
     }
 
     /// The table's bytes.
@@ -86,7 +158,7 @@ impl ExchangeTable {
             EXCHANGE_TABLE_MAGIC,
             self.rows.len() as u32,
             self.horizon_cycles,
-            0,
+            self.byte_len(),
         ] {
             out.extend_from_slice(&w.to_le_bytes());
         }
@@ -95,7 +167,17 @@ impl ExchangeTable {
                 out.extend_from_slice(&w.to_le_bytes());
             }
             out.extend_from_slice(&r.dst_tile.to_le_bytes());
-            out.extend_from_slice(&r.dst_tile_count.to_le_bytes());
+            let flag = if r.repeat == 1 {
+                0
+            } else {
+                EXCHANGE_REPEAT_FLAG
+            };
+            out.extend_from_slice(&(r.dst_tile_count | flag).to_le_bytes());
+            if r.repeat != 1 {
+                for w in [r.repeat, r.src_stride, r.dst_stride] {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
         }
         out
     }
@@ -112,7 +194,17 @@ impl ExchangeTable {
         if magic != EXCHANGE_TABLE_MAGIC {
             return Err(TableError::BadMagic { found: magic });
         }
-        Ok(EXCHANGE_HEADER_BYTES as usize + EXCHANGE_ROW_BYTES as usize * word(bytes, 4) as usize)
+        let rows = word(bytes, 4) as u64;
+        let len = word(bytes, 12) as u64;
+        let least = EXCHANGE_HEADER_BYTES as u64 + EXCHANGE_ROW_BYTES as u64 * rows;
+        let most = least + EXCHANGE_REPEAT_BYTES as u64 * rows;
+        if len < least || len > most {
+            return Err(TableError::BadLength {
+                rows: rows as usize,
+                bytes: len as usize,
+            });
+        }
+        Ok(len as usize)
     }
 
     /// Parses a table from the start of `bytes`.
@@ -124,19 +216,51 @@ impl ExchangeTable {
                 available: bytes.len(),
             });
         }
-        let rows = (0..word(bytes, 4) as usize)
-            .map(|i| {
-                let at = EXCHANGE_HEADER_BYTES as usize + i * EXCHANGE_ROW_BYTES as usize;
-                ExchangeRow {
-                    src_addr: word(bytes, at),
-                    dst_addr: word(bytes, at + 4),
-                    bytes: word(bytes, at + 8),
-                    start_cycle: word(bytes, at + 12),
-                    dst_tile: u16::from_le_bytes([bytes[at + 16], bytes[at + 17]]),
-                    dst_tile_count: u16::from_le_bytes([bytes[at + 18], bytes[at + 19]]),
+        let mut rows = Vec::with_capacity(word(bytes, 4) as usize);
+        let mut at = EXCHANGE_HEADER_BYTES as usize;
+        for _ in 0..word(bytes, 4) as usize {
+            if at + EXCHANGE_ROW_BYTES as usize > len {
+                return Err(TableError::Truncated {
+                    needed: at + EXCHANGE_ROW_BYTES as usize,
+                    available: len,
+                });
+            }
+            let count = u16::from_le_bytes([bytes[at + 18], bytes[at + 19]]);
+            let mut r = ExchangeRow::single(
+                word(bytes, at),
+                word(bytes, at + 4),
+                word(bytes, at + 8),
+                word(bytes, at + 12),
+                u16::from_le_bytes([bytes[at + 16], bytes[at + 17]]),
+                count & !EXCHANGE_REPEAT_FLAG,
+            );
+            at += EXCHANGE_ROW_BYTES as usize;
+            if count & EXCHANGE_REPEAT_FLAG != 0 {
+                if at + EXCHANGE_REPEAT_BYTES as usize > len {
+                    return Err(TableError::Truncated {
+                        needed: at + EXCHANGE_REPEAT_BYTES as usize,
+                        available: len,
+                    });
                 }
-            })
-            .collect();
+                r.repeat = word(bytes, at);
+                r.src_stride = word(bytes, at + 4);
+                r.dst_stride = word(bytes, at + 8);
+                at += EXCHANGE_REPEAT_BYTES as usize;
+                if r.repeat < 2 {
+                    return Err(TableError::BadLength {
+                        rows: rows.len(),
+                        bytes: at,
+                    });
+                }
+            }
+            rows.push(r);
+        }
+        if at != len {
+            return Err(TableError::BadLength {
+                rows: rows.len(),
+                bytes: len,
+            });
+        }
         Ok(ExchangeTable {
             horizon_cycles: word(bytes, 8),
             rows,
@@ -258,14 +382,15 @@ mod tests {
     fn exchange_table_round_trips() {
         let t = ExchangeTable {
             horizon_cycles: 120,
-            rows: vec![ExchangeRow {
-                src_addr: 0x80000,
-                dst_addr: 0x90000,
-                bytes: 64,
-                start_cycle: 3,
-                dst_tile: 7,
-                dst_tile_count: 2,
-            }],
+            rows: vec![
+                ExchangeRow::single(0x80000, 0x90000, 64, 3, 7, 2),
+                ExchangeRow {
+                    repeat: 5,
+                    src_stride: 64,
+                    dst_stride: (-128i32) as u32,
+                    ..ExchangeRow::single(0x81000, 0x91000, 64, 40, 9, 1)
+                },
+            ],
         };
         let b = t.to_bytes();
         assert_eq!(b.len() as u32, t.byte_len());
@@ -274,6 +399,21 @@ mod tests {
             ExchangeTable::from_bytes(&b[..20]),
             Err(TableError::Truncated { .. })
         ));
+        let sends = t.sends();
+        assert_eq!(sends.len(), 6);
+        assert_eq!(sends[5].src_addr, 0x81000 + 4 * 64);
+        assert_eq!(sends[5].dst_addr, 0x91000 - 4 * 128);
+        assert_eq!(sends[5].start_cycle, 40 + 4 * 16);
+        // Every truncation and every byte count other than the real one is refused.
+        for cut in 0..b.len() {
+            assert!(
+                ExchangeTable::from_bytes(&b[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut wrong = b.clone();
+        wrong[12] ^= 4;
+        assert!(ExchangeTable::from_bytes(&wrong).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! Not modelled: the 2x receive bandwidth of a tile pair receiving identical data (a multicast
 //! occupies each destination's port for the full transfer).
 
-use ipu_isa::tables::{ExchangeTable, HostDirection, HostTable};
+use ipu_isa::tables::{ExchangeRow, ExchangeTable, HostDirection, HostTable};
 use ipu_target::Target;
 
 use crate::exec::{Arrival, Tile};
@@ -109,6 +109,8 @@ pub(crate) fn exchange(
         )?);
     }
     let horizon = tables.first().map(|t| t.horizon_cycles).unwrap_or(0);
+    // Repeated rows stand for their single sends; every check and move works on those.
+    let sends_of: Vec<Vec<ExchangeRow>> = tables.iter().map(|t| t.sends()).collect();
     let bad = |tiles: &mut [Tile], t: usize, addr: Option<u32>, msg: String| {
         Err(fault(
             &mut tiles[t],
@@ -133,7 +135,7 @@ pub(crate) fn exchange(
             );
         }
         let mut sends: Vec<(u64, u64, usize)> = Vec::new();
-        for (i, row) in table.rows.iter().enumerate() {
+        for (i, row) in sends_of[t].iter().enumerate() {
             if row.bytes == 0 || !row.bytes.is_multiple_of(4) {
                 return bad(
                     tiles,
@@ -298,16 +300,16 @@ pub(crate) fn exchange(
     }
     // Move the data: all reads, then all writes.
     let mut payloads = Vec::new();
-    for (t, table) in tables.iter().enumerate() {
-        for row in &table.rows {
+    for (t, sends) in sends_of.iter().enumerate() {
+        for row in sends {
             let mut b = vec![0u8; row.bytes as usize];
             tiles[t].mem.read_into(row.src_addr, &mut b);
             payloads.push(b);
         }
     }
     let mut k = 0;
-    for table in &tables {
-        for row in &table.rows {
+    for sends in &sends_of {
+        for row in sends {
             let first = row.dst_tile as usize;
             for tile in &mut tiles[first..first + row.dst_tile_count as usize] {
                 tile.host_write(row.dst_addr, &payloads[k]);

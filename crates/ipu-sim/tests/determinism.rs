@@ -61,6 +61,9 @@ fn simulate() -> (
                 start_cycle: 0,
                 dst_tile: ((t + 1) % TILES) as u16,
                 dst_tile_count: 1,
+                repeat: 1,
+                src_stride: 0,
+                dst_stride: 0,
             }],
         };
         d.write(t, 0xA0000, &table.to_bytes()).unwrap();

@@ -18,6 +18,9 @@ fn row(src: u32, dst: u32, bytes: u32, start: u32, tile: u16, count: u16) -> Exc
         start_cycle: start,
         dst_tile: tile,
         dst_tile_count: count,
+        repeat: 1,
+        src_stride: 0,
+        dst_stride: 0,
     }
 }
 
@@ -381,4 +384,31 @@ fn random_permutation_exchanges_move_every_byte() {
             .collect();
         assert!(exchange(&short).1.is_err());
     }
+}
+
+#[test]
+fn a_repeated_row_is_its_sends_back_to_back() {
+    // Tile 0 scatters four 8-byte pieces of its memory to tile 1 with a destination stride of
+    // 32 bytes: one row with repeat 4.
+    let scatter = ExchangeRow {
+        repeat: 4,
+        src_stride: 8,
+        dst_stride: 32,
+        ..row(0x80000, 0x88000, 8, 0, 1, 1)
+    };
+    let tables = vec![table(60, vec![scatter]), table(60, vec![])];
+    let (d, r) = exchange(&tables);
+    r.unwrap();
+    for k in 0..4u32 {
+        let want: Vec<u8> = (0..8u32).map(|i| (k * 8 + i) as u8).collect();
+        assert_eq!(d.read(1, 0x88000 + 32 * k, 8).unwrap(), want, "piece {k}");
+    }
+    // The four sends take 4 x 2 cycles from cycle 0: a second row at cycle 4 overlaps them.
+    let clash = vec![
+        table(60, vec![scatter, row(0x80040, 0x89000, 8, 4, 1, 1)]),
+        table(60, vec![]),
+    ];
+    rejected(&clash, 0, "overlapping");
+    // The last send ends at 6 + 2 + latency: a horizon of 10 is too short.
+    rejected(&[table(10, vec![scatter]), table(10, vec![])], 0, "horizon");
 }
