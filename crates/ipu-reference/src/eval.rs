@@ -394,7 +394,10 @@ fn attention(
                 softmax_lane(&mut s, i * sk, sk, 1, true);
             }
             round_slice(partials, &mut s);
-            matmul_device(&s, vm, om, (sq, sk, dv), rule, ctx.threads);
+            // The probabilities are in the partials type: with f32 partials the product with v
+            // runs in the AMP's f32 mode (v is converted to f32 exactly).
+            let pv_rule = partials_rule(partials, partials);
+            matmul_device(&s, vm, om, (sq, sk, dv), pv_rule, ctx.threads);
         } else {
             let q64: Vec<f64> = qm.iter().map(|&x| f64::from(x)).collect();
             let kt64: Vec<f64> = kt.iter().map(|&x| f64::from(x)).collect();
