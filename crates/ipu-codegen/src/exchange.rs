@@ -219,22 +219,22 @@ impl Resolved {
     }
 
     /// The earliest start at or after `free` that every receiver's port allows.
-    fn ready(&self, free: u32, recv_free: &BTreeMap<u32, u32>, target: &Target) -> u32 {
+    fn ready(&self, free: u32, recv_free: &[u32], target: &Target) -> u32 {
         self.receivers()
             .map(|d| {
                 let l = target.exchange_latency_cycles(self.src_tile, d);
-                recv_free.get(&d).map_or(0, |r| r.saturating_sub(l))
+                recv_free[d as usize].saturating_sub(l)
             })
             .fold(free, u32::max)
     }
 
     /// Books the receivers' ports from `start`; returns the end of the last arrival.
-    fn book(&self, start: u32, recv_free: &mut BTreeMap<u32, u32>, target: &Target) -> u32 {
+    fn book(&self, start: u32, recv_free: &mut [u32], target: &Target) -> u32 {
         let duration = self.duration(target);
         let mut end = 0;
         for d in self.receivers() {
             let e = start + target.exchange_latency_cycles(self.src_tile, d) + duration;
-            recv_free.insert(d, e);
+            recv_free[d as usize] = e;
             end = end.max(e);
         }
         end
@@ -259,7 +259,13 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
             .or_default()
             .push_back(*c);
     }
-    let mut recv_free: BTreeMap<u32, u32> = BTreeMap::new();
+    // Receive ports by tile: when each is next free.
+    let tiles = rows
+        .iter()
+        .map(|r| r.dst_tile + r.dst_count)
+        .max()
+        .unwrap_or(0) as usize;
+    let mut recv_free = vec![0u32; tiles];
     let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
         pending.keys().map(|&s| Reverse((0, s))).collect();
     let (mut order, mut starts, mut horizon) = (Vec::new(), Vec::new(), 0);
@@ -287,14 +293,19 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
 
 /// Rows in the given order, each at the earliest cycle its ports allow.
 fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
-    let mut send_free: BTreeMap<u32, u32> = BTreeMap::new();
-    let mut recv_free: BTreeMap<u32, u32> = BTreeMap::new();
+    let tiles = order
+        .iter()
+        .map(|r| (r.dst_tile + r.dst_count).max(r.src_tile + 1))
+        .max()
+        .unwrap_or(0) as usize;
+    let mut send_free = vec![0u32; tiles];
+    let mut recv_free = vec![0u32; tiles];
     let mut starts = Vec::with_capacity(order.len());
     let mut horizon = 0;
     for c in order {
-        let s = *send_free.get(&c.src_tile).unwrap_or(&0);
+        let s = send_free[c.src_tile as usize];
         let start = c.ready(s, &recv_free, target);
-        send_free.insert(c.src_tile, start + c.duration(target));
+        send_free[c.src_tile as usize] = start + c.duration(target);
         horizon = horizon.max(c.book(start, &mut recv_free, target));
         starts.push(start);
     }
