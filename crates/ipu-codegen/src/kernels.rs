@@ -34,6 +34,11 @@ pub enum Kernel {
     /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
     /// rows, stride, keep-mask of the first word, full words.
     PadClear,
+    /// Causal masking while copying f32 rows: per row, the first `start` valid elements are
+    /// copied, the rest of the `valid` ones become the fill value, the padding is copied;
+    /// `start` grows by one per row. State: src, dst, rows, start (signed), valid, stride
+    /// (elements per row), fill bits.
+    MaskRows,
     /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
     Transpose { bytes: u32 },
     /// Per-row maximum or sum (`row_kernels::row_reduce`).
@@ -142,6 +147,7 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Cast { from, to } => cast(&mut c, from, to),
         Kernel::Zero => zero(&mut c),
         Kernel::PadClear => pad_clear(&mut c),
+        Kernel::MaskRows => mask_rows(&mut c),
         Kernel::Transpose { bytes } => crate::row_kernels::transpose(&mut c, bytes),
         Kernel::RowReduce { ty, max } => crate::row_kernels::row_reduce(&mut c, ty, max),
         Kernel::RowScalar { ty, op, reversed } => {
@@ -513,6 +519,81 @@ fn zero(c: &mut Code) {
 /// Issue slots of a zero fill of `words` 32-bit words on one worker.
 pub fn zero_slots(words: u32) -> u32 {
     6 + words
+}
+
+fn mask_rows(c: &mut Code) {
+    load_state(c, 7); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
+    let end = c.label();
+    let row = c.label();
+    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, m(3), m(3), 1));
+    c.op(setzi(m(12), 0));
+    c.bind(row);
+    // m8 = clamp(start, 0, valid): elements copied before the mask.
+    c.op(Instr::Alu {
+        op: AluOp::Max,
+        d: m(8),
+        a: m(4),
+        b: m(12),
+    });
+    c.op(Instr::Alu {
+        op: AluOp::Min,
+        d: m(8),
+        a: m(8),
+        b: m(5),
+    });
+    c.op(Instr::Rpt {
+        count: m(8),
+        body: 2,
+    });
+    c.op(ld32step_a(a(0), m(1), 4));
+    c.op(st32step_a(a(0), m(2), 4));
+    // m9 = valid - m8 masked elements: store the fill, skip the source.
+    c.op(Instr::Alu {
+        op: AluOp::Sub,
+        d: m(9),
+        a: m(5),
+        b: m(8),
+    });
+    c.op(Instr::Rpt {
+        count: m(9),
+        body: 1,
+    });
+    c.op(Instr::Store {
+        width: Width::B32,
+        s: ipu_isa::DataReg::M(m(7)),
+        base: m(2),
+        mode: ipu_isa::AddrMode::PostInc(4),
+    });
+    c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
+    c.op(Instr::Alu {
+        op: AluOp::Add,
+        d: m(1),
+        a: m(1),
+        b: m(10),
+    });
+    // m10 = stride - valid padding elements: copied.
+    c.op(Instr::Alu {
+        op: AluOp::Sub,
+        d: m(10),
+        a: m(6),
+        b: m(5),
+    });
+    c.op(Instr::Rpt {
+        count: m(10),
+        body: 2,
+    });
+    c.op(ld32step_a(a(0), m(1), 4));
+    c.op(st32step_a(a(0), m(2), 4));
+    c.op(alu_imm(AluOp::Add, m(4), m(4), 1));
+    c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of a causal mask over `rows` rows of `stride` elements.
+pub fn mask_rows_slots(rows: u32, stride: u32) -> u32 {
+    11 + rows * (12 + 2 * stride)
 }
 
 /// Zeroes the padding columns of rows: per row, the first pad word is read-modify-written

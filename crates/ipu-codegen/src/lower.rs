@@ -331,6 +331,9 @@ impl Lowerer<'_> {
                     self.pad_clears(index, &mut tiles);
                 }
             }
+            DevOpKind::CausalMask { key_start } => {
+                self.lower_causal_mask(index, *key_start, &mut tiles)?;
+            }
             DevOpKind::Cast => {
                 let x = op.inputs[0];
                 let (from, to) = (
@@ -530,6 +533,87 @@ impl Lowerer<'_> {
                 t.push(SupOp::AmpCfg(mode));
             }
             t.extend(ops);
+        }
+        Ok(())
+    }
+
+    /// Masked copies: every piece of the output is cut at column-group boundaries into runs of
+    /// whole rows, each split over the workers; a row a piece cuts is masked as a fragment.
+    fn lower_causal_mask(
+        &mut self,
+        index: usize,
+        key_start: usize,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (x, out) = (op.inputs[0], op.output);
+        let val = &self.plan.values[out];
+        let (_, rows, cols) = split_shape(&val.shape);
+        let g = val.layout.group;
+        let groups = cols.div_ceil(g);
+        let per_outer = groups * rows * g;
+        let pieces = val.layout.pieces.clone();
+        for p in pieces {
+            let (xb, ob) = (self.value_buffer(x, p.tile), self.value_buffer(out, p.tile));
+            let mut at = p.start;
+            while at < p.end {
+                let rem = at % per_outer;
+                let (grp, in_grp) = (rem / (rows * g), rem % (rows * g));
+                let (r0, cc) = (in_grp / g, in_grp % g);
+                let group_end = p.end.min(at - in_grp + rows * g);
+                let valid_row = g.min(cols - grp * g);
+                let local = (p.local + at - p.start) as u32 * 4;
+                // First masked column of row i in this group: i + 1 - key_start - grp * g.
+                let first = |i: usize, from: usize| {
+                    (i as i64 + 1 - key_start as i64 - (grp * g) as i64 - from as i64)
+                        .clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32
+                };
+                let push = |tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+                            off: u32,
+                            n: u32,
+                            start: u32,
+                            valid: u32,
+                            stride: u32| {
+                    tiles.entry(p.tile).or_default().push(SupOp::Run(
+                        Kernel::MaskRows,
+                        vec![
+                            StateWord::Addr(xb, off),
+                            StateWord::Addr(ob, off),
+                            StateWord::Const(n),
+                            StateWord::Const(start),
+                            StateWord::Const(valid),
+                            StateWord::Const(stride),
+                            StateWord::Const(f32::NEG_INFINITY.to_bits()),
+                        ],
+                        kernels::mask_rows_slots(n, stride),
+                    ));
+                };
+                if cc != 0 || group_end - at < g {
+                    // A piece cuts this row: mask its fragment as a one-row vertex.
+                    let end = group_end.min(at - cc + g);
+                    let len = end - at;
+                    let valid = valid_row.saturating_sub(cc).min(len) as u32;
+                    push(tiles, local, 1, first(r0, cc), valid, len as u32);
+                    at = end;
+                    continue;
+                }
+                let n = ((group_end - at) / g) as u32;
+                for (w0, w1) in split(n, WORKERS) {
+                    if w1 > w0 {
+                        let off = local + w0 * g as u32 * 4;
+                        push(
+                            tiles,
+                            off,
+                            w1 - w0,
+                            first(r0 + w0 as usize, 0),
+                            valid_row as u32,
+                            g as u32,
+                        );
+                    }
+                }
+                let seg_end = at + n as usize * g;
+                at = seg_end;
+            }
         }
         Ok(())
     }

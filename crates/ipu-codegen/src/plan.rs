@@ -127,6 +127,11 @@ pub enum DevOpKind {
     Unary(UnOp, f32),
     /// Conversion.
     Cast,
+    /// The causal mask of a block of scores whose column 0 is key `key_start` (f32).
+    CausalMask {
+        /// Key of column 0.
+        key_start: usize,
+    },
     /// Data movement or a row operation in the row layout (see [`rows`]).
     Rows(RowOp),
 }
@@ -457,6 +462,29 @@ impl Planner<'_> {
                 self.push_simple(
                     op.name.clone(),
                     DevOpKind::Unary(UnOp::Scale, *factor),
+                    vec![ins[0]],
+                    r,
+                );
+            }
+            OpKind::CausalMask { key_start } => {
+                if self.values[ins[0]].dtype != DType::F32 {
+                    return unsupported(
+                        "a causal mask is lowered for f32 scores only (use f32 partials)",
+                    );
+                }
+                let layout = self.values[ins[0]].layout.clone();
+                let r = self.add_value(
+                    out_val.name.clone(),
+                    out_val.ty.dtype,
+                    out_val.ty.shape.clone(),
+                    Some(out),
+                    layout,
+                );
+                self.push_simple(
+                    op.name.clone(),
+                    DevOpKind::CausalMask {
+                        key_start: *key_start,
+                    },
                     vec![ins[0]],
                     r,
                 );

@@ -146,3 +146,33 @@ fn same_inputs_give_same_package_cycles_and_outputs() {
     assert_eq!(a.cycles, b.cycles);
     assert_eq!(a.outputs, b.outputs);
 }
+
+#[test]
+fn flash_attention_causal_or_not_is_its_expansion_bit_for_bit() {
+    for (causal, block, tiles) in [(false, 32, 13), (true, 32, 13), (true, 48, 64)] {
+        let g = ipu_graph::models::build(
+            "attention-flash",
+            &[
+                ("seq".to_string(), "96".to_string()),
+                ("heads".to_string(), "2".to_string()),
+                ("head_dim".to_string(), "64".to_string()),
+                ("block".to_string(), block.to_string()),
+                ("causal".to_string(), causal.to_string()),
+            ],
+        )
+        .unwrap();
+        common::run(&g, Target::gc200(), tiles, 6).assert_exact(&format!(
+            "flash causal={causal} block={block} on {tiles} tiles"
+        ));
+    }
+}
+
+#[test]
+fn causal_mask_alone() {
+    let g = graph(
+        "graph mask {\n  input %s: f32[2, 9, 21]\n  %m = causal_mask(%s) {key_start = 4}: f32[2, 9, 21]\n  output %m\n}\n",
+    );
+    for tiles in [1, 5] {
+        common::run(&g, Target::gc200(), tiles, 2).assert_exact(&format!("mask on {tiles} tiles"));
+    }
+}

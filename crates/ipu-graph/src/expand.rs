@@ -11,6 +11,7 @@
 //! ```text
 //! s_j   = matmul(q, kᵀ[.., :, k0..k1]) {partials = P}: P        (kᵀ once: transpose of k)
 //! t_j   = scale(s_j)
+//! t_j   = causal_mask(t_j) {key_start = k0}                     (causal only)
 //! m_j   = max(m_{j-1}, reduce_max(t_j))                         (m_0 = reduce_max(t_0))
 //! a_j   = exp(m_{j-1} - m_j)                                     (j > 0)
 //! p_j   = exp(t_j - m_j)
@@ -18,8 +19,10 @@
 //! o_j   = o_{j-1} * a_j + matmul(p_j, v'[.., k0..k1, :]) {partials = P}   (v' = v in P)
 //! out   = cast(o_last / l_last) to the output dtype
 //! ```
-//! `block_q` does not change the numbers (it is a tiling hint). Causal masking is not
-//! expanded yet: [`expand_fused`] refuses a causal `flash_attention`.
+//! `block_q` does not change the numbers (it is a tiling hint). With a causal mask, `t_j` is
+//! masked (`causal_mask {key_start = k0}`: keys after the query become `-inf`) before the row
+//! maximum; a row whose keys in a block are all masked keeps its maximum, gains nothing from
+//! the block (`exp(-inf) = 0`) and is rescaled by `exp(0) = 1`.
 
 use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, ValueId};
 
@@ -54,17 +57,9 @@ pub fn expand_fused(graph: &Graph) -> Result<Graph, GraphError> {
                 partials,
                 out,
                 ..
-            } => {
-                if *causal {
-                    return Err(GraphError::Operation {
-                        operation: op.name.clone(),
-                        mnemonic: op.kind.mnemonic(),
-                        operand: None,
-                        reason: "causal flash_attention cannot be expanded yet".into(),
-                    });
-                }
-                flash(&mut b, &op.name, &ins, *scale, *block_k, *partials, *out)?
-            }
+            } => flash(
+                &mut b, &op.name, &ins, *scale, *causal, *block_k, *partials, *out,
+            )?,
             kind => b.op(op.name.clone(), kind.clone(), &ins)?,
         };
         map[op.outputs[0].0 as usize] = Some(out);
@@ -81,6 +76,7 @@ fn flash(
     name: &str,
     ins: &[ValueId],
     scale: f32,
+    causal: bool,
     block_k: usize,
     partials: DType,
     out: DType,
@@ -125,7 +121,10 @@ fn flash(
             &[vp],
         )?;
         let s = b.op(n("s"), mm.clone(), &[q, ktj])?;
-        let t = b.op(n("t"), OpKind::Scale { factor: scale }, &[s])?;
+        let mut t = b.op(n("t"), OpKind::Scale { factor: scale }, &[s])?;
+        if causal {
+            t = b.op(n("masked"), OpKind::CausalMask { key_start: k0 }, &[t])?;
+        }
         let rm = b.op(n("rowmax"), OpKind::ReduceMax { axis: rank - 1 }, &[t])?;
         let (mj, alpha) = match m {
             None => (rm, None),
@@ -195,5 +194,20 @@ mod tests {
                 v.ty
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod mask_tests {
+    use crate::{parse, print};
+
+    #[test]
+    fn causal_mask_prints_parses_and_refuses_fp8() {
+        let text = "graph m {\n  input %s: f32[3, 4]\n  %m = causal_mask(%s) {key_start = 2}: f32[3, 4]\n  output %m\n}\n";
+        let g = parse(text, "m.ipug").unwrap();
+        assert_eq!(print(&g), text);
+        let bad = "graph m {\n  input %s: f143@-4[3, 4]\n  %m = causal_mask(%s) {key_start = 0}: f143@-4[3, 4]\n  output %m\n}\n";
+        let e = parse(bad, "m.ipug").unwrap_err().to_string();
+        assert!(e.contains("-inf"), "{e}");
     }
 }

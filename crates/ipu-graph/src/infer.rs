@@ -256,6 +256,23 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             arity(inputs, 1)?;
             Ok(inputs[0].clone())
         }
+        OpKind::CausalMask { .. } => {
+            arity(inputs, 1)?;
+            let t = inputs[0];
+            if t.shape.len() < 2 {
+                return err(
+                    Some(0),
+                    format!("{t} has rank below 2: no rows and keys to mask"),
+                );
+            }
+            if !matches!(t.dtype, DType::F32 | DType::F16) {
+                return err(
+                    Some(0),
+                    format!("{t}: a mask needs -inf, which only f32 and f16 have"),
+                );
+            }
+            Ok(t.clone())
+        }
         OpKind::ReduceMax { axis } | OpKind::ReduceSum { axis } => {
             arity(inputs, 1)?;
             check_axis(inputs[0], *axis, 0)?;

@@ -272,6 +272,12 @@ pub enum OpKind {
     },
     /// `e^x`.
     Exp,
+    /// The causal mask of a block of attention scores: `x[.., i, j]` becomes `-inf` where key
+    /// `key_start + j` comes after query `i`, and is kept otherwise. f32 and f16 only.
+    CausalMask {
+        /// The key of column 0.
+        key_start: usize,
+    },
     /// Maximum along `axis`; the axis is kept with size 1.
     ReduceMax {
         /// Axis.
@@ -344,6 +350,7 @@ impl OpKind {
             OpKind::Max => "max",
             OpKind::Scale { .. } => "scale",
             OpKind::Exp => "exp",
+            OpKind::CausalMask { .. } => "causal_mask",
             OpKind::ReduceMax { .. } => "reduce_max",
             OpKind::ReduceSum { .. } => "reduce_sum",
             OpKind::Softmax { .. } => "softmax",

@@ -88,6 +88,7 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             vec![]
         }
         OpKind::Scale { factor } => vec![("factor", fmt_f32(*factor))],
+        OpKind::CausalMask { key_start } => vec![("key_start", key_start.to_string())],
         OpKind::Cast { to } => vec![("to", to.to_string())],
         OpKind::LayerNorm { epsilon } => vec![("epsilon", fmt_f32(*epsilon))],
         OpKind::Attention {
@@ -580,6 +581,9 @@ fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
             factor: set.f32("factor")?,
         },
         "exp" => OpKind::Exp,
+        "causal_mask" => OpKind::CausalMask {
+            key_start: set.usize("key_start")?,
+        },
         "reduce_max" => OpKind::ReduceMax {
             axis: set.usize("axis")?,
         },

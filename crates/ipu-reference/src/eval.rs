@@ -558,6 +558,22 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         OpKind::Max => binary(ins[0], ins[1], out, f32::max),
         OpKind::Scale { factor } => ins[0].0.iter().map(|&x| x * factor).collect(),
         OpKind::Exp => ins[0].0.iter().map(|&x| x.exp()).collect(),
+        OpKind::CausalMask { key_start } => {
+            let (x, t) = ins[0];
+            let n = t.shape.len();
+            let (rows, keys) = (t.shape[n - 2], t.shape[n - 1]);
+            x.iter()
+                .enumerate()
+                .map(|(e, &v)| {
+                    let (i, j) = ((e / keys) % rows, e % keys);
+                    if key_start + j > i {
+                        f32::NEG_INFINITY
+                    } else {
+                        v
+                    }
+                })
+                .collect()
+        }
         OpKind::ReduceMax { axis } => reduce(ins[0].0, ins[0].1, *axis, false, ctx),
         OpKind::ReduceSum { axis } => reduce(ins[0].0, ins[0].1, *axis, true, ctx),
         OpKind::Softmax { axis } => {
