@@ -26,13 +26,9 @@
 //!   dtype; `T = partials(S * scale)` with masked entries `-inf`; `P = partials(softmax_f32(T))`
 //!   along keys; `out = out_dtype(P v)` by the matmul rule;
 //! - division is `a * (1 / b)` in f32 (the device's `rcp` then `mul`);
-//! - flash attention (not causal) is its expansion into blocked operations
-//!   (`ipu_graph::expand`), each evaluated by the rules here; causal flash attention, per query
-//!   row, over key blocks of `block_k` (block_q does not change the numbers): scores as in attention (rounded to partials, scaled, rounded); running max
-//!   `m` and sum `l` in f32; per block `m' = max(m, max_j s_j)`, `alpha = exp(m - m')`,
-//!   `p_j = partials(exp(s_j - m'))`, `l = l alpha + sum_j p_j` (f32, key order),
-//!   `acc_c = partials(acc_c alpha + sum_j p_j v_jc)` (f32 in key order, rounded once per key
-//!   block); finally `out = out_dtype(acc / l)`. A block whose keys are all masked is skipped.
+//! - flash attention is its expansion into blocked operations (`ipu_graph::expand`, a causal
+//!   mask included), each evaluated by the rules here; the per-row blocked recipe in
+//!   `eval::flash_attention_device` is used only for a graph the expansion refuses.
 //!
 //! Transcendentals (`exp`, `sqrt`) are Rust's f32 functions; the device's may differ in the
 //! last f32 bit, which the f16/FP8 rounding of results almost always hides.
