@@ -4,7 +4,7 @@
 use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
-use crate::gemm::{AmpRule, Partials, for_row_chunks, matmul_device, matmul_f64, row_times_matrix};
+use crate::gemm::{AmpRule, Partials, matmul_device, matmul_f64};
 use crate::{Precision, ReferenceError, Tensor, round_slice};
 
 #[derive(Clone, Copy)]
@@ -37,12 +37,9 @@ pub fn evaluate(
     }
     let threads = threads.max(1);
     // In device precision a fused operation is what the device computes: its expansion
-    // (`ipu_graph::expand`), evaluated operation by operation. Causal flash attention is not
-    // expanded and keeps the recipe below.
-    if precision == Precision::Device
-        && ipu_graph::expand::has_fused(graph)
-        && let Ok(expanded) = ipu_graph::expand::expand_fused(graph)
-    {
+    // (`ipu_graph::expand`), evaluated operation by operation.
+    if precision == Precision::Device && ipu_graph::expand::has_fused(graph) {
+        let expanded = ipu_graph::expand::expand_fused(graph)?;
         return evaluate(&expanded, inputs, precision, threads);
     }
     let _span =
@@ -436,86 +433,6 @@ fn attention(
     out
 }
 
-#[allow(clippy::too_many_arguments)]
-fn flash_attention_device(
-    q: (&[f32], &TensorType),
-    k: (&[f32], &TensorType),
-    v: (&[f32], &TensorType),
-    scale: f32,
-    causal: bool,
-    block_k: usize,
-    partials: DType,
-    threads: usize,
-) -> Vec<f32> {
-    let AttentionShape {
-        batches,
-        sq,
-        sk,
-        d,
-        dv,
-    } = attention_shape(q.1, k.1, v.1);
-    let (qd, kd, vd) = (
-        device_operand(q.0, q.1),
-        device_operand(k.0, k.1),
-        device_operand(v.0, v.1),
-    );
-    let rule = partials_rule(q.1.dtype, partials);
-    let mut out = vec![0.0f32; batches * sq * dv];
-    let kts: Vec<Vec<f32>> = (0..batches)
-        .map(|bi| transpose2(&kd[bi * sk * d..(bi + 1) * sk * d], sk, d))
-        .collect();
-    // Rows of the output across all batches, split over threads.
-    for_row_chunks(&mut out, dv, threads, |row0, chunk| {
-        let mut s = vec![0.0f32; block_k];
-        let mut acc = vec![0.0f32; dv];
-        for (r, o) in chunk.chunks_mut(dv).enumerate() {
-            let row = row0 + r;
-            let (bi, i) = (row / sq, row % sq);
-            let qi = &qd[(bi * sq + i) * d..(bi * sq + i + 1) * d];
-            let kt = &kts[bi];
-            let vm = &vd[bi * sk * dv..(bi + 1) * sk * dv];
-            let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
-            acc.fill(0.0);
-            for jb in (0..sk).step_by(block_k) {
-                let mut j_end = (jb + block_k).min(sk);
-                if causal {
-                    j_end = j_end.min(i + 1);
-                }
-                if jb >= j_end {
-                    break;
-                }
-                let s = &mut s[..j_end - jb];
-                row_times_matrix(qi, &kt[jb..], sk, rule, jb, s);
-                round_slice(partials, s);
-                s.iter_mut().for_each(|x| *x *= scale);
-                round_slice(partials, s);
-                let m_new = s.iter().copied().fold(m, f32::max);
-                let alpha = if m == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    (m - m_new).exp()
-                };
-                s.iter_mut().for_each(|x| *x = (*x - m_new).exp());
-                round_slice(partials, s);
-                l = l * alpha + s.iter().fold(0.0f32, |a, &p| a + p);
-                acc.iter_mut().for_each(|a| *a *= alpha);
-                for (j, &p) in s.iter().enumerate() {
-                    let v_row = &vm[(jb + j) * dv..(jb + j + 1) * dv];
-                    for (a, &vv) in acc.iter_mut().zip(v_row) {
-                        *a += p * vv;
-                    }
-                }
-                round_slice(partials, &mut acc);
-                m = m_new;
-            }
-            for (oc, &a) in o.iter_mut().zip(&acc) {
-                *oc = if l > 0.0 { a / l } else { 0.0 };
-            }
-        }
-    });
-    out
-}
-
 fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: Ctx) -> Vec<f32> {
     let device = ctx.device();
     let mut r = match kind {
@@ -625,28 +542,14 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             partials,
             ..
         } => attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx),
+        // Only the exact precision meets a fused operation (the device precision evaluates its
+        // expansion): attention computed directly, without blocks.
         OpKind::FlashAttention {
             scale,
             causal,
-            block_k,
             partials,
             ..
-        } => {
-            if device {
-                flash_attention_device(
-                    ins[0],
-                    ins[1],
-                    ins[2],
-                    *scale,
-                    *causal,
-                    *block_k,
-                    *partials,
-                    ctx.threads,
-                )
-            } else {
-                attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx)
-            }
-        }
+        } => attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx),
     };
     if device {
         round_slice(out.dtype, &mut r);

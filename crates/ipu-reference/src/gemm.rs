@@ -109,22 +109,9 @@ impl AmpRule {
 /// factor (the order of operations of every element is unchanged).
 pub const DEVICE_KERNEL_ROWS: usize = 4;
 
-/// `out[j] = sum_k a_row[k] * b[k * ldb + j]` for `j in 0..out.len()`, following `rule`.
-/// `b` starts at column `col0` of the whole product (it decides each column's chunk); `out`
-/// is overwritten.
-pub fn row_times_matrix(
-    a_row: &[f32],
-    b: &[f32],
-    ldb: usize,
-    rule: AmpRule,
-    col0: usize,
-    out: &mut [f32],
-) {
-    rows_times_matrix(a_row, a_row.len(), b, ldb, rule, col0, out);
-}
-
-/// [`row_times_matrix`] for several rows at once: `a` holds `rows` rows of `k` values, `out`
-/// the same number of rows of `n` values.
+/// `out[r][j] = sum_k a[r][k] * b[k * ldb + j]` following `rule`, for the rows of `a`
+/// (`rows` rows of `k` values) and `out` (as many rows of `n` values). `b` starts at column
+/// `col0` of the whole product, which decides each column's chunk; `out` is overwritten.
 fn rows_times_matrix(
     a: &[f32],
     k: usize,
