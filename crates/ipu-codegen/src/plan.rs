@@ -450,21 +450,15 @@ impl Planner<'_> {
                     "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
                 );
             }
-            OpKind::Scale { factor } => {
-                let layout = self.values[ins[0]].layout.clone();
-                let r = self.add_value(
-                    out_val.name.clone(),
-                    out_val.ty.dtype,
-                    out_val.ty.shape.clone(),
-                    Some(out),
-                    layout,
-                );
-                self.push_simple(
-                    op.name.clone(),
-                    DevOpKind::Unary(UnOp::Scale, *factor),
-                    vec![ins[0]],
-                    r,
-                );
+            OpKind::Scale { factor } => self.follow(
+                op,
+                &out_val,
+                DevOpKind::Unary(UnOp::Scale, *factor),
+                ins[0],
+                None,
+            ),
+            OpKind::Exp => {
+                self.follow(op, &out_val, DevOpKind::Unary(UnOp::Exp, 1.0), ins[0], None)
             }
             OpKind::CausalMask { key_start } => {
                 if self.values[ins[0]].dtype != DType::F32 {
@@ -472,53 +466,16 @@ impl Planner<'_> {
                         "a causal mask is lowered for f32 scores only (use f32 partials)",
                     );
                 }
-                let layout = self.values[ins[0]].layout.clone();
-                let r = self.add_value(
-                    out_val.name.clone(),
-                    out_val.ty.dtype,
-                    out_val.ty.shape.clone(),
-                    Some(out),
-                    layout,
-                );
-                self.push_simple(
-                    op.name.clone(),
-                    DevOpKind::CausalMask {
-                        key_start: *key_start,
-                    },
-                    vec![ins[0]],
-                    r,
-                );
-            }
-            OpKind::Exp => {
-                let layout = self.values[ins[0]].layout.clone();
-                let r = self.add_value(
-                    out_val.name.clone(),
-                    out_val.ty.dtype,
-                    out_val.ty.shape.clone(),
-                    Some(out),
-                    layout,
-                );
-                self.push_simple(
-                    op.name.clone(),
-                    DevOpKind::Unary(UnOp::Exp, 1.0),
-                    vec![ins[0]],
-                    r,
-                );
+                let kind = DevOpKind::CausalMask {
+                    key_start: *key_start,
+                };
+                self.follow(op, &out_val, kind, ins[0], None)
             }
             OpKind::Cast { to } => {
-                let layout = self.values[ins[0]].layout.clone();
-                let from = self.values[ins[0]].dtype;
-                if from.is_fp8() && to.is_fp8() {
+                if self.values[ins[0]].dtype.is_fp8() && to.is_fp8() {
                     return unsupported("FP8 to FP8 casts are not lowered; cast through f16");
                 }
-                let r = self.add_value(
-                    out_val.name.clone(),
-                    *to,
-                    out_val.ty.shape.clone(),
-                    Some(out),
-                    layout,
-                );
-                self.push_simple(op.name.clone(), DevOpKind::Cast, vec![ins[0]], r);
+                self.follow(op, &out_val, DevOpKind::Cast, ins[0], Some(*to))
             }
             OpKind::Reshape { .. }
             | OpKind::Transpose { .. }
@@ -532,6 +489,28 @@ impl Planner<'_> {
             _ => return unsupported("not lowered to the device yet"),
         }
         Ok(())
+    }
+
+    /// A one-operand operation whose result keeps its operand's layout (in `dtype`, or the
+    /// graph value's type).
+    fn follow(
+        &mut self,
+        op: &ipu_graph::Operation,
+        out_val: &ipu_graph::Value,
+        kind: DevOpKind,
+        x: DevValueId,
+        dtype: Option<DType>,
+    ) {
+        let layout = self.values[x].layout.clone();
+        let dtype = dtype.unwrap_or(out_val.ty.dtype);
+        let r = self.add_value(
+            out_val.name.clone(),
+            dtype,
+            out_val.ty.shape.clone(),
+            Some(op.outputs[0]),
+            layout,
+        );
+        self.push_simple(op.name.clone(), kind, vec![x], r);
     }
 
     fn rename(&mut self, v: DevValueId, name: String, graph: ValueId) {
