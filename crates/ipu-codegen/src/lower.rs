@@ -247,8 +247,13 @@ impl Lowerer<'_> {
         let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
         let mut copies: Vec<Copy> = Vec::new();
         match &op.kind {
-            DevOpKind::MatMul { mode, blocks, .. } => {
-                self.lower_matmul(index, *mode, blocks, &mut tiles, &mut copies)?;
+            DevOpKind::MatMul {
+                mode,
+                blocks,
+                k_chunks,
+                ..
+            } => {
+                self.lower_matmul(index, *mode, blocks, *k_chunks, &mut tiles, &mut copies)?;
             }
             DevOpKind::Rows(rop) => {
                 self.lower_rows(index, rop, &mut tiles, &mut copies)?;
@@ -380,159 +385,190 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn lower_matmul(
         &mut self,
         index: usize,
         mode: AmpMode,
         blocks: &[crate::plan::Block],
+        k_chunks: usize,
         tiles: &mut BTreeMap<u32, Vec<SupOp>>,
         copies: &mut Vec<Copy>,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
+        let name = op.name.clone();
         let (a, b, c) = (op.inputs[0], op.inputs[1], op.output);
         let geo = amp_geometry(mode);
         let (kblk, cols) = (geo.k_block, geo.cols);
-        let a_shape = self.plan.values[a].shape.clone();
-        let b_shape = self.plan.values[b].shape.clone();
-        let c_shape = self.plan.values[c].shape.clone();
-        let (a_batch, m, k) = split_shape(&a_shape);
-        let (b_batch, _, n) = split_shape(&b_shape);
+        let (a_batch, m, k) = split_shape(&self.plan.values[a].shape);
+        let (b_batch, _, n) = split_shape(&self.plan.values[b].shape);
         let groups = n.div_ceil(cols);
         let kb = k.div_ceil(kblk);
-        let kp = kb * kblk;
         let c_layout = self.plan.values[c].layout.clone();
-        let _ = c_shape;
         let row_bytes = (kblk * geo.in_bytes) as u32; // 32 for every mode
         let out_row_bytes = (cols * geo.out_bytes) as u32; // 32 for every mode
         let weight_bytes = (kblk * cols * geo.in_bytes) as u32;
-        let mut block_copies: Vec<(u32, Vec<SupOp>)> = Vec::new();
-        let mut weight_groups: BTreeMap<(usize, usize, usize), (u32, BTreeSet<u32>)> =
-            BTreeMap::new();
+        // Per block: its output buffer, the ping-pong partner (both live across the chunks)
+        // and the output offset of each of its column groups.
+        let mut outputs = Vec::with_capacity(blocks.len());
         for bl in blocks {
-            let bm = bl.m1 - bl.m0;
-            let bg = bl.g1 - bl.g0;
-            // A staging: [kb][bm][kblk].
-            let a_bytes = (kb * bm) as u32 * row_bytes;
-            let a_st = self.prog.buffer(
-                bl.tile,
-                a_bytes + OVERREAD_BYTES,
-                Region::Any,
-                format!("stage:{}.a", op.name),
-            );
-            let a_base = if a_batch == 1 {
-                0
-            } else {
-                bl.batch * kb * m * kblk
-            };
-            let want: Vec<_> = (0..kb)
-                .map(|g| {
-                    let s = a_base + (g * m + bl.m0) * kblk;
-                    (s, s + bm * kblk, g * bm * kblk)
-                })
-                .collect();
-            let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
-            // B staging (weights): [bg][kp][cols], in interleaved memory.
-            let b_bytes = (bg * kp * cols) as u32 * geo.in_bytes as u32;
-            let b_st = self.prog.buffer(
-                bl.tile,
-                b_bytes,
-                Region::Interleaved,
-                format!("stage:{}.w", op.name),
-            );
-            // Blocks with the same weights hold them at the same address (a placement group),
-            // so the exchange can multicast them.
-            let key = (if b_batch == 1 { 0 } else { bl.batch }, bl.g0, bl.g1);
-            let entry = weight_groups
-                .entry(key)
-                .or_insert((u32::MAX, BTreeSet::new()));
-            if entry.0 == u32::MAX || !entry.1.insert(bl.tile) {
-                // A new group: the first of its kind, or a second block of it on one tile.
-                *entry = (self.next_group, BTreeSet::from([bl.tile]));
-                self.next_group += 1;
-            }
-            self.prog.buffers[b_st.0 as usize].group = Some(entry.0);
-            let b_base = if b_batch == 1 {
-                0
-            } else {
-                bl.batch * groups * k * cols
-            };
-            let want: Vec<_> = (bl.g0..bl.g1)
-                .map(|g| {
-                    let s = b_base + g * k * cols;
-                    (s, s + k * cols, (g - bl.g0) * kp * cols)
-                })
-                .collect();
-            cp.extend(self.gather(b, bl.tile, cols, &want, b_st));
-            let mut ops = Vec::new();
-            self.zero_gaps(a_st, a_bytes, &cp, &mut ops);
-            self.zero_gaps(b_st, b_bytes, &cp, &mut ops);
-            if !ops.is_empty() {
-                ops.push(SupOp::WaitW);
-            }
-            copies.extend(cp);
-            // Output buffer and its ping-pong partner.
             let c_buf = self.value_buffer(c, bl.tile);
             let c_bytes = self.prog.buffers[c_buf.0 as usize].bytes;
-            let t_buf = self.prog.buffer(
-                bl.tile,
-                c_bytes,
-                Region::Any,
-                format!("pingpong:{}", op.name),
-            );
+            let t_buf = self
+                .prog
+                .buffer(bl.tile, c_bytes, Region::Any, format!("pingpong:{name}"));
+            let mut offsets = Vec::new();
             for g in bl.g0..bl.g1 {
-                // This block's piece of column group g in the output buffer.
                 let start = bl.batch * groups * m * cols + (g * m + bl.m0) * cols;
                 let piece = c_layout
                     .pieces
                     .iter()
                     .find(|p| p.start == start && p.tile == bl.tile)
                     .ok_or_else(|| {
-                        CodegenError::Internal(format!("{}: no output piece at {start}", op.name))
+                        CodegenError::Internal(format!("{name}: no output piece at {start}"))
                     })?;
-                let c_off = piece.local as u32 * geo.out_bytes as u32;
-                for kk in 0..kb {
-                    let w_off =
-                        ((g - bl.g0) * kp + kk * kblk) as u32 * (cols * geo.in_bytes) as u32;
-                    debug_assert_eq!(w_off % weight_bytes, 0);
-                    ops.push(SupOp::AmpW(b_st, w_off));
-                    // The last round writes the output buffer; rounds alternate before it.
-                    let (dst, src) = if (kb - 1 - kk) % 2 == 0 {
-                        (c_buf, t_buf)
-                    } else {
-                        (t_buf, c_buf)
-                    };
-                    for (r0, r1) in split(bm as u32, WORKERS) {
-                        if r1 > r0 {
-                            ops.push(SupOp::Run(
-                                Kernel::Amp { partials: kk > 0 },
-                                vec![
-                                    StateWord::Addr(
-                                        a_st,
-                                        (kk * bm) as u32 * row_bytes + r0 * row_bytes,
-                                    ),
-                                    if kk > 0 {
-                                        StateWord::Addr(src, c_off + r0 * out_row_bytes)
-                                    } else {
-                                        StateWord::Const(0)
-                                    },
-                                    StateWord::Addr(dst, c_off + r0 * out_row_bytes),
-                                    StateWord::Const(r1 - r0),
-                                ],
-                                kernels::amp_slots(r1 - r0, kk > 0),
-                            ));
-                        }
-                    }
+                offsets.push(piece.local as u32 * geo.out_bytes as u32);
+            }
+            outputs.push((c_buf, t_buf, offsets));
+        }
+        let chunks = k_chunks.clamp(1, kb);
+        for chunk in 0..chunks {
+            let (kb0, kb1) = (kb * chunk / chunks, kb * (chunk + 1) / chunks);
+            let kc = kb1 - kb0;
+            let kcp = kc * kblk;
+            let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
+            let mut step_copies: Vec<Copy> = Vec::new();
+            let mut step_tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+            let mut weight_groups: BTreeMap<(usize, usize, usize), (u32, BTreeSet<u32>)> =
+                BTreeMap::new();
+            for (bl, (c_buf, t_buf, offsets)) in blocks.iter().zip(&outputs) {
+                let (c_buf, t_buf) = (*c_buf, *t_buf);
+                let bm = bl.m1 - bl.m0;
+                let bg = bl.g1 - bl.g0;
+                // A staging: [kc][bm][kblk].
+                let a_bytes = (kc * bm) as u32 * row_bytes;
+                let a_st = self.prog.buffer(
+                    bl.tile,
+                    a_bytes + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("stage:{name}.a"),
+                );
+                let a_base = if a_batch == 1 {
+                    0
+                } else {
+                    bl.batch * kb * m * kblk
+                };
+                let want: Vec<_> = (kb0..kb1)
+                    .map(|g| {
+                        let s = a_base + (g * m + bl.m0) * kblk;
+                        (s, s + bm * kblk, (g - kb0) * bm * kblk)
+                    })
+                    .collect();
+                let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
+                // B staging (weights): [bg][kcp][cols], in interleaved memory.
+                let b_bytes = (bg * kcp * cols) as u32 * geo.in_bytes as u32;
+                let b_st = self.prog.buffer(
+                    bl.tile,
+                    b_bytes,
+                    Region::Interleaved,
+                    format!("stage:{name}.w"),
+                );
+                // Blocks with the same weights hold them at the same address (a placement
+                // group), so the exchange can multicast them.
+                let key = (if b_batch == 1 { 0 } else { bl.batch }, bl.g0, bl.g1);
+                let entry = weight_groups
+                    .entry(key)
+                    .or_insert((u32::MAX, BTreeSet::new()));
+                if entry.0 == u32::MAX || !entry.1.insert(bl.tile) {
+                    // A new group: the first of its kind, or a second block of it on one tile.
+                    *entry = (self.next_group, BTreeSet::from([bl.tile]));
+                    self.next_group += 1;
+                }
+                self.prog.buffers[b_st.0 as usize].group = Some(entry.0);
+                let b_base = if b_batch == 1 {
+                    0
+                } else {
+                    bl.batch * groups * k * cols
+                };
+                let want: Vec<_> = (bl.g0..bl.g1)
+                    .map(|g| {
+                        let s = b_base + g * k * cols + k_lo * cols;
+                        (s, s + (k_hi - k_lo) * cols, (g - bl.g0) * kcp * cols)
+                    })
+                    .collect();
+                cp.extend(self.gather(b, bl.tile, cols, &want, b_st));
+                let mut ops = Vec::new();
+                self.zero_gaps(a_st, a_bytes, &cp, &mut ops);
+                self.zero_gaps(b_st, b_bytes, &cp, &mut ops);
+                if !ops.is_empty() {
                     ops.push(SupOp::WaitW);
                 }
+                step_copies.extend(cp);
+                for (gi, g) in (bl.g0..bl.g1).enumerate() {
+                    let c_off = offsets[gi];
+                    for kk in kb0..kb1 {
+                        let w_off = ((g - bl.g0) * kcp + (kk - kb0) * kblk) as u32
+                            * (cols * geo.in_bytes) as u32;
+                        debug_assert_eq!(w_off % weight_bytes, 0);
+                        ops.push(SupOp::AmpW(b_st, w_off));
+                        // The last round writes the output buffer; rounds alternate before it.
+                        let (dst, src) = if (kb - 1 - kk) % 2 == 0 {
+                            (c_buf, t_buf)
+                        } else {
+                            (t_buf, c_buf)
+                        };
+                        for (r0, r1) in split(bm as u32, WORKERS) {
+                            if r1 > r0 {
+                                ops.push(SupOp::Run(
+                                    Kernel::Amp { partials: kk > 0 },
+                                    vec![
+                                        StateWord::Addr(
+                                            a_st,
+                                            ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes,
+                                        ),
+                                        if kk > 0 {
+                                            StateWord::Addr(src, c_off + r0 * out_row_bytes)
+                                        } else {
+                                            StateWord::Const(0)
+                                        },
+                                        StateWord::Addr(dst, c_off + r0 * out_row_bytes),
+                                        StateWord::Const(r1 - r0),
+                                    ],
+                                    kernels::amp_slots(r1 - r0, kk > 0),
+                                ));
+                            }
+                        }
+                        ops.push(SupOp::WaitW);
+                    }
+                }
+                let t = step_tiles.entry(bl.tile).or_default();
+                if t.is_empty() {
+                    t.push(SupOp::AmpCfg(mode));
+                }
+                t.extend(ops);
             }
-            block_copies.push((bl.tile, ops));
-        }
-        for (tile, ops) in block_copies {
-            let t = tiles.entry(tile).or_default();
-            if t.is_empty() {
-                t.push(SupOp::AmpCfg(mode));
+            if chunk + 1 == chunks {
+                copies.extend(step_copies);
+                for (tile, ops) in step_tiles {
+                    tiles.entry(tile).or_default().extend(ops);
+                }
+            } else {
+                // An earlier chunk: its own exchange and compute steps.
+                let step_name = format!("{name}.k{chunk}");
+                self.prog.steps.push(Step::Exchange {
+                    name: step_name.clone(),
+                    copies: step_copies,
+                });
+                for ops in step_tiles.values_mut() {
+                    ops.push(SupOp::WaitW);
+                }
+                let estimated_cycles = step_tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+                self.prog.steps.push(Step::Compute {
+                    name: step_name,
+                    tiles: step_tiles,
+                    estimated_cycles,
+                });
             }
-            t.extend(ops);
         }
         Ok(())
     }

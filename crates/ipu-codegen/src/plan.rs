@@ -26,6 +26,12 @@ pub const FINALISTS: usize = 3;
 /// Bytes per tile kept free of data for code, vertex states, tables and the runtime when
 /// screening candidates (the placement later checks the real figure).
 pub const SUPPORT_RESERVE_BYTES: u64 = 96 * 1024;
+/// A matmul split into k chunks must fit with `1 / CHUNKED_HEADROOM_DIVISOR` of its bytes to
+/// spare (12.5 %): the memory model sees neither fragmentation nor the real support area, and
+/// an unsplit mapping that needs chunking is already close to the limit.
+pub const CHUNKED_HEADROOM_DIVISOR: u64 = 8;
+/// Most serial k chunks a matmul is split into (each costs an exchange phase and a sync).
+pub const K_CHUNKS_MAX: u64 = 64;
 /// Bound on matmul candidates examined per operation.
 pub const MATMUL_CANDIDATES_MAX: usize = 200_000;
 
@@ -120,6 +126,9 @@ pub enum DevOpKind {
         pm: usize,
         /// Column-group splits.
         pn: usize,
+        /// Serial chunks of the k blocks: each has its own exchange and compute steps and
+        /// stages only its share of the operands; accumulation carries across them.
+        k_chunks: usize,
     },
     /// Elementwise binary.
     Binary(BinOp),
@@ -593,7 +602,7 @@ impl Planner<'_> {
         let kb = k.div_ceil(geo.k_block);
         let kp = kb * geo.k_block;
         let slot = BARREL_SLOT_CYCLES as u64;
-        let mut candidates: Vec<(u64, u64, u64, usize, usize)> = Vec::new();
+        let mut candidates: Vec<(u64, u64, u64, usize, usize, usize)> = Vec::new();
         let mut examined = 0;
         // The candidate that misses by the least: (bytes over in total, bytes over in
         // interleaved memory, bytes per tile, pm, pn).
@@ -612,12 +621,34 @@ impl Planner<'_> {
                 let a_bytes = kp as u64 * bm * geo.in_bytes as u64;
                 let b_bytes = bg * kp as u64 * (geo.cols * geo.in_bytes) as u64;
                 let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
-                let mem = per_tile
-                    * (a_bytes + b_bytes + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64);
-                let over_total =
-                    (mem + SUPPORT_RESERVE_BYTES).saturating_sub(self.target.memory_bytes() as u64);
-                let over_interleaved =
-                    (per_tile * b_bytes).saturating_sub(self.target.interleaved_bytes() as u64);
+                // Serial k chunks when memory demands: the fewest that fit (each chunk adds an
+                // exchange phase and a sync, and stages only its share of the operands).
+                let fits = |chunks: u64| {
+                    let share = (kb as u64).div_ceil(chunks);
+                    let (a, b) = (a_bytes / kb as u64 * share, b_bytes / kb as u64 * share);
+                    let mem = per_tile * (a + b + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64);
+                    // Once split, keep headroom for what this model does not see (support
+                    // data beyond the reserve, fragmentation between live buffers).
+                    let need = if chunks > 1 {
+                        mem + mem / CHUNKED_HEADROOM_DIVISOR
+                    } else {
+                        mem
+                    };
+                    let over_total = (need + SUPPORT_RESERVE_BYTES)
+                        .saturating_sub(self.target.memory_bytes() as u64);
+                    let over_interleaved =
+                        (per_tile * b).saturating_sub(self.target.interleaved_bytes() as u64);
+                    (mem, over_total, over_interleaved)
+                };
+                let chunks = (0..)
+                    .map(|e| 1u64 << e)
+                    .take_while(|&c| c <= (kb as u64).min(K_CHUNKS_MAX))
+                    .find(|&c| {
+                        let (_, t, i) = fits(c);
+                        t == 0 && i == 0
+                    })
+                    .unwrap_or(1);
+                let (mem, over_total, over_interleaved) = fits(chunks);
                 if over_total > 0 || over_interleaved > 0 {
                     let worst = over_total.max(over_interleaved);
                     if closest.is_none_or(|c: (u64, u64, u64, usize, usize)| worst < c.0.max(c.1)) {
@@ -632,9 +663,9 @@ impl Planner<'_> {
                     + weight_bytes / 16
                     + slot * (2 + 6 * 2 + 1);
                 let compute = per_tile * bg * kb as u64 * round;
-                let exchange =
-                    per_tile * (a_bytes + b_bytes) / 4 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
-                candidates.push((compute + exchange, exchange, mem, pm, pn));
+                let exchange = per_tile * (a_bytes + b_bytes) / 4
+                    + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
+                candidates.push((compute + exchange, exchange, mem, pm, pn, chunks as usize));
             }
         }
         if candidates.is_empty() {
@@ -659,17 +690,19 @@ impl Planner<'_> {
             )));
         }
         candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4));
-        for (cost, exch, mem, pm, pn) in candidates.iter().take(FINALISTS) {
+        for (cost, exch, mem, pm, pn, chunks) in candidates.iter().take(FINALISTS) {
             self.finalists.push(Finalist {
                 op: name.to_string(),
-                mapping: format!("matmul rows/{pm} column-groups/{pn} mode={mode:?}"),
+                mapping: format!(
+                    "matmul rows/{pm} column-groups/{pn} k-chunks/{chunks} mode={mode:?}"
+                ),
                 estimated_cycles: *cost,
                 estimated_exchange_cycles: *exch,
                 peak_tile_bytes: *mem,
                 tiles: (batch * pm * pn).min(tiles) as u32,
             });
         }
-        let (cost, exch, _, pm, pn) = candidates[0];
+        let (cost, exch, _, pm, pn, k_chunks) = candidates[0];
         // Blocks in (batch, row, column) order, dealt to tiles round-robin.
         let mut blocks = Vec::new();
         // Blocks sharing a column range (the same weights) get consecutive tiles, so one
@@ -715,6 +748,7 @@ impl Planner<'_> {
                 blocks,
                 pm,
                 pn,
+                k_chunks,
             },
             inputs: vec![a, b],
             output: c,

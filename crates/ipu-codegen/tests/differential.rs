@@ -176,3 +176,24 @@ fn causal_mask_alone() {
         common::run(&g, Target::gc200(), tiles, 2).assert_exact(&format!("mask on {tiles} tiles"));
     }
 }
+
+#[test]
+fn matmul_split_into_serial_k_chunks_is_still_exact() {
+    // 8 x 20000 x 8 in f32 on 13 tiles: every block needs all 640 KB of weights, which only
+    // fit a tile in several k chunks.
+    let g = matmul(8, 20000, 8, "f32", "f32", "f32");
+    let b = ipu_codegen::build(
+        &g,
+        &ipu_codegen::BuildOptions {
+            target: Target::gc200(),
+            tiles: 13,
+        },
+    )
+    .unwrap();
+    assert!(
+        b.report.program_text.contains("c.k0"),
+        "expected serial k chunks:\n{}",
+        b.report.program_text
+    );
+    common::run(&g, Target::gc200(), 13, 12).assert_exact("8x20000x8 f32 on 13 tiles");
+}
