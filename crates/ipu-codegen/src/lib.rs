@@ -168,17 +168,29 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         Ok(p)
     })?;
     phase(&mut report, "select_finalist", || {
+        // Operations that had a choice log their finalists; those whose layout follows their
+        // operands have one candidate and log it at debug level.
         for (i, f) in plan.finalists.iter().enumerate() {
-            info!(
-                finalist = i,
-                operation = %f.op,
-                mapping = %f.mapping,
-                estimated_cycles = f.estimated_cycles,
-                estimated_exchange_cycles = f.estimated_exchange_cycles,
-                peak_total_bytes = f.peak_tile_bytes,
-                active_tiles = f.tiles,
-                "retained operator-plan finalist"
-            );
+            macro_rules! finalist {
+                ($level:ident) => {
+                    tracing::$level!(
+                        finalist = i,
+                        operation = %f.op,
+                        mapping = %f.mapping,
+                        candidates = f.alternatives,
+                        estimated_cycles = f.estimated_cycles,
+                        estimated_exchange_cycles = f.estimated_exchange_cycles,
+                        peak_total_bytes = f.peak_tile_bytes,
+                        active_tiles = f.tiles,
+                        "retained operator-plan finalist"
+                    )
+                };
+            }
+            if f.alternatives > 1 {
+                finalist!(info);
+            } else {
+                finalist!(debug);
+            }
         }
         info!(
             operations = plan.ops.len(),

@@ -177,6 +177,8 @@ pub struct Finalist {
     pub peak_tile_bytes: u64,
     /// Tiles used.
     pub tiles: u32,
+    /// Candidate mappings the operation had (1: its layout follows its operands).
+    pub alternatives: usize,
 }
 
 /// The result of planning.
@@ -567,6 +569,7 @@ impl Planner<'_> {
             estimated_exchange_cycles: exchange,
             peak_tile_bytes: most * eb * inputs.len() as u64,
             tiles: out.layout.tiles().len() as u32,
+            alternatives: 1,
         });
         self.ops.push(DevOp {
             name,
@@ -700,6 +703,7 @@ impl Planner<'_> {
                 estimated_exchange_cycles: *exch,
                 peak_tile_bytes: *mem,
                 tiles: (batch * pm * pn).min(tiles) as u32,
+                alternatives: candidates.len(),
             });
         }
         let (cost, exch, _, pm, pn, k_chunks) = candidates[0];

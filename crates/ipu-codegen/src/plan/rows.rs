@@ -259,6 +259,7 @@ impl Planner<'_> {
             estimated_exchange_cycles: exchange,
             peak_tile_bytes: bytes,
             tiles: active as u32,
+            alternatives: 1,
         });
         self.ops.push(DevOp {
             name,
