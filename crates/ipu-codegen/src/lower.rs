@@ -63,6 +63,37 @@ pub fn dtype_name(d: DType) -> &'static str {
     }
 }
 
+/// Supervisor slots between two worker launches of an AMP round (`setzi` of the state, `run`).
+const LAUNCH_SLOTS: u32 = 2;
+/// Worker slots per AMP row (four phases).
+const AMP_ROW_SLOTS: u32 = 4;
+
+/// Splits `n` AMP rows over the workers so that they finish together: worker `w` starts
+/// `LAUNCH_SLOTS` later than worker `w - 1`, so earlier workers take more rows. Each row goes
+/// to the worker that would finish it first (ties to the lower worker); contiguous ranges in
+/// worker order.
+fn split_staggered(n: u32) -> Vec<(u32, u32)> {
+    let mut rows = vec![0u32; WORKERS as usize];
+    for _ in 0..n {
+        let w = (0..WORKERS as usize)
+            .min_by_key(|&w| {
+                (
+                    LAUNCH_SLOTS * (w as u32 + 1) + AMP_ROW_SLOTS * (rows[w] + 1),
+                    w,
+                )
+            })
+            .expect("workers");
+        rows[w] += 1;
+    }
+    let mut at = 0;
+    rows.iter()
+        .map(|&r| {
+            at += r;
+            (at - r, at)
+        })
+        .collect()
+}
+
 /// Splits `n` units into `parts` contiguous ranges (some empty).
 fn split(n: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
     (0..parts).map(move |i| (n * i / parts, n * (i + 1) / parts))
@@ -517,7 +548,7 @@ impl Lowerer<'_> {
                         } else {
                             (t_buf, c_buf)
                         };
-                        for (r0, r1) in split(bm as u32, WORKERS) {
+                        for (r0, r1) in split_staggered(bm as u32) {
                             if r1 > r0 {
                                 ops.push(SupOp::Run(
                                     Kernel::Amp { partials: kk > 0 },
