@@ -114,6 +114,10 @@ impl CastType {
     }
 }
 
+fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
+    Instr::Alu { op, d, a, b }
+}
+
 fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
     Instr::AluImm { op, d, a, imm }
 }
@@ -530,18 +534,8 @@ fn mask_rows(c: &mut Code) {
     c.op(setzi(m(12), 0));
     c.bind(row);
     // m8 = clamp(start, 0, valid): elements copied before the mask.
-    c.op(Instr::Alu {
-        op: AluOp::Max,
-        d: m(8),
-        a: m(4),
-        b: m(12),
-    });
-    c.op(Instr::Alu {
-        op: AluOp::Min,
-        d: m(8),
-        a: m(8),
-        b: m(5),
-    });
+    c.op(alu(AluOp::Max, m(8), m(4), m(12)));
+    c.op(alu(AluOp::Min, m(8), m(8), m(5)));
     c.op(Instr::Rpt {
         count: m(8),
         body: 2,
@@ -549,12 +543,7 @@ fn mask_rows(c: &mut Code) {
     c.op(ld32step_a(a(0), m(1), 4));
     c.op(st32step_a(a(0), m(2), 4));
     // m9 = valid - m8 masked elements: store the fill, skip the source.
-    c.op(Instr::Alu {
-        op: AluOp::Sub,
-        d: m(9),
-        a: m(5),
-        b: m(8),
-    });
+    c.op(alu(AluOp::Sub, m(9), m(5), m(8)));
     c.op(Instr::Rpt {
         count: m(9),
         body: 1,
@@ -566,19 +555,9 @@ fn mask_rows(c: &mut Code) {
         mode: ipu_isa::AddrMode::PostInc(4),
     });
     c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
-    c.op(Instr::Alu {
-        op: AluOp::Add,
-        d: m(1),
-        a: m(1),
-        b: m(10),
-    });
+    c.op(alu(AluOp::Add, m(1), m(1), m(10)));
     // m10 = stride - valid padding elements: copied.
-    c.op(Instr::Alu {
-        op: AluOp::Sub,
-        d: m(10),
-        a: m(6),
-        b: m(5),
-    });
+    c.op(alu(AluOp::Sub, m(10), m(6), m(5)));
     c.op(Instr::Rpt {
         count: m(10),
         body: 2,
@@ -608,12 +587,7 @@ fn pad_clear(c: &mut Code) {
     c.op(setzi(m(10), 0));
     c.bind(row);
     c.op(ld32m(m(8), m(1), 0));
-    c.op(Instr::Alu {
-        op: AluOp::And,
-        d: m(8),
-        a: m(8),
-        b: m(4),
-    });
+    c.op(alu(AluOp::And, m(8), m(8), m(4)));
     c.op(st32m(m(8), m(1), 0));
     c.op(alu_imm(AluOp::Add, m(7), m(1), 4));
     c.op(Instr::Rpt {
@@ -626,12 +600,7 @@ fn pad_clear(c: &mut Code) {
         base: m(7),
         mode: ipu_isa::AddrMode::PostInc(4),
     });
-    c.op(Instr::Alu {
-        op: AluOp::Add,
-        d: m(1),
-        a: m(1),
-        b: m(3),
-    });
+    c.op(alu(AluOp::Add, m(1), m(1), m(3)));
     c.branch(Instr::Brnzdec { a: m(2), target: 0 }, row);
     c.bind(end);
     c.op(Instr::Exit);
