@@ -166,9 +166,10 @@ fn rows_times_matrix(
 
 /// Runs `f(first_row, rows_chunk)` over `out` split into row chunks of `row_len` elements on
 /// up to `threads` threads.
-pub fn for_row_chunks<F>(out: &mut [f32], row_len: usize, threads: usize, f: F)
+pub fn for_row_chunks<T, F>(out: &mut [T], row_len: usize, threads: usize, f: F)
 where
-    F: Fn(usize, &mut [f32]) + Sync,
+    T: Send,
+    F: Fn(usize, &mut [T]) + Sync,
 {
     let rows = out.len().checked_div(row_len).unwrap_or(0);
     let threads = threads.clamp(1, rows.max(1));
@@ -217,10 +218,7 @@ pub fn matmul_f64(
     if m == 0 || n == 0 {
         return;
     }
-    let rows = m;
-    let threads = threads.clamp(1, rows);
-    let per = rows.div_ceil(threads);
-    let run = |row0: usize, chunk: &mut [f64]| {
+    for_row_chunks(c, n, threads, |row0, chunk: &mut [f64]| {
         let rows = chunk.len() / n;
         // SAFETY: the pointers cover rows*k, k*n and rows*n elements with the given row-major
         // strides, and `chunk` is exclusively borrowed.
@@ -241,16 +239,6 @@ pub fn matmul_f64(
                 n as isize,
                 1,
             );
-        }
-    };
-    if threads == 1 {
-        run(0, c);
-        return;
-    }
-    std::thread::scope(|s| {
-        for (i, chunk) in c.chunks_mut(per * n).enumerate() {
-            let run = &run;
-            s.spawn(move || run(i * per, chunk));
         }
     });
 }
