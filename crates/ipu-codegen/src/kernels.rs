@@ -37,7 +37,7 @@ pub enum Kernel {
     /// Causal masking while copying f32 rows: per row, the first `start` valid elements are
     /// copied, the rest of the `valid` ones become the fill value, the padding is copied;
     /// `start` grows by one per row. State: src, dst, rows, start (signed), valid, stride
-    /// (elements per row), fill bits.
+    /// (elements per row), fill bits, step of `start` per row.
     MaskRows,
     /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
     Transpose { bytes: u32 },
@@ -57,6 +57,23 @@ pub enum Kernel {
     LayerNormStats { ty: Elem },
     /// The last pass of softmax or layer norm over part of a row (`row_kernels::row_apply`).
     RowApply { ty: Elem, softmax: bool },
+    /// Flash attention: a block of scores to probabilities and row statistics
+    /// (`flash_kernels::flash_softmax`).
+    FlashSoftmax {
+        s: Elem,
+        a: Elem,
+        cols: u32,
+        kb: u32,
+    },
+    /// Flash attention: partial results of key blocks merged and normalised
+    /// (`flash_kernels::flash_combine`).
+    FlashCombine {
+        p: Elem,
+        out: Elem,
+        cols: u32,
+        gout: u32,
+        dv: u32,
+    },
 }
 
 /// Element types of vector kernels.
@@ -163,6 +180,16 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::LayerNormStats { ty } => crate::row_kernels::layer_norm(&mut c, ty, true),
         Kernel::RowApply { ty, softmax } => crate::row_kernels::row_apply(&mut c, ty, softmax),
         Kernel::Copy2d { wide } => crate::row_kernels::copy2d(&mut c, wide),
+        Kernel::FlashSoftmax { s, a, cols, kb } => {
+            crate::flash_kernels::flash_softmax(&mut c, s, a, cols, kb)
+        }
+        Kernel::FlashCombine {
+            p,
+            out,
+            cols,
+            gout,
+            dv,
+        } => crate::flash_kernels::flash_combine(&mut c, p, out, cols, gout, dv),
     }
     c
 }
@@ -527,6 +554,7 @@ pub fn zero_slots(words: u32) -> u32 {
 
 fn mask_rows(c: &mut Code) {
     load_state(c, 7); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
+    c.op(ld32m(m(13), m(0), 28)); // step of start per row
     let end = c.label();
     let row = c.label();
     c.branch(Instr::Brz { a: m(3), target: 0 }, end);
@@ -564,7 +592,7 @@ fn mask_rows(c: &mut Code) {
     });
     c.op(ld32step_a(a(0), m(1), 4));
     c.op(st32step_a(a(0), m(2), 4));
-    c.op(alu_imm(AluOp::Add, m(4), m(4), 1));
+    c.op(alu(AluOp::Add, m(4), m(4), m(13)));
     c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
     c.bind(end);
     c.op(Instr::Exit);
@@ -572,7 +600,7 @@ fn mask_rows(c: &mut Code) {
 
 /// Issue slots of a causal mask over `rows` rows of `stride` elements.
 pub fn mask_rows_slots(rows: u32, stride: u32) -> u32 {
-    11 + rows * (12 + 2 * stride)
+    12 + rows * (12 + 2 * stride)
 }
 
 /// Zeroes the padding columns of rows: per row, the first pad word is read-modify-written

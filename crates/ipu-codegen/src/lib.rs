@@ -17,6 +17,7 @@
 pub mod code;
 pub mod emit;
 pub mod exchange;
+pub mod flash_kernels;
 pub mod kernels;
 pub mod layout;
 pub mod lower;
@@ -148,21 +149,8 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         ..Default::default()
     };
     let plan = phase(&mut report, "lower_mid", || {
-        // Fused operations are planned as their expansion (the device precision of the host
-        // reference is defined by the same expansion).
-        let expanded;
-        let graph = if ipu_graph::expand::has_fused(graph) {
-            expanded = ipu_graph::expand::expand_fused(graph)
-                .map_err(|e| CodegenError::Unsupported(e.to_string()))?;
-            info!(
-                operations = graph.operations().len(),
-                expanded_operations = expanded.operations().len(),
-                "modelled expanded operator plan"
-            );
-            &expanded
-        } else {
-            graph
-        };
+        // Fused operations (flash attention) are planned and lowered as one operation whose
+        // blocks are its sub-operations (`plan::flash`).
         let p = plan::plan(graph, &target, options.tiles)?;
         plan::check(&p)?;
         Ok(p)
@@ -210,6 +198,15 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
             let k = *a.shape.last().unwrap_or(&1) as u64;
             report.macs += c.shape.iter().product::<usize>() as u64 * k;
             report.amp_mode = Some(mode);
+        }
+        if let plan::DevOpKind::Flash(fp) = &op.kind {
+            let g = &fp.geo;
+            // Both products over the blocks the mapping computes (masked blocks skipped).
+            let blocks: u64 = (0..fp.items.len())
+                .map(|i| (fp.valid_rows(i) * fp.valid_keys(i)) as u64)
+                .sum();
+            report.macs += blocks * (g.d + g.dv) as u64;
+            report.amp_mode = Some(g.mode);
         }
     }
     let lowered = phase(&mut report, "lower_program", || lower::lower(&plan))?;

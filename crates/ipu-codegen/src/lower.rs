@@ -14,7 +14,10 @@ use crate::layout::{Move, moves, uncovered};
 use crate::plan::{DevOpKind, DevValueId, OperatorPlan, amp_geometry, cast_type, elem};
 use crate::program::*;
 
+mod flash;
 mod rows;
+
+pub use flash::modelled_cycles as flash_modelled_cycles;
 
 /// Worker contexts a compute step spreads a tile's work over.
 const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
@@ -272,6 +275,9 @@ impl Lowerer<'_> {
 
     fn lower_op(&mut self, index: usize) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
+        if matches!(op.kind, DevOpKind::Flash(_)) {
+            return self.lower_flash(index);
+        }
         let out = op.output;
         let out_layout = self.plan.values[out].layout.clone();
         let per_tile = out_layout.elements_per_tile();
@@ -370,6 +376,7 @@ impl Lowerer<'_> {
             DevOpKind::CausalMask { key_start } => {
                 self.lower_causal_mask(index, *key_start, &mut tiles)?;
             }
+            DevOpKind::Flash(_) => unreachable!("lowered above"),
             DevOpKind::Cast => {
                 let x = op.inputs[0];
                 let (from, to) = (
@@ -651,6 +658,7 @@ impl Lowerer<'_> {
                             StateWord::Const(valid),
                             StateWord::Const(stride),
                             StateWord::Const(f32::NEG_INFINITY.to_bits()),
+                            StateWord::Const(1),
                         ],
                         kernels::mask_rows_slots(n, stride),
                     ));

@@ -18,6 +18,7 @@ use crate::CodegenError;
 use crate::kernels::{self, BinOp, CastType, UnOp};
 use crate::layout::{Layout, PIECE_GRAIN};
 
+pub mod flash;
 pub mod rows;
 pub use rows::{GatherKind, RowOp};
 
@@ -143,6 +144,8 @@ pub enum DevOpKind {
     },
     /// Data movement or a row operation in the row layout (see [`rows`]).
     Rows(RowOp),
+    /// A fused flash attention (see [`flash`]): inputs q, k, v.
+    Flash(Box<flash::FlashPlan>),
 }
 
 /// A device operation.
@@ -497,8 +500,141 @@ impl Planner<'_> {
             | OpKind::Softmax { .. }
             | OpKind::LayerNorm { .. }
             | OpKind::Attention { .. } => return self.plan_rows(op, &ins, &out_val),
-            _ => return unsupported("not lowered to the device yet"),
+            OpKind::FlashAttention {
+                scale,
+                causal,
+                partials,
+                out: out_dtype,
+                ..
+            } => {
+                return self.plan_flash(op, &ins, &out_val, *scale, *causal, *partials, *out_dtype);
+            }
         }
+        Ok(())
+    }
+
+    /// A fused flash attention: candidates `(rows, keys)` per tile are costed
+    /// (`flash::plan_flash`), the finalists modelled from their tile programs, the best
+    /// selected. Inputs that only this operation reads are laid out on their homes.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_flash(
+        &mut self,
+        op: &ipu_graph::Operation,
+        ins: &[DevValueId],
+        out_val: &ipu_graph::Value,
+        scale: f32,
+        causal: bool,
+        partials: DType,
+        out_dtype: DType,
+    ) -> Result<(), CodegenError> {
+        let shapes = [
+            &self.values[ins[0]].shape[..],
+            &self.values[ins[1]].shape[..],
+            &self.values[ins[2]].shape[..],
+        ];
+        let dtypes = [
+            self.values[ins[0]].dtype,
+            self.values[ins[1]].dtype,
+            self.values[ins[2]].dtype,
+        ];
+        let (candidates, base) = flash::plan_flash(
+            &op.name,
+            shapes,
+            dtypes,
+            scale,
+            causal,
+            partials,
+            out_dtype,
+            self.target,
+            self.tiles,
+        )?;
+        tracing::info!(
+            operation = %op.name,
+            candidates = candidates.len(),
+            "screened flash attention mappings"
+        );
+        // The finalists, modelled from their tile programs; the best modelled is selected.
+        let mut best: Option<(u64, u64, flash::FlashPlan, usize)> = None;
+        for (i, c) in candidates.iter().take(FINALISTS).enumerate() {
+            let mut geo = base.clone();
+            geo.rows = c.rows;
+            geo.keys = c.keys;
+            let fp = flash::layout(geo, self.tiles);
+            let (modelled, modelled_x) = crate::lower::flash_modelled_cycles(&fp);
+            tracing::info!(
+                finalist = i,
+                rows = c.rows,
+                keys = c.keys,
+                items = c.items,
+                merged_blocks = c.merge,
+                modelled_cycles = modelled,
+                modelled_exchange_cycles = modelled_x,
+                estimated_cycles = c.estimated_cycles,
+                estimated_exchange_cycles = c.estimated_exchange_cycles,
+                peak_total_bytes = c.peak_bytes,
+                "modelled expanded operator plan"
+            );
+            self.finalists.push(Finalist {
+                op: op.name.clone(),
+                mapping: format!(
+                    "flash rows={} keys={} items={} merged_blocks={} modelled_cycles={modelled}",
+                    c.rows, c.keys, c.items, c.merge
+                ),
+                estimated_cycles: c.estimated_cycles,
+                estimated_exchange_cycles: c.estimated_exchange_cycles,
+                peak_tile_bytes: c.peak_bytes,
+                tiles: c.items as u32,
+                alternatives: candidates.len(),
+            });
+            if best.as_ref().is_none_or(|b| modelled < b.0) {
+                best = Some((modelled, modelled_x, fp, i));
+            }
+        }
+        let (modelled, modelled_x, fp, chosen) = best.expect("at least one candidate");
+        tracing::info!(
+            selected = chosen,
+            rows = fp.geo.rows,
+            keys = fp.geo.keys,
+            modelled_cycles = modelled,
+            "selected flash attention mapping"
+        );
+        // Inputs only this operation reads sit on their homes.
+        let kb = amp_geometry(fp.geo.mode).k_block;
+        let hgs = [kb, kb, default_group(fp.geo.a)];
+        for x in 0..3 {
+            let v = ins[x];
+            let Some(gv) = self.values[v].graph else {
+                continue;
+            };
+            let only_here = self.graph.inputs().contains(&gv)
+                && !self.graph.outputs().contains(&gv)
+                && self
+                    .graph
+                    .operations()
+                    .iter()
+                    .filter(|o| o.inputs.contains(&gv))
+                    .count()
+                    == 1
+                && ins.iter().filter(|&&i| i == v).count() == 1;
+            if only_here && self.values[v].layout.group == hgs[x] {
+                self.values[v].layout = fp.home_layout(x, hgs[x]);
+            }
+        }
+        let r = self.add_value(
+            out_val.name.clone(),
+            out_dtype,
+            out_val.ty.shape.clone(),
+            Some(op.outputs[0]),
+            fp.output_layout(),
+        );
+        self.ops.push(DevOp {
+            name: op.name.clone(),
+            kind: DevOpKind::Flash(Box::new(fp)),
+            inputs: ins.to_vec(),
+            output: r,
+            estimated_cycles: modelled,
+            estimated_exchange_cycles: modelled_x,
+        });
         Ok(())
     }
 

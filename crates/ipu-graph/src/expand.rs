@@ -16,9 +16,12 @@
 //! a_j   = exp(m_{j-1} - m_j)                                     (j > 0)
 //! p_j   = exp(t_j - m_j)
 //! l_j   = l_{j-1} * a_j + reduce_sum(p_j)                        (l_0 = reduce_sum(p_0))
-//! o_j   = o_{j-1} * a_j + matmul(p_j, v'[.., k0..k1, :]) {partials = P}   (v' = v in P)
+//! o_j   = o_{j-1} * a_j + matmul(p_j in A, v'[.., k0..k1, :]) {partials = P}
 //! out   = cast(o_last / l_last) to the output dtype
 //! ```
+//! `A`, the operand type of the products, is f32 for f32 inputs and f16 otherwise (`v' = v`
+//! in `A`): probabilities are rounded to f16 before the `p v` product, as on the AMP.
+//!
 //! `block_q` does not change the numbers (it is a tiling hint). With a causal mask, `t_j` is
 //! masked (`causal_mask {key_start = k0}`: keys after the query become `-inf`) before the row
 //! maximum; a row whose keys in a block are all masked keeps its maximum, gains nothing from
@@ -88,10 +91,16 @@ fn flash(
     let mut perm: Vec<usize> = (0..rank).collect();
     perm.swap(rank - 2, rank - 1);
     let kt = b.op(format!("{name}.kt"), OpKind::Transpose { perm }, &[k])?;
-    let vp = if b.ty(v).dtype == partials {
+    // The operand type of the `p v` product: f32 for f32 inputs, else f16 (FP8 is widened).
+    let operand = if b.ty(v).dtype == DType::F32 {
+        DType::F32
+    } else {
+        DType::F16
+    };
+    let vp = if b.ty(v).dtype == operand {
         v
     } else {
-        b.op(format!("{name}.v"), OpKind::Cast { to: partials }, &[v])?
+        b.op(format!("{name}.v"), OpKind::Cast { to: operand }, &[v])?
     };
     let mm = OpKind::MatMul {
         partials,
@@ -137,7 +146,12 @@ fn flash(
         let shifted = b.op(n("shifted"), OpKind::Sub, &[t, mj])?;
         let p = b.op(n("p"), OpKind::Exp, &[shifted])?;
         let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[p])?;
-        let pv = b.op(n("pv"), mm.clone(), &[p, vj])?;
+        let pa = if partials == operand {
+            p
+        } else {
+            b.op(n("pa"), OpKind::Cast { to: operand }, &[p])?
+        };
+        let pv = b.op(n("pv"), mm.clone(), &[pa, vj])?;
         let (lj, oj) = match (alpha, l, o) {
             (Some(alpha), Some(lp), Some(op)) => {
                 let ls = b.op(n("lscaled"), OpKind::Mul, &[lp, alpha])?;

@@ -1,0 +1,460 @@
+//! Worker kernels of the fused flash-attention lowering (`lower::flash`). They work on the
+//! AMP's own layouts, so scores never change layout between the two matmuls:
+//!
+//! - scores `S` (partials type) are `[keys / cols][R][cols]`: row `r`'s keys of group `j` are
+//!   the 32 bytes at `(j R + r) 32`;
+//! - probabilities `P` (operand type) are `[keys / kb][R][kb]`, the AMP's input layout for the
+//!   `P V` product: again 32 bytes per row and group;
+//! - a tile's partial result is `[Gv + 1][R][cols]` (partials type): the `Gv = dv / cols`
+//!   groups of the unnormalised output `O`, then one group whose first two f32 words per row are
+//!   the row's maximum `m` and sum `l`.
+//!
+//! [`flash_softmax`] turns a block of scores into probabilities and statistics; [`flash_combine`]
+//! merges the partial results of the key blocks of the same rows and normalises them. All
+//! arithmetic is f32 (f16 data is widened on load and narrowed on store).
+
+use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
+
+use crate::code::*;
+use crate::kernels::Elem;
+
+/// Bytes per row of one column group in every flash layout (8 f32 or 16 f16).
+pub const GROUP_ROW_BYTES: u32 = 32;
+
+fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
+    Instr::Alu { op, d, a, b }
+}
+
+fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
+    Instr::AluImm { op, d, a, imm }
+}
+
+fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
+    Instr::FBin { ty, op, d, a, b }
+}
+
+fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
+    Instr::FUn { ty, op, d, a }
+}
+
+fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
+    Instr::Conv { op, d, a }
+}
+
+fn mov_a(d: u8, s: MReg) -> Instr {
+    Instr::MovToA { d: a(d), a: s }
+}
+
+fn bcast(d: u8, s: u8) -> Instr {
+    Instr::Bcast {
+        ty: FType::F32v2,
+        d: ap(d),
+        a: a(s),
+    }
+}
+
+fn st32_a(s: u8, base: MReg, off: i16) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::A(s),
+        base,
+        mode: ipu_isa::AddrMode::Offset(off),
+    }
+}
+
+fn ld64_at(d: u8, base: MReg, off: i16) -> Instr {
+    Instr::Load {
+        width: Width::B64,
+        d: DataReg::A(d),
+        base,
+        mode: ipu_isa::AddrMode::Offset(off),
+    }
+}
+
+/// `li d, value`: two words.
+fn li(c: &mut Code, d: MReg, value: u32) {
+    c.op(setzi(d, value & 0xFFFF));
+    c.op(Instr::Orhi {
+        d,
+        imm: (value >> 16) as u16,
+    });
+}
+
+fn load_state(c: &mut Code, n: u8) {
+    for i in 0..n {
+        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
+    }
+}
+
+/// f32 bits of `-inf`.
+const NEG_INF: u32 = 0xFF80_0000;
+/// f32 bits of the most negative finite value: a row whose every key is masked has maximum
+/// `-inf`; subtracting this instead keeps `exp(-inf - x) = 0` and never forms `-inf + inf`.
+const NEG_MAX: u32 = 0xFF7F_FFFF;
+
+/// Loads four elements of `ty` at `ptr` (advancing it) as two f32v2 pairs in `$a0:1`, `$a2:3`
+/// (`$a12:13` is scratch for f16).
+fn ld4(c: &mut Code, ty: Elem, ptr: MReg) {
+    match ty {
+        Elem::F32 => {
+            c.op(ld64step(ap(0), ptr, 8));
+            c.op(ld64step(ap(2), ptr, 8));
+        }
+        Elem::F16 => {
+            c.op(ld64step(ap(12), ptr, 8));
+            c.op(conv(ConvOp::F16v2ToF32v2, 0, 12));
+            c.op(conv(ConvOp::F16v2ToF32v2, 2, 13));
+        }
+    }
+}
+
+fn ld4_slots(ty: Elem) -> u32 {
+    match ty {
+        Elem::F32 => 2,
+        Elem::F16 => 3,
+    }
+}
+
+/// Stores the pairs `$a{src}:..` and `$a{src+2}:..` at `ptr` (advancing it) as four elements
+/// of `ty` (`$a12:13` is scratch for f16).
+fn st4(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
+    match ty {
+        Elem::F32 => {
+            c.op(st64step(ap(src), ptr, 8));
+            c.op(st64step(ap(src + 2), ptr, 8));
+        }
+        Elem::F16 => {
+            c.op(conv(ConvOp::F32v2ToF16v2, 12, src));
+            c.op(conv(ConvOp::F32v2ToF16v2, 13, src + 2));
+            c.op(st64step(ap(12), ptr, 8));
+        }
+    }
+}
+
+fn st4_slots(ty: Elem) -> u32 {
+    match ty {
+        Elem::F32 => 2,
+        Elem::F16 => 3,
+    }
+}
+
+fn vtype(ty: Elem) -> FType {
+    match ty {
+        Elem::F32 => FType::F32v2,
+        Elem::F16 => FType::F16v4,
+    }
+}
+
+/// Scores to probabilities, per row: `m = max_k(s_k) * scale`, `p_k = exp(s_k * scale - m)`
+/// stored as `a_ty` in the `P` layout, `l = sum_k p_k` (in f32, two lanes then added);
+/// `m` and `l` are stored at the row's statistics. Keys are visited in super-groups of
+/// `max(cols, kb)` keys (`cols`: the score layout's group, `kb`: the probability layout's).
+///
+/// State: S (row 0, group 0), P (row 0, group 0), statistics (row 0), rows, super-groups,
+/// group stride (bytes, `R * 32`), scale (f32 bits).
+pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32) {
+    load_state(c, 7);
+    let (s, p, st, rows, sgroups, stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
+    let (ps0, ps1, pp0, pp1, cnt, adv_s, adv_p) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
+    let tmp = m(15);
+    let lkeys = cols.max(kb);
+    let s_groups = lkeys / cols;
+    let p_groups = lkeys / kb;
+    let end = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.branch(
+        Instr::Brz {
+            a: sgroups,
+            target: 0,
+        },
+        end,
+    );
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    c.op(alu_imm(AluOp::Sub, sgroups, sgroups, 1));
+    // Pointer advances per super-group, after walking 32 bytes of each group.
+    c.op(alu(AluOp::Add, adv_s, stride, stride));
+    if s_groups == 1 {
+        c.op(alu_imm(AluOp::Add, adv_s, stride, 0));
+    }
+    c.op(alu_imm(AluOp::Sub, adv_s, adv_s, GROUP_ROW_BYTES as i16));
+    c.op(alu(AluOp::Add, adv_p, stride, stride));
+    if p_groups == 1 {
+        c.op(alu_imm(AluOp::Add, adv_p, stride, 0));
+    }
+    c.op(alu_imm(AluOp::Sub, adv_p, adv_p, GROUP_ROW_BYTES as i16));
+    // $a8:9 = scale pair.
+    c.op(mov_a(8, m(7)));
+    c.op(bcast(8, 8));
+    let row = c.label();
+    c.bind(row);
+    // Pass 1: the maximum of the raw scores in $a4:5 (lane-wise), then reduced.
+    let neg_inf = match s_ty {
+        Elem::F32 => NEG_INF,
+        Elem::F16 => 0xFC00_FC00,
+    };
+    li(c, tmp, neg_inf);
+    c.op(mov_a(4, tmp));
+    c.op(mov_a(5, tmp));
+    c.op(alu_imm(AluOp::Add, ps0, s, 0));
+    if s_groups == 2 {
+        c.op(alu(AluOp::Add, ps1, s, stride));
+    }
+    c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
+    let v = vtype(s_ty);
+    let pass1 = c.label();
+    c.bind(pass1);
+    for g in 0..s_groups {
+        let ptr = if g == 0 { ps0 } else { ps1 };
+        c.op(ld64step(ap(0), ptr, 8));
+        c.bundle(ld64step(ap(2), ptr, 8), fbin(v, FBinOp::Max, 4, 4, 0));
+        c.bundle(ld64step(ap(0), ptr, 8), fbin(v, FBinOp::Max, 4, 4, 2));
+        c.bundle(ld64step(ap(2), ptr, 8), fbin(v, FBinOp::Max, 4, 4, 0));
+        c.op(fbin(v, FBinOp::Max, 4, 4, 2));
+        c.op(alu(AluOp::Add, ptr, ptr, adv_s));
+    }
+    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass1);
+    if s_ty == Elem::F16 {
+        c.op(conv(ConvOp::F16v2ToF32v2, 0, 4));
+        c.op(conv(ConvOp::F16v2ToF32v2, 2, 5));
+        c.op(fbin(FType::F32v2, FBinOp::Max, 4, 0, 2));
+    }
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+    // m = max * scale (scale > 0, so the maximum of the scaled scores).
+    c.op(fbin(FType::F32, FBinOp::Mul, 4, 4, 8));
+    c.op(st32_a(4, st, 0));
+    li(c, tmp, NEG_MAX);
+    c.op(mov_a(5, tmp));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+    c.op(bcast(6, 4));
+    // Pass 2: p = exp(s * scale - m), summed in $a10:11.
+    c.op(setzi(tmp, 0));
+    c.op(mov_a(10, tmp));
+    c.op(mov_a(11, tmp));
+    c.op(alu_imm(AluOp::Add, ps0, s, 0));
+    if s_groups == 2 {
+        c.op(alu(AluOp::Add, ps1, s, stride));
+    }
+    c.op(alu_imm(AluOp::Add, pp0, p, 0));
+    if p_groups == 2 {
+        c.op(alu(AluOp::Add, pp1, p, stride));
+    }
+    c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
+    let pass2 = c.label();
+    c.bind(pass2);
+    let vf = FType::F32v2;
+    for u in 0..lkeys / 4 {
+        let sp = if 4 * u / cols == 0 { ps0 } else { ps1 };
+        let pp = if 4 * u / kb == 0 { pp0 } else { pp1 };
+        ld4(c, s_ty, sp);
+        c.op(fbin(vf, FBinOp::Mul, 0, 0, 8));
+        c.op(fbin(vf, FBinOp::Mul, 2, 2, 8));
+        c.op(fbin(vf, FBinOp::Sub, 0, 0, 6));
+        c.op(fbin(vf, FBinOp::Sub, 2, 2, 6));
+        c.op(fun(vf, FUnOp::Exp, 0, 0));
+        c.op(fun(vf, FUnOp::Exp, 2, 2));
+        c.op(fbin(vf, FBinOp::Add, 10, 10, 0));
+        c.op(fbin(vf, FBinOp::Add, 10, 10, 2));
+        st4(c, a_ty, 0, pp);
+    }
+    for g in 0..s_groups {
+        let ptr = if g == 0 { ps0 } else { ps1 };
+        c.op(alu(AluOp::Add, ptr, ptr, adv_s));
+    }
+    for g in 0..p_groups {
+        let ptr = if g == 0 { pp0 } else { pp1 };
+        c.op(alu(AluOp::Add, ptr, ptr, adv_p));
+    }
+    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass2);
+    c.op(fbin(FType::F32, FBinOp::Add, 10, 10, 11));
+    c.op(st32_a(10, st, 4));
+    c.op(alu_imm(AluOp::Add, s, s, GROUP_ROW_BYTES as i16));
+    c.op(alu_imm(AluOp::Add, p, p, GROUP_ROW_BYTES as i16));
+    c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups.
+pub fn flash_softmax_slots(
+    s_ty: Elem,
+    a_ty: Elem,
+    cols: u32,
+    kb: u32,
+    rows: u32,
+    super_groups: u32,
+) -> u32 {
+    let lkeys = cols.max(kb);
+    let (s_groups, p_groups) = (lkeys / cols, lkeys / kb);
+    let pass1 = s_groups * 6 + 1;
+    let pass2 = (lkeys / 4) * (ld4_slots(s_ty) + 8 + st4_slots(a_ty)) + s_groups + p_groups + 1;
+    let row_fixed = 7 + s_groups + 2 + 2 + 3 + 8 + 3 + s_groups + p_groups + 1 + 2 + 4 + 6;
+    18 + rows * (row_fixed + super_groups * (pass1 + pass2))
+}
+
+/// Merges the partial results of `J` key blocks for some rows and normalises them:
+/// `M = max_j m_j`, `w_j = exp(m_j - M)`, `L = sum_j w_j l_j`, `O = sum_j w_j O_j` (in f32, in
+/// a scratch row), `out = O * (1 / L)` stored as `out_ty` in `[dv / gout][rows][gout]`.
+///
+/// State: out (row 0), out group stride (bytes), rows, scratch (`dv` f32), sources `J`,
+/// then per source: its `O` (row 0, group 0), its group stride (bytes), its statistics (row
+/// 0). Sources are rows of `Gv = dv / cols` groups of 32 bytes of `p_ty`.
+pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u32, dv: u32) {
+    load_state(c, 5);
+    let (out, ogs, rows, scratch, nsrc) = (m(1), m(2), m(3), m(4), m(5));
+    let (q, base, gs, sp, cnt, po, pa, ro) = (m(6), m(7), m(8), m(9), m(10), m(11), m(12), m(13));
+    let (tmp, g) = (m(14), m(15));
+    let groups = dv / cols;
+    let end = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.branch(Instr::Brz { a: nsrc, target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    c.op(alu_imm(AluOp::Sub, nsrc, nsrc, 1));
+    c.op(setzi(ro, 0));
+    let row = c.label();
+    c.bind(row);
+    // Pass A: M in $a4.
+    li(c, tmp, NEG_INF);
+    c.op(mov_a(4, tmp));
+    c.op(alu_imm(AluOp::Add, q, m(0), 20));
+    c.op(alu_imm(AluOp::Add, cnt, nsrc, 0));
+    let pass_a = c.label();
+    c.bind(pass_a);
+    c.op(ld32m(sp, q, 8));
+    c.op(alu(AluOp::Add, sp, sp, ro));
+    c.op(ld32a(a(0), sp, 0));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    c.op(alu_imm(AluOp::Add, q, q, 12));
+    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass_a);
+    li(c, tmp, NEG_MAX);
+    c.op(mov_a(5, tmp));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+    // Pass B: per source, w = exp(m - M), L += w l, scratch (+)= w O.
+    c.op(setzi(tmp, 0));
+    c.op(mov_a(5, tmp));
+    c.op(alu_imm(AluOp::Add, q, m(0), 20));
+    let source = |c: &mut Code, first: bool| {
+        c.op(ld32m(base, q, 0));
+        c.op(ld32m(gs, q, 4));
+        c.op(ld32m(sp, q, 8));
+        c.op(alu(AluOp::Add, base, base, ro));
+        c.op(alu(AluOp::Add, sp, sp, ro));
+        c.op(ld32a(a(0), sp, 0));
+        c.op(ld32a(a(1), sp, 4));
+        c.op(fbin(FType::F32, FBinOp::Sub, 0, 0, 4));
+        c.op(fun(FType::F32, FUnOp::Exp, 0, 0));
+        c.op(fbin(FType::F32, FBinOp::Mac, 5, 0, 1));
+        c.op(bcast(2, 0));
+        c.op(alu_imm(AluOp::Add, pa, scratch, 0));
+        c.op(setzi(g, groups - 1));
+        let group = c.label();
+        c.bind(group);
+        c.op(alu_imm(AluOp::Add, po, base, 0));
+        // Four elements per unit: 16 bytes of f32, 8 of f16.
+        let units = GROUP_ROW_BYTES / if p_ty == Elem::F32 { 16 } else { 8 };
+        for _ in 0..units {
+            // Four elements of O as f32 in $a6:7, $a8:9 (f16: widened from $a12:13).
+            match p_ty {
+                Elem::F32 => {
+                    c.op(ld64step(ap(6), po, 8));
+                    c.op(ld64step(ap(8), po, 8));
+                }
+                Elem::F16 => {
+                    c.op(ld64step(ap(12), po, 8));
+                    c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
+                    c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                }
+            }
+            if first {
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
+            } else {
+                c.op(ld64_at(10, pa, 0));
+                c.op(ld64_at(14, pa, 8));
+                c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
+                c.op(fbin(FType::F32v2, FBinOp::Mac, 14, 8, 2));
+                c.op(fun(FType::F32v2, FUnOp::Mov, 6, 10));
+                c.op(fun(FType::F32v2, FUnOp::Mov, 8, 14));
+            }
+            c.op(st64step(ap(6), pa, 8));
+            c.op(st64step(ap(8), pa, 8));
+        }
+        // The next group of the same rows.
+        c.op(alu(AluOp::Add, base, base, gs));
+        c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
+        c.op(alu_imm(AluOp::Add, q, q, 12));
+    };
+    source(c, true);
+    let sources_done = c.label();
+    c.branch(Instr::Brz { a: nsrc, target: 0 }, sources_done);
+    // `nsrc` holds J - 1: J - 1 more sources, so the counter starts at J - 2.
+    c.op(alu_imm(AluOp::Sub, cnt, nsrc, 1));
+    let more = c.label();
+    c.bind(more);
+    source(c, false);
+    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, more);
+    c.bind(sources_done);
+    // Pass C: out = scratch * (1 / L).
+    c.op(fun(FType::F32, FUnOp::Rcp, 0, 5));
+    c.op(bcast(2, 0));
+    c.op(alu_imm(AluOp::Add, pa, scratch, 0));
+    c.op(alu_imm(AluOp::Add, po, out, 0));
+    let out_bytes = if out_ty == Elem::F32 { 4 } else { 2 };
+    let run_bytes = gout * out_bytes;
+    c.op(alu_imm(AluOp::Sub, tmp, ogs, run_bytes as i16));
+    c.op(setzi(g, dv / gout - 1));
+    let og = c.label();
+    c.bind(og);
+    for _ in 0..gout / 4 {
+        c.op(ld64step(ap(6), pa, 8));
+        c.op(ld64step(ap(8), pa, 8));
+        c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
+        c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
+        match out_ty {
+            Elem::F32 => {
+                c.op(st64step(ap(6), po, 8));
+                c.op(st64step(ap(8), po, 8));
+            }
+            Elem::F16 => {
+                c.op(conv(ConvOp::F32v2ToF16v2, 12, 6));
+                c.op(conv(ConvOp::F32v2ToF16v2, 13, 8));
+                c.op(st64step(ap(12), po, 8));
+            }
+        }
+    }
+    c.op(alu(AluOp::Add, po, po, tmp));
+    c.branch(Instr::Brnzdec { a: g, target: 0 }, og);
+    c.op(alu_imm(AluOp::Add, ro, ro, GROUP_ROW_BYTES as i16));
+    c.op(alu_imm(AluOp::Add, out, out, run_bytes as i16));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.
+pub fn flash_combine_slots(
+    p_ty: Elem,
+    out_ty: Elem,
+    cols: u32,
+    gout: u32,
+    dv: u32,
+    rows: u32,
+    sources: u32,
+) -> u32 {
+    let groups = dv / cols;
+    let units = if p_ty == Elem::F32 { 2 } else { 4 };
+    let load = if p_ty == Elem::F32 { 2 } else { 3 };
+    let per_source_first = 14 + groups * (units * (load + 4) + 2) + 1;
+    let per_source = 14 + groups * (units * (load + 8) + 2) + 2;
+    let out_units = gout / 4;
+    let store = if out_ty == Elem::F32 { 2 } else { 3 };
+    let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);
+    let row = 8
+        + sources * 6
+        + 8
+        + per_source_first
+        + sources.saturating_sub(1) * per_source
+        + pass_c
+        + 3;
+    12 + rows * row
+}

@@ -1,0 +1,766 @@
+//! Lowering of a planned flash attention (`plan::flash`): steps
+//!
+//! 1. `NAME.homes` (only when an input is not already laid out on its homes): exchange;
+//! 2. `NAME.prep`: homes cast FP8 to f16, transpose `k` into the AMP's weight layout and
+//!    regroup `v` into it;
+//! 3. `NAME.distribute`: every item receives its rows of `q` and its keys of `kᵀ` and `v`
+//!    (multicast to the items of one key block);
+//! 4. `NAME.scores`: per item, `S = q kᵀ` on the AMP, the masks, `flash_softmax`, `O = P v`;
+//! 5. `NAME.merge` (exchange, when a query block has several key blocks) and `NAME.merge`
+//!    (compute): `flash_combine` on the merging tiles, into the output's layout.
+
+use super::*;
+use crate::flash_kernels::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
+use crate::plan::default_group;
+use crate::plan::flash::{FlashGeometry, FlashPlan};
+
+const GRB: u32 = GROUP_ROW_BYTES;
+
+/// The buffers of one item.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ItemBuffers {
+    pub q: BufferId,
+    pub kt: BufferId,
+    pub v: BufferId,
+    pub s: BufferId,
+    pub p: BufferId,
+    pub t: BufferId,
+    pub part: BufferId,
+}
+
+/// The AMP rounds of `out[R, groups] (+)= in[R, kblocks] x W` over `rows` rows: for output
+/// group `g`, round `kk` loads the weights at `w_off(g, kk)`; the last round of a group writes
+/// `out` (group stride `R * 32`), earlier ones alternate with the scratch `t`.
+#[allow(clippy::too_many_arguments)]
+fn amp_rounds(
+    ops: &mut Vec<SupOp>,
+    rows: u32,
+    groups: usize,
+    kblocks: usize,
+    input: BufferId,
+    w: BufferId,
+    w_off: impl Fn(usize, usize) -> u32,
+    out: BufferId,
+    t: BufferId,
+    r_total: u32,
+) {
+    for g in 0..groups {
+        let out_off = g as u32 * r_total * GRB;
+        for kk in 0..kblocks {
+            ops.push(SupOp::AmpW(w, w_off(g, kk)));
+            let last = (kblocks - 1 - kk) % 2 == 0;
+            let (dst, dst_off, src, src_off) = if last {
+                (out, out_off, t, 0)
+            } else {
+                (t, 0, out, out_off)
+            };
+            for (r0, r1) in split_staggered(rows) {
+                if r1 > r0 {
+                    ops.push(SupOp::Run(
+                        Kernel::Amp { partials: kk > 0 },
+                        vec![
+                            StateWord::Addr(input, (kk as u32 * r_total + r0) * GRB),
+                            if kk > 0 {
+                                StateWord::Addr(src, src_off + r0 * GRB)
+                            } else {
+                                StateWord::Const(0)
+                            },
+                            StateWord::Addr(dst, dst_off + r0 * GRB),
+                            StateWord::Const(r1 - r0),
+                        ],
+                        kernels::amp_slots(r1 - r0, kk > 0),
+                    ));
+                }
+            }
+            ops.push(SupOp::WaitW);
+        }
+    }
+}
+
+/// The compute of item `i`: both products, the masks and the softmax.
+pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> {
+    let g = &fp.geo;
+    let it = fp.items[i];
+    let amp = g.amp();
+    let (kb, cols) = (amp.k_block, amp.cols);
+    let r = g.rows as u32;
+    let ab = g.ab() as u32;
+    let nkp = g.keys_padded();
+    let nkk = g.keys.div_ceil(kb) * kb;
+    let mut ops = vec![SupOp::AmpCfg(g.mode)];
+    // S = q kᵀ: output groups of `cols` keys, k blocks of `kb` dimensions.
+    amp_rounds(
+        &mut ops,
+        r,
+        nkp / cols,
+        g.d / kb,
+        b.q,
+        b.kt,
+        |grp, kk| ((grp * g.d + kk * kb) * cols) as u32 * ab,
+        b.s,
+        b.t,
+        r,
+    );
+    // Masks: keys after the query (causal) and keys past the sequence become -inf.
+    let valid_keys = fp.valid_keys(i);
+    // Two waves (causal, then padding): both may rewrite the same rows.
+    let mut masks = [Vec::new(), Vec::new()];
+    for grp in 0..nkp / cols {
+        let base = (grp * cols) as i64;
+        let mut push = |wave: usize, start: i64, step: u32| {
+            for (r0, r1) in split(r, WORKERS) {
+                if r1 > r0 {
+                    let off = grp as u32 * r * GRB + r0 * GRB;
+                    masks[wave].push(SupOp::Run(
+                        Kernel::MaskRows,
+                        vec![
+                            StateWord::Addr(b.s, off),
+                            StateWord::Addr(b.s, off),
+                            StateWord::Const(r1 - r0),
+                            StateWord::Const((start + (r0 * step) as i64) as i32 as u32),
+                            StateWord::Const(cols as u32),
+                            StateWord::Const(cols as u32),
+                            StateWord::Const(f32::NEG_INFINITY.to_bits()),
+                            StateWord::Const(step),
+                        ],
+                        kernels::mask_rows_slots(r1 - r0, cols as u32),
+                    ));
+                }
+            }
+        };
+        if g.causal {
+            // Row `r` sees keys `k0 ..= q0 + r`.
+            let start = it.q0 as i64 + 1 - it.k0 as i64 - base;
+            if start < cols as i64 {
+                push(0, start, 1);
+            }
+        }
+        let pad = valid_keys as i64 - base;
+        if pad < cols as i64 {
+            push(1, pad, 0);
+        }
+    }
+    for wave in masks {
+        if !wave.is_empty() {
+            ops.extend(wave);
+            ops.push(SupOp::WaitW);
+        }
+    }
+    let lkeys = cols.max(kb);
+    let kernel = Kernel::FlashSoftmax {
+        s: g.p_elem(),
+        a: g.a_elem(),
+        cols: cols as u32,
+        kb: kb as u32,
+    };
+    let gv = g.gv() as u32;
+    for (r0, r1) in split(r, WORKERS) {
+        if r1 > r0 {
+            ops.push(SupOp::Run(
+                kernel,
+                vec![
+                    StateWord::Addr(b.s, r0 * GRB),
+                    StateWord::Addr(b.p, r0 * GRB),
+                    StateWord::Addr(b.part, (gv * r + r0) * GRB),
+                    StateWord::Const(r1 - r0),
+                    StateWord::Const((g.keys / lkeys) as u32),
+                    StateWord::Const(r * GRB),
+                    StateWord::Const(g.scale.to_bits()),
+                ],
+                flash_softmax_slots(
+                    g.p_elem(),
+                    g.a_elem(),
+                    cols as u32,
+                    kb as u32,
+                    r1 - r0,
+                    (g.keys / lkeys) as u32,
+                ),
+            ));
+        }
+    }
+    ops.push(SupOp::WaitW);
+    // O = P v: output groups of `cols` dimensions, k blocks of `kb` keys.
+    amp_rounds(
+        &mut ops,
+        r,
+        g.gv(),
+        nkk / kb,
+        b.p,
+        b.v,
+        |grp, kk| ((grp * nkk + kk * kb) * cols) as u32 * ab,
+        b.part,
+        b.t,
+        r,
+    );
+    ops
+}
+
+/// Where a merge reads a source's rows: `(O of row 0, group stride, statistics of row 0)`.
+type Source = (BufferId, u32, u32, u32);
+
+/// The compute of a merge of `rows` rows from `sources` into `out` (`[dv / gout][rows][gout]`).
+pub(crate) fn merge_ops(
+    g: &FlashGeometry,
+    rows: u32,
+    sources: &[Source],
+    out: BufferId,
+    scratch: BufferId,
+) -> Vec<SupOp> {
+    let amp = g.amp();
+    let gout = g.gout() as u32;
+    let ob = g.out.bytes() as u32;
+    let kernel = Kernel::FlashCombine {
+        p: g.p_elem(),
+        out: g.out_elem(),
+        cols: amp.cols as u32,
+        gout,
+        dv: g.dv as u32,
+    };
+    let mut ops = Vec::new();
+    for (w, (r0, r1)) in split(rows, WORKERS).enumerate() {
+        if r1 <= r0 {
+            continue;
+        }
+        let mut st = vec![
+            StateWord::Addr(out, r0 * gout * ob),
+            StateWord::Const(rows * gout * ob),
+            StateWord::Const(r1 - r0),
+            StateWord::Addr(scratch, w as u32 * g.dv as u32 * 4),
+            StateWord::Const(sources.len() as u32),
+        ];
+        for &(buf, base, gs, stats) in sources {
+            st.push(StateWord::Addr(buf, base + r0 * GRB));
+            st.push(StateWord::Const(gs));
+            st.push(StateWord::Addr(buf, stats + r0 * GRB));
+        }
+        ops.push(SupOp::Run(
+            kernel,
+            st,
+            flash_combine_slots(
+                g.p_elem(),
+                g.out_elem(),
+                amp.cols as u32,
+                gout,
+                g.dv as u32,
+                r1 - r0,
+                sources.len() as u32,
+            ),
+        ));
+    }
+    ops.push(SupOp::WaitW);
+    ops
+}
+
+/// Dummy buffers for costing.
+pub(crate) const COSTING_BUFFERS: ItemBuffers = ItemBuffers {
+    q: BufferId(0),
+    kt: BufferId(1),
+    v: BufferId(2),
+    s: BufferId(3),
+    p: BufferId(4),
+    t: BufferId(5),
+    part: BufferId(6),
+};
+
+/// The modelled cycles of a plan: the slowest item's and merge's supervisor programs
+/// (`estimate`), the receive time of the busiest tile in each exchange, and the syncs.
+pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
+    let g = &fp.geo;
+    let sync = ipu_target::SYNC_CYCLES as u64;
+    let overhead = ipu_target::EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
+    // Items differ by their valid rows and keys and their place on the diagonal.
+    let mut seen = BTreeSet::new();
+    let mut compute = 0u64;
+    for i in 0..fp.items.len() {
+        let it = fp.items[i];
+        let diag = if g.causal {
+            (it.q0 as i64 - it.k0 as i64).clamp(-(g.keys as i64), g.rows as i64)
+        } else {
+            0
+        };
+        if seen.insert((fp.valid_rows(i), fp.valid_keys(i), diag)) {
+            compute = compute.max(estimate(&item_ops(fp, i, &COSTING_BUFFERS)));
+        }
+    }
+    let mut merge = 0u64;
+    let mut merge_recv = 0u64;
+    let mut seen = BTreeSet::new();
+    for c in &fp.combiners {
+        let rows = (c.r1 - c.r0) as u32;
+        if seen.insert((rows, c.sources.len())) {
+            let srcs: Vec<Source> = c
+                .sources
+                .iter()
+                .map(|_| (BufferId(0), 0, rows * GRB, 0))
+                .collect();
+            merge = merge.max(estimate(&merge_ops(
+                g,
+                rows,
+                &srcs,
+                BufferId(1),
+                BufferId(2),
+            )));
+            let recv = (c.sources.len() as u64 - 1) * (g.gv() as u64 + 1) * (rows * GRB) as u64;
+            merge_recv = merge_recv.max(recv / 4);
+        }
+    }
+    let ab = g.ab() as u64;
+    let recv = ((g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab) / 4 + overhead + sync;
+    let merge_x = if merge_recv > 0 {
+        merge_recv + overhead + sync
+    } else {
+        0
+    };
+    let prep = (crate::plan::flash::HOME_UNIT * g.d) as u64 * 4 + sync;
+    let exchange = recv + merge_x;
+    (prep + compute + sync + merge + sync + exchange, exchange)
+}
+
+impl Lowerer<'_> {
+    pub(super) fn lower_flash(&mut self, index: usize) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let DevOpKind::Flash(fp) = &op.kind else {
+            return Err(CodegenError::Internal("not a flash attention".into()));
+        };
+        let fp: FlashPlan = (**fp).clone();
+        let name = op.name.clone();
+        let (ins, out) = ([op.inputs[0], op.inputs[1], op.inputs[2]], op.output);
+        let g = fp.geo.clone();
+        let amp = g.amp();
+        let (kb, cols) = (amp.k_block, amp.cols);
+        let ab = g.ab() as u32;
+        let dims = [g.d, g.d, g.dv];
+        // Homes: staging of each input in group `hg` ([dims / hg][positions][hg] per tile).
+        let hgs = [kb, kb, default_group(g.a)];
+        let mut home_copies = Vec::new();
+        let mut staging: [BTreeMap<u32, BufferId>; 3] = Default::default();
+        for x in 0..3 {
+            let v = ins[x];
+            let layout = fp.home_layout(x, hgs[x]);
+            let eb = self.eb(v);
+            let same = self.plan.values[v].layout == layout;
+            for (&tile, &n) in &fp.home_positions[x] {
+                let buf = if same {
+                    self.value_buffer(v, tile)
+                } else {
+                    let bytes = (n * dims[x]) as u32 * eb + OVERREAD_BYTES;
+                    let st = self.prog.buffer(
+                        tile,
+                        align8(bytes as u64) as u32,
+                        Region::Any,
+                        format!("stage:{name}.home{x}"),
+                    );
+                    let want: Vec<(usize, usize, usize)> = layout
+                        .pieces
+                        .iter()
+                        .filter(|p| p.tile == tile)
+                        .map(|p| (p.start, p.end, p.local))
+                        .collect();
+                    home_copies.extend(self.gather(v, tile, hgs[x], &want, st));
+                    st
+                };
+                staging[x].insert(tile, buf);
+            }
+        }
+        if !home_copies.is_empty() {
+            self.prog.steps.push(Step::Exchange {
+                name: format!("{name}.homes"),
+                copies: home_copies,
+            });
+        }
+        // Prep on the homes.
+        let mut prep: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        let mut q_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+        let mut kt_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+        let mut v_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+        let a_cast = cast_type(g.a);
+        for x in 0..3 {
+            for (&tile, &n) in &fp.home_positions[x] {
+                let src = staging[x][&tile];
+                let from = cast_type(g.inputs[x]);
+                let elems = (n * dims[x]) as u32;
+                let ops = prep.entry(tile).or_default();
+                // Cast FP8 to the operand type, same layout.
+                let typed = if g.inputs[x] == g.a {
+                    src
+                } else {
+                    let buf = self.prog.buffer(
+                        tile,
+                        align8((elems * ab) as u64) as u32 + OVERREAD_BYTES,
+                        Region::Any,
+                        format!("stage:{name}.home{x}.a"),
+                    );
+                    for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
+                        if g1 > g0 {
+                            ops.push(SupOp::Run(
+                                Kernel::Cast { from, to: a_cast },
+                                vec![
+                                    StateWord::Addr(src, g0 * 4 * from.bytes()),
+                                    StateWord::Addr(buf, g0 * 4 * ab),
+                                    StateWord::Const(g1 - g0),
+                                ],
+                                kernels::cast_slots(from, a_cast, g1 - g0),
+                            ));
+                        }
+                    }
+                    ops.push(SupOp::WaitW);
+                    buf
+                };
+                match x {
+                    0 => {
+                        q_home.insert(tile, typed);
+                    }
+                    1 => {
+                        // kᵀ: per home range, groups of `cols` keys, each [d][cols].
+                        let ranges: Vec<_> =
+                            fp.homes[1].iter().filter(|h| h.tile == tile).collect();
+                        let mut bases = Vec::new();
+                        let mut groups = 0;
+                        for h in &ranges {
+                            bases.push(groups);
+                            groups += (h.s1 - h.s0).div_ceil(cols);
+                        }
+                        let kt = self.prog.buffer(
+                            tile,
+                            (groups * g.d * cols) as u32 * ab + OVERREAD_BYTES,
+                            Region::Any,
+                            format!("stage:{name}.kt"),
+                        );
+                        let mut calls = Vec::new();
+                        for (h, &base) in ranges.iter().zip(&bases) {
+                            let len = h.s1 - h.s0;
+                            for kg in 0..len.div_ceil(cols) {
+                                let keys = (len - kg * cols).min(cols) as u32;
+                                for dg in 0..g.d / kb {
+                                    let in_off = ((dg * n + h.local + kg * cols) * kb) as u32 * ab;
+                                    let out_off =
+                                        (((base + kg) * g.d + dg * kb) * cols) as u32 * ab;
+                                    let words = (keys * ab).div_ceil(4);
+                                    calls.push(SupOp::Run(
+                                        Kernel::Transpose { bytes: ab },
+                                        vec![
+                                            StateWord::Addr(typed, in_off),
+                                            StateWord::Addr(kt, out_off),
+                                            StateWord::Const(kb as u32),
+                                            StateWord::Const(kb as u32 * ab),
+                                            StateWord::Const(cols as u32 * ab),
+                                            StateWord::Const(words),
+                                        ],
+                                        crate::row_kernels::transpose_slots(ab, kb as u32, words),
+                                    ));
+                                }
+                            }
+                        }
+                        ops.extend(calls);
+                        ops.push(SupOp::WaitW);
+                        kt_home.insert(tile, kt);
+                    }
+                    _ => {
+                        let hg = hgs[2];
+                        let va = if hg == cols {
+                            typed
+                        } else {
+                            // Regroup [dv / hg][n][hg] into [dv / cols][n][cols] (64-bit words).
+                            let va = self.prog.buffer(
+                                tile,
+                                align8((elems * ab) as u64) as u32 + OVERREAD_BYTES,
+                                Region::Any,
+                                format!("stage:{name}.va"),
+                            );
+                            let words = (cols as u32 * ab) / 8;
+                            for j in 0..g.dv / hg {
+                                ops.push(SupOp::Run(
+                                    Kernel::Copy2d { wide: true },
+                                    vec![
+                                        StateWord::Addr(typed, (j * n * hg) as u32 * ab),
+                                        StateWord::Addr(
+                                            va,
+                                            (j * (hg / cols) * n * cols) as u32 * ab,
+                                        ),
+                                        StateWord::Const(n as u32),
+                                        StateWord::Const((hg / cols) as u32),
+                                        StateWord::Const(words),
+                                        StateWord::Const(hg as u32 * ab),
+                                        StateWord::Const(cols as u32 * ab),
+                                        StateWord::Const(cols as u32 * ab),
+                                        StateWord::Const((n * cols) as u32 * ab),
+                                    ],
+                                    crate::row_kernels::copy2d_slots(
+                                        n as u32,
+                                        (hg / cols) as u32,
+                                        words,
+                                    ),
+                                ));
+                            }
+                            ops.push(SupOp::WaitW);
+                            va
+                        };
+                        v_home.insert(tile, va);
+                    }
+                }
+            }
+        }
+        if !prep.is_empty() {
+            for ops in prep.values_mut() {
+                if ops.last() != Some(&SupOp::WaitW) {
+                    ops.push(SupOp::WaitW);
+                }
+            }
+            let estimated_cycles = prep.values().map(|o| estimate(o)).max().unwrap_or(0);
+            self.prog.steps.push(Step::Compute {
+                name: format!("{name}.prep"),
+                tiles: prep,
+                estimated_cycles,
+            });
+        }
+        // Item buffers and the distribution.
+        let r = g.rows as u32;
+        let nkp = g.keys_padded();
+        let nkk = g.keys.div_ceil(kb) * kb;
+        let mut bufs = Vec::with_capacity(fp.items.len());
+        let mut copies = Vec::new();
+        let mut kv_groups: BTreeMap<(usize, usize), (u32, u32)> = BTreeMap::new();
+        // Home of each (tensor, batch, unit of positions), and each k home's first group.
+        let mut unit_home: [Vec<usize>; 3] = Default::default();
+        for x in 0..3 {
+            let s = if x == 0 { g.sq } else { g.sk };
+            let per = s.div_ceil(crate::plan::flash::HOME_UNIT);
+            unit_home[x] = vec![usize::MAX; per * g.batch];
+            for (hi, h) in fp.homes[x].iter().enumerate() {
+                let u0 = h.s0 / crate::plan::flash::HOME_UNIT;
+                let u1 = h.s1.div_ceil(crate::plan::flash::HOME_UNIT);
+                for u in u0..u1 {
+                    unit_home[x][h.batch * per + u] = hi;
+                }
+            }
+        }
+        let home_of = |x: usize, b: usize, p: usize| {
+            let s = if x == 0 { g.sq } else { g.sk };
+            let per = s.div_ceil(crate::plan::flash::HOME_UNIT);
+            unit_home[x][b * per + p / crate::plan::flash::HOME_UNIT]
+        };
+        let mut kt_base = vec![0usize; fp.homes[1].len()];
+        {
+            let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+            for (hi, h) in fp.homes[1].iter().enumerate() {
+                let n = seen.entry(h.tile).or_insert(0);
+                kt_base[hi] = *n;
+                *n += (h.s1 - h.s0).div_ceil(cols);
+            }
+        }
+        let mut zero: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        for (i, it) in fp.items.iter().enumerate() {
+            let tile = it.tile;
+            let pb = g.pb() as u32;
+            let q = self.prog.buffer(
+                tile,
+                r * g.d as u32 * ab + OVERREAD_BYTES,
+                Region::Any,
+                format!("{name}.q"),
+            );
+            let kt = self.prog.buffer(
+                tile,
+                (nkp * g.d) as u32 * ab,
+                Region::Interleaved,
+                format!("{name}.kt"),
+            );
+            let v = self.prog.buffer(
+                tile,
+                (nkk * g.dv) as u32 * ab,
+                Region::Interleaved,
+                format!("{name}.v"),
+            );
+            let key = (it.batch, it.k0);
+            let next = &mut self.next_group;
+            let (gk, gvv) = *kv_groups.entry(key).or_insert_with(|| {
+                *next += 2;
+                (*next - 2, *next - 1)
+            });
+            self.prog.buffers[kt.0 as usize].group = Some(gk);
+            self.prog.buffers[v.0 as usize].group = Some(gvv);
+            let s = self.prog.buffer(
+                tile,
+                r * nkp as u32 * pb + OVERREAD_BYTES,
+                Region::Any,
+                format!("{name}.s"),
+            );
+            let p = if g.p_in_place() {
+                s
+            } else {
+                self.prog.buffer(
+                    tile,
+                    r * nkk as u32 * ab + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("{name}.p"),
+                )
+            };
+            let t = self.prog.buffer(
+                tile,
+                r * GRB + OVERREAD_BYTES,
+                Region::Any,
+                format!("{name}.t"),
+            );
+            let part = self.prog.buffer(
+                tile,
+                (g.gv() as u32 + 1) * r * GRB + OVERREAD_BYTES,
+                Region::Any,
+                format!("{name}.partial"),
+            );
+            bufs.push(ItemBuffers {
+                q,
+                kt,
+                v,
+                s,
+                p,
+                t,
+                part,
+            });
+            let mut item_copies = Vec::new();
+            // q rows.
+            let rows = fp.valid_rows(i);
+            let mut pos = it.q0;
+            while pos < it.q0 + rows {
+                let h = fp.homes[0][home_of(0, it.batch, pos)];
+                let run = (h.s1.min(it.q0 + rows)) - pos;
+                let n = fp.home_positions[0][&h.tile];
+                let src = q_home[&h.tile];
+                for dg in 0..g.d / kb {
+                    item_copies.push(Copy {
+                        src,
+                        src_offset: ((dg * n + h.local + pos - h.s0) * kb) as u32 * ab,
+                        dst: q,
+                        dst_offset: ((dg * g.rows + pos - it.q0) * kb) as u32 * ab,
+                        bytes: (run * kb) as u32 * ab,
+                    });
+                }
+                pos += run;
+            }
+            // kᵀ groups and v rows.
+            let keys = fp.valid_keys(i);
+            let mut pos = it.k0;
+            while pos < it.k0 + keys {
+                let hi = home_of(1, it.batch, pos);
+                let h = fp.homes[1][hi];
+                let run = (h.s1.min(it.k0 + keys)) - pos;
+                let src = kt_home[&h.tile];
+                let g0 = kt_base[hi] + (pos - h.s0) / cols;
+                item_copies.push(Copy {
+                    src,
+                    src_offset: (g0 * g.d * cols) as u32 * ab,
+                    dst: kt,
+                    dst_offset: ((pos - it.k0) / cols * g.d * cols) as u32 * ab,
+                    bytes: (run.div_ceil(cols) * g.d * cols) as u32 * ab,
+                });
+                pos += run;
+            }
+            let mut pos = it.k0;
+            while pos < it.k0 + keys {
+                let h = fp.homes[2][home_of(2, it.batch, pos)];
+                let run = (h.s1.min(it.k0 + keys)) - pos;
+                let n = fp.home_positions[2][&h.tile];
+                let src = v_home[&h.tile];
+                for dg in 0..g.dv / cols {
+                    item_copies.push(Copy {
+                        src,
+                        src_offset: ((dg * n + h.local + pos - h.s0) * cols) as u32 * ab,
+                        dst: v,
+                        dst_offset: ((dg * nkk + pos - it.k0) * cols) as u32 * ab,
+                        bytes: (run * cols) as u32 * ab,
+                    });
+                }
+                pos += run;
+            }
+            let ops = zero.entry(tile).or_default();
+            self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, ops);
+            self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &item_copies, ops);
+            if !ops.is_empty() {
+                ops.push(SupOp::WaitW);
+            }
+            copies.extend(item_copies);
+        }
+        self.prog.steps.push(Step::Exchange {
+            name: format!("{name}.distribute"),
+            copies,
+        });
+        let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        for (i, it) in fp.items.iter().enumerate() {
+            let mut ops = zero.remove(&it.tile).unwrap_or_default();
+            ops.extend(item_ops(&fp, i, &bufs[i]));
+            tiles.insert(it.tile, ops);
+        }
+        let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+        self.prog.steps.push(Step::Compute {
+            name: format!("{name}.scores"),
+            tiles,
+            estimated_cycles,
+        });
+        // Merge.
+        let gv = g.gv() as u32;
+        let mut copies = Vec::new();
+        let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        for c in &fp.combiners {
+            let own = fp.items[c.own];
+            let tile = own.tile;
+            let rows = (c.r1 - c.r0) as u32;
+            let others = c.sources.len() as u32 - 1;
+            let stage = if others > 0 {
+                Some(self.prog.buffer(
+                    tile,
+                    others * (gv + 1) * rows * GRB + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("stage:{name}.merge"),
+                ))
+            } else {
+                None
+            };
+            let mut sources: Vec<Source> = Vec::new();
+            let mut slot = 0u32;
+            for &s in &c.sources {
+                if s == c.own {
+                    let part = bufs[s].part;
+                    sources.push((
+                        part,
+                        c.r0 as u32 * GRB,
+                        r * GRB,
+                        (gv * r + c.r0 as u32) * GRB,
+                    ));
+                } else {
+                    let st = stage.expect("a stage for other sources");
+                    for grp in 0..=gv {
+                        copies.push(Copy {
+                            src: bufs[s].part,
+                            src_offset: (grp * r + c.r0 as u32) * GRB,
+                            dst: st,
+                            dst_offset: ((slot * (gv + 1) + grp) * rows) * GRB,
+                            bytes: rows * GRB,
+                        });
+                    }
+                    let base = slot * (gv + 1) * rows * GRB;
+                    sources.push((st, base, rows * GRB, base + gv * rows * GRB));
+                    slot += 1;
+                }
+            }
+            let out_buf = self.value_buffer(out, tile);
+            let scratch = self.prog.buffer(
+                tile,
+                WORKERS * g.dv as u32 * 4 + OVERREAD_BYTES,
+                Region::Any,
+                format!("{name}.scratch"),
+            );
+            tiles.insert(tile, merge_ops(&g, rows, &sources, out_buf, scratch));
+        }
+        if !copies.is_empty() {
+            self.prog.steps.push(Step::Exchange {
+                name: format!("{name}.merge"),
+                copies,
+            });
+        }
+        let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+        self.prog.steps.push(Step::Compute {
+            name: format!("{name}.merge"),
+            tiles,
+            estimated_cycles,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,608 @@
+//! Planning of the fused `flash_attention` operation.
+//!
+//! The scores of a `[rows, keys]` block of one batch entry (head) are computed, turned into
+//! probabilities and multiplied by `v` on one tile, in the AMP's own layouts, so no score
+//! ever changes tile or layout. A mapping is a pair `(R, nk)`: every tile (an *item*) takes `R`
+//! query rows and `nk` keys of one head; the items of the same rows then merge their partial
+//! results (row maximum, row sum, unnormalised output) in a second exchange and compute step
+//! (the running-max rescaling of flash attention, applied across key blocks). With a causal
+//! mask, blocks whose keys all follow their queries are not items at all.
+//!
+//! Items are numbered head-major, then by key block, then by query block, and sit on tiles in
+//! that order, so the items sharing a key block are on consecutive tiles and receive `k` and `v`
+//! by multicast. `q`, `k` and `v` first land on *home* tiles (16 positions of one head per unit,
+//! spread over the chip), which cast FP8 to f16, transpose `k` and regroup `v` once for all
+//! items.
+//!
+//! Cost model (tile cycles): per item, `ceil(nk / cols) * d / kb + dv / cols * nk / kb` AMP
+//! rounds of `R` rows (see `plan.rs`), the softmax kernel's slots, the receive time of its
+//! operands at 4 bytes per cycle, and for merged rows the receive time of the other items'
+//! partials and the merge kernel's slots; the slowest item counts.
+
+use ipu_graph::DType;
+use ipu_target::{
+    AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, SYNC_CYCLES, Target,
+};
+
+use super::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
+use crate::CodegenError;
+use crate::flash_kernels::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
+use crate::kernels::{self, Elem, OVERREAD_BYTES};
+use crate::layout::{Layout, Piece};
+
+/// Positions (rows of `q`, `k` or `v`) per home unit.
+pub const HOME_UNIT: usize = 16;
+/// Keys per block are multiples of this (the largest `max(cols, kb)` of the AMP modes).
+pub const KEY_STEP: usize = 16;
+/// Query rows per block are multiples of this.
+pub const ROW_STEP: usize = 8;
+/// Bound on the key-block sizes examined.
+pub const KEY_CANDIDATES_MAX: usize = 512;
+
+/// The shape, types and mapping of a planned flash attention.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashGeometry {
+    /// Batch entries (all leading dimensions, e.g. heads).
+    pub batch: usize,
+    /// Query positions.
+    pub sq: usize,
+    /// Key positions.
+    pub sk: usize,
+    /// Head dimension of `q` and `k`.
+    pub d: usize,
+    /// Head dimension of `v`.
+    pub dv: usize,
+    /// AMP mode of both products.
+    pub mode: AmpMode,
+    /// Operand type of the AMP (f16 or f32).
+    pub a: DType,
+    /// Partials type (scores and the unnormalised output).
+    pub p: DType,
+    /// Output type.
+    pub out: DType,
+    /// Input types of q, k, v.
+    pub inputs: [DType; 3],
+    /// Score scale (positive).
+    pub scale: f32,
+    /// Causal mask (key `j` hidden from query `i` when `j > i`).
+    pub causal: bool,
+    /// Query rows per item.
+    pub rows: usize,
+    /// Keys per item.
+    pub keys: usize,
+}
+
+impl FlashGeometry {
+    /// The AMP geometry.
+    pub fn amp(&self) -> AmpGeometry {
+        amp_geometry(self.mode)
+    }
+    /// Bytes per operand element.
+    pub fn ab(&self) -> usize {
+        self.a.bytes()
+    }
+    /// Bytes per partial.
+    pub fn pb(&self) -> usize {
+        self.p.bytes()
+    }
+    /// Column group of the output in storage.
+    pub fn gout(&self) -> usize {
+        super::default_group(self.out)
+    }
+    /// Groups of `O` per row (`dv / cols`).
+    pub fn gv(&self) -> usize {
+        self.dv / self.amp().cols
+    }
+    /// Whether probabilities overwrite the scores (same type and layout).
+    pub fn p_in_place(&self) -> bool {
+        let g = self.amp();
+        self.a == self.p && g.k_block == g.cols
+    }
+    /// Keys rounded to the score layout's groups.
+    pub fn keys_padded(&self) -> usize {
+        self.keys.div_ceil(self.amp().cols) * self.amp().cols
+    }
+    /// Vector element type of the partials.
+    pub fn p_elem(&self) -> Elem {
+        elem_of(self.p)
+    }
+    /// Vector element type of the operands.
+    pub fn a_elem(&self) -> Elem {
+        elem_of(self.a)
+    }
+    /// Vector element type of the output.
+    pub fn out_elem(&self) -> Elem {
+        elem_of(self.out)
+    }
+}
+
+fn elem_of(d: DType) -> Elem {
+    if d == DType::F32 {
+        Elem::F32
+    } else {
+        Elem::F16
+    }
+}
+
+/// One tile's block: rows `q0..q0 + rows` and keys `k0..k0 + keys` of batch entry `batch`
+/// (clipped to the sequence lengths).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlashItem {
+    /// Tile.
+    pub tile: u32,
+    /// Batch entry.
+    pub batch: usize,
+    /// First query row.
+    pub q0: usize,
+    /// First key.
+    pub k0: usize,
+}
+
+/// The merge of some rows of one query block: on the tile of item `own`, rows `r0..r1` of the
+/// block (relative to its `q0`), from the partials of `sources` (items, in key order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlashCombiner {
+    /// The item whose tile merges.
+    pub own: usize,
+    /// First row (relative).
+    pub r0: usize,
+    /// One past the last row (relative).
+    pub r1: usize,
+    /// Items holding partials of these rows, in key order.
+    pub sources: Vec<usize>,
+}
+
+/// Positions `s0..s1` of batch entry `batch` of `q`, `k` or `v`, held on `tile` from local
+/// position `local`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlashHome {
+    /// Tile.
+    pub tile: u32,
+    /// Batch entry.
+    pub batch: usize,
+    /// First position.
+    pub s0: usize,
+    /// One past the last position.
+    pub s1: usize,
+    /// Position index on the tile.
+    pub local: usize,
+}
+
+/// A planned flash attention.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashPlan {
+    /// Shape, types and mapping.
+    pub geo: FlashGeometry,
+    /// Items, in tile order.
+    pub items: Vec<FlashItem>,
+    /// Merges.
+    pub combiners: Vec<FlashCombiner>,
+    /// Homes of q, k, v.
+    pub homes: [Vec<FlashHome>; 3],
+    /// Positions held per tile, per tensor (for home buffer sizes).
+    pub home_positions: [std::collections::BTreeMap<u32, usize>; 3],
+}
+
+impl FlashPlan {
+    /// The layout of input `x` (0 q, 1 k, 2 v) on its homes, in column group `group`:
+    /// per tile `[d / group][positions][group]`.
+    pub fn home_layout(&self, x: usize, group: usize) -> Layout {
+        let g = &self.geo;
+        let (s, d) = if x == 0 {
+            (g.sq, g.d)
+        } else {
+            (g.sk, [g.d, g.d, g.dv][x])
+        };
+        let dg = d / group;
+        let mut pieces = Vec::new();
+        for h in &self.homes[x] {
+            let n = self.home_positions[x][&h.tile];
+            for j in 0..dg {
+                let start = ((h.batch * dg + j) * s + h.s0) * group;
+                pieces.push(Piece {
+                    tile: h.tile,
+                    start,
+                    end: start + (h.s1 - h.s0) * group,
+                    local: (j * n + h.local) * group,
+                });
+            }
+        }
+        pieces.sort_by_key(|p| p.start);
+        Layout { group, pieces }
+    }
+
+    /// The layout of the output: per merging tile `[dv / gout][rows][gout]`.
+    pub fn output_layout(&self) -> Layout {
+        let g = &self.geo;
+        let gout = g.gout();
+        let dg = g.dv / gout;
+        let mut pieces = Vec::new();
+        for c in &self.combiners {
+            let it = self.items[c.own];
+            let n = c.r1 - c.r0;
+            for j in 0..dg {
+                let start = ((it.batch * dg + j) * g.sq + it.q0 + c.r0) * gout;
+                pieces.push(Piece {
+                    tile: it.tile,
+                    start,
+                    end: start + n * gout,
+                    local: j * n * gout,
+                });
+            }
+        }
+        pieces.sort_by_key(|p| p.start);
+        Layout {
+            group: gout,
+            pieces,
+        }
+    }
+
+    /// Rows of the item's block that exist (the last block of a sequence is clipped).
+    pub fn valid_rows(&self, item: usize) -> usize {
+        (self.geo.sq - self.items[item].q0).min(self.geo.rows)
+    }
+
+    /// Keys of the item's block that exist.
+    pub fn valid_keys(&self, item: usize) -> usize {
+        (self.geo.sk - self.items[item].k0).min(self.geo.keys)
+    }
+}
+
+/// The figures of one candidate mapping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashCandidate {
+    /// Query rows per item.
+    pub rows: usize,
+    /// Keys per item.
+    pub keys: usize,
+    /// Items (tiles computing scores).
+    pub items: usize,
+    /// Most key blocks merged into one query block.
+    pub merge: usize,
+    /// Estimated cycles.
+    pub estimated_cycles: u64,
+    /// Estimated exchange cycles.
+    pub estimated_exchange_cycles: u64,
+    /// Peak bytes on an item tile.
+    pub peak_bytes: u64,
+}
+
+/// Whether query block `[q0, q1)` needs key block `[k0, ..)`.
+fn needed(causal: bool, q1: usize, k0: usize) -> bool {
+    !causal || k0 < q1
+}
+
+/// Key blocks of query block `[q0, q0 + rows)`.
+fn key_blocks(geo: &FlashGeometry, q0: usize) -> usize {
+    let q1 = (q0 + geo.rows).min(geo.sq);
+    let total = geo.sk.div_ceil(geo.keys);
+    if geo.causal {
+        q1.min(geo.sk).div_ceil(geo.keys).clamp(1, total)
+    } else {
+        total
+    }
+}
+
+fn count_items(geo: &FlashGeometry) -> (usize, usize) {
+    let mut items = 0;
+    let mut most = 0;
+    for q0 in (0..geo.sq).step_by(geo.rows) {
+        let j = key_blocks(geo, q0);
+        items += j;
+        most = most.max(j);
+    }
+    (items * geo.batch, most)
+}
+
+/// Bytes of an item tile's buffers (each with the kernels' read slack).
+pub fn item_bytes(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
+    let amp = geo.amp();
+    let (r, ab, pb) = (geo.rows as u64, geo.ab() as u64, geo.pb() as u64);
+    let slack = OVERREAD_BYTES as u64;
+    let kp = geo.keys_padded() as u64;
+    let kk = geo.keys.div_ceil(amp.k_block) as u64 * amp.k_block as u64;
+    let q = r * geo.d as u64 * ab + slack;
+    let kt = kp * geo.d as u64 * ab;
+    let v = kk * geo.dv as u64 * ab;
+    let s = r * kp * pb + slack;
+    let p = if geo.p_in_place() {
+        0
+    } else {
+        r * kk * ab + slack
+    };
+    let t = r * GROUP_ROW_BYTES as u64 + slack;
+    let part = (geo.gv() as u64 + 1) * r * GROUP_ROW_BYTES as u64 + slack;
+    let rows_c = (geo.rows as u64).div_ceil(merge as u64);
+    let stage =
+        (merge as u64 - 1) * (geo.gv() as u64 + 1) * rows_c * GROUP_ROW_BYTES as u64 + slack;
+    let scratch = 6 * geo.dv as u64 * 4 + slack;
+    let out = rows_c * geo.dv as u64 * geo.out.bytes() as u64 + slack;
+    (q + s + p + t + part + stage + scratch + out, kt + v)
+}
+
+/// Worker issue slots of an AMP round over `rows` rows (the slowest worker) and the
+/// supervisor's part, in cycles.
+fn amp_round_cycles(rows: usize) -> u64 {
+    let slot = BARREL_SLOT_CYCLES as u64;
+    let per = (rows as u32).div_ceil(6);
+    slot * (kernels::amp_slots(per, true) as u64 + 3 * 6 + 1) + 32
+}
+
+/// The analytical estimate of a mapping: (cycles, exchange cycles).
+pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
+    let amp = geo.amp();
+    let slot = BARREL_SLOT_CYCLES as u64;
+    let (r, nk) = (geo.rows, geo.keys);
+    let rounds =
+        nk.div_ceil(amp.cols) * (geo.d / amp.k_block) + geo.gv() * nk.div_ceil(amp.k_block);
+    let amp_cycles = rounds as u64 * amp_round_cycles(r);
+    let lkeys = amp.cols.max(amp.k_block);
+    let stats = slot
+        * flash_softmax_slots(
+            geo.p_elem(),
+            geo.a_elem(),
+            amp.cols as u32,
+            amp.k_block as u32,
+            r.div_ceil(6) as u32,
+            nk.div_ceil(lkeys) as u32,
+        ) as u64;
+    let mask = if geo.causal {
+        slot * kernels::mask_rows_slots(r.div_ceil(6) as u32, amp.cols as u32) as u64
+            * (r.div_ceil(amp.cols) as u64 + 1)
+    } else {
+        0
+    };
+    let recv = ((r * geo.d + nk * (geo.d + geo.dv)) * geo.ab()) as u64 / 4;
+    let distribute = recv + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + SYNC_CYCLES as u64;
+    let rows_c = r.div_ceil(merge);
+    let merge_recv = if merge > 1 {
+        ((merge - 1) * (geo.gv() + 1) * rows_c * GROUP_ROW_BYTES as usize) as u64 / 4
+            + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64
+            + SYNC_CYCLES as u64
+    } else {
+        0
+    };
+    let combine = slot
+        * flash_combine_slots(
+            geo.p_elem(),
+            geo.out_elem(),
+            amp.cols as u32,
+            geo.gout() as u32,
+            geo.dv as u32,
+            rows_c.div_ceil(6) as u32,
+            merge as u32,
+        ) as u64;
+    // Homes: one transpose of their k positions (about 4 slots per element over 6 workers).
+    let prep = (HOME_UNIT * geo.d) as u64 * 4 + SYNC_CYCLES as u64;
+    let exchange = distribute + merge_recv;
+    (
+        amp_cycles + stats + mask + combine + prep + 2 * SYNC_CYCLES as u64 + exchange,
+        exchange,
+    )
+}
+
+/// Plans a flash attention of `q [.., sq, d]`, `k [.., sk, d]`, `v [.., sk, dv]` over
+/// `tiles` tiles: every candidate `(R, nk)` is costed; the candidates are returned cheapest
+/// first, with the geometry (whose `rows` and `keys` each candidate sets).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_flash(
+    name: &str,
+    shapes: [&[usize]; 3],
+    inputs: [DType; 3],
+    scale: f32,
+    causal: bool,
+    partials: DType,
+    out: DType,
+    target: &Target,
+    tiles: u32,
+) -> Result<(Vec<FlashCandidate>, FlashGeometry), CodegenError> {
+    let unsupported = |why: String| Err(CodegenError::Unsupported(format!("{name}: {why}")));
+    let [qs, ks, vs] = shapes;
+    let rank = qs.len();
+    if rank < 2 || ks.len() != rank || vs.len() != rank {
+        return unsupported("q, k and v must have the same rank, at least 2".into());
+    }
+    let batch: usize = qs[..rank - 2].iter().product();
+    let (sq, d) = (qs[rank - 2], qs[rank - 1]);
+    let (sk, dv) = (ks[rank - 2], vs[rank - 1]);
+    if !(scale > 0.0 && scale.is_finite()) {
+        return unsupported(format!(
+            "the device lowering needs a positive finite scale (got {scale})"
+        ));
+    }
+    let a = if inputs.iter().all(|t| *t == DType::F32) {
+        DType::F32
+    } else {
+        DType::F16
+    };
+    if inputs.iter().any(|t| *t == DType::F32) && a != DType::F32 {
+        return unsupported("q, k and v must all be f32 or none".into());
+    }
+    let Some(mode) = matmul_mode(a, partials) else {
+        return unsupported(format!(
+            "partials {partials} with {a} operands have no AMP mode"
+        ));
+    };
+    if !target.supports_amp(mode) {
+        return unsupported(format!("AMP mode {mode:?} not on {}", target.kind));
+    }
+    if d % KEY_STEP != 0 || dv % KEY_STEP != 0 || d == 0 || dv == 0 {
+        return unsupported(format!(
+            "head_dim {d} (v: {dv}) is not a multiple of {KEY_STEP}, which the AMP's blocks \
+             and the output layout need"
+        ));
+    }
+    if out.is_fp8() {
+        return unsupported("an FP8 output is not lowered; use f16 or f32".into());
+    }
+    let p_f16 = partials == DType::F16;
+    if p_f16 && causal {
+        return unsupported(
+            "causal flash attention with f16 partials is not lowered (the mask kernel is f32); \
+             use f32 partials"
+                .into(),
+        );
+    }
+    let mut geo = FlashGeometry {
+        batch,
+        sq,
+        sk,
+        d,
+        dv,
+        mode,
+        a,
+        p: partials,
+        out,
+        inputs,
+        scale,
+        causal,
+        rows: ROW_STEP,
+        keys: KEY_STEP,
+    };
+    let available = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
+    let interleaved = target.interleaved_bytes() as u64 - 8 * 1024;
+    let mut candidates = Vec::new();
+    let mut closest: Option<(u64, usize, usize)> = None;
+    let key_max = sk.div_ceil(KEY_STEP) * KEY_STEP;
+    let row_max = sq.div_ceil(ROW_STEP) * ROW_STEP;
+    let mut nk = KEY_STEP;
+    let step = (key_max / KEY_STEP).div_ceil(KEY_CANDIDATES_MAX).max(1) * KEY_STEP;
+    while nk <= key_max {
+        // f16 scores cannot be masked: their key blocks must not be padded.
+        if p_f16 && sk % nk != 0 {
+            nk += step;
+            continue;
+        }
+        geo.keys = nk;
+        // The fewest rows per item whose items fit on the tiles.
+        let (mut lo, mut hi) = (1, row_max / ROW_STEP);
+        geo.rows = hi * ROW_STEP;
+        if count_items(&geo).0 > tiles as usize {
+            nk += step;
+            continue;
+        }
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            geo.rows = mid * ROW_STEP;
+            if count_items(&geo).0 <= tiles as usize {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        geo.rows = lo * ROW_STEP;
+        let (items, merge) = count_items(&geo);
+        let (std_bytes, il_bytes) = item_bytes(&geo, merge);
+        let need = std_bytes + il_bytes;
+        if need > available || il_bytes > interleaved {
+            let over = need
+                .saturating_sub(available)
+                .max(il_bytes.saturating_sub(interleaved));
+            if closest.is_none_or(|c| over < c.0) {
+                closest = Some((over, geo.rows, nk));
+            }
+        } else {
+            let (cycles, exchange) = estimate(&geo, merge);
+            candidates.push(FlashCandidate {
+                rows: geo.rows,
+                keys: nk,
+                items,
+                merge,
+                estimated_cycles: cycles,
+                estimated_exchange_cycles: exchange,
+                peak_bytes: need,
+            });
+        }
+        nk += step;
+    }
+    if candidates.is_empty() {
+        return Err(match closest {
+            Some((over, rows, keys)) => CodegenError::DoesNotFit(format!(
+                "{name}: flash attention [{batch} x {sq} x {d}] over {tiles} tiles: the closest \
+                 mapping ({rows} rows x {keys} keys per tile) needs {over} bytes more than a \
+                 tile has ({available} available after {SUPPORT_RESERVE_BYTES} reserved)"
+            )),
+            None => CodegenError::DoesNotFit(format!(
+                "{name}: flash attention [{batch} x {sq} x {d}] needs more than {tiles} tiles \
+                 even with one block per head"
+            )),
+        });
+    }
+    candidates.sort_by_key(|c| (c.estimated_cycles, c.keys));
+    Ok((candidates, geo))
+}
+
+/// Items, merges and homes of a mapping.
+pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
+    let mut items = Vec::new();
+    let kblocks = geo.sk.div_ceil(geo.keys);
+    for b in 0..geo.batch {
+        for kj in 0..kblocks {
+            for q0 in (0..geo.sq).step_by(geo.rows) {
+                let q1 = (q0 + geo.rows).min(geo.sq);
+                if needed(geo.causal, q1, kj * geo.keys) {
+                    items.push(FlashItem {
+                        tile: items.len() as u32,
+                        batch: b,
+                        q0,
+                        k0: kj * geo.keys,
+                    });
+                }
+            }
+        }
+    }
+    let mut by_rows: std::collections::BTreeMap<(usize, usize), Vec<usize>> = Default::default();
+    for (i, it) in items.iter().enumerate() {
+        by_rows.entry((it.batch, it.q0)).or_default().push(i);
+    }
+    let mut combiners = Vec::new();
+    for ((_, q0), srcs) in by_rows {
+        let rv = (geo.sq - q0).min(geo.rows);
+        let j = srcs.len();
+        for (n, &own) in srcs.iter().enumerate() {
+            let (r0, r1) = (rv * n / j, rv * (n + 1) / j);
+            if r1 > r0 {
+                combiners.push(FlashCombiner {
+                    own,
+                    r0,
+                    r1,
+                    sources: srcs.clone(),
+                });
+            }
+        }
+    }
+    combiners.sort_by_key(|c| items[c.own].tile);
+    let mut homes: [Vec<FlashHome>; 3] = Default::default();
+    let mut home_positions: [std::collections::BTreeMap<u32, usize>; 3] = Default::default();
+    for x in 0..3 {
+        let s = if x == 0 { geo.sq } else { geo.sk };
+        let per = s.div_ceil(HOME_UNIT);
+        let units = per * geo.batch;
+        let offset = x as u64 * tiles as u64 / 3;
+        for u in 0..units {
+            let tile = ((u as u64 * tiles as u64 / units as u64 + offset) % tiles as u64) as u32;
+            let (b, s0) = (u / per, (u % per) * HOME_UNIT);
+            let s1 = (s0 + HOME_UNIT).min(s);
+            let n = home_positions[x].entry(tile).or_insert(0);
+            let local = *n;
+            *n += s1 - s0;
+            match homes[x].last_mut() {
+                Some(h) if h.tile == tile && h.batch == b && h.s1 == s0 => h.s1 = s1,
+                _ => homes[x].push(FlashHome {
+                    tile,
+                    batch: b,
+                    s0,
+                    s1,
+                    local,
+                }),
+            }
+        }
+    }
+    FlashPlan {
+        geo,
+        items,
+        combiners,
+        homes,
+        home_positions,
+    }
+}
