@@ -48,7 +48,7 @@ pub fn compile_kernels(program: &TileProgram) -> Result<KernelLibrary, CodegenEr
                 .values()
                 .flatten()
                 .filter_map(|op| match op {
-                    SupOp::Run(k, _, _) => Some(*k),
+                    SupOp::Run(k, _, _) | SupOp::RunAll(k, _, _) => Some(*k),
                     _ => None,
                 })
                 .collect::<Vec<_>>(),
@@ -164,7 +164,7 @@ pub fn support_layout(
             && let Some(ops) = tiles.get(&tile)
         {
             for op in ops {
-                if let SupOp::Run(_, st, _) = op {
+                if let Some((_, st)) = op.launch() {
                     l.states.push(at);
                     at += 4 * st.len() as u32;
                 }
@@ -237,7 +237,7 @@ pub fn supervisor_code(
                             });
                             run.op(Instr::AmpW { base: MReg(4) });
                         }
-                        SupOp::Run(k, _, _) => {
+                        SupOp::Run(k, _, _) | SupOp::RunAll(k, _, _) => {
                             if entry != Some(*k) {
                                 run.op(Instr::Setzi {
                                     d: m2,
@@ -249,10 +249,17 @@ pub fn supervisor_code(
                                 d: m3,
                                 imm: support.states[state_index],
                             });
-                            run.op(Instr::Run {
-                                entry: m2,
-                                state: m3,
-                            });
+                            let launches = if matches!(op, SupOp::RunAll(..)) {
+                                ipu_target::WORKER_CONTEXTS
+                            } else {
+                                1
+                            };
+                            for _ in 0..launches {
+                                run.op(Instr::Run {
+                                    entry: m2,
+                                    state: m3,
+                                });
+                            }
                             state_index += 1;
                         }
                         SupOp::WaitW => {
@@ -281,7 +288,7 @@ pub fn state_bytes(program: &TileProgram, tile: u32, addr: &dyn Fn(BufferId) -> 
             && let Some(ops) = tiles.get(&tile)
         {
             for op in ops {
-                if let SupOp::Run(_, st, _) = op {
+                if let Some((_, st)) = op.launch() {
                     for w in st {
                         let v = match w {
                             StateWord::Const(c) => *c,

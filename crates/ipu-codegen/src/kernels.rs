@@ -23,6 +23,10 @@ pub const fn vector_elements(element_bytes: u32) -> u32 {
 pub enum Kernel {
     /// One AMP pass over rows: `out = in x W (+ partials)`. State: in, partials, out, rows.
     Amp { partials: bool },
+    /// The same pass started on all six workers with one state (`SupOp::RunAll`): worker
+    /// context `c` takes rows `b[c]..b[c + 1]`. State: in, partials, out (row 0 each), then
+    /// the seven row bounds `b`.
+    AmpAll { partials: bool },
     /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
     Binary { ty: Elem, op: BinOp },
     /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
@@ -162,7 +166,8 @@ fn load_state(c: &mut Code, n: u8) {
 pub fn generate(kernel: Kernel) -> Code {
     let mut c = Code::new();
     match kernel {
-        Kernel::Amp { partials } => amp(&mut c, partials),
+        Kernel::Amp { partials } => amp(&mut c, partials, false),
+        Kernel::AmpAll { partials } => amp(&mut c, partials, true),
         Kernel::Binary { ty, op } => binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => unary(&mut c, ty, op),
         Kernel::Cast { from, to } => cast(&mut c, from, to),
@@ -198,8 +203,26 @@ pub fn generate(kernel: Kernel) -> Code {
 /// phase's operands and the store of the previous phase's result; outputs trail their row by
 /// one row, so the pass runs one dummy row and drains. With `partials`, the partials-in come
 /// from a buffer distinct from the output (ping-pong), so no worker reads what another writes.
-fn amp(c: &mut Code, partials: bool) {
-    load_state(c, 4); // m1 in, m2 partials, m3 out, m4 rows
+fn amp(c: &mut Code, partials: bool, all: bool) {
+    if all {
+        // m1 in, m2 partials, m3 out; this worker's rows b[ctx]..b[ctx + 1].
+        load_state(c, 3);
+        c.op(Instr::Get {
+            d: m(5),
+            sys: ipu_isa::SysReg::ContextId,
+        });
+        c.op(alu_imm(AluOp::Shl, m(5), m(5), 2));
+        c.op(alu(AluOp::Add, m(5), m(5), m(0)));
+        c.op(ld32m(m(6), m(5), 12));
+        c.op(ld32m(m(4), m(5), 16));
+        c.op(alu(AluOp::Sub, m(4), m(4), m(6)));
+        c.op(alu_imm(AluOp::Shl, m(6), m(6), 5));
+        c.op(alu(AluOp::Add, m(1), m(1), m(6)));
+        c.op(alu(AluOp::Add, m(2), m(2), m(6)));
+        c.op(alu(AluOp::Add, m(3), m(3), m(6)));
+    } else {
+        load_state(c, 4); // m1 in, m2 partials, m3 out, m4 rows
+    }
     let end = c.label();
     c.branch(Instr::Brz { a: m(4), target: 0 }, end);
     if !partials {
@@ -268,6 +291,9 @@ fn amp(c: &mut Code, partials: bool) {
     c.bind(end);
     c.op(Instr::Exit);
 }
+
+/// Extra issue slots of the [`Kernel::AmpAll`] prologue.
+pub const AMP_ALL_PROLOGUE_SLOTS: u32 = 10;
 
 /// Issue slots of one AMP pass over `rows` rows on one worker.
 pub fn amp_slots(rows: u32, partials: bool) -> u32 {

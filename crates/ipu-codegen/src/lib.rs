@@ -32,6 +32,7 @@ use std::time::Instant;
 use ipu_graph::Graph;
 use ipu_package::{Manifest, Package, Program, RegisterWrite, TileImage};
 use ipu_target::{Target, config};
+use rayon::prelude::*;
 use tracing::{info, info_span};
 
 /// Errors of the compiler.
@@ -250,27 +251,30 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     let sized: BTreeMap<u32, (emit::SupportLayout, [u32; 3])> =
         phase(&mut report, "size_tile_code", || {
             let zero = |_: program::BufferId| 0u32;
-            let mut out = BTreeMap::new();
-            for &t in &active {
-                // Addresses do not change code sizes: size with a provisional layout.
-                let sizing = emit::support_layout(program, &step_index, t, 0);
-                let (s, i, r) = emit::supervisor_code(program, t, &kernels, &sizing, &zero);
-                let mut at = kernels.end;
-                let mut addrs = [0u32; 3];
-                for (k, c) in [s, i, r].iter().enumerate() {
-                    addrs[k] = at;
-                    at += c.size_at(at);
-                }
-                if !target.in_executable(emit::RUNTIME_BASE, at - emit::RUNTIME_BASE) {
-                    return Err(CodegenError::DoesNotFit(format!(
-                        "tile {t}: code ends at {at:#x}, {} bytes past executable memory",
-                        at - target.executable_end
-                    )));
-                }
-                let support = emit::support_layout(program, &step_index, t, at);
-                out.insert(t, (support, addrs));
-            }
-            Ok(out)
+            // Tiles are independent: sized in parallel, collected in tile order.
+            let sized: Result<Vec<_>, CodegenError> = active
+                .par_iter()
+                .map(|&t| {
+                    // Addresses do not change code sizes: size with a provisional layout.
+                    let sizing = emit::support_layout(program, &step_index, t, 0);
+                    let (s, i, r) = emit::supervisor_code(program, t, &kernels, &sizing, &zero);
+                    let mut at = kernels.end;
+                    let mut addrs = [0u32; 3];
+                    for (k, c) in [s, i, r].iter().enumerate() {
+                        addrs[k] = at;
+                        at += c.size_at(at);
+                    }
+                    if !target.in_executable(emit::RUNTIME_BASE, at - emit::RUNTIME_BASE) {
+                        return Err(CodegenError::DoesNotFit(format!(
+                            "tile {t}: code ends at {at:#x}, {} bytes past executable memory",
+                            at - target.executable_end
+                        )));
+                    }
+                    let support = emit::support_layout(program, &step_index, t, at);
+                    Ok((t, (support, addrs)))
+                })
+                .collect();
+            Ok(sized?.into_iter().collect())
         })?;
     if let Some((t, (s, _))) = sized.iter().max_by_key(|(_, (s, _))| s.end) {
         info!(
@@ -367,39 +371,47 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     report.final_exchange_cycles = final_exchange;
     info!(final_cycles, final_exchange, "costed final placed program");
     let supervisors: BTreeMap<u32, [code::Laid; 3]> = phase(&mut report, "emit_tile_code", || {
-        let mut out = BTreeMap::new();
-        for &t in &active {
-            let (support, addrs) = &sized[&t];
-            let (s, i, r) = emit::supervisor_code(program, t, &kernels, support, &addr);
-            let laid = [
-                s.lay_out(addrs[0])?,
-                i.lay_out(addrs[1])?,
-                r.lay_out(addrs[2])?,
-            ];
-            let end = laid[2].address + laid[2].bytes.len() as u32;
-            if end > support.base {
-                return Err(CodegenError::Internal(format!(
-                    "tile {t}: code grew past its sizing"
-                )));
-            }
-            out.insert(t, laid);
-        }
-        Ok(out)
+        let laid: Result<Vec<_>, CodegenError> = active
+            .par_iter()
+            .map(|&t| {
+                let (support, addrs) = &sized[&t];
+                let (s, i, r) = emit::supervisor_code(program, t, &kernels, support, &addr);
+                let laid = [
+                    s.lay_out(addrs[0])?,
+                    i.lay_out(addrs[1])?,
+                    r.lay_out(addrs[2])?,
+                ];
+                let end = laid[2].address + laid[2].bytes.len() as u32;
+                if end > support.base {
+                    return Err(CodegenError::Internal(format!(
+                        "tile {t}: code grew past its sizing"
+                    )));
+                }
+                Ok((t, laid))
+            })
+            .collect();
+        Ok(laid?.into_iter().collect())
     })?;
     let tiles = phase(&mut report, "build_tile_images", || {
+        let built: Result<Vec<TileImage>, CodegenError> = active
+            .par_iter()
+            .map(|&t| {
+                emit::tile_image(
+                    program,
+                    &step_index,
+                    t,
+                    &kernels,
+                    &sized[&t].0,
+                    &supervisors[&t],
+                    &exchanges,
+                    &addr,
+                    &target,
+                )
+            })
+            .collect();
         let mut images = vec![TileImage::default(); target.tiles as usize];
-        for &t in &active {
-            images[t as usize] = emit::tile_image(
-                program,
-                &step_index,
-                t,
-                &kernels,
-                &sized[&t].0,
-                &supervisors[&t],
-                &exchanges,
-                &addr,
-                &target,
-            )?;
+        for (&t, image) in active.iter().zip(built?) {
+            images[t as usize] = image;
         }
         Ok(images)
     })?;

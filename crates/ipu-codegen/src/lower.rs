@@ -819,6 +819,14 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
                 entry = Some(*k);
                 slowest = slowest.max(sup + *slots as u64 * slot);
             }
+            SupOp::RunAll(k, _, slots) => {
+                sup += if entry == Some(*k) { slot } else { 2 * slot };
+                entry = Some(*k);
+                for _ in 0..WORKERS {
+                    sup += slot;
+                    slowest = slowest.max(sup + *slots as u64 * slot);
+                }
+            }
             SupOp::WaitW => {
                 sup += slot;
                 total += wave_start + slowest.max(sup);

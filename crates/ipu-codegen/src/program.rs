@@ -98,8 +98,21 @@ pub enum SupOp {
     /// Start a worker: the kernel, its vertex state, and the planner's estimate of its issue
     /// slots.
     Run(Kernel, Vec<StateWord>, u32),
+    /// Start all six workers on one kernel and one vertex state (each finds its part from its
+    /// context id), with the estimate of the slowest worker's issue slots.
+    RunAll(Kernel, Vec<StateWord>, u32),
     /// Wait for every worker.
     WaitW,
+}
+
+impl SupOp {
+    /// The kernel and vertex state of a worker launch.
+    pub fn launch(&self) -> Option<(Kernel, &[StateWord])> {
+        match self {
+            SupOp::Run(k, st, _) | SupOp::RunAll(k, st, _) => Some((*k, st)),
+            _ => None,
+        }
+    }
 }
 
 /// One bulk-synchronous step.
@@ -227,7 +240,7 @@ impl TileProgram {
                         for op in ops {
                             let bufs: Vec<BufferId> = match op {
                                 SupOp::AmpW(b, _) => vec![*b],
-                                SupOp::Run(_, st, _) => st
+                                SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => st
                                     .iter()
                                     .filter_map(|w| match w {
                                         StateWord::Addr(b, _) => Some(*b),
@@ -264,7 +277,7 @@ pub fn step_buffers(s: &Step) -> Vec<BufferId> {
             .flatten()
             .flat_map(|op| match op {
                 SupOp::AmpW(b, _) => vec![*b],
-                SupOp::Run(_, st, _) => st
+                SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => st
                     .iter()
                     .filter_map(|w| match w {
                         StateWord::Addr(b, _) => Some(*b),
@@ -313,7 +326,15 @@ impl fmt::Display for TileProgram {
                 } => {
                     let runs: usize = tiles
                         .values()
-                        .map(|o| o.iter().filter(|x| matches!(x, SupOp::Run(..))).count())
+                        .map(|o| {
+                            o.iter()
+                                .map(|x| match x {
+                                    SupOp::Run(..) => 1,
+                                    SupOp::RunAll(..) => 6,
+                                    _ => 0,
+                                })
+                                .sum::<usize>()
+                        })
                         .sum();
                     writeln!(
                         f,

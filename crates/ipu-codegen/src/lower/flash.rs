@@ -9,6 +9,8 @@
 //! 5. `NAME.merge` (exchange, when a query block has several key blocks) and `NAME.merge`
 //!    (compute): `flash_combine` on the merging tiles, into the output's layout.
 
+use rayon::prelude::*;
+
 use super::*;
 use crate::flash_kernels::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
 use crate::plan::default_group;
@@ -44,6 +46,7 @@ fn amp_rounds(
     t: BufferId,
     r_total: u32,
 ) {
+    let parts = split_staggered(rows);
     for g in 0..groups {
         let out_off = g as u32 * r_total * GRB;
         for kk in 0..kblocks {
@@ -54,22 +57,43 @@ fn amp_rounds(
             } else {
                 (t, 0, out, out_off)
             };
-            for (r0, r1) in split_staggered(rows) {
-                if r1 > r0 {
-                    ops.push(SupOp::Run(
-                        Kernel::Amp { partials: kk > 0 },
-                        vec![
-                            StateWord::Addr(input, (kk as u32 * r_total + r0) * GRB),
-                            if kk > 0 {
-                                StateWord::Addr(src, src_off + r0 * GRB)
-                            } else {
-                                StateWord::Const(0)
-                            },
-                            StateWord::Addr(dst, dst_off + r0 * GRB),
-                            StateWord::Const(r1 - r0),
-                        ],
-                        kernels::amp_slots(r1 - r0, kk > 0),
-                    ));
+            if parts.iter().all(|(r0, r1)| r1 > r0) {
+                // Every worker has rows: one state for all six (`Kernel::AmpAll`).
+                let mut st = vec![
+                    StateWord::Addr(input, kk as u32 * r_total * GRB),
+                    if kk > 0 {
+                        StateWord::Addr(src, src_off)
+                    } else {
+                        StateWord::Const(0)
+                    },
+                    StateWord::Addr(dst, dst_off),
+                ];
+                st.extend(parts.iter().map(|p| StateWord::Const(p.0)));
+                st.push(StateWord::Const(rows));
+                let most = parts.iter().map(|(r0, r1)| r1 - r0).max().unwrap_or(0);
+                ops.push(SupOp::RunAll(
+                    Kernel::AmpAll { partials: kk > 0 },
+                    st,
+                    kernels::amp_slots(most, kk > 0) + kernels::AMP_ALL_PROLOGUE_SLOTS,
+                ));
+            } else {
+                for &(r0, r1) in &parts {
+                    if r1 > r0 {
+                        ops.push(SupOp::Run(
+                            Kernel::Amp { partials: kk > 0 },
+                            vec![
+                                StateWord::Addr(input, (kk as u32 * r_total + r0) * GRB),
+                                if kk > 0 {
+                                    StateWord::Addr(src, src_off + r0 * GRB)
+                                } else {
+                                    StateWord::Const(0)
+                                },
+                                StateWord::Addr(dst, dst_off + r0 * GRB),
+                                StateWord::Const(r1 - r0),
+                            ],
+                            kernels::amp_slots(r1 - r0, kk > 0),
+                        ));
+                    }
                 }
             }
             ops.push(SupOp::WaitW);
@@ -682,13 +706,20 @@ impl Lowerer<'_> {
             name: format!("{name}.distribute"),
             copies,
         });
-        let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
-        for (i, it) in fp.items.iter().enumerate() {
-            let mut ops = zero.remove(&it.tile).unwrap_or_default();
-            ops.extend(item_ops(&fp, i, &bufs[i]));
-            tiles.insert(it.tile, ops);
-        }
-        let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+        // Items are independent: their programs are built in parallel, in tile order.
+        let built: Vec<(u32, Vec<SupOp>, u64)> = fp
+            .items
+            .par_iter()
+            .enumerate()
+            .map(|(i, it)| {
+                let mut ops = zero.get(&it.tile).cloned().unwrap_or_default();
+                ops.extend(item_ops(&fp, i, &bufs[i]));
+                let cycles = estimate(&ops);
+                (it.tile, ops, cycles)
+            })
+            .collect();
+        let estimated_cycles = built.iter().map(|b| b.2).max().unwrap_or(0);
+        let tiles: BTreeMap<u32, Vec<SupOp>> = built.into_iter().map(|(t, o, _)| (t, o)).collect();
         self.prog.steps.push(Step::Compute {
             name: format!("{name}.scores"),
             tiles,
