@@ -43,6 +43,9 @@ pub enum Kernel {
     /// `start` grows by one per row. State: src, dst, rows, start (signed), valid, stride
     /// (elements per row), fill bits, step of `start` per row.
     MaskRows,
+    /// [`Kernel::MaskRows`] for f16 rows (`valid` and `stride` even): a word split by the mask
+    /// keeps its low half and takes the fill's high half. Same state (fill: two f16 halves).
+    MaskRowsF16,
     /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
     Transpose { bytes: u32 },
     /// Per-row maximum or sum (`row_kernels::row_reduce`).
@@ -174,6 +177,7 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Zero => zero(&mut c),
         Kernel::PadClear => pad_clear(&mut c),
         Kernel::MaskRows => mask_rows(&mut c),
+        Kernel::MaskRowsF16 => mask_rows_f16(&mut c),
         Kernel::Transpose { bytes } => crate::row_kernels::transpose(&mut c, bytes),
         Kernel::RowReduce { ty, max } => crate::row_kernels::row_reduce(&mut c, ty, max),
         Kernel::RowScalar { ty, op, reversed } => {
@@ -622,6 +626,81 @@ fn mask_rows(c: &mut Code) {
     c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
     c.bind(end);
     c.op(Instr::Exit);
+}
+
+fn mask_rows_f16(c: &mut Code) {
+    load_state(c, 7); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
+    c.op(ld32m(m(13), m(0), 28)); // step of start per row
+    let end = c.label();
+    let row = c.label();
+    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    c.op(alu_imm(AluOp::Sub, m(3), m(3), 1));
+    c.op(setzi(m(12), 0));
+    c.bind(row);
+    // m8 = clamp(start, 0, valid) elements kept; m9 = whole words kept.
+    c.op(alu(AluOp::Max, m(8), m(4), m(12)));
+    c.op(alu(AluOp::Min, m(8), m(8), m(5)));
+    c.op(alu_imm(AluOp::Shr, m(9), m(8), 1));
+    c.op(Instr::Rpt {
+        count: m(9),
+        body: 2,
+    });
+    c.op(ld32step_a(a(0), m(1), 4));
+    c.op(st32step_a(a(0), m(2), 4));
+    // A split word: the kept low half and the fill's high half.
+    c.op(alu_imm(AluOp::And, m(10), m(8), 1));
+    let whole = c.label();
+    c.branch(
+        Instr::Brz {
+            a: m(10),
+            target: 0,
+        },
+        whole,
+    );
+    c.op(ld32m(m(11), m(1), 0));
+    c.op(alu_imm(AluOp::Shl, m(11), m(11), 16));
+    c.op(alu_imm(AluOp::Shr, m(11), m(11), 16));
+    c.op(alu_imm(AluOp::Shr, m(14), m(7), 16));
+    c.op(alu_imm(AluOp::Shl, m(14), m(14), 16));
+    c.op(alu(AluOp::Or, m(11), m(11), m(14)));
+    c.op(st32m(m(11), m(2), 0));
+    c.op(alu_imm(AluOp::Add, m(1), m(1), 4));
+    c.op(alu_imm(AluOp::Add, m(2), m(2), 4));
+    c.bind(whole);
+    // m9 = valid / 2 - kept words - split word: words of fill; the source skips them.
+    c.op(alu_imm(AluOp::Shr, m(14), m(5), 1));
+    c.op(alu(AluOp::Sub, m(9), m(14), m(9)));
+    c.op(alu(AluOp::Sub, m(9), m(9), m(10)));
+    c.op(Instr::Rpt {
+        count: m(9),
+        body: 1,
+    });
+    c.op(Instr::Store {
+        width: Width::B32,
+        s: ipu_isa::DataReg::M(m(7)),
+        base: m(2),
+        mode: ipu_isa::AddrMode::PostInc(4),
+    });
+    c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
+    c.op(alu(AluOp::Add, m(1), m(1), m(10)));
+    // (stride - valid) / 2 padding words: copied.
+    c.op(alu(AluOp::Sub, m(10), m(6), m(5)));
+    c.op(alu_imm(AluOp::Shr, m(10), m(10), 1));
+    c.op(Instr::Rpt {
+        count: m(10),
+        body: 2,
+    });
+    c.op(ld32step_a(a(0), m(1), 4));
+    c.op(st32step_a(a(0), m(2), 4));
+    c.op(alu(AluOp::Add, m(4), m(4), m(13)));
+    c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
+}
+
+/// Issue slots of an f16 causal mask over `rows` rows of `stride` elements.
+pub fn mask_rows_f16_slots(rows: u32, stride: u32) -> u32 {
+    12 + rows * (26 + stride)
 }
 
 /// Issue slots of a causal mask over `rows` rows of `stride` elements.

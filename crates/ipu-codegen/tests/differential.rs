@@ -158,7 +158,9 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
         ("f32", true, 80, 2, 7),
         ("f32", false, 72, 1, 1),
         ("f143", false, 64, 2, 16),
+        ("f143", true, 64, 2, 16),
         ("f152", false, 48, 1, 5),
+        ("f152", true, 40, 1, 5),
     ] {
         let g = ipu_graph::models::build(
             "attention-flash",

@@ -51,7 +51,7 @@ fn amp_rounds(
         let out_off = g as u32 * r_total * GRB;
         for kk in 0..kblocks {
             ops.push(SupOp::AmpW(w, w_off(g, kk)));
-            let last = (kblocks - 1 - kk) % 2 == 0;
+            let last = (kblocks - 1 - kk).is_multiple_of(2);
             let (dst, dst_off, src, src_off) = if last {
                 (out, out_off, t, 0)
             } else {
@@ -135,8 +135,21 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
             for (r0, r1) in split(r, WORKERS) {
                 if r1 > r0 {
                     let off = grp as u32 * r * GRB + r0 * GRB;
+                    let (kernel, fill, slots) = if g.p == ipu_graph::DType::F32 {
+                        (
+                            Kernel::MaskRows,
+                            f32::NEG_INFINITY.to_bits(),
+                            kernels::mask_rows_slots(r1 - r0, cols as u32),
+                        )
+                    } else {
+                        (
+                            Kernel::MaskRowsF16,
+                            0xFC00_FC00,
+                            kernels::mask_rows_f16_slots(r1 - r0, cols as u32),
+                        )
+                    };
                     masks[wave].push(SupOp::Run(
-                        Kernel::MaskRows,
+                        kernel,
                         vec![
                             StateWord::Addr(b.s, off),
                             StateWord::Addr(b.s, off),
@@ -144,10 +157,10 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                             StateWord::Const((start + (r0 * step) as i64) as i32 as u32),
                             StateWord::Const(cols as u32),
                             StateWord::Const(cols as u32),
-                            StateWord::Const(f32::NEG_INFINITY.to_bits()),
+                            StateWord::Const(fill),
                             StateWord::Const(step),
                         ],
-                        kernels::mask_rows_slots(r1 - r0, cols as u32),
+                        slots,
                     ));
                 }
             }
@@ -546,15 +559,15 @@ impl Lowerer<'_> {
         let mut kv_groups: BTreeMap<(usize, usize), (u32, u32)> = BTreeMap::new();
         // Home of each (tensor, batch, unit of positions), and each k home's first group.
         let mut unit_home: [Vec<usize>; 3] = Default::default();
-        for x in 0..3 {
+        for (x, uh) in unit_home.iter_mut().enumerate() {
             let s = if x == 0 { g.sq } else { g.sk };
             let per = s.div_ceil(crate::plan::flash::HOME_UNIT);
-            unit_home[x] = vec![usize::MAX; per * g.batch];
+            *uh = vec![usize::MAX; per * g.batch];
             for (hi, h) in fp.homes[x].iter().enumerate() {
                 let u0 = h.s0 / crate::plan::flash::HOME_UNIT;
                 let u1 = h.s1.div_ceil(crate::plan::flash::HOME_UNIT);
                 for u in u0..u1 {
-                    unit_home[x][h.batch * per + u] = hi;
+                    uh[h.batch * per + u] = hi;
                 }
             }
         }

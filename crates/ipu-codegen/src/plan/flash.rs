@@ -415,7 +415,7 @@ pub fn plan_flash(
     } else {
         DType::F16
     };
-    if inputs.iter().any(|t| *t == DType::F32) && a != DType::F32 {
+    if inputs.contains(&DType::F32) && a != DType::F32 {
         return unsupported("q, k and v must all be f32 or none".into());
     }
     let Some(mode) = matmul_mode(a, partials) else {
@@ -434,14 +434,6 @@ pub fn plan_flash(
     }
     if out.is_fp8() {
         return unsupported("an FP8 output is not lowered; use f16 or f32".into());
-    }
-    let p_f16 = partials == DType::F16;
-    if p_f16 && causal {
-        return unsupported(
-            "causal flash attention with f16 partials is not lowered (the mask kernel is f32); \
-             use f32 partials"
-                .into(),
-        );
     }
     let mut geo = FlashGeometry {
         batch,
@@ -468,11 +460,6 @@ pub fn plan_flash(
     let mut nk = KEY_STEP;
     let step = (key_max / KEY_STEP).div_ceil(KEY_CANDIDATES_MAX).max(1) * KEY_STEP;
     while nk <= key_max {
-        // f16 scores cannot be masked: their key blocks must not be padded.
-        if p_f16 && sk % nk != 0 {
-            nk += step;
-            continue;
-        }
         geo.keys = nk;
         // The fewest rows per item whose items fit on the tiles.
         let (mut lo, mut hi) = (1, row_max / ROW_STEP);
