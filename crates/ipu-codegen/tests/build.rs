@@ -48,3 +48,42 @@ fn too_large_matmul_is_refused_at_planning() {
     assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
     assert!(e.to_string().contains("bytes over"), "{e}");
 }
+
+#[test]
+fn flash_attention_shapes_the_device_cannot_map_are_refused_at_planning() {
+    let opts = BuildOptions {
+        target: Target::gc200(),
+        tiles: 64,
+    };
+    let g = models::build(
+        "attention-flash",
+        &params(&[("seq", "256"), ("head_dim", "40")]),
+    )
+    .unwrap();
+    let e = build(&g, &opts).unwrap_err();
+    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("head_dim 40"), "{e}");
+    // 64 tiles cannot hold the blocks of scores of a 16384-long sequence, however mapped.
+    let g = models::build("attention-flash", &params(&[("seq", "16384")])).unwrap();
+    let e = build(&g, &opts).unwrap_err();
+    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("closest mapping") && text.contains("bytes more"),
+        "{e}"
+    );
+}
+
+#[test]
+fn flash_attention_fits_at_4096_where_the_unfused_graph_does_not() {
+    let opts = BuildOptions {
+        target: Target::gc200(),
+        tiles: 1472,
+    };
+    let seq = params(&[("seq", "4096")]);
+    let e = build(&models::build("attention", &seq).unwrap(), &opts).unwrap_err();
+    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
+    let b = build(&models::build("attention-flash", &seq).unwrap(), &opts).unwrap();
+    b.package.validate().unwrap();
+    assert!(b.report.program_text.contains("out.merge"));
+}
