@@ -202,11 +202,14 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         }
         if let plan::DevOpKind::Flash(fp) = &op.kind {
             let g = &fp.geo;
-            // Both products over the blocks the mapping computes (masked blocks skipped).
-            let blocks: u64 = (0..fp.items.len())
-                .map(|i| (fp.valid_rows(i) * fp.valid_keys(i)) as u64)
-                .sum();
-            report.macs += blocks * (g.d + g.dv) as u64;
+            // Both products over the (query, key) pairs attention needs: a causal mask hides
+            // half of them, whatever the mapping computes.
+            let pairs: u64 = if g.causal {
+                (0..g.sq).map(|q| (q + 1).min(g.sk) as u64).sum()
+            } else {
+                (g.sq * g.sk) as u64
+            };
+            report.macs += g.batch as u64 * pairs * (g.d + g.dv) as u64;
             report.amp_mode = Some(g.mode);
         }
     }

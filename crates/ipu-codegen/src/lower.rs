@@ -799,44 +799,46 @@ fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
 }
 
 /// The cycle estimate of one tile's supervisor work: per wave (between `waitw`s) the slowest
-/// worker, plus one barrel slot per supervisor instruction.
+/// worker, plus one barrel slot per supervisor instruction. A launch takes the worker context
+/// that frees first; when all six are busy the supervisor waits for it, as `run` does.
 pub fn estimate(ops: &[SupOp]) -> u64 {
     let slot = ipu_target::BARREL_SLOT_CYCLES as u64;
     let mut total = 0u64;
-    let mut wave_start = 0u64;
     let mut sup = 0u64;
-    let mut slowest = 0u64;
+    let mut free = [0u64; WORKERS as usize];
     let mut entry = None;
+    let launch = |sup: &mut u64, free: &mut [u64; WORKERS as usize], slots: u32| {
+        *sup += slot;
+        let w = (0..free.len())
+            .min_by_key(|&w| (free[w], w))
+            .expect("workers");
+        *sup = (*sup).max(free[w]);
+        free[w] = *sup + slots as u64 * slot;
+    };
     for op in ops {
         match op {
             SupOp::Run(k, _, slots) => {
                 // `setzi` of the entry only when the kernel changes (see emit::supervisor_code).
-                sup += if entry == Some(*k) {
-                    2 * slot
-                } else {
-                    3 * slot
-                };
+                sup += if entry == Some(*k) { slot } else { 2 * slot };
                 entry = Some(*k);
-                slowest = slowest.max(sup + *slots as u64 * slot);
+                launch(&mut sup, &mut free, *slots);
             }
             SupOp::RunAll(k, _, slots) => {
                 sup += if entry == Some(*k) { slot } else { 2 * slot };
                 entry = Some(*k);
                 for _ in 0..WORKERS {
-                    sup += slot;
-                    slowest = slowest.max(sup + *slots as u64 * slot);
+                    launch(&mut sup, &mut free, *slots);
                 }
             }
             SupOp::WaitW => {
                 sup += slot;
-                total += wave_start + slowest.max(sup);
-                wave_start = 0;
+                total += sup.max(free.iter().copied().max().unwrap_or(0));
                 sup = 0;
-                slowest = 0;
+                free = [0; WORKERS as usize];
             }
             SupOp::AmpW(..) => sup += 2 * slot + 32,
             _ => sup += slot,
         }
     }
-    total + slowest.max(sup)
+    total + sup.max(free.iter().copied().max().unwrap_or(0))
 }

@@ -109,14 +109,23 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
     let (kb, cols) = (amp.k_block, amp.cols);
     let r = g.rows as u32;
     let ab = g.ab() as u32;
-    let nkp = g.keys_padded();
-    let nkk = g.keys.div_ceil(kb) * kb;
+    let lkeys = cols.max(kb);
+    // Live keys: a prefix of the block that some valid row may see (a causal mask hides the
+    // rest from every row, the sequence ends before the rest), in whole super-groups. Rounds,
+    // masks and softmax cover only them; the probabilities of the rest are never read.
+    let valid_keys = fp.valid_keys(i);
+    let rows_valid = fp.valid_rows(i);
+    let mut live = valid_keys;
+    if g.causal {
+        live = live.min((it.q0 + rows_valid).saturating_sub(it.k0));
+    }
+    let live = live.div_ceil(lkeys).max(1) * lkeys;
     let mut ops = vec![SupOp::AmpCfg(g.mode)];
     // S = q kᵀ: output groups of `cols` keys, k blocks of `kb` dimensions.
     amp_rounds(
         &mut ops,
         r,
-        nkp / cols,
+        live / cols,
         g.d / kb,
         b.q,
         b.kt,
@@ -125,14 +134,20 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
         b.t,
         r,
     );
-    // Masks: keys after the query (causal) and keys past the sequence become -inf.
-    let valid_keys = fp.valid_keys(i);
+    // Masks: keys after the query (causal) and keys past the sequence become -inf, for the
+    // rows whose mask reaches into the group.
     // Two waves (causal, then padding): both may rewrite the same rows.
     let mut masks = [Vec::new(), Vec::new()];
-    for grp in 0..nkp / cols {
+    for grp in 0..live / cols {
         let base = (grp * cols) as i64;
         let mut push = |wave: usize, start: i64, step: u32| {
-            for (r0, r1) in split(r, WORKERS) {
+            // Rows `r` with `start + r * step < cols`.
+            let rows = if step == 0 {
+                r
+            } else {
+                (cols as i64 - start).clamp(0, r as i64) as u32
+            };
+            for (r0, r1) in split(rows, WORKERS) {
                 if r1 > r0 {
                     let off = grp as u32 * r * GRB + r0 * GRB;
                     let (kernel, fill, slots) = if g.p == ipu_graph::DType::F32 {
@@ -183,7 +198,6 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
             ops.push(SupOp::WaitW);
         }
     }
-    let lkeys = cols.max(kb);
     let kernel = Kernel::FlashSoftmax {
         s: g.p_elem(),
         a: g.a_elem(),
@@ -200,7 +214,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                     StateWord::Addr(b.p, r0 * GRB),
                     StateWord::Addr(b.part, (gv * r + r0) * GRB),
                     StateWord::Const(r1 - r0),
-                    StateWord::Const((g.keys / lkeys) as u32),
+                    StateWord::Const((live / lkeys) as u32),
                     StateWord::Const(r * GRB),
                     StateWord::Const(g.scale.to_bits()),
                 ],
@@ -210,18 +224,19 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                     cols as u32,
                     kb as u32,
                     r1 - r0,
-                    (g.keys / lkeys) as u32,
+                    (live / lkeys) as u32,
                 ),
             ));
         }
     }
     ops.push(SupOp::WaitW);
     // O = P v: output groups of `cols` dimensions, k blocks of `kb` keys.
+    let nkk = g.keys.div_ceil(kb) * kb;
     amp_rounds(
         &mut ops,
         r,
         g.gv(),
-        nkk / kb,
+        live / kb,
         b.p,
         b.v,
         |grp, kk| ((grp * nkk + kk * kb) * cols) as u32 * ab,
