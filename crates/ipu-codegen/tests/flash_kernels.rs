@@ -105,3 +105,75 @@ fn combine_merges_two_sources_like_the_host() {
         }
     }
 }
+
+fn f16_bits(dev: &Device, addr: u32, n: usize) -> Vec<u16> {
+    dev.read(0, addr, 2 * n as u32)
+        .unwrap()
+        .chunks(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+
+#[test]
+fn softmax_block_gives_the_host_probabilities_and_statistics() {
+    // 3 rows, 32 keys: scores f32 in groups of 8 keys, probabilities f16 in groups of 16.
+    let (rows, keys, cols, kb) = (3usize, 32usize, 8usize, 16usize);
+    let scale = 0.125f32;
+    let s_addr = 0x60000u32;
+    let p_addr = 0x61000u32;
+    let st_addr = 0x62000u32;
+    let score = |r: usize, k: usize| value(r * 131 + k * 17) * 4.0;
+    let mut s = vec![0f32; keys * rows];
+    for r in 0..rows {
+        for k in 0..keys {
+            s[((k / cols) * rows + r) * cols + k % cols] = score(r, k);
+        }
+    }
+    // Row 2 sees only its first 5 keys: the rest are -inf, as the causal mask leaves them.
+    for k in 5..keys {
+        s[((k / cols) * rows + 2) * cols + k % cols] = f32::NEG_INFINITY;
+    }
+    let kernel = Kernel::FlashSoftmax {
+        s: Elem::F32,
+        a: Elem::F16,
+        cols: cols as u32,
+        kb: kb as u32,
+    };
+    let state = [
+        s_addr,
+        p_addr,
+        st_addr,
+        rows as u32,
+        (keys / kb) as u32,
+        (rows * 32) as u32,
+        scale.to_bits(),
+    ];
+    let dev = run(kernel, &state, &[(s_addr, bytes(&s))]);
+    let p = f16_bits(&dev, p_addr, keys * rows);
+    let stats = f32s(&dev, st_addr, rows * 8);
+    for r in 0..rows {
+        let seen = if r == 2 { 5 } else { keys };
+        let m = (0..seen)
+            .map(|k| score(r, k))
+            .fold(f32::NEG_INFINITY, f32::max)
+            * scale;
+        assert_eq!(stats[r * 8], m, "row {r} maximum");
+        let mut l = 0f64;
+        for k in 0..keys {
+            let e = if k < seen {
+                (score(r, k) * scale - m).exp()
+            } else {
+                0.0
+            };
+            l += e as f64;
+            let want = half::f16::from_f32(e).to_bits();
+            assert_eq!(
+                p[((k / kb) * rows + r) * kb + k % kb],
+                want,
+                "row {r} key {k}"
+            );
+        }
+        let got = stats[r * 8 + 1] as f64;
+        assert!((got - l).abs() <= 1e-6 * l, "row {r} sum {got} vs {l}");
+    }
+}
