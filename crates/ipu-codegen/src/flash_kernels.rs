@@ -152,7 +152,10 @@ fn vtype(ty: Elem) -> FType {
 ///
 /// State: S (row 0, group 0), P (row 0, group 0), statistics (row 0), rows, super-groups,
 /// group stride (bytes, `R * 32`), scale (f32 bits).
-pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32) {
+///
+/// Without `scaled`, the scores arrive already scaled (`q` was multiplied by a power-of-two
+/// scale, exactly): the multiplications by the scale are left out.
+pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32, scaled: bool) {
     load_state(c, 7);
     let (s, p, st, rows, sgroups, stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let (ps0, ps1, pp0, pp1, cnt, adv_s, adv_p) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
@@ -220,7 +223,9 @@ pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32) {
     }
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     // m = max * scale (scale > 0, so the maximum of the scaled scores).
-    c.op(fbin(FType::F32, FBinOp::Mul, 4, 4, 8));
+    if scaled {
+        c.op(fbin(FType::F32, FBinOp::Mul, 4, 4, 8));
+    }
     c.op(st32_a(4, st, 0));
     li(c, tmp, NEG_MAX);
     c.op(mov_a(5, tmp));
@@ -240,21 +245,93 @@ pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32) {
     }
     c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
     let pass2 = c.label();
-    c.bind(pass2);
     let vf = FType::F32v2;
-    for u in 0..lkeys / 4 {
-        let sp = if 4 * u / cols == 0 { ps0 } else { ps1 };
-        let pp = if 4 * u / kb == 0 { pp0 } else { pp1 };
-        ld4(c, s_ty, sp);
-        c.op(fbin(vf, FBinOp::Mul, 0, 0, 8));
-        c.op(fbin(vf, FBinOp::Mul, 2, 2, 8));
-        c.op(fbin(vf, FBinOp::Sub, 0, 0, 6));
-        c.op(fbin(vf, FBinOp::Sub, 2, 2, 6));
-        c.op(fun(vf, FUnOp::Exp, 0, 0));
-        c.op(fun(vf, FUnOp::Exp, 2, 2));
-        c.op(fbin(vf, FBinOp::Add, 10, 10, 0));
-        c.op(fbin(vf, FBinOp::Add, 10, 10, 2));
-        st4(c, a_ty, 0, pp);
+    let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
+    let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
+    if s_ty == Elem::F32 {
+        // Software-pipelined: unit u (4 keys) computes in one register set while the next
+        // unit's scores load into the other and the previous unit's probabilities store, the
+        // loads and stores co-issued with the arithmetic. Bundles stay 8-byte aligned: a unit
+        // that starts on an odd word issues its first operation alone.
+        c.align_bundle();
+        c.bind(pass2);
+        let units = lkeys / 4;
+        let set = |u: u32| if u % 2 == 0 { (0u8, 2u8) } else { (4u8, 14u8) };
+        let stores = |u: u32| -> Vec<Instr> {
+            let (lo, hi) = set(u);
+            match a_ty {
+                Elem::F16 => vec![st64step(ap(12), pptr(u), 8)],
+                Elem::F32 => vec![st64step(ap(lo), pptr(u), 8), st64step(ap(hi), pptr(u), 8)],
+            }
+        };
+        let (lo, hi) = set(0);
+        c.op(ld64step(ap(lo), sptr(0), 8));
+        c.op(ld64step(ap(hi), sptr(0), 8));
+        let mut odd = false;
+        for u in 0..units {
+            let (lo, hi) = set(u);
+            let mut float = Vec::new();
+            if scaled {
+                float.push(fbin(vf, FBinOp::Mul, lo, lo, 8));
+                float.push(fbin(vf, FBinOp::Mul, hi, hi, 8));
+            }
+            float.extend([
+                fbin(vf, FBinOp::Sub, lo, lo, 6),
+                fbin(vf, FBinOp::Sub, hi, hi, 6),
+                fun(vf, FUnOp::Exp, lo, lo),
+                fun(vf, FUnOp::Exp, hi, hi),
+                fbin(vf, FBinOp::Add, 10, 10, lo),
+                fbin(vf, FBinOp::Add, 10, 10, hi),
+            ]);
+            if a_ty == Elem::F16 {
+                float.push(conv(ConvOp::F32v2ToF16v2, 12, lo));
+                float.push(conv(ConvOp::F32v2ToF16v2, 13, hi));
+            }
+            let mut main = if u > 0 { stores(u - 1) } else { Vec::new() };
+            if u + 1 < units {
+                let (nlo, nhi) = set(u + 1);
+                main.push(ld64step(ap(nlo), sptr(u + 1), 8));
+                main.push(ld64step(ap(nhi), sptr(u + 1), 8));
+            }
+            let mut fi = 0;
+            if odd && !main.is_empty() {
+                c.op(float[0]);
+                fi = 1;
+                odd = !odd;
+            }
+            for m in main {
+                if fi < float.len() {
+                    c.bundle(m, float[fi]);
+                    fi += 1;
+                } else {
+                    c.op(m);
+                    odd = !odd;
+                }
+            }
+            for f in &float[fi..] {
+                c.op(*f);
+                odd = !odd;
+            }
+        }
+        for i in stores(units - 1) {
+            c.op(i);
+        }
+    } else {
+        c.bind(pass2);
+        for u in 0..lkeys / 4 {
+            ld4(c, s_ty, sptr(u));
+            if scaled {
+                c.op(fbin(vf, FBinOp::Mul, 0, 0, 8));
+                c.op(fbin(vf, FBinOp::Mul, 2, 2, 8));
+            }
+            c.op(fbin(vf, FBinOp::Sub, 0, 0, 6));
+            c.op(fbin(vf, FBinOp::Sub, 2, 2, 6));
+            c.op(fun(vf, FUnOp::Exp, 0, 0));
+            c.op(fun(vf, FUnOp::Exp, 2, 2));
+            c.op(fbin(vf, FBinOp::Add, 10, 10, 0));
+            c.op(fbin(vf, FBinOp::Add, 10, 10, 2));
+            st4(c, a_ty, 0, pptr(u));
+        }
     }
     for g in 0..s_groups {
         let ptr = if g == 0 { ps0 } else { ps1 };
@@ -276,18 +353,33 @@ pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32) {
 }
 
 /// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups.
+#[allow(clippy::too_many_arguments)]
 pub fn flash_softmax_slots(
     s_ty: Elem,
     a_ty: Elem,
     cols: u32,
     kb: u32,
+    scaled: bool,
     rows: u32,
     super_groups: u32,
 ) -> u32 {
     let lkeys = cols.max(kb);
     let (s_groups, p_groups) = (lkeys / cols, lkeys / kb);
     let pass1 = s_groups * 6 + 1;
-    let pass2 = (lkeys / 4) * (ld4_slots(s_ty) + 8 + st4_slots(a_ty)) + s_groups + p_groups + 1;
+    // Arithmetic per unit of 4 keys (each `exp` takes two slots), then the loads and stores.
+    let float = if scaled { 2 } else { 0 } + 8;
+    let units = lkeys / 4;
+    let pass2 = match s_ty {
+        // Loads and stores ride with the arithmetic but for the first unit's loads and the
+        // last unit's stores (and an alignment slot).
+        Elem::F32 => {
+            let conv = if a_ty == Elem::F16 { 2 } else { 0 };
+            units * (float + conv) + 2 + 2 + 1
+        }
+        Elem::F16 => units * (ld4_slots(s_ty) + float + st4_slots(a_ty)),
+    } + s_groups
+        + p_groups
+        + 1;
     let row_fixed = 7 + s_groups + 2 + 2 + 3 + 8 + 3 + s_groups + p_groups + 1 + 2 + 4 + 6;
     18 + rows * (row_fixed + super_groups * (pass1 + pass2))
 }
@@ -368,16 +460,16 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
             if first {
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
+                c.op(st64step(ap(6), pa, 8));
+                c.op(st64step(ap(8), pa, 8));
             } else {
                 c.op(ld64_at(10, pa, 0));
                 c.op(ld64_at(14, pa, 8));
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 14, 8, 2));
-                c.op(fun(FType::F32v2, FUnOp::Mov, 6, 10));
-                c.op(fun(FType::F32v2, FUnOp::Mov, 8, 14));
+                c.op(st64step(ap(10), pa, 8));
+                c.op(st64step(ap(14), pa, 8));
             }
-            c.op(st64step(ap(6), pa, 8));
-            c.op(st64step(ap(8), pa, 8));
         }
         // The next group of the same rows.
         c.op(alu(AluOp::Add, base, base, gs));
@@ -445,7 +537,7 @@ pub fn flash_combine_slots(
     let units = if p_ty == Elem::F32 { 2 } else { 4 };
     let load = if p_ty == Elem::F32 { 2 } else { 3 };
     let per_source_first = 14 + groups * (units * (load + 4) + 2) + 1;
-    let per_source = 14 + groups * (units * (load + 8) + 2) + 2;
+    let per_source = 14 + groups * (units * (load + 6) + 2) + 2;
     let out_units = gout / 4;
     let store = if out_ty == Elem::F32 { 2 } else { 3 };
     let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);

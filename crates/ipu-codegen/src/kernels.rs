@@ -71,6 +71,7 @@ pub enum Kernel {
         a: Elem,
         cols: u32,
         kb: u32,
+        scaled: bool,
     },
     /// Flash attention: partial results of key blocks merged and normalised
     /// (`flash_kernels::flash_combine`).
@@ -189,9 +190,13 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::LayerNormStats { ty } => crate::row_kernels::layer_norm(&mut c, ty, true),
         Kernel::RowApply { ty, softmax } => crate::row_kernels::row_apply(&mut c, ty, softmax),
         Kernel::Copy2d { wide } => crate::row_kernels::copy2d(&mut c, wide),
-        Kernel::FlashSoftmax { s, a, cols, kb } => {
-            crate::flash_kernels::flash_softmax(&mut c, s, a, cols, kb)
-        }
+        Kernel::FlashSoftmax {
+            s,
+            a,
+            cols,
+            kb,
+            scaled,
+        } => crate::flash_kernels::flash_softmax(&mut c, s, a, cols, kb, scaled),
         Kernel::FlashCombine {
             p,
             out,

@@ -138,6 +138,7 @@ fn softmax_block_gives_the_host_probabilities_and_statistics() {
         a: Elem::F16,
         cols: cols as u32,
         kb: kb as u32,
+        scaled: true,
     };
     let state = [
         s_addr,

@@ -203,6 +203,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
         a: g.a_elem(),
         cols: cols as u32,
         kb: kb as u32,
+        scaled: !g.prescale(),
     };
     let gv = g.gv() as u32;
     for (r0, r1) in split(r, WORKERS) {
@@ -223,6 +224,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                     g.a_elem(),
                     cols as u32,
                     kb as u32,
+                    !g.prescale(),
                     r1 - r0,
                     (live / lkeys) as u32,
                 ),
@@ -459,6 +461,35 @@ impl Lowerer<'_> {
                     buf
                 };
                 match x {
+                    0 if g.prescale() => {
+                        // q * scale, exact for a power of two: the scores arrive scaled.
+                        let ty = g.a_elem();
+                        let qs = self.prog.buffer(
+                            tile,
+                            align8((elems * ab) as u64) as u32 + OVERREAD_BYTES,
+                            Region::Any,
+                            format!("stage:{name}.q_scaled"),
+                        );
+                        for (v0, v1) in split(elems * ab / 8, WORKERS) {
+                            if v1 > v0 {
+                                ops.push(SupOp::Run(
+                                    Kernel::Unary {
+                                        ty,
+                                        op: UnOp::Scale,
+                                    },
+                                    vec![
+                                        StateWord::Addr(typed, v0 * 8),
+                                        StateWord::Addr(qs, v0 * 8),
+                                        StateWord::Const(v1 - v0),
+                                        StateWord::Const(g.scale.to_bits()),
+                                    ],
+                                    kernels::unary_slots(ty, UnOp::Scale, v1 - v0),
+                                ));
+                            }
+                        }
+                        ops.push(SupOp::WaitW);
+                        q_home.insert(tile, qs);
+                    }
                     0 => {
                         q_home.insert(tile, typed);
                     }

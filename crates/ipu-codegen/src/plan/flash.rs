@@ -102,6 +102,12 @@ impl FlashGeometry {
     pub fn keys_padded(&self) -> usize {
         self.keys.div_ceil(self.amp().cols) * self.amp().cols
     }
+    /// Whether the scale is a power of two, so that the homes multiply `q` by it exactly and
+    /// the softmax needs no multiplication (`flash_softmax` without `scaled`).
+    pub fn prescale(&self) -> bool {
+        let bits = self.scale.to_bits();
+        bits & 0x007F_FFFF == 0 && (bits >> 23) & 0xFF != 0
+    }
     /// Vector element type of the partials.
     pub fn p_elem(&self) -> Elem {
         elem_of(self.p)
@@ -343,6 +349,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             geo.a_elem(),
             amp.cols as u32,
             amp.k_block as u32,
+            !geo.prescale(),
             r.div_ceil(6) as u32,
             nk.div_ceil(lkeys) as u32,
         ) as u64;
