@@ -553,16 +553,17 @@ impl Planner<'_> {
             candidates = candidates.len(),
             "screened flash attention mappings"
         );
-        // The finalists, modelled from their tile programs; the best modelled is selected.
-        let mut best: Option<(u64, u64, flash::FlashPlan, usize)> = None;
-        for (i, c) in candidates.iter().take(FINALISTS).enumerate() {
+        // The cheapest estimates are modelled from their tile programs; the best modelled are
+        // the finalists, and the first is selected.
+        let mut modelled_plans = Vec::new();
+        for (i, c) in candidates.iter().take(flash::MODELLED_MAX).enumerate() {
             let mut geo = base.clone();
             geo.rows = c.rows;
             geo.keys = c.keys;
             let fp = flash::layout(geo, self.tiles);
             let (modelled, modelled_x) = crate::lower::flash_modelled_cycles(&fp);
             tracing::info!(
-                finalist = i,
+                candidate = i,
                 rows = c.rows,
                 keys = c.keys,
                 items = c.items,
@@ -574,6 +575,11 @@ impl Planner<'_> {
                 peak_total_bytes = c.peak_bytes,
                 "modelled expanded operator plan"
             );
+            modelled_plans.push((modelled, modelled_x, fp, i));
+        }
+        modelled_plans.sort_by_key(|m| (m.0, m.3));
+        for (modelled, _, _, i) in modelled_plans.iter().take(FINALISTS) {
+            let c = &candidates[*i];
             self.finalists.push(Finalist {
                 op: op.name.clone(),
                 mapping: format!(
@@ -586,10 +592,8 @@ impl Planner<'_> {
                 tiles: c.items as u32,
                 alternatives: candidates.len(),
             });
-            if best.as_ref().is_none_or(|b| modelled < b.0) {
-                best = Some((modelled, modelled_x, fp, i));
-            }
         }
+        let best = modelled_plans.into_iter().next();
         let (modelled, modelled_x, fp, chosen) = best.expect("at least one candidate");
         tracing::info!(
             selected = chosen,

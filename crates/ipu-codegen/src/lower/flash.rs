@@ -328,7 +328,8 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     for i in 0..fp.items.len() {
         let it = fp.items[i];
         let diag = if g.causal {
-            (it.q0 as i64 - it.k0 as i64).clamp(-(g.keys as i64), g.rows as i64)
+            // Beyond these bounds every row sees all keys or none.
+            (it.q0 as i64 - it.k0 as i64).clamp(-(g.rows as i64), g.keys as i64)
         } else {
             0
         };

@@ -36,6 +36,8 @@ pub const HOME_UNIT: usize = 16;
 pub const KEY_STEP: usize = 16;
 /// Query rows per block are multiples of this.
 pub const ROW_STEP: usize = 8;
+/// Candidates (cheapest estimates first) modelled from their tile programs.
+pub const MODELLED_MAX: usize = 8;
 /// Bound on the key-block sizes examined.
 pub const KEY_CANDIDATES_MAX: usize = 512;
 
