@@ -256,7 +256,13 @@ pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32, s
         c.align_bundle();
         c.bind(pass2);
         let units = lkeys / 4;
-        let set = |u: u32| if u % 2 == 0 { (0u8, 2u8) } else { (4u8, 14u8) };
+        let set = |u: u32| {
+            if u.is_multiple_of(2) {
+                (0u8, 2u8)
+            } else {
+                (4u8, 14u8)
+            }
+        };
         let stores = |u: u32| -> Vec<Instr> {
             let (lo, hi) = set(u);
             match a_ty {
