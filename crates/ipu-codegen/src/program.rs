@@ -267,27 +267,34 @@ impl TileProgram {
     }
 }
 
-/// Buffers a step reads or writes.
+/// Buffers a step reads or writes (with repeats).
 pub fn step_buffers(s: &Step) -> Vec<BufferId> {
+    let mut out = Vec::new();
     match s {
-        Step::Host { copies, .. } => copies.iter().map(|(c, _)| c.buffer).collect(),
-        Step::Exchange { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
-        Step::Compute { tiles, .. } => tiles
-            .values()
-            .flatten()
-            .flat_map(|op| match op {
-                SupOp::AmpW(b, _) => vec![*b],
-                SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => st
-                    .iter()
-                    .filter_map(|w| match w {
-                        StateWord::Addr(b, _) => Some(*b),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => vec![],
-            })
-            .collect(),
+        Step::Host { copies, .. } => out.extend(copies.iter().map(|(c, _)| c.buffer)),
+        Step::Exchange { copies, .. } => {
+            out.reserve(2 * copies.len());
+            for c in copies {
+                out.push(c.src);
+                out.push(c.dst);
+            }
+        }
+        Step::Compute { tiles, .. } => {
+            for op in tiles.values().flatten() {
+                match op {
+                    SupOp::AmpW(b, _) => out.push(*b),
+                    SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => {
+                        out.extend(st.iter().filter_map(|w| match w {
+                            StateWord::Addr(b, _) => Some(*b),
+                            _ => None,
+                        }))
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
+    out
 }
 
 impl fmt::Display for TileProgram {
