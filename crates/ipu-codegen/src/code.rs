@@ -2,7 +2,10 @@
 //! laid out at an address and encoded with `ipu_isa`. Kernels and supervisor programs are built
 //! with it; its text form is the disassembly of what it lays out.
 
-use ipu_isa::{APair, AReg, AddrMode, Bundle, DataReg, FType, FUnOp, Instr, MReg, Slot, Width};
+use ipu_isa::{
+    APair, AReg, AddrMode, AluOp, Bundle, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Slot,
+    Width,
+};
 
 use crate::CodegenError;
 
@@ -331,4 +334,69 @@ pub fn ld32a(d: AReg, base: MReg, off: i16) -> Instr {
 /// `setzi $mD, imm`
 pub fn setzi(d: MReg, imm: u32) -> Instr {
     Instr::Setzi { d, imm }
+}
+
+/// `alu` register-register integer operation.
+pub fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
+    Instr::Alu { op, d, a, b }
+}
+/// `alu` with an immediate.
+pub fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
+    Instr::AluImm { op, d, a, imm }
+}
+/// A binary float operation on registers `d`, `a`, `b`.
+pub fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
+    Instr::FBin { ty, op, d, a, b }
+}
+/// A unary float operation.
+pub fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
+    Instr::FUn { ty, op, d, a }
+}
+/// A conversion.
+pub fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
+    Instr::Conv { op, d, a }
+}
+/// `$aD = $mS`.
+pub fn mov_a(d: u8, s: MReg) -> Instr {
+    Instr::MovToA { d: a(d), a: s }
+}
+/// `$aD:D+1 = ($aS, $aS)`.
+pub fn bcast(d: u8, s: u8) -> Instr {
+    Instr::Bcast {
+        ty: FType::F32v2,
+        d: ap(d),
+        a: a(s),
+    }
+}
+/// `st32 $aS, $mB, off`
+pub fn st32_a(s: u8, base: MReg, off: i16) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::A(s),
+        base,
+        mode: AddrMode::Offset(off),
+    }
+}
+/// `ld64 $aD:, $mB, off`
+pub fn ld64_at(d: u8, base: MReg, off: i16) -> Instr {
+    Instr::Load {
+        width: Width::B64,
+        d: DataReg::A(d),
+        base,
+        mode: AddrMode::Offset(off),
+    }
+}
+/// `li d, value`: two words.
+pub fn li(c: &mut Code, d: MReg, value: u32) {
+    c.op(setzi(d, value & 0xFFFF));
+    c.op(Instr::Orhi {
+        d,
+        imm: (value >> 16) as u16,
+    });
+}
+/// Loads vertex-state words `0..n` into `$m1..=$mn`.
+pub fn load_state(c: &mut Code, n: u8) {
+    for i in 0..n {
+        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
+    }
 }

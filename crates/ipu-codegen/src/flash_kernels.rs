@@ -13,78 +13,13 @@
 //! merges the partial results of the key blocks of the same rows and normalises them. All
 //! arithmetic is f32 (f16 data is widened on load and narrowed on store).
 
-use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
+use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg};
 
 use crate::code::*;
 use crate::kernels::Elem;
 
 /// Bytes per row of one column group in every flash layout (8 f32 or 16 f16).
 pub const GROUP_ROW_BYTES: u32 = 32;
-
-fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
-    Instr::Alu { op, d, a, b }
-}
-
-fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
-    Instr::AluImm { op, d, a, imm }
-}
-
-fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
-    Instr::FBin { ty, op, d, a, b }
-}
-
-fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
-    Instr::FUn { ty, op, d, a }
-}
-
-fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
-    Instr::Conv { op, d, a }
-}
-
-fn mov_a(d: u8, s: MReg) -> Instr {
-    Instr::MovToA { d: a(d), a: s }
-}
-
-fn bcast(d: u8, s: u8) -> Instr {
-    Instr::Bcast {
-        ty: FType::F32v2,
-        d: ap(d),
-        a: a(s),
-    }
-}
-
-fn st32_a(s: u8, base: MReg, off: i16) -> Instr {
-    Instr::Store {
-        width: Width::B32,
-        s: DataReg::A(s),
-        base,
-        mode: ipu_isa::AddrMode::Offset(off),
-    }
-}
-
-fn ld64_at(d: u8, base: MReg, off: i16) -> Instr {
-    Instr::Load {
-        width: Width::B64,
-        d: DataReg::A(d),
-        base,
-        mode: ipu_isa::AddrMode::Offset(off),
-    }
-}
-
-/// `li d, value`: two words.
-fn li(c: &mut Code, d: MReg, value: u32) {
-    c.op(setzi(d, value & 0xFFFF));
-    c.op(Instr::Orhi {
-        d,
-        imm: (value >> 16) as u16,
-    });
-}
-
-fn load_state(c: &mut Code, n: u8) {
-    for i in 0..n {
-        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
-    }
-}
 
 /// f32 bits of `-inf`.
 const NEG_INF: u32 = 0xFF80_0000;

@@ -139,33 +139,6 @@ impl CastType {
     }
 }
 
-fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
-    Instr::Alu { op, d, a, b }
-}
-
-fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
-    Instr::AluImm { op, d, a, imm }
-}
-
-fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
-    Instr::FBin { ty, op, d, a, b }
-}
-
-fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
-    Instr::FUn { ty, op, d, a }
-}
-
-fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
-    Instr::Conv { op, d, a }
-}
-
-/// Loads state words `0..n` into `$m1..=$mn`.
-fn load_state(c: &mut Code, n: u8) {
-    for i in 0..n {
-        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
-    }
-}
-
 /// Builds the machine code of `kernel`.
 pub fn generate(kernel: Kernel) -> Code {
     let mut c = Code::new();
@@ -177,8 +150,8 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Cast { from, to } => cast(&mut c, from, to),
         Kernel::Zero => zero(&mut c),
         Kernel::PadClear => pad_clear(&mut c),
-        Kernel::MaskRows => mask_rows(&mut c),
-        Kernel::MaskRowsF16 => mask_rows_f16(&mut c),
+        Kernel::MaskRows => mask_rows(&mut c, false),
+        Kernel::MaskRowsF16 => mask_rows(&mut c, true),
         Kernel::Transpose { bytes } => crate::row_kernels::transpose(&mut c, bytes),
         Kernel::RowReduce { ty, max } => crate::row_kernels::row_reduce(&mut c, ty, max),
         Kernel::RowScalar { ty, op, reversed } => {
@@ -587,7 +560,9 @@ pub fn zero_slots(words: u32) -> u32 {
     6 + words
 }
 
-fn mask_rows(c: &mut Code) {
+/// The causal mask over rows of 32-bit words (`half`: of f16 pairs, where the word the mask
+/// splits keeps its low half and takes the fill's high half).
+fn mask_rows(c: &mut Code, half: bool) {
     load_state(c, 7); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
     c.op(ld32m(m(13), m(0), 28)); // step of start per row
     let end = c.label();
@@ -595,18 +570,52 @@ fn mask_rows(c: &mut Code) {
     c.branch(Instr::Brz { a: m(3), target: 0 }, end);
     c.op(alu_imm(AluOp::Sub, m(3), m(3), 1));
     c.op(setzi(m(12), 0));
+    if half {
+        // m14 = the fill's high half, for a split word.
+        c.op(alu_imm(AluOp::Shr, m(14), m(7), 16));
+        c.op(alu_imm(AluOp::Shl, m(14), m(14), 16));
+    }
     c.bind(row);
-    // m8 = clamp(start, 0, valid): elements copied before the mask.
+    // m8 = clamp(start, 0, valid): elements kept; m9 = whole words kept.
     c.op(alu(AluOp::Max, m(8), m(4), m(12)));
     c.op(alu(AluOp::Min, m(8), m(8), m(5)));
+    let kept = if half {
+        c.op(alu_imm(AluOp::Shr, m(9), m(8), 1));
+        m(9)
+    } else {
+        m(8)
+    };
     c.op(Instr::Rpt {
-        count: m(8),
+        count: kept,
         body: 2,
     });
     c.op(ld32step_a(a(0), m(1), 4));
     c.op(st32step_a(a(0), m(2), 4));
-    // m9 = valid - m8 masked elements: store the fill, skip the source.
-    c.op(alu(AluOp::Sub, m(9), m(5), m(8)));
+    // m9 = words of fill (the source skips them).
+    if half {
+        c.op(alu_imm(AluOp::And, m(10), m(8), 1));
+        let whole = c.label();
+        c.branch(
+            Instr::Brz {
+                a: m(10),
+                target: 0,
+            },
+            whole,
+        );
+        c.op(ld32m(m(11), m(1), 0));
+        c.op(alu_imm(AluOp::Shl, m(11), m(11), 16));
+        c.op(alu_imm(AluOp::Shr, m(11), m(11), 16));
+        c.op(alu(AluOp::Or, m(11), m(11), m(14)));
+        c.op(st32m(m(11), m(2), 0));
+        c.op(alu_imm(AluOp::Add, m(1), m(1), 4));
+        c.op(alu_imm(AluOp::Add, m(2), m(2), 4));
+        c.bind(whole);
+        c.op(alu_imm(AluOp::Shr, m(11), m(5), 1));
+        c.op(alu(AluOp::Sub, m(9), m(11), m(9)));
+        c.op(alu(AluOp::Sub, m(9), m(9), m(10)));
+    } else {
+        c.op(alu(AluOp::Sub, m(9), m(5), m(8)));
+    }
     c.op(Instr::Rpt {
         count: m(9),
         body: 1,
@@ -619,78 +628,11 @@ fn mask_rows(c: &mut Code) {
     });
     c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
     c.op(alu(AluOp::Add, m(1), m(1), m(10)));
-    // m10 = stride - valid padding elements: copied.
+    // m10 = padding words after the valid ones: copied.
     c.op(alu(AluOp::Sub, m(10), m(6), m(5)));
-    c.op(Instr::Rpt {
-        count: m(10),
-        body: 2,
-    });
-    c.op(ld32step_a(a(0), m(1), 4));
-    c.op(st32step_a(a(0), m(2), 4));
-    c.op(alu(AluOp::Add, m(4), m(4), m(13)));
-    c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
-}
-
-fn mask_rows_f16(c: &mut Code) {
-    load_state(c, 7); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
-    c.op(ld32m(m(13), m(0), 28)); // step of start per row
-    let end = c.label();
-    let row = c.label();
-    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, m(3), m(3), 1));
-    c.op(setzi(m(12), 0));
-    c.bind(row);
-    // m8 = clamp(start, 0, valid) elements kept; m9 = whole words kept.
-    c.op(alu(AluOp::Max, m(8), m(4), m(12)));
-    c.op(alu(AluOp::Min, m(8), m(8), m(5)));
-    c.op(alu_imm(AluOp::Shr, m(9), m(8), 1));
-    c.op(Instr::Rpt {
-        count: m(9),
-        body: 2,
-    });
-    c.op(ld32step_a(a(0), m(1), 4));
-    c.op(st32step_a(a(0), m(2), 4));
-    // A split word: the kept low half and the fill's high half.
-    c.op(alu_imm(AluOp::And, m(10), m(8), 1));
-    let whole = c.label();
-    c.branch(
-        Instr::Brz {
-            a: m(10),
-            target: 0,
-        },
-        whole,
-    );
-    c.op(ld32m(m(11), m(1), 0));
-    c.op(alu_imm(AluOp::Shl, m(11), m(11), 16));
-    c.op(alu_imm(AluOp::Shr, m(11), m(11), 16));
-    c.op(alu_imm(AluOp::Shr, m(14), m(7), 16));
-    c.op(alu_imm(AluOp::Shl, m(14), m(14), 16));
-    c.op(alu(AluOp::Or, m(11), m(11), m(14)));
-    c.op(st32m(m(11), m(2), 0));
-    c.op(alu_imm(AluOp::Add, m(1), m(1), 4));
-    c.op(alu_imm(AluOp::Add, m(2), m(2), 4));
-    c.bind(whole);
-    // m9 = valid / 2 - kept words - split word: words of fill; the source skips them.
-    c.op(alu_imm(AluOp::Shr, m(14), m(5), 1));
-    c.op(alu(AluOp::Sub, m(9), m(14), m(9)));
-    c.op(alu(AluOp::Sub, m(9), m(9), m(10)));
-    c.op(Instr::Rpt {
-        count: m(9),
-        body: 1,
-    });
-    c.op(Instr::Store {
-        width: Width::B32,
-        s: ipu_isa::DataReg::M(m(7)),
-        base: m(2),
-        mode: ipu_isa::AddrMode::PostInc(4),
-    });
-    c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
-    c.op(alu(AluOp::Add, m(1), m(1), m(10)));
-    // (stride - valid) / 2 padding words: copied.
-    c.op(alu(AluOp::Sub, m(10), m(6), m(5)));
-    c.op(alu_imm(AluOp::Shr, m(10), m(10), 1));
+    if half {
+        c.op(alu_imm(AluOp::Shr, m(10), m(10), 1));
+    }
     c.op(Instr::Rpt {
         count: m(10),
         body: 2,
@@ -705,7 +647,7 @@ fn mask_rows_f16(c: &mut Code) {
 
 /// Issue slots of an f16 causal mask over `rows` rows of `stride` elements.
 pub fn mask_rows_f16_slots(rows: u32, stride: u32) -> u32 {
-    12 + rows * (26 + stride)
+    14 + rows * (26 + stride)
 }
 
 /// Issue slots of a causal mask over `rows` rows of `stride` elements.

@@ -23,54 +23,6 @@ use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
 use crate::code::*;
 use crate::kernels::{BinOp, Elem};
 
-fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
-    Instr::Alu { op, d, a, b }
-}
-
-fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
-    Instr::AluImm { op, d, a, imm }
-}
-
-fn fbin(ty: FType, op: FBinOp, d: u8, a: u8, b: u8) -> Instr {
-    Instr::FBin { ty, op, d, a, b }
-}
-
-fn fun(ty: FType, op: FUnOp, d: u8, a: u8) -> Instr {
-    Instr::FUn { ty, op, d, a }
-}
-
-fn conv(op: ConvOp, d: u8, a: u8) -> Instr {
-    Instr::Conv { op, d, a }
-}
-
-fn mov_a(d: u8, s: MReg) -> Instr {
-    Instr::MovToA { d: a(d), a: s }
-}
-
-fn bcast(d: u8, s: u8) -> Instr {
-    Instr::Bcast {
-        ty: FType::F32v2,
-        d: ap(d),
-        a: a(s),
-    }
-}
-
-/// `li d, value`: two words.
-fn li(c: &mut Code, d: MReg, value: u32) {
-    c.op(setzi(d, value & 0xFFFF));
-    c.op(Instr::Orhi {
-        d,
-        imm: (value >> 16) as u16,
-    });
-}
-
-/// Loads state words `0..n` into `$m1..=$mn`.
-fn load_state(c: &mut Code, n: u8) {
-    for i in 0..n {
-        c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
-    }
-}
-
 /// An `rpt` over the single instructions `body` emits; returns the body's slot count.
 fn rpt(c: &mut Code, count: MReg, body: impl FnOnce(&mut Code)) -> u32 {
     c.op(Instr::Rpt { count, body: 0 });
@@ -124,15 +76,6 @@ fn st_pair_slots(ty: Elem) -> u32 {
     match ty {
         Elem::F32 => 1,
         Elem::F16 => 2,
-    }
-}
-
-fn st32_a(s: u8, base: MReg, off: i16) -> Instr {
-    Instr::Store {
-        width: Width::B32,
-        s: DataReg::A(s),
-        base,
-        mode: ipu_isa::AddrMode::Offset(off),
     }
 }
 
