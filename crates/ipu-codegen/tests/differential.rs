@@ -184,6 +184,22 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
 }
 
 #[test]
+fn flash_attention_with_batch_dims_and_other_key_and_value_shapes() {
+    // Two leading dimensions, 40 queries against 200 keys (a partly filled last key block),
+    // values wider than queries.
+    let g = graph(
+        "graph cross {\n  input %q: f16[2, 3, 40, 64]\n  input %k: f16[2, 3, 200, 64]\n  input %v: f16[2, 3, 200, 128]\n  %out = flash_attention(%q, %k, %v) {scale = 0.1, causal = false, block_q = 128, block_k = 64, partials = f32}: f16[2, 3, 40, 128]\n  output %out\n}\n",
+    );
+    for tiles in [24, 37] {
+        let out = common::run(&g, Target::gc200(), tiles, 4);
+        out.assert_pass(&format!("cross attention on {tiles} tiles"));
+        for (name, c) in &out.checks {
+            assert!(c.max_abs_error <= 2e-3, "{name}: {c}");
+        }
+    }
+}
+
+#[test]
 fn causal_mask_alone() {
     let g = graph(
         "graph mask {\n  input %s: f32[2, 9, 21]\n  %m = causal_mask(%s) {key_start = 4}: f32[2, 9, 21]\n  output %m\n}\n",
