@@ -252,12 +252,14 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
 /// Where a merge reads a source's rows: `(O of row 0, group stride, statistics of row 0)`.
 type Source = (BufferId, u32, u32, u32);
 
-/// The compute of a merge of `rows` rows from `sources` into `out` (`[dv / gout][rows][gout]`).
+/// The compute of a merge of `rows` rows from `sources` into `out` from byte `out_at`
+/// (`[dv / gout][rows][gout]`).
 pub(crate) fn merge_ops(
     g: &FlashGeometry,
     rows: u32,
     sources: &[Source],
     out: BufferId,
+    out_at: u32,
     scratch: BufferId,
 ) -> Vec<SupOp> {
     let amp = g.amp();
@@ -276,7 +278,7 @@ pub(crate) fn merge_ops(
             continue;
         }
         let mut st = vec![
-            StateWord::Addr(out, r0 * gout * ob),
+            StateWord::Addr(out, out_at + r0 * gout * ob),
             StateWord::Const(rows * gout * ob),
             StateWord::Const(r1 - r0),
             StateWord::Addr(scratch, w as u32 * g.dv as u32 * 4),
@@ -353,14 +355,24 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
                 rows,
                 &srcs,
                 BufferId(1),
+                0,
                 BufferId(2),
             )));
             let recv = (c.sources.len() as u64 - 1) * (g.gv() as u64 + 1) * (rows * GRB) as u64;
             merge_recv = merge_recv.max(recv / 4);
         }
     }
+    // A tile with several items computes them and their merges one after another.
+    let k = fp.items_per_tile().max(1) as u64;
+    let mut merges: BTreeMap<u32, u64> = BTreeMap::new();
+    for c in &fp.combiners {
+        *merges.entry(fp.items[c.own].tile).or_insert(0) += 1;
+    }
+    let km = merges.values().copied().max().unwrap_or(1);
+    let (compute, merge, merge_recv) = (compute * k, merge * km, merge_recv * km);
     let ab = g.ab() as u64;
-    let recv = ((g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab) / 4 + overhead + sync;
+    // Each round has its own distribution and scores step.
+    let recv = k * (((g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab) / 4 + overhead + sync);
     let merge_x = if merge_recv > 0 {
         merge_recv + overhead + sync
     } else {
@@ -368,7 +380,10 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     };
     let prep = (crate::plan::flash::HOME_UNIT * g.d) as u64 * 4 + sync;
     let exchange = recv + merge_x;
-    (prep + compute + sync + merge + sync + exchange, exchange)
+    (
+        prep + compute + k * sync + merge + sync + exchange,
+        exchange,
+    )
 }
 
 impl Lowerer<'_> {
@@ -602,8 +617,10 @@ impl Lowerer<'_> {
         let nkp = g.keys_padded();
         let nkk = g.keys.div_ceil(kb) * kb;
         let mut bufs = Vec::with_capacity(fp.items.len());
-        let mut copies = Vec::new();
-        let mut kv_groups: BTreeMap<(usize, usize), (u32, u32)> = BTreeMap::new();
+        let mut copies: Vec<Vec<Copy>> = Vec::with_capacity(fp.items.len());
+        // Placement groups of each key block's kᵀ and v (a new pair when a tile would hold two
+        // members of one group).
+        let mut kv_groups: BTreeMap<(usize, usize), (u32, u32, BTreeSet<u32>)> = BTreeMap::new();
         // Home of each (tensor, batch, unit of positions), and each k home's first group.
         let mut unit_home: [Vec<usize>; 3] = Default::default();
         for (x, uh) in unit_home.iter_mut().enumerate() {
@@ -632,7 +649,7 @@ impl Lowerer<'_> {
                 *n += (h.s1 - h.s0).div_ceil(cols);
             }
         }
-        let mut zero: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        let mut zero: Vec<Vec<SupOp>> = Vec::with_capacity(fp.items.len());
         for (i, it) in fp.items.iter().enumerate() {
             let tile = it.tile;
             let pb = g.pb() as u32;
@@ -655,11 +672,18 @@ impl Lowerer<'_> {
                 format!("{name}.v"),
             );
             let key = (it.batch, it.k0);
-            let next = &mut self.next_group;
-            let (gk, gvv) = *kv_groups.entry(key).or_insert_with(|| {
-                *next += 2;
-                (*next - 2, *next - 1)
-            });
+            let entry = kv_groups
+                .entry(key)
+                .or_insert((u32::MAX, u32::MAX, BTreeSet::new()));
+            if entry.0 == u32::MAX || !entry.2.insert(tile) {
+                self.next_group += 2;
+                *entry = (
+                    self.next_group - 2,
+                    self.next_group - 1,
+                    BTreeSet::from([tile]),
+                );
+            }
+            let (gk, gvv) = (entry.0, entry.1);
             self.prog.buffers[kt.0 as usize].group = Some(gk);
             self.prog.buffers[v.0 as usize].group = Some(gvv);
             let s = self.prog.buffer(
@@ -754,37 +778,56 @@ impl Lowerer<'_> {
                 }
                 pos += run;
             }
-            let ops = zero.entry(tile).or_default();
-            self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, ops);
-            self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &item_copies, ops);
+            let mut ops = Vec::new();
+            self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, &mut ops);
+            self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &item_copies, &mut ops);
             if !ops.is_empty() {
                 ops.push(SupOp::WaitW);
             }
-            copies.extend(item_copies);
+            zero.push(ops);
+            copies.push(item_copies);
         }
-        self.prog.steps.push(Step::Exchange {
-            name: format!("{name}.distribute"),
-            copies,
-        });
-        // Items are independent: their programs are built in parallel, in tile order.
-        let built: Vec<(u32, Vec<SupOp>, u64)> = fp
-            .items
-            .par_iter()
-            .enumerate()
-            .map(|(i, it)| {
-                let mut ops = zero.get(&it.tile).cloned().unwrap_or_default();
-                ops.extend(item_ops(&fp, i, &bufs[i]));
-                let cycles = estimate(&ops);
-                (it.tile, ops, cycles)
-            })
-            .collect();
-        let estimated_cycles = built.iter().map(|b| b.2).max().unwrap_or(0);
-        let tiles: BTreeMap<u32, Vec<SupOp>> = built.into_iter().map(|(t, o, _)| (t, o)).collect();
-        self.prog.steps.push(Step::Compute {
-            name: format!("{name}.scores"),
-            tiles,
-            estimated_cycles,
-        });
+        // Rounds: item `i` runs in round `i / tiles` (one item per tile per round), each with its
+        // distribution and its scores step.
+        let per_round = self.prog.tiles_used.max(1) as usize;
+        let rounds = fp.items.len().div_ceil(per_round);
+        let mut copies = copies.into_iter();
+        for round in 0..rounds {
+            let (i0, i1) = (
+                round * per_round,
+                ((round + 1) * per_round).min(fp.items.len()),
+            );
+            let suffix = if rounds == 1 {
+                String::new()
+            } else {
+                format!(".r{round}")
+            };
+            self.prog.steps.push(Step::Exchange {
+                name: format!("{name}.distribute{suffix}"),
+                copies: copies.by_ref().take(i1 - i0).flatten().collect(),
+            });
+            // Items are independent: their programs are built in parallel.
+            let tiles: BTreeMap<u32, Vec<SupOp>> = (i0..i1)
+                .into_par_iter()
+                .map(|i| {
+                    let mut ops = zero[i].clone();
+                    ops.extend(item_ops(&fp, i, &bufs[i]));
+                    (fp.items[i].tile, ops)
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .collect();
+            let estimated_cycles = tiles
+                .par_iter()
+                .map(|(_, o)| estimate(o))
+                .max()
+                .unwrap_or(0);
+            self.prog.steps.push(Step::Compute {
+                name: format!("{name}.scores{suffix}"),
+                tiles,
+                estimated_cycles,
+            });
+        }
         // Merge.
         let gv = g.gv() as u32;
         let mut copies = Vec::new();
@@ -838,7 +881,11 @@ impl Lowerer<'_> {
                 Region::Any,
                 format!("{name}.scratch"),
             );
-            tiles.insert(tile, merge_ops(&g, rows, &sources, out_buf, scratch));
+            let out_at = (c.out_local * g.out.bytes()) as u32;
+            tiles
+                .entry(tile)
+                .or_default()
+                .extend(merge_ops(&g, rows, &sources, out_buf, out_at, scratch));
         }
         if !copies.is_empty() {
             self.prog.steps.push(Step::Exchange {

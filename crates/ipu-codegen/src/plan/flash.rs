@@ -10,7 +10,9 @@
 //!
 //! Items are numbered head-major, then by key block, then by query block, and sit on tiles in
 //! that order, so the items sharing a key block are on consecutive tiles and receive `k` and `v`
-//! by multicast. `q`, `k` and `v` first land on *home* tiles (16 positions of one head per unit,
+//! by multicast. With more items than tiles (small tile counts), item `i` goes to tile
+//! `i mod tiles` in round `i / tiles`: rounds run one after another and reuse the memory of the
+//! operands and scores, only the partial results staying until the merge. `q`, `k` and `v` first land on *home* tiles (16 positions of one head per unit,
 //! spread over the chip), which cast FP8 to f16, transpose `k` and regroup `v` once for all
 //! items.
 //!
@@ -158,6 +160,9 @@ pub struct FlashCombiner {
     pub r1: usize,
     /// Items holding partials of these rows, in key order.
     pub sources: Vec<usize>,
+    /// Element offset of its rows in its tile's buffer of the output
+    /// (`[dv / gout][rows][gout]` from there).
+    pub out_local: usize,
 }
 
 /// Positions `s0..s1` of batch entry `batch` of `q`, `k` or `v`, held on `tile` from local
@@ -181,7 +186,7 @@ pub struct FlashHome {
 pub struct FlashPlan {
     /// Shape, types and mapping.
     pub geo: FlashGeometry,
-    /// Items, in tile order.
+    /// Items, numbered head-major, then by key block, then by query block.
     pub items: Vec<FlashItem>,
     /// Merges.
     pub combiners: Vec<FlashCombiner>,
@@ -234,7 +239,7 @@ impl FlashPlan {
                     tile: it.tile,
                     start,
                     end: start + n * gout,
-                    local: j * n * gout,
+                    local: c.out_local + j * n * gout,
                 });
             }
         }
@@ -243,6 +248,15 @@ impl FlashPlan {
             group: gout,
             pieces,
         }
+    }
+
+    /// Most items on one tile.
+    pub fn items_per_tile(&self) -> usize {
+        let mut n: std::collections::BTreeMap<u32, usize> = Default::default();
+        for it in &self.items {
+            *n.entry(it.tile).or_insert(0) += 1;
+        }
+        n.values().copied().max().unwrap_or(0)
     }
 
     /// Rows of the item's block that exist (the last block of a sequence is clipped).
@@ -302,8 +316,11 @@ fn count_items(geo: &FlashGeometry) -> (usize, usize) {
     (items * geo.batch, most)
 }
 
-/// Bytes of an item tile's buffers (each with the kernels' read slack).
-pub fn item_bytes(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
+/// Bytes of a tile's buffers (each with the kernels' read slack) when it takes `per_tile`
+/// items in turn, with `merge` key blocks per query block: (standard, interleaved). The
+/// operands and scores of an item live only during its round; its partial result lives until
+/// the merge.
+pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u64) {
     let amp = geo.amp();
     let (r, ab, pb) = (geo.rows as u64, geo.ab() as u64, geo.pb() as u64);
     let slack = OVERREAD_BYTES as u64;
@@ -325,7 +342,18 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
         (merge as u64 - 1) * (geo.gv() as u64 + 1) * rows_c * GROUP_ROW_BYTES as u64 + slack;
     let scratch = 6 * geo.dv as u64 * 4 + slack;
     let out = rows_c * geo.dv as u64 * geo.out.bytes() as u64 + slack;
-    (q + s + p + t + part + stage + scratch + out, kt + v)
+    let n = per_tile as u64;
+    (q + s + p + t + n * (part + stage + out) + scratch, kt + v)
+}
+
+/// Bytes of an item's supervisor code and of its vertex states (about 40 of each per AMP
+/// round: `setzi` and `ampw`, one state for six `run`s, `waitw`; the rest for the masks and the
+/// softmax).
+pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64) {
+    let amp = geo.amp();
+    let rounds = (geo.keys.div_ceil(amp.cols) * (geo.d / amp.k_block)
+        + geo.gv() * geo.keys.div_ceil(amp.k_block)) as u64;
+    (40 * rounds + 512, 40 * rounds + 512)
 }
 
 /// Worker issue slots of an AMP round over `rows` rows (the slowest worker) and the
@@ -462,52 +490,88 @@ pub fn plan_flash(
     };
     let available = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
     let interleaved = target.interleaved_bytes() as u64 - 8 * 1024;
+    // Supervisor code shares executable memory with the kernels and the runtime.
+    let executable = (target.executable_end - target.executable_base) as u64 - 32 * 1024;
     let mut candidates = Vec::new();
     let mut closest: Option<(u64, usize, usize)> = None;
     let key_max = sk.div_ceil(KEY_STEP) * KEY_STEP;
     let row_max = sq.div_ceil(ROW_STEP) * ROW_STEP;
     let mut nk = KEY_STEP;
     let step = (key_max / KEY_STEP).div_ceil(KEY_CANDIDATES_MAX).max(1) * KEY_STEP;
+    // What the homes hold for the whole operation: each tensor's positions in the input type,
+    // its FP8 cast, and `q` scaled, `kᵀ`, `v` regrouped.
+    let cols = amp_geometry(mode).cols;
+    let prescaled = geo.prescale();
+    let home_bytes: u64 = [(sq, d, 0), (sk, d, 1), (sk, dv, 2)]
+        .iter()
+        .map(|&(s, width, x)| {
+            let units = (batch * s.div_ceil(HOME_UNIT)) as u64;
+            let n = HOME_UNIT as u64 * units.div_ceil(tiles as u64);
+            let copies = usize::from(inputs[x] != a)
+                + match x {
+                    0 => usize::from(prescaled),
+                    1 => 1,
+                    _ => usize::from(super::default_group(a) != cols),
+                };
+            n * width as u64 * (inputs[x].bytes() + copies * a.bytes()) as u64
+        })
+        .sum();
     while nk <= key_max {
         geo.keys = nk;
-        // The fewest rows per item whose items fit on the tiles.
+        // Rows per item: the fewest whose items fit on the tiles one per tile, and, for small
+        // tile counts, powers of two that take several rounds of items per tile.
+        let mut rows_options = Vec::new();
         let (mut lo, mut hi) = (1, row_max / ROW_STEP);
         geo.rows = hi * ROW_STEP;
-        if count_items(&geo).0 > tiles as usize {
-            nk += step;
-            continue;
+        if count_items(&geo).0 <= tiles as usize {
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                geo.rows = mid * ROW_STEP;
+                if count_items(&geo).0 <= tiles as usize {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            rows_options.push(lo * ROW_STEP);
         }
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            geo.rows = mid * ROW_STEP;
-            if count_items(&geo).0 <= tiles as usize {
-                hi = mid;
+        let mut r = ROW_STEP;
+        while r < row_max && !rows_options.contains(&r) {
+            rows_options.push(r);
+            r *= 2;
+        }
+        if !rows_options.contains(&row_max) {
+            rows_options.push(row_max);
+        }
+        for rows in rows_options {
+            geo.rows = rows;
+            let (items, merge) = count_items(&geo);
+            let per_tile = items.div_ceil(tiles as usize);
+            let (std_bytes, il_bytes) = item_bytes(&geo, merge, per_tile);
+            let (code, states) = item_code_bytes(&geo);
+            let code = code * per_tile as u64;
+            let need = std_bytes + il_bytes + home_bytes + code + states * per_tile as u64;
+            if need > available || il_bytes > interleaved || code > executable {
+                let over = need
+                    .saturating_sub(available)
+                    .max(il_bytes.saturating_sub(interleaved))
+                    .max(code.saturating_sub(executable));
+                if closest.is_none_or(|c| over < c.0) {
+                    closest = Some((over, geo.rows, nk));
+                }
             } else {
-                lo = mid + 1;
+                let (cycles, exchange) = estimate(&geo, merge);
+                let (cycles, exchange) = (cycles * per_tile as u64, exchange * per_tile as u64);
+                candidates.push(FlashCandidate {
+                    rows: geo.rows,
+                    keys: nk,
+                    items,
+                    merge,
+                    estimated_cycles: cycles,
+                    estimated_exchange_cycles: exchange,
+                    peak_bytes: need,
+                });
             }
-        }
-        geo.rows = lo * ROW_STEP;
-        let (items, merge) = count_items(&geo);
-        let (std_bytes, il_bytes) = item_bytes(&geo, merge);
-        let need = std_bytes + il_bytes;
-        if need > available || il_bytes > interleaved {
-            let over = need
-                .saturating_sub(available)
-                .max(il_bytes.saturating_sub(interleaved));
-            if closest.is_none_or(|c| over < c.0) {
-                closest = Some((over, geo.rows, nk));
-            }
-        } else {
-            let (cycles, exchange) = estimate(&geo, merge);
-            candidates.push(FlashCandidate {
-                rows: geo.rows,
-                keys: nk,
-                items,
-                merge,
-                estimated_cycles: cycles,
-                estimated_exchange_cycles: exchange,
-                peak_bytes: need,
-            });
         }
         nk += step;
     }
@@ -515,12 +579,13 @@ pub fn plan_flash(
         return Err(match closest {
             Some((over, rows, keys)) => CodegenError::DoesNotFit(format!(
                 "{name}: flash attention [{batch} x {sq} x {d}] over {tiles} tiles: the closest \
-                 mapping ({rows} rows x {keys} keys per tile) needs {over} bytes more than a \
-                 tile has ({available} available after {SUPPORT_RESERVE_BYTES} reserved)"
+                 mapping ({rows} rows x {keys} keys per tile, with the inputs' share of the \
+                 homes) needs {over} bytes more than a tile has ({available} available after \
+                 {SUPPORT_RESERVE_BYTES} reserved)"
             )),
             None => CodegenError::DoesNotFit(format!(
-                "{name}: flash attention [{batch} x {sq} x {d}] needs more than {tiles} tiles \
-                 even with one block per head"
+                "{name}: flash attention [{batch} x {sq} x {d}] has no mapping of at least \
+                 {KEY_STEP} keys per tile"
             )),
         });
     }
@@ -537,8 +602,10 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
             for q0 in (0..geo.sq).step_by(geo.rows) {
                 let q1 = (q0 + geo.rows).min(geo.sq);
                 if needed(geo.causal, q1, kj * geo.keys) {
+                    // Consecutive items on consecutive tiles (multicast of a key block); with
+                    // more items than tiles, a tile takes every `tiles`-th.
                     items.push(FlashItem {
-                        tile: items.len() as u32,
+                        tile: (items.len() % tiles as usize) as u32,
                         batch: b,
                         q0,
                         k0: kj * geo.keys,
@@ -563,11 +630,21 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
                     r0,
                     r1,
                     sources: srcs.clone(),
+                    out_local: 0,
                 });
             }
         }
     }
-    combiners.sort_by_key(|c| items[c.own].tile);
+    combiners.sort_by_key(|c| (items[c.own].tile, c.own, c.r0));
+    // Each merge's rows follow the previous merges' on the same tile in the output's buffer.
+    let gout = geo.gout();
+    let dgo = geo.dv / gout;
+    let mut at: std::collections::BTreeMap<u32, usize> = Default::default();
+    for c in &mut combiners {
+        let local = at.entry(items[c.own].tile).or_insert(0);
+        c.out_local = *local;
+        *local += (c.r1 - c.r0) * gout * dgo;
+    }
     let mut homes: [Vec<FlashHome>; 3] = Default::default();
     let mut home_positions: [std::collections::BTreeMap<u32, usize>; 3] = Default::default();
     for x in 0..3 {
