@@ -87,3 +87,27 @@ fn flash_attention_fits_at_4096_where_the_unfused_graph_does_not() {
     b.package.validate().unwrap();
     assert!(b.report.program_text.contains("out.merge"));
 }
+
+#[test]
+fn flash_attention_package_bytes_do_not_depend_on_the_thread_count() {
+    let g = models::build(
+        "attention-flash",
+        &params(&[("seq", "512"), ("heads", "2"), ("causal", "true")]),
+    )
+    .unwrap();
+    let opts = BuildOptions {
+        target: Target::gc200(),
+        tiles: 200,
+    };
+    let with = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| build(&g, &opts).unwrap())
+            .package
+            .to_bytes()
+            .unwrap()
+    };
+    assert_eq!(with(1), with(2));
+}
