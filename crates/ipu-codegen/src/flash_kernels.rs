@@ -90,7 +90,20 @@ fn vtype(ty: Elem) -> FType {
 ///
 /// Without `scaled`, the scores arrive already scaled (`q` was multiplied by a power-of-two
 /// scale, exactly): the multiplications by the scale are left out.
-pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32, scaled: bool) {
+///
+/// With `running`, the row's statistics already hold the maximum and sum of earlier keys: the
+/// new maximum is the larger, the rescaling factor `alpha = exp(m_old - m_new)` is stored after
+/// them (third word, for `flash_rescale`), and the sum becomes `l_old * alpha + sum`.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_softmax(
+    c: &mut Code,
+    s_ty: Elem,
+    a_ty: Elem,
+    cols: u32,
+    kb: u32,
+    scaled: bool,
+    running: bool,
+) {
     load_state(c, 7);
     let (s, p, st, rows, sgroups, stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let (ps0, ps1, pp0, pp1, cnt, adv_s, adv_p) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
@@ -160,6 +173,18 @@ pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32, s
     // m = max * scale (scale > 0, so the maximum of the scaled scores).
     if scaled {
         c.op(fbin(FType::F32, FBinOp::Mul, 4, 4, 8));
+    }
+    if running {
+        // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)).
+        c.op(ld32a(a(5), st, 0));
+        c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+        li(c, tmp, NEG_MAX);
+        c.op(mov_a(6, tmp));
+        c.op(fbin(FType::F32, FBinOp::Max, 5, 5, 6));
+        c.op(fbin(FType::F32, FBinOp::Max, 7, 4, 6));
+        c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
+        c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
+        c.op(st32_a(5, st, 8));
     }
     c.op(st32_a(4, st, 0));
     li(c, tmp, NEG_MAX);
@@ -284,6 +309,11 @@ pub fn flash_softmax(c: &mut Code, s_ty: Elem, a_ty: Elem, cols: u32, kb: u32, s
     }
     c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass2);
     c.op(fbin(FType::F32, FBinOp::Add, 10, 10, 11));
+    if running {
+        c.op(ld32a(a(12), st, 4));
+        c.op(ld32a(a(13), st, 8));
+        c.op(fbin(FType::F32, FBinOp::Mac, 10, 12, 13));
+    }
     c.op(st32_a(10, st, 4));
     c.op(alu_imm(AluOp::Add, s, s, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, p, p, GROUP_ROW_BYTES as i16));
@@ -301,9 +331,11 @@ pub fn flash_softmax_slots(
     cols: u32,
     kb: u32,
     scaled: bool,
+    running: bool,
     rows: u32,
     super_groups: u32,
 ) -> u32 {
+    let running = if running { 14 } else { 0 };
     let lkeys = cols.max(kb);
     let (s_groups, p_groups) = (lkeys / cols, lkeys / kb);
     let pass1 = s_groups * 6 + 1;
@@ -322,7 +354,63 @@ pub fn flash_softmax_slots(
         + p_groups
         + 1;
     let row_fixed = 7 + s_groups + 2 + 2 + 3 + 8 + 3 + s_groups + p_groups + 1 + 2 + 4 + 6;
-    18 + rows * (row_fixed + super_groups * (pass1 + pass2))
+    18 + rows * (row_fixed + running + super_groups * (pass1 + pass2))
+}
+
+/// Rescales the partial output of rows by their `alpha` (the third statistics word):
+/// `O[g][r] *= alpha_r` for the `groups` groups of 32 bytes of `p_ty`.
+///
+/// State: O (row 0, group 0), statistics (row 0), rows, groups, group stride (bytes).
+pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
+    load_state(c, 5);
+    let (o, st, rows, groups, stride) = (m(1), m(2), m(3), m(4), m(5));
+    let (po, g) = (m(6), m(7));
+    let end = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    c.branch(
+        Instr::Brz {
+            a: groups,
+            target: 0,
+        },
+        end,
+    );
+    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    c.op(alu_imm(AluOp::Sub, groups, groups, 1));
+    c.op(alu_imm(AluOp::Sub, stride, stride, GROUP_ROW_BYTES as i16));
+    let row = c.label();
+    c.bind(row);
+    c.op(ld32a(a(0), st, 8));
+    c.op(bcast(8, 0));
+    c.op(alu_imm(AluOp::Add, po, o, 0));
+    c.op(alu_imm(AluOp::Add, g, groups, 0));
+    let group = c.label();
+    c.bind(group);
+    for _ in 0..4 {
+        match p_ty {
+            Elem::F32 => {
+                c.op(ld64_at(4, po, 0));
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
+                c.op(st64step(ap(4), po, 8));
+            }
+            Elem::F16 => {
+                c.op(ld64_at(12, po, 0));
+                c.op(conv(ConvOp::F16v2ToF32v2, 4, 12));
+                c.op(conv(ConvOp::F16v2ToF32v2, 6, 13));
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 8));
+                c.op(conv(ConvOp::F32v2ToF16v2, 12, 4));
+                c.op(conv(ConvOp::F32v2ToF16v2, 13, 6));
+                c.op(st64step(ap(12), po, 8));
+            }
+        }
+    }
+    c.op(alu(AluOp::Add, po, po, stride));
+    c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
+    c.op(alu_imm(AluOp::Add, o, o, GROUP_ROW_BYTES as i16));
+    c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    c.bind(end);
+    c.op(Instr::Exit);
 }
 
 /// Merges the partial results of `J` key blocks for some rows and normalises them:
@@ -462,6 +550,12 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
     c.bind(end);
     c.op(Instr::Exit);
+}
+
+/// Issue slots of [`flash_rescale`] over `rows` rows of `groups` groups.
+pub fn flash_rescale_slots(p_ty: Elem, rows: u32, groups: u32) -> u32 {
+    let per = if p_ty == Elem::F32 { 3 } else { 8 };
+    12 + rows * (6 + groups * (4 * per + 2))
 }
 
 /// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.

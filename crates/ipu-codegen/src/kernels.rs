@@ -72,7 +72,11 @@ pub enum Kernel {
         cols: u32,
         kb: u32,
         scaled: bool,
+        running: bool,
     },
+    /// Flash attention: a partial output rescaled by its rows' factors
+    /// (`flash_kernels::flash_rescale`).
+    FlashRescale { p: Elem },
     /// Flash attention: partial results of key blocks merged and normalised
     /// (`flash_kernels::flash_combine`).
     FlashCombine {
@@ -169,7 +173,9 @@ pub fn generate(kernel: Kernel) -> Code {
             cols,
             kb,
             scaled,
-        } => crate::flash_kernels::flash_softmax(&mut c, s, a, cols, kb, scaled),
+            running,
+        } => crate::flash_kernels::flash_softmax(&mut c, s, a, cols, kb, scaled, running),
+        Kernel::FlashRescale { p } => crate::flash_kernels::flash_rescale(&mut c, p),
         Kernel::FlashCombine {
             p,
             out,

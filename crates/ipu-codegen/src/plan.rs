@@ -560,6 +560,7 @@ impl Planner<'_> {
             let mut geo = base.clone();
             geo.rows = c.rows;
             geo.keys = c.keys;
+            geo.sub = c.sub;
             let fp = flash::layout(geo, self.tiles);
             let (modelled, modelled_x) = crate::lower::flash_modelled_cycles(&fp);
             tracing::info!(
@@ -599,6 +600,7 @@ impl Planner<'_> {
             selected = chosen,
             rows = fp.geo.rows,
             keys = fp.geo.keys,
+            sub_block_keys = fp.geo.sub_keys(),
             modelled_cycles = modelled,
             "selected flash attention mapping"
         );

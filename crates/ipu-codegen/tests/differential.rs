@@ -158,6 +158,10 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
         ("f32", true, 80, 2, 7),
         ("f32", false, 72, 1, 1),
         ("f16", true, 64, 4, 1),
+        // 256 keys per tile in two sub-blocks with a running maximum.
+        ("f16", false, 1024, 1, 16),
+        ("f16", true, 1024, 1, 16),
+        ("f32", true, 1024, 1, 16),
         ("f143", true, 48, 3, 2),
         ("f143", false, 64, 2, 16),
         ("f143", true, 64, 2, 16),

@@ -139,6 +139,7 @@ fn softmax_block_gives_the_host_probabilities_and_statistics() {
         cols: cols as u32,
         kb: kb as u32,
         scaled: true,
+        running: false,
     };
     let state = [
         s_addr,
@@ -176,5 +177,63 @@ fn softmax_block_gives_the_host_probabilities_and_statistics() {
         }
         let got = stats[r * 8 + 1] as f64;
         assert!((got - l).abs() <= 1e-6 * l, "row {r} sum {got} vs {l}");
+    }
+}
+
+#[test]
+fn rescale_multiplies_each_row_by_its_factor() {
+    // 3 rows, 2 groups of 32 bytes, in f32 and in f16.
+    for p in [Elem::F32, Elem::F16] {
+        let (rows, groups) = (3usize, 2usize);
+        let o_addr = 0x60000u32;
+        let st_addr = 0x61000u32;
+        let per = if p == Elem::F32 { 8 } else { 16 };
+        let o: Vec<f32> = (0..groups * rows * per).map(|i| value(i) * 3.0).collect();
+        let o_bytes: Vec<u8> = match p {
+            Elem::F32 => bytes(&o),
+            Elem::F16 => o
+                .iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
+                .collect(),
+        };
+        let alpha = [0.5f32, 0.123, 1.0];
+        let mut st = vec![0f32; rows * 8];
+        for r in 0..rows {
+            st[r * 8 + 2] = alpha[r];
+        }
+        let state = [
+            o_addr,
+            st_addr,
+            rows as u32,
+            groups as u32,
+            (rows * 32) as u32,
+        ];
+        let dev = run(
+            Kernel::FlashRescale { p },
+            &state,
+            &[(o_addr, o_bytes), (st_addr, bytes(&st))],
+        );
+        for g in 0..groups {
+            for r in 0..rows {
+                for lane in 0..per {
+                    let i = (g * rows + r) * per + lane;
+                    match p {
+                        Elem::F32 => {
+                            let got = f32s(&dev, o_addr + 4 * i as u32, 1)[0];
+                            assert_eq!(got, o[i] * alpha[r], "f32 group {g} row {r}");
+                        }
+                        Elem::F16 => {
+                            let got = f16_bits(&dev, o_addr + 2 * i as u32, 1)[0];
+                            let x = half::f16::from_f32(o[i]).to_f32() * alpha[r];
+                            assert_eq!(
+                                got,
+                                half::f16::from_f32(x).to_bits(),
+                                "f16 group {g} row {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -12,7 +12,9 @@
 use rayon::prelude::*;
 
 use super::*;
-use crate::flash_kernels::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
+use crate::flash_kernels::{
+    GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
+};
 use crate::plan::default_group;
 use crate::plan::flash::{FlashGeometry, FlashPlan};
 
@@ -45,7 +47,11 @@ fn amp_rounds(
     out: BufferId,
     t: BufferId,
     r_total: u32,
+    accumulate: bool,
 ) {
+    // With `accumulate`, the first round adds to what `out` holds (`kblocks` must be even, so
+    // the first round writes `t` and the last writes `out`).
+    debug_assert!(!accumulate || kblocks.is_multiple_of(2));
     let parts = split_staggered(rows);
     for g in 0..groups {
         let out_off = g as u32 * r_total * GRB;
@@ -61,7 +67,7 @@ fn amp_rounds(
                 // Every worker has rows: one state for all six (`Kernel::AmpAll`).
                 let mut st = vec![
                     StateWord::Addr(input, kk as u32 * r_total * GRB),
-                    if kk > 0 {
+                    if kk > 0 || accumulate {
                         StateWord::Addr(src, src_off)
                     } else {
                         StateWord::Const(0)
@@ -71,19 +77,21 @@ fn amp_rounds(
                 st.extend(parts.iter().map(|p| StateWord::Const(p.0)));
                 st.push(StateWord::Const(rows));
                 let most = parts.iter().map(|(r0, r1)| r1 - r0).max().unwrap_or(0);
+                let partials = kk > 0 || accumulate;
                 ops.push(SupOp::RunAll(
-                    Kernel::AmpAll { partials: kk > 0 },
+                    Kernel::AmpAll { partials },
                     st,
-                    kernels::amp_slots(most, kk > 0) + kernels::AMP_ALL_PROLOGUE_SLOTS,
+                    kernels::amp_slots(most, partials) + kernels::AMP_ALL_PROLOGUE_SLOTS,
                 ));
             } else {
                 for &(r0, r1) in &parts {
                     if r1 > r0 {
+                        let partials = kk > 0 || accumulate;
                         ops.push(SupOp::Run(
-                            Kernel::Amp { partials: kk > 0 },
+                            Kernel::Amp { partials },
                             vec![
                                 StateWord::Addr(input, (kk as u32 * r_total + r0) * GRB),
-                                if kk > 0 {
+                                if partials {
                                     StateWord::Addr(src, src_off + r0 * GRB)
                                 } else {
                                     StateWord::Const(0)
@@ -91,7 +99,7 @@ fn amp_rounds(
                                 StateWord::Addr(dst, dst_off + r0 * GRB),
                                 StateWord::Const(r1 - r0),
                             ],
-                            kernels::amp_slots(r1 - r0, kk > 0),
+                            kernels::amp_slots(r1 - r0, partials),
                         ));
                     }
                 }
@@ -111,141 +119,177 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
     let ab = g.ab() as u32;
     let lkeys = cols.max(kb);
     // Live keys: a prefix of the block that some valid row may see (a causal mask hides the
-    // rest from every row, the sequence ends before the rest), in whole super-groups. Rounds,
-    // masks and softmax cover only them; the probabilities of the rest are never read.
+    // rest from every row, the sequence ends before the rest). Rounds, masks and softmax cover
+    // only them; the probabilities of the rest are never read.
     let valid_keys = fp.valid_keys(i);
     let rows_valid = fp.valid_rows(i);
     let mut live = valid_keys;
     if g.causal {
         live = live.min((it.q0 + rows_valid).saturating_sub(it.k0));
     }
-    let live = live.div_ceil(lkeys).max(1) * lkeys;
+    let live = live.max(1);
+    let nkk = g.keys.div_ceil(kb) * kb;
+    let gv = g.gv() as u32;
     let mut ops = vec![SupOp::AmpCfg(g.mode)];
-    // S = q kᵀ: output groups of `cols` keys, k blocks of `kb` dimensions.
-    amp_rounds(
-        &mut ops,
-        r,
-        live / cols,
-        g.d / kb,
-        b.q,
-        b.kt,
-        |grp, kk| ((grp * g.d + kk * kb) * cols) as u32 * ab,
-        b.s,
-        b.t,
-        r,
-    );
-    // Masks: keys after the query (causal) and keys past the sequence become -inf, for the
-    // rows whose mask reaches into the group.
-    // Two waves (causal, then padding): both may rewrite the same rows.
-    let mut masks = [Vec::new(), Vec::new()];
-    for grp in 0..live / cols {
-        let base = (grp * cols) as i64;
-        let mut push = |wave: usize, start: i64, step: u32| {
-            // Rows `r` with `start + r * step < cols`.
-            let rows = if step == 0 {
-                r
-            } else {
-                (cols as i64 - start).clamp(0, r as i64) as u32
+    for (si, (k_s, len)) in g.sub_blocks().into_iter().enumerate() {
+        if k_s >= live {
+            break;
+        }
+        // Keys of this sub-block some row sees, in whole super-groups; after the first, an
+        // even number of k blocks (the accumulation ping-pongs back into the partial output).
+        let mut sub = ((live - k_s).min(len)).div_ceil(lkeys) * lkeys;
+        if si > 0 {
+            sub = (sub.div_ceil(2 * kb) * 2 * kb).min(len);
+        }
+        let kg0 = k_s / cols;
+        // S = q kᵀ: output groups of `cols` keys, k blocks of `kb` dimensions.
+        amp_rounds(
+            &mut ops,
+            r,
+            sub / cols,
+            g.d / kb,
+            b.q,
+            b.kt,
+            |grp, kk| (((kg0 + grp) * g.d + kk * kb) * cols) as u32 * ab,
+            b.s,
+            b.t,
+            r,
+            false,
+        );
+        // Masks: keys after the query (causal) and keys past the sequence become -inf, for
+        // the rows whose mask reaches into the group. Two waves (causal, then padding): both
+        // may rewrite the same rows.
+        let mut masks = [Vec::new(), Vec::new()];
+        for grp in 0..sub / cols {
+            let base = (k_s + grp * cols) as i64;
+            let mut push = |wave: usize, start: i64, step: u32| {
+                // Rows `r` with `start + r * step < cols`.
+                let rows = if step == 0 {
+                    r
+                } else {
+                    (cols as i64 - start).clamp(0, r as i64) as u32
+                };
+                for (r0, r1) in split(rows, WORKERS) {
+                    if r1 > r0 {
+                        let off = grp as u32 * r * GRB + r0 * GRB;
+                        let (kernel, fill, slots) = if g.p == ipu_graph::DType::F32 {
+                            (
+                                Kernel::MaskRows,
+                                f32::NEG_INFINITY.to_bits(),
+                                kernels::mask_rows_slots(r1 - r0, cols as u32),
+                            )
+                        } else {
+                            (
+                                Kernel::MaskRowsF16,
+                                0xFC00_FC00,
+                                kernels::mask_rows_f16_slots(r1 - r0, cols as u32),
+                            )
+                        };
+                        masks[wave].push(SupOp::Run(
+                            kernel,
+                            vec![
+                                StateWord::Addr(b.s, off),
+                                StateWord::Addr(b.s, off),
+                                StateWord::Const(r1 - r0),
+                                StateWord::Const((start + (r0 * step) as i64) as i32 as u32),
+                                StateWord::Const(cols as u32),
+                                StateWord::Const(cols as u32),
+                                StateWord::Const(fill),
+                                StateWord::Const(step),
+                            ],
+                            slots,
+                        ));
+                    }
+                }
             };
-            for (r0, r1) in split(rows, WORKERS) {
+            if g.causal {
+                // Row `r` sees keys `k0 ..= q0 + r`.
+                let start = it.q0 as i64 + 1 - it.k0 as i64 - base;
+                if start < cols as i64 {
+                    push(0, start, 1);
+                }
+            }
+            let pad = valid_keys as i64 - base;
+            if pad < cols as i64 {
+                push(1, pad, 0);
+            }
+        }
+        for wave in masks {
+            if !wave.is_empty() {
+                ops.extend(wave);
+                ops.push(SupOp::WaitW);
+            }
+        }
+        let running = si > 0;
+        let kernel = Kernel::FlashSoftmax {
+            s: g.p_elem(),
+            a: g.a_elem(),
+            cols: cols as u32,
+            kb: kb as u32,
+            scaled: !g.prescale(),
+            running,
+        };
+        for (r0, r1) in split(r, WORKERS) {
+            if r1 > r0 {
+                ops.push(SupOp::Run(
+                    kernel,
+                    vec![
+                        StateWord::Addr(b.s, r0 * GRB),
+                        StateWord::Addr(b.p, r0 * GRB),
+                        StateWord::Addr(b.part, (gv * r + r0) * GRB),
+                        StateWord::Const(r1 - r0),
+                        StateWord::Const((sub / lkeys) as u32),
+                        StateWord::Const(r * GRB),
+                        StateWord::Const(g.scale.to_bits()),
+                    ],
+                    flash_softmax_slots(
+                        g.p_elem(),
+                        g.a_elem(),
+                        cols as u32,
+                        kb as u32,
+                        !g.prescale(),
+                        running,
+                        r1 - r0,
+                        (sub / lkeys) as u32,
+                    ),
+                ));
+            }
+        }
+        ops.push(SupOp::WaitW);
+        if running {
+            // The partial output so far, rescaled to the new maxima.
+            for (r0, r1) in split(r, WORKERS) {
                 if r1 > r0 {
-                    let off = grp as u32 * r * GRB + r0 * GRB;
-                    let (kernel, fill, slots) = if g.p == ipu_graph::DType::F32 {
-                        (
-                            Kernel::MaskRows,
-                            f32::NEG_INFINITY.to_bits(),
-                            kernels::mask_rows_slots(r1 - r0, cols as u32),
-                        )
-                    } else {
-                        (
-                            Kernel::MaskRowsF16,
-                            0xFC00_FC00,
-                            kernels::mask_rows_f16_slots(r1 - r0, cols as u32),
-                        )
-                    };
-                    masks[wave].push(SupOp::Run(
-                        kernel,
+                    ops.push(SupOp::Run(
+                        Kernel::FlashRescale { p: g.p_elem() },
                         vec![
-                            StateWord::Addr(b.s, off),
-                            StateWord::Addr(b.s, off),
+                            StateWord::Addr(b.part, r0 * GRB),
+                            StateWord::Addr(b.part, (gv * r + r0) * GRB),
                             StateWord::Const(r1 - r0),
-                            StateWord::Const((start + (r0 * step) as i64) as i32 as u32),
-                            StateWord::Const(cols as u32),
-                            StateWord::Const(cols as u32),
-                            StateWord::Const(fill),
-                            StateWord::Const(step),
+                            StateWord::Const(gv),
+                            StateWord::Const(r * GRB),
                         ],
-                        slots,
+                        flash_rescale_slots(g.p_elem(), r1 - r0, gv),
                     ));
                 }
             }
-        };
-        if g.causal {
-            // Row `r` sees keys `k0 ..= q0 + r`.
-            let start = it.q0 as i64 + 1 - it.k0 as i64 - base;
-            if start < cols as i64 {
-                push(0, start, 1);
-            }
-        }
-        let pad = valid_keys as i64 - base;
-        if pad < cols as i64 {
-            push(1, pad, 0);
-        }
-    }
-    for wave in masks {
-        if !wave.is_empty() {
-            ops.extend(wave);
             ops.push(SupOp::WaitW);
         }
+        // O (+)= P v: output groups of `cols` dimensions, k blocks of `kb` keys.
+        amp_rounds(
+            &mut ops,
+            r,
+            g.gv(),
+            sub / kb,
+            b.p,
+            b.v,
+            |grp, kk| ((grp * nkk + k_s + kk * kb) * cols) as u32 * ab,
+            b.part,
+            b.t,
+            r,
+            running,
+        );
     }
-    let kernel = Kernel::FlashSoftmax {
-        s: g.p_elem(),
-        a: g.a_elem(),
-        cols: cols as u32,
-        kb: kb as u32,
-        scaled: !g.prescale(),
-    };
-    let gv = g.gv() as u32;
-    for (r0, r1) in split(r, WORKERS) {
-        if r1 > r0 {
-            ops.push(SupOp::Run(
-                kernel,
-                vec![
-                    StateWord::Addr(b.s, r0 * GRB),
-                    StateWord::Addr(b.p, r0 * GRB),
-                    StateWord::Addr(b.part, (gv * r + r0) * GRB),
-                    StateWord::Const(r1 - r0),
-                    StateWord::Const((live / lkeys) as u32),
-                    StateWord::Const(r * GRB),
-                    StateWord::Const(g.scale.to_bits()),
-                ],
-                flash_softmax_slots(
-                    g.p_elem(),
-                    g.a_elem(),
-                    cols as u32,
-                    kb as u32,
-                    !g.prescale(),
-                    r1 - r0,
-                    (live / lkeys) as u32,
-                ),
-            ));
-        }
-    }
-    ops.push(SupOp::WaitW);
-    // O = P v: output groups of `cols` dimensions, k blocks of `kb` keys.
-    let nkk = g.keys.div_ceil(kb) * kb;
-    amp_rounds(
-        &mut ops,
-        r,
-        g.gv(),
-        live / kb,
-        b.p,
-        b.v,
-        |grp, kk| ((grp * nkk + kk * kb) * cols) as u32 * ab,
-        b.part,
-        b.t,
-        r,
-    );
     ops
 }
 
@@ -686,9 +730,10 @@ impl Lowerer<'_> {
             let (gk, gvv) = (entry.0, entry.1);
             self.prog.buffers[kt.0 as usize].group = Some(gk);
             self.prog.buffers[v.0 as usize].group = Some(gvv);
+            let sub = g.sub_keys().div_ceil(cols) * cols;
             let s = self.prog.buffer(
                 tile,
-                r * nkp as u32 * pb + OVERREAD_BYTES,
+                r * sub as u32 * pb + OVERREAD_BYTES,
                 Region::Any,
                 format!("{name}.s"),
             );
@@ -697,7 +742,7 @@ impl Lowerer<'_> {
             } else {
                 self.prog.buffer(
                     tile,
-                    r * nkk as u32 * ab + OVERREAD_BYTES,
+                    r * (sub.div_ceil(kb) * kb) as u32 * ab + OVERREAD_BYTES,
                     Region::Any,
                     format!("{name}.p"),
                 )

@@ -74,7 +74,13 @@ pub struct FlashGeometry {
     pub rows: usize,
     /// Keys per item.
     pub keys: usize,
+    /// Keys per sub-block (see [`FlashGeometry::sub_blocks`]); at least `keys` for one pass.
+    pub sub: usize,
 }
+
+/// Keys of the sub-blocks an item walks through with a running maximum when its keys' scores
+/// do not fit at once: bounds the scores a tile holds, whatever the keys per item.
+pub const SUB_KEYS: usize = 128;
 
 impl FlashGeometry {
     /// The AMP geometry.
@@ -105,6 +111,23 @@ impl FlashGeometry {
     /// Keys rounded to the score layout's groups.
     pub fn keys_padded(&self) -> usize {
         self.keys.div_ceil(self.amp().cols) * self.amp().cols
+    }
+    /// The sub-blocks of an item's keys, `(first key, keys)`: an odd-sized one first (it starts
+    /// from zero partials), then whole sub-blocks of `sub` keys (an even number of AMP k
+    /// blocks, so their accumulation ping-pongs back into the partial result).
+    pub fn sub_blocks(&self) -> Vec<(usize, usize)> {
+        if self.keys <= self.sub {
+            return vec![(0, self.keys)];
+        }
+        let n = self.keys.div_ceil(self.sub);
+        let first = self.keys - (n - 1) * self.sub;
+        std::iter::once((0, first))
+            .chain((0..n - 1).map(|j| (first + j * self.sub, self.sub)))
+            .collect()
+    }
+    /// The most keys of one sub-block.
+    pub fn sub_keys(&self) -> usize {
+        self.keys.min(self.sub)
     }
     /// Whether the scale is a power of two, so that the homes multiply `q` by it exactly and
     /// the softmax needs no multiplication (`flash_softmax` without `scaled`).
@@ -277,6 +300,8 @@ pub struct FlashCandidate {
     pub rows: usize,
     /// Keys per item.
     pub keys: usize,
+    /// Keys per sub-block.
+    pub sub: usize,
     /// Items (tiles computing scores).
     pub items: usize,
     /// Most key blocks merged into one query block.
@@ -326,14 +351,15 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let slack = OVERREAD_BYTES as u64;
     let kp = geo.keys_padded() as u64;
     let kk = geo.keys.div_ceil(amp.k_block) as u64 * amp.k_block as u64;
+    let sub = geo.sub_keys() as u64;
     let q = r * geo.d as u64 * ab + slack;
     let kt = kp * geo.d as u64 * ab;
     let v = kk * geo.dv as u64 * ab;
-    let s = r * kp * pb + slack;
+    let s = r * sub * pb + slack;
     let p = if geo.p_in_place() {
         0
     } else {
-        r * kk * ab + slack
+        r * sub * ab + slack
     };
     let t = r * GROUP_ROW_BYTES as u64 + slack;
     let part = (geo.gv() as u64 + 1) * r * GROUP_ROW_BYTES as u64 + slack;
@@ -380,6 +406,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             amp.cols as u32,
             amp.k_block as u32,
             !geo.prescale(),
+            false,
             r.div_ceil(6) as u32,
             nk.div_ceil(lkeys) as u32,
         ) as u64;
@@ -487,6 +514,7 @@ pub fn plan_flash(
         causal,
         rows: ROW_STEP,
         keys: KEY_STEP,
+        sub: usize::MAX,
     };
     let available = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
     let interleaved = target.interleaved_bytes() as u64 - 8 * 1024;
@@ -547,30 +575,40 @@ pub fn plan_flash(
             geo.rows = rows;
             let (items, merge) = count_items(&geo);
             let per_tile = items.div_ceil(tiles as usize);
-            let (std_bytes, il_bytes) = item_bytes(&geo, merge, per_tile);
-            let (code, states) = item_code_bytes(&geo);
-            let code = code * per_tile as u64;
-            let need = std_bytes + il_bytes + home_bytes + code + states * per_tile as u64;
-            if need > available || il_bytes > interleaved || code > executable {
-                let over = need
-                    .saturating_sub(available)
-                    .max(il_bytes.saturating_sub(interleaved))
-                    .max(code.saturating_sub(executable));
-                if closest.is_none_or(|c| over < c.0) {
-                    closest = Some((over, geo.rows, nk));
+            // One pass over the keys if its scores fit, else sub-blocks of SUB_KEYS keys.
+            let mut subs = vec![usize::MAX];
+            if nk > SUB_KEYS {
+                subs.push(SUB_KEYS);
+            }
+            for sub in subs {
+                geo.sub = sub;
+                let (std_bytes, il_bytes) = item_bytes(&geo, merge, per_tile);
+                let (code, states) = item_code_bytes(&geo);
+                let code = code * per_tile as u64;
+                let need = std_bytes + il_bytes + home_bytes + code + states * per_tile as u64;
+                if need > available || il_bytes > interleaved || code > executable {
+                    let over = need
+                        .saturating_sub(available)
+                        .max(il_bytes.saturating_sub(interleaved))
+                        .max(code.saturating_sub(executable));
+                    if closest.is_none_or(|c| over < c.0) {
+                        closest = Some((over, geo.rows, nk));
+                    }
+                    continue;
                 }
-            } else {
                 let (cycles, exchange) = estimate(&geo, merge);
                 let (cycles, exchange) = (cycles * per_tile as u64, exchange * per_tile as u64);
                 candidates.push(FlashCandidate {
                     rows: geo.rows,
                     keys: nk,
+                    sub,
                     items,
                     merge,
                     estimated_cycles: cycles,
                     estimated_exchange_cycles: exchange,
                     peak_bytes: need,
                 });
+                break;
             }
         }
         nk += step;
