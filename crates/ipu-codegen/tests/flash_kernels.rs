@@ -198,8 +198,8 @@ fn rescale_multiplies_each_row_by_its_factor() {
         };
         let alpha = [0.5f32, 0.123, 1.0];
         let mut st = vec![0f32; rows * 8];
-        for r in 0..rows {
-            st[r * 8 + 2] = alpha[r];
+        for (r, a) in alpha.iter().enumerate() {
+            st[r * 8 + 2] = *a;
         }
         let state = [
             o_addr,
