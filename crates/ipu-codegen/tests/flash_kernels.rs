@@ -214,17 +214,17 @@ fn rescale_multiplies_each_row_by_its_factor() {
             &[(o_addr, o_bytes), (st_addr, bytes(&st))],
         );
         for g in 0..groups {
-            for r in 0..rows {
+            for (r, &factor) in alpha.iter().enumerate() {
                 for lane in 0..per {
                     let i = (g * rows + r) * per + lane;
                     match p {
                         Elem::F32 => {
                             let got = f32s(&dev, o_addr + 4 * i as u32, 1)[0];
-                            assert_eq!(got, o[i] * alpha[r], "f32 group {g} row {r}");
+                            assert_eq!(got, o[i] * factor, "f32 group {g} row {r}");
                         }
                         Elem::F16 => {
                             let got = f16_bits(&dev, o_addr + 2 * i as u32, 1)[0];
-                            let x = half::f16::from_f32(o[i]).to_f32() * alpha[r];
+                            let x = half::f16::from_f32(o[i]).to_f32() * factor;
                             assert_eq!(
                                 got,
                                 half::f16::from_f32(x).to_bits(),
