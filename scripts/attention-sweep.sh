@@ -46,6 +46,8 @@ row fl2048f143 attention-flash --set dtype=f143
 row fl1024f152 attention-flash --set seq=1024 --set dtype=f152 --set head_dim=128
 row fl4096 attention-flash --set seq=4096
 row fl4096c attention-flash --set seq=4096 --set causal=true
+row fl6144 attention-flash --set seq=6144
+row fl256t attention-flash --tiles 256
 row at128 attention
 row at512 attention --set seq=512 --set heads=8 --set head_dim=128
 row at256f143c attention --set seq=256 --set heads=16 --set dtype=f143 --set causal=true
