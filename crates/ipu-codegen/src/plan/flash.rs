@@ -2,24 +2,28 @@
 //!
 //! The scores of a `[rows, keys]` block of one batch entry (head) are computed, turned into
 //! probabilities and multiplied by `v` on one tile, in the AMP's own layouts, so no score
-//! ever changes tile or layout. A mapping is a pair `(R, nk)`: every tile (an *item*) takes `R`
-//! query rows and `nk` keys of one head; the items of the same rows then merge their partial
-//! results (row maximum, row sum, unnormalised output) in a second exchange and compute step
-//! (the running-max rescaling of flash attention, applied across key blocks). With a causal
-//! mask, blocks whose keys all follow their queries are not items at all.
+//! ever changes tile or layout. A mapping is `(R, nk)`: every *item* takes `R` query rows and
+//! `nk` keys of one head; the items of the same rows then merge their partial results (row
+//! maximum, row sum, unnormalised output) in a second exchange and compute step (the running-
+//! max rescaling of flash attention, applied across key blocks). With a causal mask, blocks
+//! whose keys all follow their queries are not items at all. An item whose scores would not
+//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum.
 //!
 //! Items are numbered head-major, then by key block, then by query block, and sit on tiles in
 //! that order, so the items sharing a key block are on consecutive tiles and receive `k` and `v`
 //! by multicast. With more items than tiles (small tile counts), item `i` goes to tile
 //! `i mod tiles` in round `i / tiles`: rounds run one after another and reuse the memory of the
-//! operands and scores, only the partial results staying until the merge. `q`, `k` and `v` first land on *home* tiles (16 positions of one head per unit,
-//! spread over the chip), which cast FP8 to f16, transpose `k` and regroup `v` once for all
-//! items.
+//! operands and scores, only the partial results staying until the merge. `q`, `k` and `v`
+//! first land on *home* tiles (16 positions of one head per unit, spread over the chip), which
+//! cast FP8 to f16, scale `q` by a power-of-two scale, transpose `k` and regroup `v` once for
+//! all items.
 //!
 //! Cost model (tile cycles): per item, `ceil(nk / cols) * d / kb + dv / cols * nk / kb` AMP
 //! rounds of `R` rows (see `plan.rs`), the softmax kernel's slots, the receive time of its
 //! operands at 4 bytes per cycle, and for merged rows the receive time of the other items'
-//! partials and the merge kernel's slots; the slowest item counts.
+//! partials and the merge kernel's slots; the slowest tile counts (items of several rounds add
+//! up). Memory: an item's buffers, the partial results of all of a tile's items, the homes'
+//! share of the inputs, and the supervisor code and vertex states (code in executable memory).
 
 use ipu_graph::DType;
 use ipu_target::{
