@@ -467,6 +467,8 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         c.op(fbin(FType::F32, FBinOp::Mac, 5, 0, 1));
         c.op(bcast(2, 0));
         c.op(alu_imm(AluOp::Add, pa, scratch, 0));
+        // The statistics are read: `sp` now reads the running sum in step with `pa`.
+        c.op(alu_imm(AluOp::Add, sp, scratch, 0));
         c.op(setzi(g, groups - 1));
         let group = c.label();
         c.bind(group);
@@ -474,26 +476,52 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         // Four elements per unit: 16 bytes of f32, 8 of f16.
         let units = GROUP_ROW_BYTES / if p_ty == Elem::F32 { 16 } else { 8 };
         for _ in 0..units {
-            // Four elements of O as f32 in $a6:7, $a8:9 (f16: widened from $a12:13).
-            match p_ty {
-                Elem::F32 => {
-                    c.op(ld64step(ap(6), po, 8));
-                    c.op(ld64step(ap(8), po, 8));
-                }
-                Elem::F16 => {
-                    c.op(ld64step(ap(12), po, 8));
-                    c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
-                    c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
-                }
-            }
             if first {
+                // Four elements of O as f32 in $a6:7, $a8:9 (f16: widened from $a12:13).
+                match p_ty {
+                    Elem::F32 => {
+                        c.op(ld64step(ap(6), po, 8));
+                        c.op(ld64step(ap(8), po, 8));
+                    }
+                    Elem::F16 => {
+                        c.op(ld64step(ap(12), po, 8));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                    }
+                }
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
                 c.op(st64step(ap(6), pa, 8));
                 c.op(st64step(ap(8), pa, 8));
             } else {
-                c.op(ld64_at(10, pa, 0));
-                c.op(ld64_at(14, pa, 8));
+                // O and the running sum load together (`sp` walks the scratch row).
+                match p_ty {
+                    Elem::F32 => {
+                        c.op(Instr::Ld2x64Pace {
+                            d0: ap(6),
+                            d1: ap(10),
+                            p0: po,
+                            p1: sp,
+                        });
+                        c.op(Instr::Ld2x64Pace {
+                            d0: ap(8),
+                            d1: ap(14),
+                            p0: po,
+                            p1: sp,
+                        });
+                    }
+                    Elem::F16 => {
+                        c.op(Instr::Ld2x64Pace {
+                            d0: ap(12),
+                            d1: ap(10),
+                            p0: po,
+                            p1: sp,
+                        });
+                        c.op(ld64step(ap(14), sp, 8));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                    }
+                }
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 14, 8, 2));
                 c.op(st64step(ap(10), pa, 8));
@@ -570,9 +598,10 @@ pub fn flash_combine_slots(
 ) -> u32 {
     let groups = dv / cols;
     let units = if p_ty == Elem::F32 { 2 } else { 4 };
-    let load = if p_ty == Elem::F32 { 2 } else { 3 };
-    let per_source_first = 14 + groups * (units * (load + 4) + 2) + 1;
-    let per_source = 14 + groups * (units * (load + 6) + 2) + 2;
+    // Loads (with the running sum's, after the first source) and f16 widening per unit.
+    let (load_first, load) = if p_ty == Elem::F32 { (2, 2) } else { (3, 4) };
+    let per_source_first = 14 + groups * (units * (load_first + 4) + 2) + 1;
+    let per_source = 15 + groups * (units * (load + 4) + 2) + 2;
     let out_units = gout / 4;
     let store = if out_ty == Elem::F32 { 2 } else { 3 };
     let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);
