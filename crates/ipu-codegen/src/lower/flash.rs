@@ -439,6 +439,21 @@ impl Lowerer<'_> {
         let fp: FlashPlan = (**fp).clone();
         let name = op.name.clone();
         let (ins, out) = ([op.inputs[0], op.inputs[1], op.inputs[2]], op.output);
+        let homes = self.flash_homes(&name, &fp, ins);
+        let bufs = self.flash_scores(&name, &fp, &homes);
+        self.flash_merge(&name, &fp, out, &bufs);
+        Ok(())
+    }
+
+    /// Steps `NAME.homes` (when an input is laid out elsewhere) and `NAME.prep`: each input on
+    /// its homes, then `q` (cast, scaled), `kᵀ` and `v` (cast, regrouped) ready to send. Returns
+    /// the buffers holding them per home tile.
+    fn flash_homes(
+        &mut self,
+        name: &str,
+        fp: &FlashPlan,
+        ins: [DevValueId; 3],
+    ) -> [BTreeMap<u32, BufferId>; 3] {
         let g = fp.geo.clone();
         let amp = g.amp();
         let (kb, cols) = (amp.k_block, amp.cols);
@@ -656,6 +671,22 @@ impl Lowerer<'_> {
                 estimated_cycles,
             });
         }
+        [q_home, kt_home, v_home]
+    }
+
+    /// Items' buffers, then per round `NAME.distribute` (q rows, kᵀ and v of the item's keys)
+    /// and `NAME.scores` (`item_ops`). Returns every item's buffers.
+    fn flash_scores(
+        &mut self,
+        name: &str,
+        fp: &FlashPlan,
+        homes: &[BTreeMap<u32, BufferId>; 3],
+    ) -> Vec<ItemBuffers> {
+        let g = fp.geo.clone();
+        let amp = g.amp();
+        let (kb, cols) = (amp.k_block, amp.cols);
+        let ab = g.ab() as u32;
+        let [q_home, kt_home, v_home] = homes;
         // Item buffers and the distribution.
         let r = g.rows as u32;
         let nkp = g.keys_padded();
@@ -856,7 +887,7 @@ impl Lowerer<'_> {
                 .into_par_iter()
                 .map(|i| {
                     let mut ops = zero[i].clone();
-                    ops.extend(item_ops(&fp, i, &bufs[i]));
+                    ops.extend(item_ops(fp, i, &bufs[i]));
                     (fp.items[i].tile, ops)
                 })
                 .collect::<Vec<_>>()
@@ -873,6 +904,14 @@ impl Lowerer<'_> {
                 estimated_cycles,
             });
         }
+        bufs
+    }
+
+    /// `NAME.merge` (exchange of the other items' partial results) and `NAME.merge` (compute:
+    /// `flash_combine` into the output's layout).
+    fn flash_merge(&mut self, name: &str, fp: &FlashPlan, out: DevValueId, bufs: &[ItemBuffers]) {
+        let g = fp.geo.clone();
+        let r = g.rows as u32;
         // Merge.
         let gv = g.gv() as u32;
         let mut copies = Vec::new();
@@ -944,6 +983,5 @@ impl Lowerer<'_> {
             tiles,
             estimated_cycles,
         });
-        Ok(())
     }
 }
