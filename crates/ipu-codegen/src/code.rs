@@ -400,3 +400,15 @@ pub fn load_state(c: &mut Code, n: u8) {
         c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
     }
 }
+/// An `rpt` over the single instructions `body` emits; returns the body's slot count.
+pub fn rpt(c: &mut Code, count: MReg, body: impl FnOnce(&mut Code)) -> u32 {
+    c.op(Instr::Rpt { count, body: 0 });
+    let at = c.len() - 1;
+    body(c);
+    let n = (c.len() - at - 1) as u8;
+    c.patch(at, |i| match i {
+        Instr::Rpt { count, .. } => Instr::Rpt { count, body: n },
+        other => other,
+    });
+    n as u32
+}

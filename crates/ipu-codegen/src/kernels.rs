@@ -350,46 +350,34 @@ fn binary(c: &mut Code, ty: Elem, op: BinOp) {
         }
         None => {
             // a / b = a * (1 / b) in f32, one rounding to the element type at the end.
-            let mut body = 0u8;
-            c.op(Instr::Rpt {
-                count: m(4),
-                body: 0,
-            }); // patched below
-            let rpt_at = c_len(c) - 1;
-            let mut push = |c: &mut Code, i: Instr| {
-                c.op(i);
-                body += 1;
-            };
-            push(
-                c,
-                Instr::Ld2x64Pace {
+            rpt(c, m(4), |c| {
+                c.op(Instr::Ld2x64Pace {
                     d0: ap(0),
                     d1: ap(2),
                     p0: m(1),
                     p1: m(2),
-                },
-            );
-            match ty {
-                Elem::F32 => {
-                    push(c, fun(FType::F32v2, FUnOp::Rcp, 2, 2));
-                    push(c, fbin(FType::F32v2, FBinOp::Mul, 4, 0, 2));
+                });
+                match ty {
+                    Elem::F32 => {
+                        c.op(fun(FType::F32v2, FUnOp::Rcp, 2, 2));
+                        c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 0, 2));
+                    }
+                    Elem::F16 => {
+                        // Widen each half to f32v2, divide, narrow.
+                        c.op(conv(ConvOp::F16v2ToF32v2, 4, 0));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 1));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 2));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 10, 3));
+                        c.op(fun(FType::F32v2, FUnOp::Rcp, 8, 8));
+                        c.op(fun(FType::F32v2, FUnOp::Rcp, 10, 10));
+                        c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
+                        c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 10));
+                        c.op(conv(ConvOp::F32v2ToF16v2, 4, 4));
+                        c.op(conv(ConvOp::F32v2ToF16v2, 5, 6));
+                    }
                 }
-                Elem::F16 => {
-                    // Widen each half to f32v2, divide, narrow.
-                    push(c, conv(ConvOp::F16v2ToF32v2, 4, 0));
-                    push(c, conv(ConvOp::F16v2ToF32v2, 6, 1));
-                    push(c, conv(ConvOp::F16v2ToF32v2, 8, 2));
-                    push(c, conv(ConvOp::F16v2ToF32v2, 10, 3));
-                    push(c, fun(FType::F32v2, FUnOp::Rcp, 8, 8));
-                    push(c, fun(FType::F32v2, FUnOp::Rcp, 10, 10));
-                    push(c, fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
-                    push(c, fbin(FType::F32v2, FBinOp::Mul, 6, 6, 10));
-                    push(c, conv(ConvOp::F32v2ToF16v2, 4, 4));
-                    push(c, conv(ConvOp::F32v2ToF16v2, 5, 6));
-                }
-            }
-            push(c, st64step(ap(4), m(3), 8));
-            patch_rpt(c, rpt_at, body);
+                c.op(st64step(ap(4), m(3), 8));
+            });
         }
     }
     c.bind(end);
@@ -412,34 +400,27 @@ fn unary(c: &mut Code, ty: Elem, op: UnOp) {
     c.branch(Instr::Brz { a: m(3), target: 0 }, end);
     c.op(Instr::MovToA { d: a(12), a: m(4) });
     c.op(Instr::MovToA { d: a(13), a: m(4) });
-    let mut body = 0u8;
-    c.op(Instr::Rpt {
-        count: m(3),
-        body: 0,
-    });
-    let rpt_at = c_len(c) - 1;
-    let mut push = |c: &mut Code, i: Instr| {
-        c.op(i);
-        body += 1;
-    };
-    push(c, ld64step(ap(0), m(1), 8));
     let f32_op = |d: u8, s: u8| match op {
         UnOp::Exp => fun(FType::F32v2, FUnOp::Exp, d, s),
         UnOp::Scale => fbin(FType::F32v2, FBinOp::Mul, d, s, 12),
     };
-    match ty {
-        Elem::F32 => push(c, f32_op(4, 0)),
-        Elem::F16 => {
-            push(c, conv(ConvOp::F16v2ToF32v2, 4, 0));
-            push(c, conv(ConvOp::F16v2ToF32v2, 6, 1));
-            push(c, f32_op(4, 4));
-            push(c, f32_op(6, 6));
-            push(c, conv(ConvOp::F32v2ToF16v2, 4, 4));
-            push(c, conv(ConvOp::F32v2ToF16v2, 5, 6));
+    rpt(c, m(3), |c| {
+        c.op(ld64step(ap(0), m(1), 8));
+        match ty {
+            Elem::F32 => {
+                c.op(f32_op(4, 0));
+            }
+            Elem::F16 => {
+                c.op(conv(ConvOp::F16v2ToF32v2, 4, 0));
+                c.op(conv(ConvOp::F16v2ToF32v2, 6, 1));
+                c.op(f32_op(4, 4));
+                c.op(f32_op(6, 6));
+                c.op(conv(ConvOp::F32v2ToF16v2, 4, 4));
+                c.op(conv(ConvOp::F32v2ToF16v2, 5, 6));
+            }
         }
-    }
-    push(c, st64step(ap(4), m(2), 8));
-    patch_rpt(c, rpt_at, body);
+        c.op(st64step(ap(4), m(2), 8));
+    });
     c.bind(end);
     c.op(Instr::Exit);
 }
@@ -472,52 +453,47 @@ fn cast(c: &mut Code, from: CastType, to: CastType) {
     if let Some((format, scale)) = fp8_format(from).or(fp8_format(to)) {
         c.op(Instr::SetFp8 { format, scale });
     }
-    let mut body = 0u8;
-    c.op(Instr::Rpt {
-        count: m(3),
-        body: 0,
-    });
-    let rpt_at = c_len(c) - 1;
-    let mut push = |c: &mut Code, i: Instr| {
-        c.op(i);
-        body += 1;
-    };
-    // Load 4 elements into f16v4 form in $a4:5 (or f32 in $a0:3).
-    match from {
-        CastType::F32 => {
-            push(c, ld64step(ap(0), m(1), 8));
-            push(c, ld64step(ap(2), m(1), 8));
-        }
-        CastType::F16 => push(c, ld64step(ap(4), m(1), 8)),
-        CastType::Fp8(..) => {
-            push(c, ld32step_a(a(6), m(1), 4));
-            push(c, conv(ConvOp::F8v4ToF16v4, 4, 6));
-        }
-    }
-    match (from, to) {
-        (CastType::F32, CastType::F32) | (CastType::F16, CastType::F16) => {}
-        (CastType::F32, _) => {
-            push(c, conv(ConvOp::F32v2ToF16v2, 4, 0));
-            push(c, conv(ConvOp::F32v2ToF16v2, 5, 2));
-        }
-        _ => {}
-    }
-    match to {
-        CastType::F32 => {
-            if !matches!(from, CastType::F32) {
-                push(c, conv(ConvOp::F16v2ToF32v2, 0, 4));
-                push(c, conv(ConvOp::F16v2ToF32v2, 2, 5));
+    rpt(c, m(3), |c| {
+        // Load 4 elements into f16v4 form in $a4:5 (or f32 in $a0:3).
+        match from {
+            CastType::F32 => {
+                c.op(ld64step(ap(0), m(1), 8));
+                c.op(ld64step(ap(2), m(1), 8));
             }
-            push(c, st64step(ap(0), m(2), 8));
-            push(c, st64step(ap(2), m(2), 8));
+            CastType::F16 => {
+                c.op(ld64step(ap(4), m(1), 8));
+            }
+            CastType::Fp8(..) => {
+                c.op(ld32step_a(a(6), m(1), 4));
+                c.op(conv(ConvOp::F8v4ToF16v4, 4, 6));
+            }
         }
-        CastType::F16 => push(c, st64step(ap(4), m(2), 8)),
-        CastType::Fp8(..) => {
-            push(c, conv(ConvOp::F16v4ToF8v4, 6, 4));
-            push(c, st32step_a(a(6), m(2), 4));
+        match (from, to) {
+            (CastType::F32, CastType::F32) | (CastType::F16, CastType::F16) => {}
+            (CastType::F32, _) => {
+                c.op(conv(ConvOp::F32v2ToF16v2, 4, 0));
+                c.op(conv(ConvOp::F32v2ToF16v2, 5, 2));
+            }
+            _ => {}
         }
-    }
-    patch_rpt(c, rpt_at, body);
+        match to {
+            CastType::F32 => {
+                if !matches!(from, CastType::F32) {
+                    c.op(conv(ConvOp::F16v2ToF32v2, 0, 4));
+                    c.op(conv(ConvOp::F16v2ToF32v2, 2, 5));
+                }
+                c.op(st64step(ap(0), m(2), 8));
+                c.op(st64step(ap(2), m(2), 8));
+            }
+            CastType::F16 => {
+                c.op(st64step(ap(4), m(2), 8));
+            }
+            CastType::Fp8(..) => {
+                c.op(conv(ConvOp::F16v4ToF8v4, 6, 4));
+                c.op(st32step_a(a(6), m(2), 4));
+            }
+        }
+    });
     c.bind(end);
     c.op(Instr::Exit);
 }
@@ -547,15 +523,13 @@ fn zero(c: &mut Code) {
     let end = c.label();
     c.branch(Instr::Brz { a: m(2), target: 0 }, end);
     c.op(setzi(m(7), 0));
-    c.op(Instr::Rpt {
-        count: m(2),
-        body: 1,
-    });
-    c.op(Instr::Store {
-        width: Width::B32,
-        s: ipu_isa::DataReg::M(m(7)),
-        base: m(1),
-        mode: ipu_isa::AddrMode::PostInc(4),
+    rpt(c, m(2), |c| {
+        c.op(Instr::Store {
+            width: Width::B32,
+            s: ipu_isa::DataReg::M(m(7)),
+            base: m(1),
+            mode: ipu_isa::AddrMode::PostInc(4),
+        });
     });
     c.bind(end);
     c.op(Instr::Exit);
@@ -591,12 +565,10 @@ fn mask_rows(c: &mut Code, half: bool) {
     } else {
         m(8)
     };
-    c.op(Instr::Rpt {
-        count: kept,
-        body: 2,
+    rpt(c, kept, |c| {
+        c.op(ld32step_a(a(0), m(1), 4));
+        c.op(st32step_a(a(0), m(2), 4));
     });
-    c.op(ld32step_a(a(0), m(1), 4));
-    c.op(st32step_a(a(0), m(2), 4));
     // m9 = words of fill (the source skips them).
     if half {
         c.op(alu_imm(AluOp::And, m(10), m(8), 1));
@@ -622,15 +594,13 @@ fn mask_rows(c: &mut Code, half: bool) {
     } else {
         c.op(alu(AluOp::Sub, m(9), m(5), m(8)));
     }
-    c.op(Instr::Rpt {
-        count: m(9),
-        body: 1,
-    });
-    c.op(Instr::Store {
-        width: Width::B32,
-        s: ipu_isa::DataReg::M(m(7)),
-        base: m(2),
-        mode: ipu_isa::AddrMode::PostInc(4),
+    rpt(c, m(9), |c| {
+        c.op(Instr::Store {
+            width: Width::B32,
+            s: ipu_isa::DataReg::M(m(7)),
+            base: m(2),
+            mode: ipu_isa::AddrMode::PostInc(4),
+        });
     });
     c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
     c.op(alu(AluOp::Add, m(1), m(1), m(10)));
@@ -639,12 +609,10 @@ fn mask_rows(c: &mut Code, half: bool) {
     if half {
         c.op(alu_imm(AluOp::Shr, m(10), m(10), 1));
     }
-    c.op(Instr::Rpt {
-        count: m(10),
-        body: 2,
+    rpt(c, m(10), |c| {
+        c.op(ld32step_a(a(0), m(1), 4));
+        c.op(st32step_a(a(0), m(2), 4));
     });
-    c.op(ld32step_a(a(0), m(1), 4));
-    c.op(st32step_a(a(0), m(2), 4));
     c.op(alu(AluOp::Add, m(4), m(4), m(13)));
     c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
     c.bind(end);
@@ -676,15 +644,13 @@ fn pad_clear(c: &mut Code) {
     c.op(alu(AluOp::And, m(8), m(8), m(4)));
     c.op(st32m(m(8), m(1), 0));
     c.op(alu_imm(AluOp::Add, m(7), m(1), 4));
-    c.op(Instr::Rpt {
-        count: m(5),
-        body: 1,
-    });
-    c.op(Instr::Store {
-        width: Width::B32,
-        s: ipu_isa::DataReg::M(m(10)),
-        base: m(7),
-        mode: ipu_isa::AddrMode::PostInc(4),
+    rpt(c, m(5), |c| {
+        c.op(Instr::Store {
+            width: Width::B32,
+            s: ipu_isa::DataReg::M(m(10)),
+            base: m(7),
+            mode: ipu_isa::AddrMode::PostInc(4),
+        });
     });
     c.op(alu(AluOp::Add, m(1), m(1), m(3)));
     c.branch(Instr::Brnzdec { a: m(2), target: 0 }, row);
@@ -695,17 +661,6 @@ fn pad_clear(c: &mut Code) {
 /// Issue slots of a pad clear of `rows` rows with `full` whole words each.
 pub fn pad_clear_slots(rows: u32, full: u32) -> u32 {
     10 + rows * (7 + full)
-}
-
-fn c_len(c: &Code) -> usize {
-    c.len()
-}
-
-fn patch_rpt(c: &mut Code, at: usize, body: u8) {
-    c.patch(at, |i| match i {
-        Instr::Rpt { count, .. } => Instr::Rpt { count, body },
-        other => other,
-    });
 }
 
 /// The registers a kernel treats as scratch; documented for the text form.

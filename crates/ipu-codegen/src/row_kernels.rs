@@ -23,19 +23,6 @@ use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
 use crate::code::*;
 use crate::kernels::{BinOp, Elem};
 
-/// An `rpt` over the single instructions `body` emits; returns the body's slot count.
-fn rpt(c: &mut Code, count: MReg, body: impl FnOnce(&mut Code)) -> u32 {
-    c.op(Instr::Rpt { count, body: 0 });
-    let at = c.len() - 1;
-    body(c);
-    let n = (c.len() - at - 1) as u8;
-    c.patch(at, |i| match i {
-        Instr::Rpt { count, .. } => Instr::Rpt { count, body: n },
-        other => other,
-    });
-    n as u32
-}
-
 /// Loads the next pair of elements at `ptr` (advancing it) into `$a0:1` as f32v2; `raw` is a
 /// scratch register for the f16 word.
 fn ld_pair(c: &mut Code, ty: Elem, ptr: MReg, raw: u8) {
