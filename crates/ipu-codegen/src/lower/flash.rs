@@ -503,6 +503,11 @@ impl Lowerer<'_> {
         let mut kt_home: BTreeMap<u32, BufferId> = BTreeMap::new();
         let mut v_home: BTreeMap<u32, BufferId> = BTreeMap::new();
         let a_cast = cast_type(g.a);
+        let (kt_first, kt_per_tile) = fp.kt_groups();
+        let mut k_homes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (hi, h) in fp.homes[1].iter().enumerate() {
+            k_homes.entry(h.tile).or_default().push(hi);
+        }
         for x in 0..3 {
             for (&tile, &n) in &fp.home_positions[x] {
                 let src = staging[x][&tile];
@@ -570,22 +575,15 @@ impl Lowerer<'_> {
                     }
                     1 => {
                         // kᵀ: per home range, groups of `cols` keys, each [d][cols].
-                        let ranges: Vec<_> =
-                            fp.homes[1].iter().filter(|h| h.tile == tile).collect();
-                        let mut bases = Vec::new();
-                        let mut groups = 0;
-                        for h in &ranges {
-                            bases.push(groups);
-                            groups += (h.s1 - h.s0).div_ceil(cols);
-                        }
                         let kt = self.prog.buffer(
                             tile,
-                            (groups * g.d * cols) as u32 * ab + OVERREAD_BYTES,
+                            (kt_per_tile[&tile] * g.d * cols) as u32 * ab + OVERREAD_BYTES,
                             Region::Any,
                             format!("stage:{name}.kt"),
                         );
                         let mut calls = Vec::new();
-                        for (h, &base) in ranges.iter().zip(&bases) {
+                        for &hi in &k_homes[&tile] {
+                            let (h, base) = (fp.homes[1][hi], kt_first[hi]);
                             let len = h.s1 - h.s0;
                             for kg in 0..len.div_ceil(cols) {
                                 let keys = (len - kg * cols).min(cols) as u32;
@@ -696,34 +694,7 @@ impl Lowerer<'_> {
         // Placement groups of each key block's kᵀ and v (a new pair when a tile would hold two
         // members of one group).
         let mut kv_groups: BTreeMap<(usize, usize), (u32, u32, BTreeSet<u32>)> = BTreeMap::new();
-        // Home of each (tensor, batch, unit of positions), and each k home's first group.
-        let mut unit_home: [Vec<usize>; 3] = Default::default();
-        for (x, uh) in unit_home.iter_mut().enumerate() {
-            let s = if x == 0 { g.sq } else { g.sk };
-            let per = s.div_ceil(crate::plan::flash::HOME_UNIT);
-            *uh = vec![usize::MAX; per * g.batch];
-            for (hi, h) in fp.homes[x].iter().enumerate() {
-                let u0 = h.s0 / crate::plan::flash::HOME_UNIT;
-                let u1 = h.s1.div_ceil(crate::plan::flash::HOME_UNIT);
-                for u in u0..u1 {
-                    uh[h.batch * per + u] = hi;
-                }
-            }
-        }
-        let home_of = |x: usize, b: usize, p: usize| {
-            let s = if x == 0 { g.sq } else { g.sk };
-            let per = s.div_ceil(crate::plan::flash::HOME_UNIT);
-            unit_home[x][b * per + p / crate::plan::flash::HOME_UNIT]
-        };
-        let mut kt_base = vec![0usize; fp.homes[1].len()];
-        {
-            let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
-            for (hi, h) in fp.homes[1].iter().enumerate() {
-                let n = seen.entry(h.tile).or_insert(0);
-                kt_base[hi] = *n;
-                *n += (h.s1 - h.s0).div_ceil(cols);
-            }
-        }
+        let (kt_first, _) = fp.kt_groups();
         let mut zero: Vec<Vec<SupOp>> = Vec::with_capacity(fp.items.len());
         for (i, it) in fp.items.iter().enumerate() {
             let tile = it.tile;
@@ -800,59 +771,44 @@ impl Lowerer<'_> {
                 part,
             });
             let mut item_copies = Vec::new();
-            // q rows.
-            let rows = fp.valid_rows(i);
-            let mut pos = it.q0;
-            while pos < it.q0 + rows {
-                let h = fp.homes[0][home_of(0, it.batch, pos)];
-                let run = (h.s1.min(it.q0 + rows)) - pos;
+            // q rows, kᵀ groups and v rows, from their homes.
+            let (rows, keys) = (fp.valid_rows(i), fp.valid_keys(i));
+            for (hi, pos, run) in fp.home_runs(0, it.batch, it.q0, it.q0 + rows) {
+                let h = fp.homes[0][hi];
                 let n = fp.home_positions[0][&h.tile];
-                let src = q_home[&h.tile];
                 for dg in 0..g.d / kb {
                     item_copies.push(Copy {
-                        src,
+                        src: q_home[&h.tile],
                         src_offset: ((dg * n + h.local + pos - h.s0) * kb) as u32 * ab,
                         dst: q,
                         dst_offset: ((dg * g.rows + pos - it.q0) * kb) as u32 * ab,
                         bytes: (run * kb) as u32 * ab,
                     });
                 }
-                pos += run;
             }
-            // kᵀ groups and v rows.
-            let keys = fp.valid_keys(i);
-            let mut pos = it.k0;
-            while pos < it.k0 + keys {
-                let hi = home_of(1, it.batch, pos);
+            for (hi, pos, run) in fp.home_runs(1, it.batch, it.k0, it.k0 + keys) {
                 let h = fp.homes[1][hi];
-                let run = (h.s1.min(it.k0 + keys)) - pos;
-                let src = kt_home[&h.tile];
-                let g0 = kt_base[hi] + (pos - h.s0) / cols;
+                let g0 = kt_first[hi] + (pos - h.s0) / cols;
                 item_copies.push(Copy {
-                    src,
+                    src: kt_home[&h.tile],
                     src_offset: (g0 * g.d * cols) as u32 * ab,
                     dst: kt,
                     dst_offset: ((pos - it.k0) / cols * g.d * cols) as u32 * ab,
                     bytes: (run.div_ceil(cols) * g.d * cols) as u32 * ab,
                 });
-                pos += run;
             }
-            let mut pos = it.k0;
-            while pos < it.k0 + keys {
-                let h = fp.homes[2][home_of(2, it.batch, pos)];
-                let run = (h.s1.min(it.k0 + keys)) - pos;
+            for (hi, pos, run) in fp.home_runs(2, it.batch, it.k0, it.k0 + keys) {
+                let h = fp.homes[2][hi];
                 let n = fp.home_positions[2][&h.tile];
-                let src = v_home[&h.tile];
                 for dg in 0..g.dv / cols {
                     item_copies.push(Copy {
-                        src,
+                        src: v_home[&h.tile],
                         src_offset: ((dg * n + h.local + pos - h.s0) * cols) as u32 * ab,
                         dst: v,
                         dst_offset: ((dg * nkk + pos - it.k0) * cols) as u32 * ab,
                         bytes: (run * cols) as u32 * ab,
                     });
                 }
-                pos += run;
             }
             let mut ops = Vec::new();
             self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, &mut ops);

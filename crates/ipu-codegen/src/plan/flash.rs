@@ -277,6 +277,48 @@ impl FlashPlan {
         }
     }
 
+    /// The homes of input `x` holding positions `p0..p1` of batch entry `b`, in order:
+    /// `(home index, first position, positions)`.
+    pub fn home_runs(
+        &self,
+        x: usize,
+        b: usize,
+        p0: usize,
+        p1: usize,
+    ) -> Vec<(usize, usize, usize)> {
+        let homes = &self.homes[x];
+        // Homes are in (batch, position) order.
+        let mut hi = homes.partition_point(|h| (h.batch, h.s1) <= (b, p0));
+        let mut runs = Vec::new();
+        let mut pos = p0;
+        while pos < p1 {
+            let h = homes[hi];
+            debug_assert!(h.batch == b && h.s0 <= pos && pos < h.s1);
+            let run = h.s1.min(p1) - pos;
+            runs.push((hi, pos, run));
+            pos += run;
+            hi += 1;
+        }
+        runs
+    }
+
+    /// Per home of `k`, its first group of `cols` keys in its tile's `kᵀ` buffer (a tile's homes
+    /// follow one another there), and the groups per tile.
+    pub fn kt_groups(&self) -> (Vec<usize>, std::collections::BTreeMap<u32, usize>) {
+        let cols = self.geo.amp().cols;
+        let mut per_tile = std::collections::BTreeMap::new();
+        let first = self.homes[1]
+            .iter()
+            .map(|h| {
+                let n = per_tile.entry(h.tile).or_insert(0);
+                let at = *n;
+                *n += (h.s1 - h.s0).div_ceil(cols);
+                at
+            })
+            .collect();
+        (first, per_tile)
+    }
+
     /// Most items on one tile.
     pub fn items_per_tile(&self) -> usize {
         let mut n: std::collections::BTreeMap<u32, usize> = Default::default();
