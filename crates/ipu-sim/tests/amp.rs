@@ -13,14 +13,7 @@ const P: u32 = 0x82000;
 const OUT: u32 = 0x83000;
 const ROWS: usize = 3; // two real rows and a drain row
 
-struct Rng(u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
     fn f16(&mut self) -> u16 {
         f16::from_f32((self.next() % 513) as f32 / 64.0 - 4.0).to_bits()
     }

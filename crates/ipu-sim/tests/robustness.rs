@@ -1,18 +1,11 @@
 //! Random programs never panic the simulator: every outcome is a report or a fault.
 
+mod common;
+
+use common::Rng;
 use ipu_isa::{Slot, decode_slot, encode_slot};
 use ipu_sim::{Device, RunLimits};
 use ipu_target::{Target, TargetKind};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// A random valid slot (random words until one decodes), re-encoded.
 fn random_slot(rng: &mut Rng) -> Vec<u32> {

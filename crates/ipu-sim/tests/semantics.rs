@@ -10,14 +10,7 @@ use ipu_isa::*;
 /// Where the harness keeps the register files (interleaved memory, for `ld128`).
 const STATE: u32 = 0x90000;
 
-struct Rng(u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }

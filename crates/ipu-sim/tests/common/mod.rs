@@ -52,3 +52,17 @@ pub fn one_worker(worker_body: &str, state: u32) -> String {
 pub fn word(d: &Device, tile: u32, addr: u32) -> u32 {
     u32::from_le_bytes(d.read(tile, addr, 4).unwrap().try_into().unwrap())
 }
+
+/// A xorshift generator: the tests' deterministic random values (tests add their own
+/// samplers in `impl Rng` blocks).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
