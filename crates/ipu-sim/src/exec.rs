@@ -40,6 +40,25 @@ pub(crate) struct Regs {
     pub fp8_scale: i8,
 }
 
+impl Regs {
+    /// The address a load or store of base register `b` accesses.
+    #[inline]
+    fn address(&self, b: usize, mode: AddrMode) -> u32 {
+        match mode {
+            AddrMode::Offset(i) => self.m[b].wrapping_add(i as i32 as u32),
+            AddrMode::PostInc(_) => self.m[b],
+        }
+    }
+
+    /// The base register's update after the access.
+    #[inline]
+    fn post_increment(&mut self, b: usize, mode: AddrMode) {
+        if let AddrMode::PostInc(i) = mode {
+            self.m[b] = self.m[b].wrapping_add(i as i32 as u32);
+        }
+    }
+}
+
 impl Default for Regs {
     fn default() -> Self {
         Regs {
@@ -860,19 +879,14 @@ impl Tile {
                 mode,
             } => {
                 let b = base.0 as usize & 15;
-                let addr = match mode {
-                    AddrMode::Offset(i) => r.m[b].wrapping_add(i as i32 as u32),
-                    AddrMode::PostInc(_) => r.m[b],
-                };
+                let addr = r.address(b, mode);
                 let len = width.bytes();
                 self.check(addr, len)?;
                 if width == Width::B128 && !self.target.in_interleaved(addr, 16) {
                     return Err((FaultKind::NotInterleaved, Some(addr)));
                 }
                 self.tracker.note(addr, len, false);
-                if let AddrMode::PostInc(i) = mode {
-                    r.m[b] = r.m[b].wrapping_add(i as i32 as u32);
-                }
+                r.post_increment(b, mode);
                 let s = self.mem.slice(addr, len);
                 match (width, d) {
                     (Width::B8, DataReg::M(x)) => r.m[x.0 as usize & 15] = s[0] as u32,
@@ -914,10 +928,7 @@ impl Tile {
                 mode,
             } => {
                 let b = base.0 as usize & 15;
-                let addr = match mode {
-                    AddrMode::Offset(i) => r.m[b].wrapping_add(i as i32 as u32),
-                    AddrMode::PostInc(_) => r.m[b],
-                };
+                let addr = r.address(b, mode);
                 match (width, s) {
                     (Width::B8 | Width::B16, _) => {
                         return Err((FaultKind::SubWordStore, Some(addr)));
@@ -938,9 +949,7 @@ impl Tile {
                         ));
                     }
                 }
-                if let AddrMode::PostInc(i) = mode {
-                    r.m[b] = r.m[b].wrapping_add(i as i32 as u32);
-                }
+                r.post_increment(b, mode);
             }
             Instr::Ld2x64Pace { d0, d1, p0, p1 } => {
                 let (a0, a1) = (m(r, p0), m(r, p1));
