@@ -97,6 +97,48 @@ fn split_staggered(n: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// One strided copy (`Kernel::Copy2d`): `rows` rows of `segs` segments of `seg_bytes` bytes,
+/// segment `j` of row `i` from `src + i src_row + j src_seg` to `dst + i dst_row + j dst_seg`
+/// (byte strides), its rows split over `parts` workers. 64-bit words when the segments allow.
+struct Copy2d {
+    src: (BufferId, u32),
+    dst: (BufferId, u32),
+    rows: u32,
+    segs: u32,
+    seg_bytes: u32,
+    src_strides: (u32, u32),
+    dst_strides: (u32, u32),
+}
+
+impl Copy2d {
+    fn push(&self, parts: u32, ops: &mut Vec<SupOp>) {
+        let wide = self.seg_bytes.is_multiple_of(8);
+        let words = self.seg_bytes / if wide { 8 } else { 4 };
+        let (sr, ss) = self.src_strides;
+        let (dr, ds) = self.dst_strides;
+        for (k0, k1) in split(self.rows, parts) {
+            if k1 <= k0 {
+                continue;
+            }
+            ops.push(SupOp::Run(
+                Kernel::Copy2d { wide },
+                vec![
+                    StateWord::Addr(self.src.0, self.src.1 + k0 * sr),
+                    StateWord::Addr(self.dst.0, self.dst.1 + k0 * dr),
+                    StateWord::Const(k1 - k0),
+                    StateWord::Const(self.segs),
+                    StateWord::Const(words),
+                    StateWord::Const(sr),
+                    StateWord::Const(ss),
+                    StateWord::Const(dr),
+                    StateWord::Const(ds),
+                ],
+                crate::row_kernels::copy2d_slots(k1 - k0, self.segs, words),
+            ));
+        }
+    }
+}
+
 /// Splits `n` units into `parts` contiguous ranges (some empty).
 fn split(n: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
     (0..parts).map(move |i| (n * i / parts, n * (i + 1) / parts))

@@ -623,30 +623,17 @@ impl Lowerer<'_> {
                                 Region::Any,
                                 format!("stage:{name}.va"),
                             );
-                            let words = (cols as u32 * ab) / 8;
                             for j in 0..g.dv / hg {
-                                ops.push(SupOp::Run(
-                                    Kernel::Copy2d { wide: true },
-                                    vec![
-                                        StateWord::Addr(typed, (j * n * hg) as u32 * ab),
-                                        StateWord::Addr(
-                                            va,
-                                            (j * (hg / cols) * n * cols) as u32 * ab,
-                                        ),
-                                        StateWord::Const(n as u32),
-                                        StateWord::Const((hg / cols) as u32),
-                                        StateWord::Const(words),
-                                        StateWord::Const(hg as u32 * ab),
-                                        StateWord::Const(cols as u32 * ab),
-                                        StateWord::Const(cols as u32 * ab),
-                                        StateWord::Const((n * cols) as u32 * ab),
-                                    ],
-                                    crate::row_kernels::copy2d_slots(
-                                        n as u32,
-                                        (hg / cols) as u32,
-                                        words,
-                                    ),
-                                ));
+                                Copy2d {
+                                    src: (typed, (j * n * hg) as u32 * ab),
+                                    dst: (va, (j * (hg / cols) * n * cols) as u32 * ab),
+                                    rows: n as u32,
+                                    segs: (hg / cols) as u32,
+                                    seg_bytes: cols as u32 * ab,
+                                    src_strides: (hg as u32 * ab, cols as u32 * ab),
+                                    dst_strides: (cols as u32 * ab, (n * cols) as u32 * ab),
+                                }
+                                .push(1, ops);
                             }
                             ops.push(SupOp::WaitW);
                             va

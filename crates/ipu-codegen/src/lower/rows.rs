@@ -424,29 +424,17 @@ impl Lowerer<'_> {
             );
             ops.push(SupOp::WaitW);
             let seg_bytes = (gx * eb) as u32;
-            let wide = seg_bytes.is_multiple_of(8);
-            let words = seg_bytes / if wide { 8 } else { 4 };
             let row_bytes = groups as u32 * seg_bytes;
-            for (k0, k1) in split(n as u32, WORKERS) {
-                if k1 <= k0 {
-                    continue;
-                }
-                ops.push(SupOp::Run(
-                    Kernel::Copy2d { wide },
-                    vec![
-                        StateWord::Addr(a_buf, k0 * seg_bytes),
-                        StateWord::Addr(b_buf, k0 * row_bytes),
-                        StateWord::Const(k1 - k0),
-                        StateWord::Const(groups as u32),
-                        StateWord::Const(words),
-                        StateWord::Const(seg_bytes),
-                        StateWord::Const(n as u32 * seg_bytes),
-                        StateWord::Const(row_bytes),
-                        StateWord::Const(seg_bytes),
-                    ],
-                    row_kernels::copy2d_slots(k1 - k0, groups as u32, words),
-                ));
+            Copy2d {
+                src: (a_buf, 0),
+                dst: (b_buf, 0),
+                rows: n as u32,
+                segs: groups as u32,
+                seg_bytes,
+                src_strides: (seg_bytes, n as u32 * seg_bytes),
+                dst_strides: (row_bytes, seg_bytes),
             }
+            .push(WORKERS, ops);
             return (b_buf, 0, row_bytes);
         }
         let bytes = (n * cp * eb) as u32;
@@ -690,28 +678,16 @@ impl Lowerer<'_> {
                 // Scratch rows to the grouped layout: [group][row][go] on this tile.
                 ops.push(SupOp::WaitW);
                 let seg_bytes = (go * eb) as u32;
-                let wide = seg_bytes.is_multiple_of(8);
-                let words = seg_bytes / if wide { 8 } else { 4 };
-                for (k0, k1) in split(n_rows as u32, WORKERS) {
-                    if k1 <= k0 {
-                        continue;
-                    }
-                    ops.push(SupOp::Run(
-                        Kernel::Copy2d { wide },
-                        vec![
-                            StateWord::Addr(wb, k0 * o_row),
-                            StateWord::Addr(ob, k0 * seg_bytes),
-                            StateWord::Const(k1 - k0),
-                            StateWord::Const(o_groups as u32),
-                            StateWord::Const(words),
-                            StateWord::Const(o_row),
-                            StateWord::Const(seg_bytes),
-                            StateWord::Const(seg_bytes),
-                            StateWord::Const(n_rows as u32 * seg_bytes),
-                        ],
-                        row_kernels::copy2d_slots(k1 - k0, o_groups as u32, words),
-                    ));
+                Copy2d {
+                    src: (wb, 0),
+                    dst: (ob, 0),
+                    rows: n_rows as u32,
+                    segs: o_groups as u32,
+                    seg_bytes,
+                    src_strides: (o_row, seg_bytes),
+                    dst_strides: (seg_bytes, n_rows as u32 * seg_bytes),
                 }
+                .push(WORKERS, ops);
             }
         }
         Ok(())
