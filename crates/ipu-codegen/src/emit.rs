@@ -15,10 +15,10 @@ use ipu_package::{Segment, TileImage};
 use ipu_target::Target;
 
 use crate::CodegenError;
-use crate::code::{Code, Laid};
 use crate::exchange::Scheduled;
-use crate::kernels::{self, Kernel};
 use crate::program::{BufferId, StateWord, Step, SupOp, TileProgram};
+use ipu_kernels::code::{Code, Laid};
+use ipu_kernels::{self as kernels, Kernel};
 
 /// Address of the entry trampolines.
 pub const RUNTIME_BASE: u32 = ipu_target::MEMORY_BASE;
@@ -166,7 +166,7 @@ pub fn support_layout(
             for op in ops {
                 if let Some((_, st)) = op.launch() {
                     l.states.push(at);
-                    at += 4 * st.len() as u32;
+                    at += 4 * st.word_count() as u32;
                 }
             }
         }
@@ -289,10 +289,10 @@ pub fn state_bytes(program: &TileProgram, tile: u32, addr: &dyn Fn(BufferId) -> 
         {
             for op in ops {
                 if let Some((_, st)) = op.launch() {
-                    for w in st {
+                    for w in st.words() {
                         let v = match w {
-                            StateWord::Const(c) => *c,
-                            StateWord::Addr(b, off) => addr(*b) + off,
+                            StateWord::Const(c) => c,
+                            StateWord::Addr(b, off) => addr(b) + off,
                         };
                         out.extend_from_slice(&v.to_le_bytes());
                     }

@@ -14,17 +14,13 @@
 //!
 //! The crate is sans-IO: it takes values and returns values.
 
-pub mod code;
 pub mod emit;
 pub mod exchange;
-pub mod flash_kernels;
-pub mod kernels;
 pub mod layout;
 pub mod lower;
 pub mod place;
 pub mod plan;
 pub mod program;
-pub mod row_kernels;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -53,6 +49,12 @@ pub enum CodegenError {
     /// A checker found a broken invariant: a compiler bug.
     #[error("internal compiler error: {0}")]
     Internal(String),
+}
+
+impl From<ipu_kernels::code::CodeError> for CodegenError {
+    fn from(e: ipu_kernels::code::CodeError) -> CodegenError {
+        CodegenError::Internal(e.to_string())
+    }
 }
 
 /// What to build for.
@@ -373,28 +375,29 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     report.final_cycles = final_cycles;
     report.final_exchange_cycles = final_exchange;
     info!(final_cycles, final_exchange, "costed final placed program");
-    let supervisors: BTreeMap<u32, [code::Laid; 3]> = phase(&mut report, "emit_tile_code", || {
-        let laid: Result<Vec<_>, CodegenError> = active
-            .par_iter()
-            .map(|&t| {
-                let (support, addrs) = &sized[&t];
-                let (s, i, r) = emit::supervisor_code(program, t, &kernels, support, &addr);
-                let laid = [
-                    s.lay_out(addrs[0])?,
-                    i.lay_out(addrs[1])?,
-                    r.lay_out(addrs[2])?,
-                ];
-                let end = laid[2].address + laid[2].bytes.len() as u32;
-                if end > support.base {
-                    return Err(CodegenError::Internal(format!(
-                        "tile {t}: code grew past its sizing"
-                    )));
-                }
-                Ok((t, laid))
-            })
-            .collect();
-        Ok(laid?.into_iter().collect())
-    })?;
+    let supervisors: BTreeMap<u32, [ipu_kernels::code::Laid; 3]> =
+        phase(&mut report, "emit_tile_code", || {
+            let laid: Result<Vec<_>, CodegenError> = active
+                .par_iter()
+                .map(|&t| {
+                    let (support, addrs) = &sized[&t];
+                    let (s, i, r) = emit::supervisor_code(program, t, &kernels, support, &addr);
+                    let laid = [
+                        s.lay_out(addrs[0])?,
+                        i.lay_out(addrs[1])?,
+                        r.lay_out(addrs[2])?,
+                    ];
+                    let end = laid[2].address + laid[2].bytes.len() as u32;
+                    if end > support.base {
+                        return Err(CodegenError::Internal(format!(
+                            "tile {t}: code grew past its sizing"
+                        )));
+                    }
+                    Ok((t, laid))
+                })
+                .collect();
+            Ok(laid?.into_iter().collect())
+        })?;
     let tiles = phase(&mut report, "build_tile_images", || {
         let built: Result<Vec<TileImage>, CodegenError> = active
             .par_iter()

@@ -9,10 +9,11 @@ use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements};
 use ipu_target::AmpMode;
 
 use crate::CodegenError;
-use crate::kernels::{self, BinOp, Kernel, OVERREAD_BYTES, UnOp};
 use crate::layout::{Move, moves, uncovered};
 use crate::plan::{DevOpKind, DevValueId, OperatorPlan, amp_geometry, cast_type, elem};
 use crate::program::*;
+use ipu_kernels::state::*;
+use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES, UnOp};
 
 mod flash;
 mod rows;
@@ -122,18 +123,19 @@ impl Copy2d {
             }
             ops.push(SupOp::Run(
                 Kernel::Copy2d { wide },
-                vec![
-                    StateWord::Addr(self.src.0, self.src.1 + k0 * sr),
-                    StateWord::Addr(self.dst.0, self.dst.1 + k0 * dr),
-                    StateWord::Const(k1 - k0),
-                    StateWord::Const(self.segs),
-                    StateWord::Const(words),
-                    StateWord::Const(sr),
-                    StateWord::Const(ss),
-                    StateWord::Const(dr),
-                    StateWord::Const(ds),
-                ],
-                crate::row_kernels::copy2d_slots(k1 - k0, self.segs, words),
+                Copy2dState {
+                    src: (self.src.0, self.src.1 + k0 * sr),
+                    dst: (self.dst.0, self.dst.1 + k0 * dr),
+                    rows: k1 - k0,
+                    segments: self.segs,
+                    words,
+                    src_row_stride: sr,
+                    src_segment_stride: ss,
+                    dst_row_stride: dr,
+                    dst_segment_stride: ds,
+                }
+                .into(),
+                ipu_kernels::rows::copy2d_slots(k1 - k0, self.segs, words),
             ));
         }
     }
@@ -304,10 +306,11 @@ impl Lowerer<'_> {
                 if w1 > w0 {
                     ops.push(SupOp::Run(
                         Kernel::Zero,
-                        vec![
-                            StateWord::Addr(buffer, s as u32 + 4 * w0),
-                            StateWord::Const(w1 - w0),
-                        ],
+                        ZeroState {
+                            out: (buffer, s as u32 + 4 * w0),
+                            words: w1 - w0,
+                        }
+                        .into(),
                         kernels::zero_slots(w1 - w0),
                     ));
                 }
@@ -372,12 +375,13 @@ impl Lowerer<'_> {
                         if v1 > v0 {
                             ops.push(SupOp::Run(
                                 Kernel::Binary { ty, op: *bop },
-                                vec![
-                                    StateWord::Addr(xb, v0 * 8),
-                                    StateWord::Addr(yb, v0 * 8),
-                                    StateWord::Addr(ob, v0 * 8),
-                                    StateWord::Const(v1 - v0),
-                                ],
+                                BinaryState {
+                                    a: (xb, v0 * 8),
+                                    b: (yb, v0 * 8),
+                                    out: (ob, v0 * 8),
+                                    vectors: v1 - v0,
+                                }
+                                .into(),
                                 kernels::binary_slots(ty, *bop, v1 - v0),
                             ));
                         }
@@ -400,12 +404,13 @@ impl Lowerer<'_> {
                         if v1 > v0 {
                             ops.push(SupOp::Run(
                                 Kernel::Unary { ty, op: *uop },
-                                vec![
-                                    StateWord::Addr(xb, v0 * 8),
-                                    StateWord::Addr(ob, v0 * 8),
-                                    StateWord::Const(v1 - v0),
-                                    StateWord::Const(factor.to_bits()),
-                                ],
+                                UnaryState {
+                                    input: (xb, v0 * 8),
+                                    out: (ob, v0 * 8),
+                                    vectors: v1 - v0,
+                                    factor_bits: factor.to_bits(),
+                                }
+                                .into(),
                                 kernels::unary_slots(ty, *uop, v1 - v0),
                             ));
                         }
@@ -434,11 +439,12 @@ impl Lowerer<'_> {
                         if g1 > g0 {
                             ops.push(SupOp::Run(
                                 Kernel::Cast { from, to },
-                                vec![
-                                    StateWord::Addr(xb, g0 * 4 * from.bytes()),
-                                    StateWord::Addr(ob, g0 * 4 * to.bytes()),
-                                    StateWord::Const(g1 - g0),
-                                ],
+                                CastState {
+                                    input: (xb, g0 * 4 * from.bytes()),
+                                    out: (ob, g0 * 4 * to.bytes()),
+                                    groups: g1 - g0,
+                                }
+                                .into(),
                                 kernels::cast_slots(from, to, g1 - g0),
                             ));
                         }
@@ -601,19 +607,20 @@ impl Lowerer<'_> {
                             if r1 > r0 {
                                 ops.push(SupOp::Run(
                                     Kernel::Amp { partials: kk > 0 },
-                                    vec![
-                                        StateWord::Addr(
+                                    AmpState {
+                                        input: (
                                             a_st,
                                             ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes,
                                         ),
-                                        if kk > 0 {
+                                        partials: if kk > 0 {
                                             StateWord::Addr(src, c_off + r0 * out_row_bytes)
                                         } else {
                                             StateWord::Const(0)
                                         },
-                                        StateWord::Addr(dst, c_off + r0 * out_row_bytes),
-                                        StateWord::Const(r1 - r0),
-                                    ],
+                                        out: (dst, c_off + r0 * out_row_bytes),
+                                        rows: r1 - r0,
+                                    }
+                                    .into(),
                                     kernels::amp_slots(r1 - r0, kk > 0),
                                 ));
                             }
@@ -692,16 +699,17 @@ impl Lowerer<'_> {
                             stride: u32| {
                     tiles.entry(p.tile).or_default().push(SupOp::Run(
                         Kernel::MaskRows,
-                        vec![
-                            StateWord::Addr(xb, off),
-                            StateWord::Addr(ob, off),
-                            StateWord::Const(n),
-                            StateWord::Const(start),
-                            StateWord::Const(valid),
-                            StateWord::Const(stride),
-                            StateWord::Const(f32::NEG_INFINITY.to_bits()),
-                            StateWord::Const(1),
-                        ],
+                        MaskRowsState {
+                            src: (xb, off),
+                            dst: (ob, off),
+                            rows: n,
+                            start,
+                            valid,
+                            stride,
+                            fill_bits: f32::NEG_INFINITY.to_bits(),
+                            start_step: 1,
+                        }
+                        .into(),
                         kernels::mask_rows_slots(n, stride),
                     ));
                 };
@@ -773,13 +781,14 @@ impl Lowerer<'_> {
                     let full = (local_e - word) / 4 - 1;
                     runs.entry(p.tile).or_default().push(SupOp::Run(
                         Kernel::PadClear,
-                        vec![
-                            StateWord::Addr(buf, word),
-                            StateWord::Const(1),
-                            StateWord::Const(g as u32 * eb),
-                            StateWord::Const(keep),
-                            StateWord::Const(full),
-                        ],
+                        PadClearState {
+                            first: (buf, word),
+                            rows: 1,
+                            stride: g as u32 * eb,
+                            keep_mask: keep,
+                            full_words: full,
+                        }
+                        .into(),
                         kernels::pad_clear_slots(1, full),
                     ));
                 }
@@ -805,26 +814,16 @@ fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
     let mut out: Vec<SupOp> = Vec::new();
     for op in ops.iter() {
         if let (
-            Some(SupOp::Run(Kernel::PadClear, prev, slots)),
-            SupOp::Run(Kernel::PadClear, cur, _),
+            Some(SupOp::Run(Kernel::PadClear, State::PadClear(prev), slots)),
+            SupOp::Run(Kernel::PadClear, State::PadClear(cur), _),
         ) = (out.last_mut(), op)
-            && let (
-                StateWord::Addr(pb, pa),
-                StateWord::Const(rows),
-                StateWord::Const(stride),
-                keep,
-                full,
-            ) = (prev[0], prev[1], prev[2], prev[3], prev[4])
-            && cur[0] == StateWord::Addr(pb, pa + rows * stride)
-            && cur[2] == StateWord::Const(stride)
-            && cur[3] == keep
-            && cur[4] == full
+            && cur.first == (prev.first.0, prev.first.1 + prev.rows * prev.stride)
+            && cur.stride == prev.stride
+            && cur.keep_mask == prev.keep_mask
+            && cur.full_words == prev.full_words
         {
-            let StateWord::Const(f) = full else {
-                unreachable!()
-            };
-            prev[1] = StateWord::Const(rows + 1);
-            *slots = kernels::pad_clear_slots(rows + 1, f);
+            prev.rows += 1;
+            *slots = kernels::pad_clear_slots(prev.rows, prev.full_words);
             continue;
         }
         out.push(op.clone());

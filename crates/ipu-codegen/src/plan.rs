@@ -15,8 +15,8 @@ use ipu_graph::{DType, Graph, OpKind, ValueId};
 use ipu_target::{AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target};
 
 use crate::CodegenError;
-use crate::kernels::{self, BinOp, CastType, UnOp};
 use crate::layout::{Layout, PIECE_GRAIN};
+use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
 pub mod flash;
 pub mod rows;

@@ -6,17 +6,12 @@ use std::fmt;
 
 use ipu_target::AmpMode;
 
-use crate::kernels::Kernel;
+use ipu_kernels::Kernel;
 
-/// A buffer's index in [`TileProgram::buffers`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BufferId(pub u32);
-
-impl fmt::Display for BufferId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "b{}", self.0)
-    }
-}
+/// A buffer's index in [`TileProgram::buffers`] (defined with the vertex states that name
+/// buffers).
+pub use ipu_kernels::BufferId;
+pub use ipu_kernels::state::{State, StateWord};
 
 /// Where a buffer must be placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,15 +72,6 @@ pub struct Copy {
     pub bytes: u32,
 }
 
-/// A word of a vertex state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateWord {
-    /// A constant.
-    Const(u32),
-    /// The address of a byte of a buffer.
-    Addr(BufferId, u32),
-}
-
 /// What the supervisor of one tile does in a compute step.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SupOp {
@@ -97,17 +83,17 @@ pub enum SupOp {
     AmpW(BufferId, u32),
     /// Start a worker: the kernel, its vertex state, and the planner's estimate of its issue
     /// slots.
-    Run(Kernel, Vec<StateWord>, u32),
+    Run(Kernel, State, u32),
     /// Start all six workers on one kernel and one vertex state (each finds its part from its
     /// context id), with the estimate of the slowest worker's issue slots.
-    RunAll(Kernel, Vec<StateWord>, u32),
+    RunAll(Kernel, State, u32),
     /// Wait for every worker.
     WaitW,
 }
 
 impl SupOp {
     /// The kernel and vertex state of a worker launch.
-    pub fn launch(&self) -> Option<(Kernel, &[StateWord])> {
+    pub fn launch(&self) -> Option<(Kernel, &State)> {
         match self {
             SupOp::Run(k, st, _) | SupOp::RunAll(k, st, _) => Some((*k, st)),
             _ => None,
@@ -240,13 +226,15 @@ impl TileProgram {
                         for op in ops {
                             let bufs: Vec<BufferId> = match op {
                                 SupOp::AmpW(b, _) => vec![*b],
-                                SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => st
-                                    .iter()
-                                    .filter_map(|w| match w {
-                                        StateWord::Addr(b, _) => Some(*b),
-                                        _ => None,
-                                    })
-                                    .collect(),
+                                SupOp::Run(k, st, _) | SupOp::RunAll(k, st, _) => {
+                                    if k.state_kind() != st.kind() {
+                                        return Err(format!(
+                                            "step {i}: tile {tile}: {k:?} launched with a {:?} state",
+                                            st.kind()
+                                        ));
+                                    }
+                                    st.buffers().collect()
+                                }
                                 _ => vec![],
                             };
                             for b in bufs {
@@ -283,12 +271,7 @@ pub fn step_buffers(s: &Step) -> Vec<BufferId> {
             for op in tiles.values().flatten() {
                 match op {
                     SupOp::AmpW(b, _) => out.push(*b),
-                    SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => {
-                        out.extend(st.iter().filter_map(|w| match w {
-                            StateWord::Addr(b, _) => Some(*b),
-                            _ => None,
-                        }))
-                    }
+                    SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => out.extend(st.buffers()),
                     _ => {}
                 }
             }

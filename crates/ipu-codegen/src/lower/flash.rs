@@ -12,11 +12,11 @@
 use rayon::prelude::*;
 
 use super::*;
-use crate::flash_kernels::{
-    GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
-};
 use crate::plan::default_group;
 use crate::plan::flash::{FlashGeometry, FlashPlan};
+use ipu_kernels::flash::{
+    GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
+};
 
 const GRB: u32 = GROUP_ROW_BYTES;
 
@@ -65,22 +65,25 @@ fn amp_rounds(
             };
             if parts.iter().all(|(r0, r1)| r1 > r0) {
                 // Every worker has rows: one state for all six (`Kernel::AmpAll`).
-                let mut st = vec![
-                    StateWord::Addr(input, kk as u32 * r_total * GRB),
-                    if kk > 0 || accumulate {
+                let mut bounds = [rows; WORKERS as usize + 1];
+                for (b, p) in bounds.iter_mut().zip(&parts) {
+                    *b = p.0;
+                }
+                let st = AmpAllState {
+                    input: (input, kk as u32 * r_total * GRB),
+                    partials: if kk > 0 || accumulate {
                         StateWord::Addr(src, src_off)
                     } else {
                         StateWord::Const(0)
                     },
-                    StateWord::Addr(dst, dst_off),
-                ];
-                st.extend(parts.iter().map(|p| StateWord::Const(p.0)));
-                st.push(StateWord::Const(rows));
+                    out: (dst, dst_off),
+                    bounds,
+                };
                 let most = parts.iter().map(|(r0, r1)| r1 - r0).max().unwrap_or(0);
                 let partials = kk > 0 || accumulate;
                 ops.push(SupOp::RunAll(
                     Kernel::AmpAll { partials },
-                    st,
+                    st.into(),
                     kernels::amp_slots(most, partials) + kernels::AMP_ALL_PROLOGUE_SLOTS,
                 ));
             } else {
@@ -89,16 +92,17 @@ fn amp_rounds(
                         let partials = kk > 0 || accumulate;
                         ops.push(SupOp::Run(
                             Kernel::Amp { partials },
-                            vec![
-                                StateWord::Addr(input, (kk as u32 * r_total + r0) * GRB),
-                                if partials {
+                            AmpState {
+                                input: (input, (kk as u32 * r_total + r0) * GRB),
+                                partials: if partials {
                                     StateWord::Addr(src, src_off + r0 * GRB)
                                 } else {
                                     StateWord::Const(0)
                                 },
-                                StateWord::Addr(dst, dst_off + r0 * GRB),
-                                StateWord::Const(r1 - r0),
-                            ],
+                                out: (dst, dst_off + r0 * GRB),
+                                rows: r1 - r0,
+                            }
+                            .into(),
                             kernels::amp_slots(r1 - r0, partials),
                         ));
                     }
@@ -187,16 +191,17 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                         };
                         masks[wave].push(SupOp::Run(
                             kernel,
-                            vec![
-                                StateWord::Addr(b.s, off),
-                                StateWord::Addr(b.s, off),
-                                StateWord::Const(r1 - r0),
-                                StateWord::Const((start + (r0 * step) as i64) as i32 as u32),
-                                StateWord::Const(cols as u32),
-                                StateWord::Const(cols as u32),
-                                StateWord::Const(fill),
-                                StateWord::Const(step),
-                            ],
+                            MaskRowsState {
+                                src: (b.s, off),
+                                dst: (b.s, off),
+                                rows: r1 - r0,
+                                start: (start + (r0 * step) as i64) as i32 as u32,
+                                valid: cols as u32,
+                                stride: cols as u32,
+                                fill_bits: fill,
+                                start_step: step,
+                            }
+                            .into(),
                             slots,
                         ));
                     }
@@ -233,15 +238,16 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
             if r1 > r0 {
                 ops.push(SupOp::Run(
                     kernel,
-                    vec![
-                        StateWord::Addr(b.s, r0 * GRB),
-                        StateWord::Addr(b.p, r0 * GRB),
-                        StateWord::Addr(b.part, (gv * r + r0) * GRB),
-                        StateWord::Const(r1 - r0),
-                        StateWord::Const((sub / lkeys) as u32),
-                        StateWord::Const(r * GRB),
-                        StateWord::Const(g.scale.to_bits()),
-                    ],
+                    FlashSoftmaxState {
+                        s: (b.s, r0 * GRB),
+                        p: (b.p, r0 * GRB),
+                        stats: (b.part, (gv * r + r0) * GRB),
+                        rows: r1 - r0,
+                        super_groups: (sub / lkeys) as u32,
+                        group_stride: r * GRB,
+                        scale_bits: g.scale.to_bits(),
+                    }
+                    .into(),
                     flash_softmax_slots(
                         g.p_elem(),
                         g.a_elem(),
@@ -262,13 +268,14 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                 if r1 > r0 {
                     ops.push(SupOp::Run(
                         Kernel::FlashRescale { p: g.p_elem() },
-                        vec![
-                            StateWord::Addr(b.part, r0 * GRB),
-                            StateWord::Addr(b.part, (gv * r + r0) * GRB),
-                            StateWord::Const(r1 - r0),
-                            StateWord::Const(gv),
-                            StateWord::Const(r * GRB),
-                        ],
+                        FlashRescaleState {
+                            o: (b.part, r0 * GRB),
+                            stats: (b.part, (gv * r + r0) * GRB),
+                            rows: r1 - r0,
+                            groups: gv,
+                            group_stride: r * GRB,
+                        }
+                        .into(),
                         flash_rescale_slots(g.p_elem(), r1 - r0, gv),
                     ));
                 }
@@ -321,21 +328,23 @@ pub(crate) fn merge_ops(
         if r1 <= r0 {
             continue;
         }
-        let mut st = vec![
-            StateWord::Addr(out, out_at + r0 * gout * ob),
-            StateWord::Const(rows * gout * ob),
-            StateWord::Const(r1 - r0),
-            StateWord::Addr(scratch, w as u32 * g.dv as u32 * 4),
-            StateWord::Const(sources.len() as u32),
-        ];
-        for &(buf, base, gs, stats) in sources {
-            st.push(StateWord::Addr(buf, base + r0 * GRB));
-            st.push(StateWord::Const(gs));
-            st.push(StateWord::Addr(buf, stats + r0 * GRB));
-        }
+        let st = FlashCombineState {
+            out: (out, out_at + r0 * gout * ob),
+            out_group_stride: rows * gout * ob,
+            rows: r1 - r0,
+            scratch: (scratch, w as u32 * g.dv as u32 * 4),
+            sources: sources
+                .iter()
+                .map(|&(buf, base, gs, stats)| CombineSource {
+                    o: (buf, base + r0 * GRB),
+                    group_stride: gs,
+                    stats: (buf, stats + r0 * GRB),
+                })
+                .collect(),
+        };
         ops.push(SupOp::Run(
             kernel,
-            st,
+            st.into(),
             flash_combine_slots(
                 g.p_elem(),
                 g.out_elem(),
@@ -528,11 +537,12 @@ impl Lowerer<'_> {
                         if g1 > g0 {
                             ops.push(SupOp::Run(
                                 Kernel::Cast { from, to: a_cast },
-                                vec![
-                                    StateWord::Addr(src, g0 * 4 * from.bytes()),
-                                    StateWord::Addr(buf, g0 * 4 * ab),
-                                    StateWord::Const(g1 - g0),
-                                ],
+                                CastState {
+                                    input: (src, g0 * 4 * from.bytes()),
+                                    out: (buf, g0 * 4 * ab),
+                                    groups: g1 - g0,
+                                }
+                                .into(),
                                 kernels::cast_slots(from, a_cast, g1 - g0),
                             ));
                         }
@@ -557,12 +567,13 @@ impl Lowerer<'_> {
                                         ty,
                                         op: UnOp::Scale,
                                     },
-                                    vec![
-                                        StateWord::Addr(typed, v0 * 8),
-                                        StateWord::Addr(qs, v0 * 8),
-                                        StateWord::Const(v1 - v0),
-                                        StateWord::Const(g.scale.to_bits()),
-                                    ],
+                                    UnaryState {
+                                        input: (typed, v0 * 8),
+                                        out: (qs, v0 * 8),
+                                        vectors: v1 - v0,
+                                        factor_bits: g.scale.to_bits(),
+                                    }
+                                    .into(),
                                     kernels::unary_slots(ty, UnOp::Scale, v1 - v0),
                                 ));
                             }
@@ -594,15 +605,16 @@ impl Lowerer<'_> {
                                     let words = (keys * ab).div_ceil(4);
                                     calls.push(SupOp::Run(
                                         Kernel::Transpose { bytes: ab },
-                                        vec![
-                                            StateWord::Addr(typed, in_off),
-                                            StateWord::Addr(kt, out_off),
-                                            StateWord::Const(kb as u32),
-                                            StateWord::Const(kb as u32 * ab),
-                                            StateWord::Const(cols as u32 * ab),
-                                            StateWord::Const(words),
-                                        ],
-                                        crate::row_kernels::transpose_slots(ab, kb as u32, words),
+                                        TransposeState {
+                                            input: (typed, in_off),
+                                            out: (kt, out_off),
+                                            rows: kb as u32,
+                                            in_stride: kb as u32 * ab,
+                                            out_stride: cols as u32 * ab,
+                                            words,
+                                        }
+                                        .into(),
+                                        ipu_kernels::rows::transpose_slots(ab, kb as u32, words),
                                     ));
                                 }
                             }

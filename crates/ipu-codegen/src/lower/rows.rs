@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::plan::rows::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows};
-use crate::row_kernels;
+use ipu_kernels::rows as row_kernels;
 
 /// The storage ranges holding columns `c0..c1` of flattened row `row` of a value of `shape`
 /// stored in column group `group`; `c0` is a multiple of 4 and `c1` is rounded up to one (the
@@ -334,14 +334,15 @@ impl Lowerer<'_> {
                         }
                         run_ops.push(SupOp::Run(
                             Kernel::Transpose { bytes: eb as u32 },
-                            vec![
-                                StateWord::Addr(st, in_off + w0 * per_word * (w * eb) as u32),
-                                StateWord::Addr(ob, out_off + 4 * w0),
-                                StateWord::Const(j1 - j0),
-                                StateWord::Const((w * eb) as u32),
-                                StateWord::Const((unit * cpo * eb) as u32),
-                                StateWord::Const(w1 - w0),
-                            ],
+                            TransposeState {
+                                input: (st, in_off + w0 * per_word * (w * eb) as u32),
+                                out: (ob, out_off + 4 * w0),
+                                rows: j1 - j0,
+                                in_stride: (w * eb) as u32,
+                                out_stride: (unit * cpo * eb) as u32,
+                                words: w1 - w0,
+                            }
+                            .into(),
                             row_kernels::transpose_slots(eb as u32, j1 - j0, w1 - w0),
                         ));
                     }
@@ -554,35 +555,37 @@ impl Lowerer<'_> {
                 };
                 for k in 0..n_rows {
                     let a = r0 + k;
-                    let inp = StateWord::Addr(xb, xoff + k as u32 * sx);
-                    let st = StateWord::Addr(stats, k as u32 * 8);
+                    let input = (xb, xoff + k as u32 * sx);
+                    let out = (stats, k as u32 * 8);
                     let (kernel, state, slots) = match rop {
                         RowOp::Softmax { .. } => (
                             Kernel::SoftmaxStats { ty },
-                            vec![
-                                inp,
-                                st,
-                                StateWord::Const(1),
-                                StateWord::Const(sx),
-                                StateWord::Const(8),
-                                StateWord::Const(c as u32),
-                                StateWord::Const(valid(a) as u32),
-                                StateWord::Const(0),
-                            ],
+                            SoftmaxState {
+                                input,
+                                out,
+                                rows: 1,
+                                in_stride: sx,
+                                out_stride: 8,
+                                columns: c as u32,
+                                l0: valid(a) as u32,
+                                dl: 0,
+                            }
+                            .into(),
                             stats_slots(row_kernels::softmax_slots(ty, 1, c as u32, 0), true),
                         ),
                         RowOp::LayerNorm { epsilon } => (
                             Kernel::LayerNormStats { ty },
-                            vec![
-                                inp,
-                                st,
-                                StateWord::Const(1),
-                                StateWord::Const(sx),
-                                StateWord::Const(c as u32),
-                                StateWord::Const(epsilon.to_bits()),
-                                StateWord::Const((c as f32).to_bits()),
-                                StateWord::Const(8),
-                            ],
+                            LayerNormState {
+                                input,
+                                out,
+                                rows: 1,
+                                in_stride: sx,
+                                columns: c as u32,
+                                epsilon_bits: epsilon.to_bits(),
+                                columns_f32_bits: (c as f32).to_bits(),
+                                out_stride: 8,
+                            }
+                            .into(),
                             stats_slots(row_kernels::layer_norm_slots(ty, 1, c as u32, 0), false),
                         ),
                         _ => unreachable!("softmax or layer norm"),
@@ -605,14 +608,15 @@ impl Lowerer<'_> {
                         let zero_words = (pb - pa - full - odd_here) * pair_bytes / 4;
                         ops.push(SupOp::Run(
                             Kernel::RowApply { ty, softmax },
-                            vec![
-                                StateWord::Addr(xb, xoff + k as u32 * sx + pa * pair_bytes),
-                                StateWord::Addr(wb, k as u32 * o_row + pa * pair_bytes),
-                                StateWord::Addr(stats, k as u32 * 8),
-                                StateWord::Const(full),
-                                StateWord::Const(odd_here),
-                                StateWord::Const(zero_words),
-                            ],
+                            RowApplyState {
+                                input: (xb, xoff + k as u32 * sx + pa * pair_bytes),
+                                out: (wb, k as u32 * o_row + pa * pair_bytes),
+                                stats: (stats, k as u32 * 8),
+                                full_pairs: full,
+                                odd: odd_here,
+                                zero_words,
+                            }
+                            .into(),
                             row_kernels::row_apply_slots(ty, softmax, full + odd_here, zero_words),
                         ));
                     }
@@ -621,18 +625,19 @@ impl Lowerer<'_> {
             }
             for (a, b) in vertices {
                 let n = (b - a) as u32;
-                let inp = StateWord::Addr(xb, xoff + (a - r0) as u32 * sx);
-                let outp = StateWord::Addr(wb, (a - r0) as u32 * o_row);
+                let input = (xb, xoff + (a - r0) as u32 * sx);
+                let out = (wb, (a - r0) as u32 * o_row);
                 let (kernel, state, slots) = match rop {
                     RowOp::Reduce { max } => (
                         Kernel::RowReduce { ty, max: *max },
-                        vec![
-                            inp,
-                            outp,
-                            StateWord::Const(n),
-                            StateWord::Const(sx),
-                            StateWord::Const(c as u32),
-                        ],
+                        RowReduceState {
+                            input,
+                            out,
+                            rows: n,
+                            in_stride: sx,
+                            columns: c as u32,
+                        }
+                        .into(),
                         row_kernels::row_reduce_slots(ty, n, c as u32),
                     ),
                     RowOp::Softmax { causal } => {
@@ -643,31 +648,33 @@ impl Lowerer<'_> {
                         };
                         (
                             Kernel::Softmax { ty },
-                            vec![
-                                inp,
-                                outp,
-                                StateWord::Const(n),
-                                StateWord::Const(sx),
-                                StateWord::Const(o_row),
-                                StateWord::Const(c as u32),
-                                StateWord::Const(l0),
-                                StateWord::Const(dl),
-                            ],
+                            SoftmaxState {
+                                input,
+                                out,
+                                rows: n,
+                                in_stride: sx,
+                                out_stride: o_row,
+                                columns: c as u32,
+                                l0,
+                                dl,
+                            }
+                            .into(),
                             row_kernels::softmax_slots(ty, n, c as u32, o_row / 4),
                         )
                     }
                     RowOp::LayerNorm { epsilon } => (
                         Kernel::LayerNorm { ty },
-                        vec![
-                            inp,
-                            outp,
-                            StateWord::Const(n),
-                            StateWord::Const(sx),
-                            StateWord::Const(c as u32),
-                            StateWord::Const(epsilon.to_bits()),
-                            StateWord::Const((c as f32).to_bits()),
-                            StateWord::Const(o_row),
-                        ],
+                        LayerNormState {
+                            input,
+                            out,
+                            rows: n,
+                            in_stride: sx,
+                            columns: c as u32,
+                            epsilon_bits: epsilon.to_bits(),
+                            columns_f32_bits: (c as f32).to_bits(),
+                            out_stride: o_row,
+                        }
+                        .into(),
                         row_kernels::layer_norm_slots(ty, n, c as u32, o_row / 4),
                     ),
                     _ => unreachable!("row kernels only"),
@@ -788,15 +795,16 @@ impl Lowerer<'_> {
                                 let at = k * stride + pa * pair_bytes;
                                 ops.push(SupOp::Run(
                                     kernel,
-                                    vec![
-                                        StateWord::Addr(xb, xo + at),
-                                        StateWord::Addr(yb, yo + k * 4 * eb as u32),
-                                        StateWord::Addr(ob, o_off + at),
-                                        StateWord::Const(1),
-                                        StateWord::Const(part),
-                                        StateWord::Const(cols),
-                                        StateWord::Const(4 * eb as u32),
-                                    ],
+                                    RowScalarState {
+                                        x: (xb, xo + at),
+                                        y: (yb, yo + k * 4 * eb as u32),
+                                        out: (ob, o_off + at),
+                                        rows: 1,
+                                        stride: part,
+                                        columns: cols,
+                                        y_stride: 4 * eb as u32,
+                                    }
+                                    .into(),
                                     row_kernels::row_scalar_slots(ty, bop, 1, cols, part / 4),
                                 ));
                             }
@@ -812,15 +820,16 @@ impl Lowerer<'_> {
                                 op: bop,
                                 reversed,
                             },
-                            vec![
-                                StateWord::Addr(xb, xo + a * stride),
-                                StateWord::Addr(yb, yo + a * 4 * eb as u32),
-                                StateWord::Addr(ob, o_off + a * stride),
-                                StateWord::Const(b - a),
-                                StateWord::Const(stride),
-                                StateWord::Const(co as u32),
-                                StateWord::Const(4 * eb as u32),
-                            ],
+                            RowScalarState {
+                                x: (xb, xo + a * stride),
+                                y: (yb, yo + a * 4 * eb as u32),
+                                out: (ob, o_off + a * stride),
+                                rows: b - a,
+                                stride,
+                                columns: co as u32,
+                                y_stride: 4 * eb as u32,
+                            }
+                            .into(),
                             row_kernels::row_scalar_slots(ty, bop, b - a, co as u32, stride / 4),
                         ));
                     }
@@ -834,12 +843,13 @@ impl Lowerer<'_> {
                         }
                         ops.push(SupOp::Run(
                             Kernel::Binary { ty, op: bop },
-                            vec![
-                                StateWord::Addr(xb, xo + v0 * 8),
-                                StateWord::Addr(yb, yo + v0 * 8),
-                                StateWord::Addr(ob, o_off + v0 * 8),
-                                StateWord::Const(v1 - v0),
-                            ],
+                            BinaryState {
+                                a: (xb, xo + v0 * 8),
+                                b: (yb, yo + v0 * 8),
+                                out: (ob, o_off + v0 * 8),
+                                vectors: v1 - v0,
+                            }
+                            .into(),
                             kernels::binary_slots(ty, bop, v1 - v0),
                         ));
                     }

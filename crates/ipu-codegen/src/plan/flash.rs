@@ -32,9 +32,9 @@ use ipu_target::{
 
 use super::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
 use crate::CodegenError;
-use crate::flash_kernels::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
-use crate::kernels::{self, Elem, OVERREAD_BYTES};
 use crate::layout::{Layout, Piece};
+use ipu_kernels::flash::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
+use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
 
 /// Positions (rows of `q`, `k` or `v`) per home unit.
 pub const HOME_UNIT: usize = 16;

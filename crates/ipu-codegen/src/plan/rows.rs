@@ -274,7 +274,7 @@ impl Planner<'_> {
 
     /// Issue slots of the busiest worker of a row operation (from the `row_kernels` models).
     fn row_slots(&self, kind: &RowOp, inputs: &[DevValueId], output: DevValueId) -> u64 {
-        use crate::row_kernels as rk;
+        use ipu_kernels::rows as rk;
         let out = &self.values[output];
         let x = &self.values[inputs[0]];
         let eb = x.dtype.bytes() as u32;

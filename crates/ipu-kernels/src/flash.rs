@@ -15,8 +15,9 @@
 
 use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg};
 
+use crate::Elem;
 use crate::code::*;
-use crate::kernels::Elem;
+use crate::state::*;
 
 /// Bytes per row of one column group in every flash layout (8 f32 or 16 f16).
 pub const GROUP_ROW_BYTES: u32 = 32;
@@ -104,7 +105,7 @@ pub fn flash_softmax(
     scaled: bool,
     running: bool,
 ) {
-    load_state(c, 7);
+    load_state(c, FlashSoftmaxState::WORDS);
     let (s, p, st, rows, sgroups, stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let (ps0, ps1, pp0, pp1, cnt, adv_s, adv_p) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
     let tmp = m(15);
@@ -362,7 +363,7 @@ pub fn flash_softmax_slots(
 ///
 /// State: O (row 0, group 0), statistics (row 0), rows, groups, group stride (bytes).
 pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
-    load_state(c, 5);
+    load_state(c, FlashRescaleState::WORDS);
     let (o, st, rows, groups, stride) = (m(1), m(2), m(3), m(4), m(5));
     let (po, g) = (m(6), m(7));
     let end = c.label();
@@ -421,7 +422,7 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
 /// then per source: its `O` (row 0, group 0), its group stride (bytes), its statistics (row
 /// 0). Sources are rows of `Gv = dv / cols` groups of 32 bytes of `p_ty`.
 pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u32, dv: u32) {
-    load_state(c, 5);
+    load_state(c, FlashCombineState::WORDS);
     let (out, ogs, rows, scratch, nsrc) = (m(1), m(2), m(3), m(4), m(5));
     let (q, base, gs, sp, cnt, po, pa, ro) = (m(6), m(7), m(8), m(9), m(10), m(11), m(12), m(13));
     let (tmp, g) = (m(14), m(15));
@@ -437,15 +438,25 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     // Pass A: M in $a4.
     li(c, tmp, NEG_INF);
     c.op(mov_a(4, tmp));
-    c.op(alu_imm(AluOp::Add, q, m(0), 20));
+    c.op(alu_imm(
+        AluOp::Add,
+        q,
+        m(0),
+        FlashCombineState::SOURCES_OFFSET as i16,
+    ));
     c.op(alu_imm(AluOp::Add, cnt, nsrc, 0));
     let pass_a = c.label();
     c.bind(pass_a);
-    c.op(ld32m(sp, q, 8));
+    c.op(ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16));
     c.op(alu(AluOp::Add, sp, sp, ro));
     c.op(ld32a(a(0), sp, 0));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));
-    c.op(alu_imm(AluOp::Add, q, q, 12));
+    c.op(alu_imm(
+        AluOp::Add,
+        q,
+        q,
+        FlashCombineState::SOURCE_BYTES as i16,
+    ));
     c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass_a);
     li(c, tmp, NEG_MAX);
     c.op(mov_a(5, tmp));
@@ -453,11 +464,16 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     // Pass B: per source, w = exp(m - M), L += w l, scratch (+)= w O.
     c.op(setzi(tmp, 0));
     c.op(mov_a(5, tmp));
-    c.op(alu_imm(AluOp::Add, q, m(0), 20));
+    c.op(alu_imm(
+        AluOp::Add,
+        q,
+        m(0),
+        FlashCombineState::SOURCES_OFFSET as i16,
+    ));
     let source = |c: &mut Code, first: bool| {
-        c.op(ld32m(base, q, 0));
-        c.op(ld32m(gs, q, 4));
-        c.op(ld32m(sp, q, 8));
+        c.op(ld32m(base, q, FlashCombineState::SOURCE_O as i16));
+        c.op(ld32m(gs, q, FlashCombineState::SOURCE_GROUP_STRIDE as i16));
+        c.op(ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16));
         c.op(alu(AluOp::Add, base, base, ro));
         c.op(alu(AluOp::Add, sp, sp, ro));
         c.op(ld32a(a(0), sp, 0));
@@ -531,7 +547,12 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         // The next group of the same rows.
         c.op(alu(AluOp::Add, base, base, gs));
         c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
-        c.op(alu_imm(AluOp::Add, q, q, 12));
+        c.op(alu_imm(
+            AluOp::Add,
+            q,
+            q,
+            FlashCombineState::SOURCE_BYTES as i16,
+        ));
     };
     source(c, true);
     let sources_done = c.label();

@@ -1,8 +1,8 @@
 //! The flash-attention kernels on the simulated device against a host computation.
 
-use ipu_codegen::code::{Code, m, setzi};
-use ipu_codegen::kernels::{self, Elem, Kernel};
 use ipu_isa::Instr;
+use ipu_kernels::code::{Code, m, setzi};
+use ipu_kernels::{self as kernels, Elem, Kernel};
 use ipu_sim::{Device, RunLimits};
 use ipu_target::Target;
 

@@ -21,7 +21,8 @@
 use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
 
 use crate::code::*;
-use crate::kernels::{BinOp, Elem};
+use crate::state::*;
+use crate::{BinOp, Elem};
 
 /// Loads the next pair of elements at `ptr` (advancing it) into `$a0:1` as f32v2; `raw` is a
 /// scratch register for the f16 word.
@@ -111,7 +112,7 @@ fn div_scalar(c: &mut Code, q: u8, n: u8, r: u8, d: u8, t: u8) {
 /// element `j` of every staged row. State: in (column 0 of staged row 0), out, rows, in
 /// stride (bytes between staged rows), out stride, 32-bit words per output row.
 pub fn transpose(c: &mut Code, bytes: u32) {
-    load_state(c, 6);
+    load_state(c, TransposeState::WORDS);
     let (inp, out, rows, stride, out_stride, words) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let end = c.label();
     let row = c.label();
@@ -161,7 +162,7 @@ pub fn transpose_slots(bytes: u32, rows: u32, words: u32) -> u32 {
 /// Per-row maximum or sum of the first `C` columns, in f32 in index order, written as one
 /// element and three zeros per output row. State: in, out, rows, in stride, columns.
 pub fn row_reduce(c: &mut Code, ty: Elem, max: bool) {
-    load_state(c, 5);
+    load_state(c, RowReduceState::WORDS);
     let (inp, out, rows, stride, cols) = (m(1), m(2), m(3), m(4), m(5));
     let end = c.label();
     let row = c.label();
@@ -221,7 +222,7 @@ pub fn row_reduce_slots(ty: Elem, rows: u32, cols: u32) -> u32 {
 /// columns, zeros up to the row stride; a division is `a * rcp(b)` (the graph's `div`). State: x, y, out, rows, stride (x and out), columns,
 /// y stride.
 pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
-    load_state(c, 7);
+    load_state(c, RowScalarState::WORDS);
     let (x, y, out, rows, stride, cols, ystride) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
     let end = c.label();
     let row = c.label();
@@ -308,7 +309,7 @@ pub fn row_scalar_slots(ty: Elem, op: BinOp, rows: u32, cols: u32, stride_words:
 /// padding are written as zeros. State: in, out, rows, in stride, out stride, columns, L0,
 /// dL.
 pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
-    load_state(c, 8);
+    load_state(c, SoftmaxState::WORDS);
     let (inp, out, rows, stride, out_stride, cols, l0, dl) =
         (m(1), m(2), m(3), m(4), m(5), m(6), m(7), m(8));
     let end = c.label();
@@ -407,7 +408,7 @@ pub fn softmax_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
 /// Layer norm over the first `C` columns of each row; padding written as zeros. State: in,
 /// out, rows, in stride, columns, epsilon (f32 bits), `C` as f32 bits, out stride.
 pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
-    load_state(c, 8);
+    load_state(c, LayerNormState::WORDS);
     let (inp, out, rows, stride, cols, eps, n) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
     let out_stride = m(8);
     let end = c.label();
@@ -512,7 +513,7 @@ pub fn layer_norm_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u3
 /// src, dst, rows, segments, words per segment, src row stride, src segment stride, dst row
 /// stride, dst segment stride (strides in bytes).
 pub fn copy2d(c: &mut Code, wide: bool) {
-    load_state(c, 9);
+    load_state(c, Copy2dState::WORDS);
     let (src, dst, rows, segs, words) = (m(1), m(2), m(3), m(4), m(5));
     let (src_row, src_seg, dst_row, dst_seg) = (m(6), m(7), m(8), m(9));
     let (s, d, left, p, q) = (m(10), m(11), m(12), m(13), m(14));
@@ -559,7 +560,7 @@ pub fn copy2d_slots(rows: u32, segs: u32, words: u32) -> u32 {
 /// several workers can share a row. State: in (first pair), out (first pair), statistics,
 /// full pairs, odd (1 if a last pair with one valid lane follows), zero words after.
 pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
-    load_state(c, 6);
+    load_state(c, RowApplyState::WORDS);
     let (inp, out, st, full, odd, zeros) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let zero = m(13);
     let s = FType::F32;

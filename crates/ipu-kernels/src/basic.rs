@@ -1,215 +1,35 @@
-//! Worker kernels, generated as machine code and specialised per use (element type, operation,
-//! FP8 format and scale). Every kernel starts with its vertex state address in `$m0`, reads
-//! its state words, does its work and `exit`s. Their cycle models (`*_slots`) are what the
-//! planner and the final costing use; the simulator measures the real figure.
-//!
-//! Reads may run up to [`OVERREAD_BYTES`] past the end of an input range (software pipelining
-//! loads ahead); storage placement gives every buffer that much slack.
+//! The basic kernels: the AMP pass, elementwise vector operations, casts, zero fill, padding
+//! clears and causal masks, each with its cycle model.
 
 use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, Width};
 
 use crate::code::*;
-
-/// Bytes a kernel may read past the end of an input range.
-pub const OVERREAD_BYTES: u32 = 32;
-
-/// Elements per vector for a 64-bit register pair of each element size (bytes).
-pub const fn vector_elements(element_bytes: u32) -> u32 {
-    8 / element_bytes
-}
-
-/// What a kernel computes; the key under which it is specialised and linked once per program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kernel {
-    /// One AMP pass over rows: `out = in x W (+ partials)`. State: in, partials, out, rows.
-    Amp { partials: bool },
-    /// The same pass started on all six workers with one state (`SupOp::RunAll`): worker
-    /// context `c` takes rows `b[c]..b[c + 1]`. State: in, partials, out (row 0 each), then
-    /// the seven row bounds `b`.
-    AmpAll { partials: bool },
-    /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
-    Binary { ty: Elem, op: BinOp },
-    /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
-    Unary { ty: Elem, op: UnOp },
-    /// Conversion over groups of 4 elements. State: in, out, groups of 4.
-    Cast { from: CastType, to: CastType },
-    /// `out = 0` over 32-bit words. State: out, words.
-    Zero,
-    /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
-    /// rows, stride, keep-mask of the first word, full words.
-    PadClear,
-    /// Causal masking while copying f32 rows: per row, the first `start` valid elements are
-    /// copied, the rest of the `valid` ones become the fill value, the padding is copied;
-    /// `start` grows by one per row. State: src, dst, rows, start (signed), valid, stride
-    /// (elements per row), fill bits, step of `start` per row.
-    MaskRows,
-    /// [`Kernel::MaskRows`] for f16 rows (`valid` and `stride` even): a word split by the mask
-    /// keeps its low half and takes the fill's high half. Same state (fill: two f16 halves).
-    MaskRowsF16,
-    /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
-    Transpose { bytes: u32 },
-    /// Per-row maximum or sum (`row_kernels::row_reduce`).
-    RowReduce { ty: Elem, max: bool },
-    /// A row operand combined with one scalar per row (`row_kernels::row_scalar`).
-    RowScalar { ty: Elem, op: BinOp, reversed: bool },
-    /// Softmax along rows, optionally causal (`row_kernels::softmax`).
-    Softmax { ty: Elem },
-    /// Layer norm along rows (`row_kernels::layer_norm`).
-    LayerNorm { ty: Elem },
-    /// Strided two-dimensional copy of 32-bit or 64-bit words (`row_kernels::copy2d`).
-    Copy2d { wide: bool },
-    /// Per-row softmax statistics: maximum and sum (`row_kernels::softmax`, stats form).
-    SoftmaxStats { ty: Elem },
-    /// Per-row layer-norm statistics: mean and `sqrt(var + epsilon)`.
-    LayerNormStats { ty: Elem },
-    /// The last pass of softmax or layer norm over part of a row (`row_kernels::row_apply`).
-    RowApply { ty: Elem, softmax: bool },
-    /// Flash attention: a block of scores to probabilities and row statistics
-    /// (`flash_kernels::flash_softmax`).
-    FlashSoftmax {
-        s: Elem,
-        a: Elem,
-        cols: u32,
-        kb: u32,
-        scaled: bool,
-        running: bool,
-    },
-    /// Flash attention: a partial output rescaled by its rows' factors
-    /// (`flash_kernels::flash_rescale`).
-    FlashRescale { p: Elem },
-    /// Flash attention: partial results of key blocks merged and normalised
-    /// (`flash_kernels::flash_combine`).
-    FlashCombine {
-        p: Elem,
-        out: Elem,
-        cols: u32,
-        gout: u32,
-        dv: u32,
-    },
-}
-
-/// Element types of vector kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Elem {
-    /// f32 in f32v2 vectors.
-    F32,
-    /// f16 in f16v4 vectors.
-    F16,
-}
-
-/// Binary elementwise operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BinOp {
-    /// `a + b`
-    Add,
-    /// `a - b`
-    Sub,
-    /// `a * b`
-    Mul,
-    /// `a / b`, as `a * (1/b)` computed in f32.
-    Div,
-    /// `max(a, b)`
-    Max,
-}
-
-/// Unary elementwise operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum UnOp {
-    /// `e^x`, computed in f32.
-    Exp,
-    /// `x * factor`, computed in f32 (the factor's f32 bits are state word 3).
-    Scale,
-}
-
-/// Element types of casts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CastType {
-    /// f32
-    F32,
-    /// f16
-    F16,
-    /// FP8 with its format and scale.
-    Fp8(Fp8Format, i8),
-}
-
-impl CastType {
-    /// Bytes per element.
-    pub fn bytes(self) -> u32 {
-        match self {
-            CastType::F32 => 4,
-            CastType::F16 => 2,
-            CastType::Fp8(..) => 1,
-        }
-    }
-}
-
-/// Builds the machine code of `kernel`.
-pub fn generate(kernel: Kernel) -> Code {
-    let mut c = Code::new();
-    match kernel {
-        Kernel::Amp { partials } => amp(&mut c, partials, false),
-        Kernel::AmpAll { partials } => amp(&mut c, partials, true),
-        Kernel::Binary { ty, op } => binary(&mut c, ty, op),
-        Kernel::Unary { ty, op } => unary(&mut c, ty, op),
-        Kernel::Cast { from, to } => cast(&mut c, from, to),
-        Kernel::Zero => zero(&mut c),
-        Kernel::PadClear => pad_clear(&mut c),
-        Kernel::MaskRows => mask_rows(&mut c, false),
-        Kernel::MaskRowsF16 => mask_rows(&mut c, true),
-        Kernel::Transpose { bytes } => crate::row_kernels::transpose(&mut c, bytes),
-        Kernel::RowReduce { ty, max } => crate::row_kernels::row_reduce(&mut c, ty, max),
-        Kernel::RowScalar { ty, op, reversed } => {
-            crate::row_kernels::row_scalar(&mut c, ty, op, reversed)
-        }
-        Kernel::Softmax { ty } => crate::row_kernels::softmax(&mut c, ty, false),
-        Kernel::LayerNorm { ty } => crate::row_kernels::layer_norm(&mut c, ty, false),
-        Kernel::SoftmaxStats { ty } => crate::row_kernels::softmax(&mut c, ty, true),
-        Kernel::LayerNormStats { ty } => crate::row_kernels::layer_norm(&mut c, ty, true),
-        Kernel::RowApply { ty, softmax } => crate::row_kernels::row_apply(&mut c, ty, softmax),
-        Kernel::Copy2d { wide } => crate::row_kernels::copy2d(&mut c, wide),
-        Kernel::FlashSoftmax {
-            s,
-            a,
-            cols,
-            kb,
-            scaled,
-            running,
-        } => crate::flash_kernels::flash_softmax(&mut c, s, a, cols, kb, scaled, running),
-        Kernel::FlashRescale { p } => crate::flash_kernels::flash_rescale(&mut c, p),
-        Kernel::FlashCombine {
-            p,
-            out,
-            cols,
-            gout,
-            dv,
-        } => crate::flash_kernels::flash_combine(&mut c, p, out, cols, gout, dv),
-    }
-    c
-}
+use crate::state::*;
+use crate::{BinOp, CastType, Elem, UnOp};
 
 /// The AMP pass. Each row is four `amp` phases, each co-issued with the loads of the next
 /// phase's operands and the store of the previous phase's result; outputs trail their row by
 /// one row, so the pass runs one dummy row and drains. With `partials`, the partials-in come
 /// from a buffer distinct from the output (ping-pong), so no worker reads what another writes.
-fn amp(c: &mut Code, partials: bool, all: bool) {
+pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
     if all {
         // m1 in, m2 partials, m3 out; this worker's rows b[ctx]..b[ctx + 1].
-        load_state(c, 3);
+        load_state(c, AmpAllState::WORDS);
         c.op(Instr::Get {
             d: m(5),
             sys: ipu_isa::SysReg::ContextId,
         });
         c.op(alu_imm(AluOp::Shl, m(5), m(5), 2));
         c.op(alu(AluOp::Add, m(5), m(5), m(0)));
-        c.op(ld32m(m(6), m(5), 12));
-        c.op(ld32m(m(4), m(5), 16));
+        c.op(ld32m(m(6), m(5), AmpAllState::BOUNDS_OFFSET as i16));
+        c.op(ld32m(m(4), m(5), AmpAllState::BOUNDS_OFFSET as i16 + 4));
         c.op(alu(AluOp::Sub, m(4), m(4), m(6)));
         c.op(alu_imm(AluOp::Shl, m(6), m(6), 5));
         c.op(alu(AluOp::Add, m(1), m(1), m(6)));
         c.op(alu(AluOp::Add, m(2), m(2), m(6)));
         c.op(alu(AluOp::Add, m(3), m(3), m(6)));
     } else {
-        load_state(c, 4); // m1 in, m2 partials, m3 out, m4 rows
+        load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
     }
     let end = c.label();
     c.branch(Instr::Brz { a: m(4), target: 0 }, end);
@@ -300,8 +120,8 @@ fn ftype(ty: Elem) -> FType {
     }
 }
 
-fn binary(c: &mut Code, ty: Elem, op: BinOp) {
-    load_state(c, 4); // m1 a, m2 b, m3 out, m4 vectors
+pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
+    load_state(c, BinaryState::WORDS); // m1 a, m2 b, m3 out, m4 vectors
     let end = c.label();
     c.branch(Instr::Brz { a: m(4), target: 0 }, end);
     let fop = match op {
@@ -394,8 +214,8 @@ pub fn binary_slots(ty: Elem, op: BinOp, vectors: u32) -> u32 {
     10 + per * vectors
 }
 
-fn unary(c: &mut Code, ty: Elem, op: UnOp) {
-    load_state(c, 4); // m1 in, m2 out, m3 vectors, m4 factor bits
+pub(crate) fn unary(c: &mut Code, ty: Elem, op: UnOp) {
+    load_state(c, UnaryState::WORDS); // m1 in, m2 out, m3 vectors, m4 factor bits
     let end = c.label();
     c.branch(Instr::Brz { a: m(3), target: 0 }, end);
     c.op(Instr::MovToA { d: a(12), a: m(4) });
@@ -446,8 +266,8 @@ fn fp8_format(t: CastType) -> Option<(Fp8Format, i8)> {
 }
 
 /// Casts process groups of 4 elements: 16, 8 or 4 bytes in, likewise out.
-fn cast(c: &mut Code, from: CastType, to: CastType) {
-    load_state(c, 3); // m1 in, m2 out, m3 groups of 4
+pub(crate) fn cast(c: &mut Code, from: CastType, to: CastType) {
+    load_state(c, CastState::WORDS); // m1 in, m2 out, m3 groups of 4
     let end = c.label();
     c.branch(Instr::Brz { a: m(3), target: 0 }, end);
     if let Some((format, scale)) = fp8_format(from).or(fp8_format(to)) {
@@ -518,8 +338,8 @@ pub fn cast_slots(from: CastType, to: CastType, groups: u32) -> u32 {
     8 + (load + narrow + store) * groups
 }
 
-fn zero(c: &mut Code) {
-    load_state(c, 2); // m1 out, m2 words
+pub(crate) fn zero(c: &mut Code) {
+    load_state(c, ZeroState::WORDS); // m1 out, m2 words
     let end = c.label();
     c.branch(Instr::Brz { a: m(2), target: 0 }, end);
     c.op(setzi(m(7), 0));
@@ -542,9 +362,9 @@ pub fn zero_slots(words: u32) -> u32 {
 
 /// The causal mask over rows of 32-bit words (`half`: of f16 pairs, where the word the mask
 /// splits keeps its low half and takes the fill's high half).
-fn mask_rows(c: &mut Code, half: bool) {
-    load_state(c, 7); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
-    c.op(ld32m(m(13), m(0), 28)); // step of start per row
+pub(crate) fn mask_rows(c: &mut Code, half: bool) {
+    load_state(c, MaskRowsState::WORDS - 1); // m1 src, m2 dst, m3 rows, m4 start, m5 valid, m6 stride, m7 fill
+    c.op(ld32m(m(13), m(0), MaskRowsState::START_STEP_OFFSET as i16));
     let end = c.label();
     let row = c.label();
     c.branch(Instr::Brz { a: m(3), target: 0 }, end);
@@ -632,8 +452,8 @@ pub fn mask_rows_slots(rows: u32, stride: u32) -> u32 {
 /// Zeroes the padding columns of rows: per row, the first pad word is read-modify-written
 /// with a keep-mask (the hardware has no sub-word stores; the mask is 0 when the padding starts
 /// on a word boundary), then `full` whole words are stored as zero.
-fn pad_clear(c: &mut Code) {
-    load_state(c, 5); // m1 first pad word of row 0, m2 rows, m3 stride, m4 keep-mask, m5 full words
+pub(crate) fn pad_clear(c: &mut Code) {
+    load_state(c, PadClearState::WORDS); // m1 first pad word of row 0, m2 rows, m3 stride, m4 keep-mask, m5 full words
     let end = c.label();
     let row = c.label();
     c.branch(Instr::Brz { a: m(2), target: 0 }, end);

@@ -7,7 +7,30 @@ use ipu_isa::{
     Width,
 };
 
-use crate::CodegenError;
+/// Why generated code could not be laid out: always a bug in a generator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodeError {
+    /// A branch or `setzi` names a label that was never bound.
+    #[error("unbound label {label}")]
+    UnboundLabel {
+        /// The label's index.
+        label: usize,
+    },
+    /// An instruction does not encode.
+    #[error("cannot encode {slot}: {reason}")]
+    Encode {
+        /// The slot, as text.
+        slot: String,
+        /// The encoder's reason.
+        reason: String,
+    },
+    /// A label was attached to an instruction that has no target.
+    #[error("{instr} takes no label")]
+    NoTarget {
+        /// The instruction, as text.
+        instr: String,
+    },
+}
 
 /// A position in the code, bound with [`Code::bind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +174,7 @@ impl Code {
     }
 
     /// Lays the code out at `address` and encodes it.
-    pub fn lay_out(&self, address: u32) -> Result<Laid, CodegenError> {
+    pub fn lay_out(&self, address: u32) -> Result<Laid, CodeError> {
         let mut addr_of = vec![None; self.labels];
         let mut at = address;
         for item in &self.items {
@@ -160,9 +183,7 @@ impl Code {
             }
             at += item_size(item, at);
         }
-        let resolve = |l: Label| {
-            addr_of[l.0].ok_or_else(|| CodegenError::Internal(format!("unbound label {}", l.0)))
-        };
+        let resolve = |l: Label| addr_of[l.0].ok_or(CodeError::UnboundLabel { label: l.0 });
         let mut bytes = Vec::with_capacity((at - address) as usize);
         let mut slots = Vec::new();
         let mut at = address;
@@ -212,9 +233,11 @@ fn push_slot(
     slots: &mut Vec<(u32, Slot)>,
     at: &mut u32,
     slot: Slot,
-) -> Result<(), CodegenError> {
-    let words = ipu_isa::encode_slot(&slot)
-        .map_err(|e| CodegenError::Internal(format!("cannot encode {slot:?}: {e}")))?;
+) -> Result<(), CodeError> {
+    let words = ipu_isa::encode_slot(&slot).map_err(|e| CodeError::Encode {
+        slot: format!("{slot:?}"),
+        reason: e.to_string(),
+    })?;
     for w in &words {
         bytes.extend_from_slice(&w.to_le_bytes());
     }
@@ -223,14 +246,18 @@ fn push_slot(
     Ok(())
 }
 
-fn retarget(instr: Instr, target: u32) -> Result<Instr, CodegenError> {
+fn retarget(instr: Instr, target: u32) -> Result<Instr, CodeError> {
     Ok(match instr {
         Instr::Bri { .. } => Instr::Bri { target },
         Instr::Brz { a, .. } => Instr::Brz { a, target },
         Instr::Brnz { a, .. } => Instr::Brnz { a, target },
         Instr::Brnzdec { a, .. } => Instr::Brnzdec { a, target },
         Instr::Call { link, .. } => Instr::Call { link, target },
-        other => return Err(CodegenError::Internal(format!("{other:?} takes no label"))),
+        other => {
+            return Err(CodeError::NoTarget {
+                instr: format!("{other:?}"),
+            });
+        }
     })
 }
 

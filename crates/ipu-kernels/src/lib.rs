@@ -1,0 +1,194 @@
+//! Worker kernels, generated as machine code and specialised per use (element type, operation,
+//! FP8 format and scale). Every kernel starts with its vertex state address in `$m0`, reads
+//! its state words, does its work and `exit`s. Their cycle models (`*_slots`) are what the
+//! planner and the final costing use; the simulator measures the real figure.
+//!
+//! Reads may run up to [`OVERREAD_BYTES`] past the end of an input range (software pipelining
+//! loads ahead); storage placement gives every buffer that much slack.
+
+mod basic;
+pub mod code;
+pub mod flash;
+pub mod rows;
+pub mod state;
+
+use ipu_isa::Fp8Format;
+
+pub use basic::*;
+use code::Code;
+pub use state::*;
+
+/// Bytes a kernel may read past the end of an input range.
+pub const OVERREAD_BYTES: u32 = 32;
+
+/// Elements per vector for a 64-bit register pair of each element size (bytes).
+pub const fn vector_elements(element_bytes: u32) -> u32 {
+    8 / element_bytes
+}
+
+/// What a kernel computes; the key under which it is specialised and linked once per program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kernel {
+    /// One AMP pass over rows: `out = in x W (+ partials)`. State: in, partials, out, rows.
+    Amp { partials: bool },
+    /// The same pass started on all six workers with one state (`SupOp::RunAll`): worker
+    /// context `c` takes rows `b[c]..b[c + 1]`. State: in, partials, out (row 0 each), then
+    /// the seven row bounds `b`.
+    AmpAll { partials: bool },
+    /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
+    Binary { ty: Elem, op: BinOp },
+    /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
+    Unary { ty: Elem, op: UnOp },
+    /// Conversion over groups of 4 elements. State: in, out, groups of 4.
+    Cast { from: CastType, to: CastType },
+    /// `out = 0` over 32-bit words. State: out, words.
+    Zero,
+    /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
+    /// rows, stride, keep-mask of the first word, full words.
+    PadClear,
+    /// Causal masking while copying f32 rows: per row, the first `start` valid elements are
+    /// copied, the rest of the `valid` ones become the fill value, the padding is copied;
+    /// `start` grows by one per row. State: src, dst, rows, start (signed), valid, stride
+    /// (elements per row), fill bits, step of `start` per row.
+    MaskRows,
+    /// [`Kernel::MaskRows`] for f16 rows (`valid` and `stride` even): a word split by the mask
+    /// keeps its low half and takes the fill's high half. Same state (fill: two f16 halves).
+    MaskRowsF16,
+    /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
+    Transpose { bytes: u32 },
+    /// Per-row maximum or sum (`row_kernels::row_reduce`).
+    RowReduce { ty: Elem, max: bool },
+    /// A row operand combined with one scalar per row (`row_kernels::row_scalar`).
+    RowScalar { ty: Elem, op: BinOp, reversed: bool },
+    /// Softmax along rows, optionally causal (`row_kernels::softmax`).
+    Softmax { ty: Elem },
+    /// Layer norm along rows (`row_kernels::layer_norm`).
+    LayerNorm { ty: Elem },
+    /// Strided two-dimensional copy of 32-bit or 64-bit words (`row_kernels::copy2d`).
+    Copy2d { wide: bool },
+    /// Per-row softmax statistics: maximum and sum (`row_kernels::softmax`, stats form).
+    SoftmaxStats { ty: Elem },
+    /// Per-row layer-norm statistics: mean and `sqrt(var + epsilon)`.
+    LayerNormStats { ty: Elem },
+    /// The last pass of softmax or layer norm over part of a row (`row_kernels::row_apply`).
+    RowApply { ty: Elem, softmax: bool },
+    /// Flash attention: a block of scores to probabilities and row statistics
+    /// (`flash_kernels::flash_softmax`).
+    FlashSoftmax {
+        s: Elem,
+        a: Elem,
+        cols: u32,
+        kb: u32,
+        scaled: bool,
+        running: bool,
+    },
+    /// Flash attention: a partial output rescaled by its rows' factors
+    /// (`flash_kernels::flash_rescale`).
+    FlashRescale { p: Elem },
+    /// Flash attention: partial results of key blocks merged and normalised
+    /// (`flash_kernels::flash_combine`).
+    FlashCombine {
+        p: Elem,
+        out: Elem,
+        cols: u32,
+        gout: u32,
+        dv: u32,
+    },
+}
+
+/// Element types of vector kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Elem {
+    /// f32 in f32v2 vectors.
+    F32,
+    /// f16 in f16v4 vectors.
+    F16,
+}
+
+/// Binary elementwise operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BinOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`, as `a * (1/b)` computed in f32.
+    Div,
+    /// `max(a, b)`
+    Max,
+}
+
+/// Unary elementwise operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnOp {
+    /// `e^x`, computed in f32.
+    Exp,
+    /// `x * factor`, computed in f32 (the factor's f32 bits are state word 3).
+    Scale,
+}
+
+/// Element types of casts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CastType {
+    /// f32
+    F32,
+    /// f16
+    F16,
+    /// FP8 with its format and scale.
+    Fp8(Fp8Format, i8),
+}
+
+impl CastType {
+    /// Bytes per element.
+    pub fn bytes(self) -> u32 {
+        match self {
+            CastType::F32 => 4,
+            CastType::F16 => 2,
+            CastType::Fp8(..) => 1,
+        }
+    }
+}
+
+/// Builds the machine code of `kernel`.
+pub fn generate(kernel: Kernel) -> Code {
+    let mut c = Code::new();
+    match kernel {
+        Kernel::Amp { partials } => basic::amp(&mut c, partials, false),
+        Kernel::AmpAll { partials } => basic::amp(&mut c, partials, true),
+        Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
+        Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
+        Kernel::Cast { from, to } => basic::cast(&mut c, from, to),
+        Kernel::Zero => basic::zero(&mut c),
+        Kernel::PadClear => basic::pad_clear(&mut c),
+        Kernel::MaskRows => basic::mask_rows(&mut c, false),
+        Kernel::MaskRowsF16 => basic::mask_rows(&mut c, true),
+        Kernel::Transpose { bytes } => rows::transpose(&mut c, bytes),
+        Kernel::RowReduce { ty, max } => rows::row_reduce(&mut c, ty, max),
+        Kernel::RowScalar { ty, op, reversed } => rows::row_scalar(&mut c, ty, op, reversed),
+        Kernel::Softmax { ty } => rows::softmax(&mut c, ty, false),
+        Kernel::LayerNorm { ty } => rows::layer_norm(&mut c, ty, false),
+        Kernel::SoftmaxStats { ty } => rows::softmax(&mut c, ty, true),
+        Kernel::LayerNormStats { ty } => rows::layer_norm(&mut c, ty, true),
+        Kernel::RowApply { ty, softmax } => rows::row_apply(&mut c, ty, softmax),
+        Kernel::Copy2d { wide } => rows::copy2d(&mut c, wide),
+        Kernel::FlashSoftmax {
+            s,
+            a,
+            cols,
+            kb,
+            scaled,
+            running,
+        } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running),
+        Kernel::FlashRescale { p } => flash::flash_rescale(&mut c, p),
+        Kernel::FlashCombine {
+            p,
+            out,
+            cols,
+            gout,
+            dv,
+        } => flash::flash_combine(&mut c, p, out, cols, gout, dv),
+    }
+    c
+}
