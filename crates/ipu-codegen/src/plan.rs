@@ -12,7 +12,10 @@
 //! - memory is the sum of a tile's staging, output and ping-pong buffers per block.
 
 use ipu_graph::{DType, Graph, OpKind, ValueId};
-use ipu_target::{AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target};
+use ipu_target::{
+    AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE,
+    EXCHANGE_PHASE_OVERHEAD_CYCLES, Target, WORKER_CONTEXTS,
+};
 
 use crate::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
@@ -84,33 +87,14 @@ pub struct AmpGeometry {
     pub out_bytes: usize,
 }
 
-/// The geometry of `mode` (see `docs/isa.md`, AMP).
+/// The geometry of `mode`, from the target description, in the planner's units.
 pub fn amp_geometry(mode: AmpMode) -> AmpGeometry {
-    match mode {
-        AmpMode::F16F16 => AmpGeometry {
-            k_block: 16,
-            cols: 16,
-            in_bytes: 2,
-            out_bytes: 2,
-        },
-        AmpMode::F16F32 => AmpGeometry {
-            k_block: 16,
-            cols: 8,
-            in_bytes: 2,
-            out_bytes: 4,
-        },
-        AmpMode::F32F32 => AmpGeometry {
-            k_block: 8,
-            cols: 8,
-            in_bytes: 4,
-            out_bytes: 4,
-        },
-        AmpMode::F8F16 => AmpGeometry {
-            k_block: 32,
-            cols: 16,
-            in_bytes: 1,
-            out_bytes: 2,
-        },
+    let g = mode.geometry();
+    AmpGeometry {
+        k_block: g.k as usize,
+        cols: g.columns as usize,
+        in_bytes: g.input_bytes as usize,
+        out_bytes: g.partial_bytes as usize,
     }
 }
 
@@ -695,13 +679,17 @@ impl Planner<'_> {
         let out = &self.values[output];
         let eb = out.dtype.bytes() as u64;
         let most = out.layout.most_elements_on_a_tile() as u64;
-        let per_worker = most.div_ceil(6);
+        let workers = WORKER_CONTEXTS as u64;
+        let per_worker = most.div_ceil(workers);
         let slot = BARREL_SLOT_CYCLES as u64;
-        let compute = slot * (per_worker * 2 / PIECE_GRAIN as u64 + 12) + 6 * slot * 3;
+        let compute = slot * (per_worker * 2 / PIECE_GRAIN as u64 + 12) + workers * slot * 3;
         let mut exchange = 0;
         for &i in &inputs[1..] {
             if self.values[i].layout != out.layout {
-                exchange = exchange.max(most * eb / 4 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64);
+                exchange = exchange.max(
+                    most * eb / EXCHANGE_BYTES_PER_CYCLE as u64
+                        + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64,
+                );
             }
         }
         self.finalists.push(Finalist {
@@ -801,14 +789,15 @@ impl Planner<'_> {
                     }
                     continue;
                 }
-                let rows_per_worker = bm.div_ceil(6) as u32;
+                let workers = WORKER_CONTEXTS as u64;
+                let rows_per_worker = bm.div_ceil(workers) as u32;
                 let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
                 let round = slot * kernels::amp_slots(rows_per_worker, true) as u64
-                    + 6
-                    + weight_bytes / 16
-                    + slot * (2 + 6 * 2 + 1);
+                    + slot
+                    + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
+                    + slot * (2 + workers * 2 + 1);
                 let compute = per_tile * bg * kb as u64 * round;
-                let exchange = per_tile * (a_bytes + b_bytes) / 4
+                let exchange = per_tile * (a_bytes + b_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64
                     + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
                 candidates.push((compute + exchange, exchange, mem, pm, pn, chunks as usize));
             }

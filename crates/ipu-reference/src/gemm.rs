@@ -7,6 +7,8 @@
 //! threading is process-wide (`MATMUL_NUM_THREADS`, read once); callers that pass `threads > 1`
 //! should set `MATMUL_NUM_THREADS=1` so the two do not multiply (the `ipu` CLI does).
 
+use ipu_target::AmpMode;
+
 /// f16's smallest normal magnitude, 2^-14.
 const F16_MIN_NORMAL: f32 = 6.103_515_6e-5;
 /// The midpoint between f16's largest finite value 65504 and 65536: magnitudes from here up
@@ -37,7 +39,7 @@ pub fn round_to_f16_fast(x: f32) -> f32 {
 /// The AMP's K block: the AMP multiplies `[N,16] x [16,16]` blocks (the kernel shape of
 /// `ipu bench amp` and of Graphcore's published AMP peak-FLOPS measurements), so with f16
 /// partials the running sum leaves the unit, rounded to f16, after every 16 products along k.
-pub const F16_PARTIALS_K_BLOCK: usize = 16;
+pub const F16_PARTIALS_K_BLOCK: usize = AmpMode::F16F16.geometry().k as usize;
 
 /// The running partial's type in a device-precision product (see [`AmpRule`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,30 +71,28 @@ pub struct AmpRule {
 }
 
 impl AmpRule {
+    /// The rule of an AMP mode, from the target description.
+    pub const fn of(mode: AmpMode) -> AmpRule {
+        let g = mode.geometry();
+        AmpRule {
+            k_block: g.k as usize,
+            lanes: g.lanes as usize,
+            cols: g.columns as usize,
+            chunk_cols: g.chunk_columns() as usize,
+            partials: if g.partial_bytes == 2 {
+                Partials::F16
+            } else {
+                Partials::F32
+            },
+        }
+    }
+
     /// `f16f16`: 4 f16 lanes, K block 16, 16 columns in chunks of 4.
-    pub const F16F16: AmpRule = AmpRule {
-        k_block: 16,
-        lanes: 4,
-        cols: 16,
-        chunk_cols: 4,
-        partials: Partials::F16,
-    };
+    pub const F16F16: AmpRule = AmpRule::of(AmpMode::F16F16);
     /// `f16f32`: 4 f16 lanes, K block 16, 8 columns in chunks of 2.
-    pub const F16F32: AmpRule = AmpRule {
-        k_block: 16,
-        lanes: 4,
-        cols: 8,
-        chunk_cols: 2,
-        partials: Partials::F32,
-    };
+    pub const F16F32: AmpRule = AmpRule::of(AmpMode::F16F32);
     /// `f32f32`: 2 f32 lanes, K block 8, 8 columns in chunks of 2.
-    pub const F32F32: AmpRule = AmpRule {
-        k_block: 8,
-        lanes: 2,
-        cols: 8,
-        chunk_cols: 2,
-        partials: Partials::F32,
-    };
+    pub const F32F32: AmpRule = AmpRule::of(AmpMode::F32F32);
 
     /// The rule of a product with f32 (or else f16) operands and `partials`.
     pub fn new(f32_operands: bool, partials: Partials) -> AmpRule {

@@ -13,7 +13,7 @@ use ipu_isa::{
     AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, RedOp, Slot,
     SysReg, Width,
 };
-use ipu_target::Target;
+use ipu_target::{SUPERVISOR_CONTEXT, Target, WORKER_CONTEXTS};
 
 use crate::fault::{Context, Fault, FaultKind, GlobalKind};
 use crate::memory::{CodeCache, Decoded, Memory};
@@ -100,33 +100,14 @@ pub struct AmpGeometry {
     pub weight_bytes: u32,
 }
 
-/// The geometry of `mode` (see `docs/isa.md`, the `amp` instruction).
+/// The geometry of `mode`, from the target description.
 pub fn amp_geometry(mode: AmpMode) -> AmpGeometry {
-    match mode {
-        AmpMode::F16F16 => AmpGeometry {
-            columns: 16,
-            k: 16,
-            lanes: 4,
-            weight_bytes: 512,
-        },
-        AmpMode::F16F32 => AmpGeometry {
-            columns: 8,
-            k: 16,
-            lanes: 4,
-            weight_bytes: 256,
-        },
-        AmpMode::F32F32 => AmpGeometry {
-            columns: 8,
-            k: 8,
-            lanes: 2,
-            weight_bytes: 256,
-        },
-        AmpMode::F8F16 => AmpGeometry {
-            columns: 16,
-            k: 32,
-            lanes: 8,
-            weight_bytes: 512,
-        },
+    let g = mode.geometry();
+    AmpGeometry {
+        columns: g.columns as usize,
+        k: g.k as usize,
+        lanes: g.lanes as usize,
+        weight_bytes: g.weight_bytes(),
     }
 }
 
@@ -227,7 +208,7 @@ pub(crate) struct Tile {
     pub mem: Memory,
     pub code: CodeCache,
     pub sup: Regs,
-    pub workers: [Regs; 6],
+    pub workers: [Regs; WORKER_CONTEXTS as usize],
     pub accs: [AmpAcc; 6],
     pub busy_until: [u64; 6],
     pub amp: AmpUnit,
@@ -703,7 +684,7 @@ impl Tile {
             mem: Memory::new(target.memory_base, target.memory_end),
             code: CodeCache::new(target.executable_base, target.executable_end),
             sup: Regs::default(),
-            workers: [Regs::default(); 6],
+            workers: [Regs::default(); WORKER_CONTEXTS as usize],
             accs: [AmpAcc::default(); 6],
             busy_until: [0; 6],
             amp: AmpUnit {
@@ -1029,7 +1010,7 @@ impl Tile {
                 });
             }
             Instr::Exit => {
-                if ctx == 6 {
+                if ctx == SUPERVISOR_CONTEXT {
                     return Err((FaultKind::WorkerOnly, None));
                 }
                 return Ok(Flow::Exit);
@@ -1051,7 +1032,7 @@ impl Tile {
     #[inline(always)]
     fn exec_float(&self, r: &Regs, acc: &mut AmpAcc, instr: &Instr, ctx: u32) -> R<AWrite> {
         if let Instr::Amp { d, a, p, phase } = *instr {
-            if ctx == 6 {
+            if ctx == SUPERVISOR_CONTEXT {
                 return Err((FaultKind::WorkerOnly, None));
             }
             let out = amp_step(

@@ -35,6 +35,10 @@ pub const BANK_BYTES: u32 = 16 * 1024;
 /// supervisor, barrel-scheduled).
 pub const WORKER_CONTEXTS: u32 = 6;
 
+/// The supervisor's context id (what `get $contextid` reads on the supervisor): the one after
+/// the workers' `0..WORKER_CONTEXTS`. The project's own convention (`docs/isa.md`).
+pub const SUPERVISOR_CONTEXT: u32 = WORKER_CONTEXTS;
+
 /// Tile cycles between two issues of one context: a barrel slot. Source: DOC (each context
 /// issues at most one instruction or co-issued pair every six tile cycles).
 pub const BARREL_SLOT_CYCLES: u32 = 6;
@@ -159,6 +163,60 @@ impl AmpMode {
             AmpMode::F16F32 => 32,
             AmpMode::F32F32 => 16,
             AmpMode::F8F16 => 128,
+        }
+    }
+}
+
+/// The AMP's shape in one mode: a row of input enters in [`AmpGeometry::PHASES`] phases of
+/// `lanes` values (`k` values per row), against a weight block of `k` x `columns` elements;
+/// phase `p` also takes in the partials of the `p`-th chunk of `columns / PHASES` columns.
+/// These are the project's own instruction set's figures (`docs/isa.md`, the `amp`
+/// instruction), chosen so each mode reaches [`AmpMode::macs_per_cycle`]: f16 inputs fill
+/// 64-bit loads with 4 lanes, f32 inputs with 2, FP8 inputs with 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmpGeometry {
+    /// Input values per row (the weight block's rows, the K block).
+    pub k: u32,
+    /// Input values per phase.
+    pub lanes: u32,
+    /// Output columns of a weight block.
+    pub columns: u32,
+    /// Bytes per input and weight element.
+    pub input_bytes: u32,
+    /// Bytes per partial.
+    pub partial_bytes: u32,
+}
+
+impl AmpGeometry {
+    /// Phases per row of input.
+    pub const PHASES: u32 = 4;
+
+    /// Bytes of a weight block, what `ampw` loads.
+    pub const fn weight_bytes(&self) -> u32 {
+        self.k * self.columns * self.input_bytes
+    }
+
+    /// Columns whose partials enter per phase.
+    pub const fn chunk_columns(&self) -> u32 {
+        self.columns / Self::PHASES
+    }
+}
+
+impl AmpMode {
+    /// The unit's shape in this mode.
+    pub const fn geometry(self) -> AmpGeometry {
+        let (k, columns, input_bytes, partial_bytes) = match self {
+            AmpMode::F16F16 => (16, 16, 2, 2),
+            AmpMode::F16F32 => (16, 8, 2, 4),
+            AmpMode::F32F32 => (8, 8, 4, 4),
+            AmpMode::F8F16 => (32, 16, 1, 2),
+        };
+        AmpGeometry {
+            k,
+            lanes: k / AmpGeometry::PHASES,
+            columns,
+            input_bytes,
+            partial_bytes,
         }
     }
 }
@@ -329,7 +387,22 @@ const _: () = {
     assert!(AmpMode::F16F16.macs_per_cycle() == 2 * AmpMode::F16F32.macs_per_cycle());
     assert!(AmpMode::F16F32.macs_per_cycle() == 2 * AmpMode::F32F32.macs_per_cycle());
     assert!(AmpMode::F8F16.macs_per_cycle() == 2 * AmpMode::F16F16.macs_per_cycle());
-    assert!(WORKER_CONTEXTS * BARREL_SLOT_CYCLES / BARREL_SLOT_CYCLES == WORKER_CONTEXTS);
+    // A barrel round gives every context, the supervisor included, one issue slot.
+    assert!(BARREL_SLOT_CYCLES == WORKER_CONTEXTS);
+    // Every AMP phase reads one 64-bit load of inputs, and the weight block loads in whole
+    // cycles of `ampw`.
+    let mut i = 0;
+    while i < AmpMode::ALL.len() {
+        let g = AmpMode::ALL[i].geometry();
+        assert!(g.k == AmpGeometry::PHASES * g.lanes);
+        assert!(g.lanes * g.input_bytes == 8);
+        assert!(g.columns.is_multiple_of(AmpGeometry::PHASES));
+        assert!(
+            g.weight_bytes()
+                .is_multiple_of(AMP_WEIGHT_LOAD_BYTES_PER_CYCLE)
+        );
+        i += 1;
+    }
 };
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 //! share of the inputs, and the supervisor code and vertex states (code in executable memory).
 
 use ipu_graph::DType;
+use ipu_target::EXCHANGE_BYTES_PER_CYCLE as EXCHANGE_BYTES;
 use ipu_target::{
     AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, SYNC_CYCLES, Target,
 };
@@ -462,11 +463,12 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     } else {
         0
     };
-    let recv = ((r * geo.d + nk * (geo.d + geo.dv)) * geo.ab()) as u64 / 4;
+    let recv = ((r * geo.d + nk * (geo.d + geo.dv)) * geo.ab()) as u64 / EXCHANGE_BYTES as u64;
     let distribute = recv + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + SYNC_CYCLES as u64;
     let rows_c = r.div_ceil(merge);
     let merge_recv = if merge > 1 {
-        ((merge - 1) * (geo.gv() + 1) * rows_c * GROUP_ROW_BYTES as usize) as u64 / 4
+        ((merge - 1) * (geo.gv() + 1) * rows_c * GROUP_ROW_BYTES as usize) as u64
+            / EXCHANGE_BYTES as u64
             + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64
             + SYNC_CYCLES as u64
     } else {

@@ -251,7 +251,8 @@ impl Planner<'_> {
         // The busiest tile's rows over six workers, costed with the kernels' slot models;
         // moving operands costs a word per cycle on the receiving port.
         let compute = slot * self.row_slots(&kind, &inputs, output);
-        let exchange = staged / 4 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
+        let exchange =
+            staged / EXCHANGE_BYTES_PER_CYCLE as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
         self.finalists.push(Finalist {
             op: name.clone(),
             mapping: format!("rows tiles={active}"),
@@ -283,7 +284,7 @@ impl Planner<'_> {
             .map(|r| r.2 - r.1)
             .max()
             .unwrap_or(0) as u32;
-        let per_worker = rows_t.div_ceil(6);
+        let per_worker = rows_t.div_ceil(WORKER_CONTEXTS);
         let c = *x.shape.last().unwrap_or(&1) as u32;
         let co = *out.shape.last().unwrap_or(&1) as u32;
         let stride_words = row_group(&out.shape) as u32 * eb / 4;
