@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ipu_graph::DType;
 use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements};
-use ipu_target::AmpMode;
+use ipu_target::{AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, AmpMode};
 
 use crate::CodegenError;
 use crate::layout::{Move, moves, uncovered};
@@ -697,20 +697,21 @@ impl Lowerer<'_> {
                             start: u32,
                             valid: u32,
                             stride: u32| {
+                    let state = MaskRowsState {
+                        src: (xb, off),
+                        dst: (ob, off),
+                        rows: n,
+                        start,
+                        valid,
+                        stride,
+                        fill_bits: f32::NEG_INFINITY.to_bits(),
+                        start_step: 1,
+                    };
+                    let slots = kernels::mask_rows_slots(false, &state);
                     tiles.entry(p.tile).or_default().push(SupOp::Run(
                         Kernel::MaskRows,
-                        MaskRowsState {
-                            src: (xb, off),
-                            dst: (ob, off),
-                            rows: n,
-                            start,
-                            valid,
-                            stride,
-                            fill_bits: f32::NEG_INFINITY.to_bits(),
-                            start_step: 1,
-                        }
-                        .into(),
-                        kernels::mask_rows_slots(n, stride),
+                        state.into(),
+                        slots,
                     ));
                 };
                 if cc != 0 || group_end - at < g {
@@ -843,11 +844,14 @@ fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
 /// worker, plus one barrel slot per supervisor instruction. A launch takes the worker context
 /// that frees first; when all six are busy the supervisor waits for it, as `run` does.
 pub fn estimate(ops: &[SupOp]) -> u64 {
+    // A weight load before any `ampcfg` of these operations is costed at the largest block.
+    const AMP_WEIGHT_BYTES_MAX: u32 = 512;
     let slot = ipu_target::BARREL_SLOT_CYCLES as u64;
     let mut total = 0u64;
     let mut sup = 0u64;
     let mut free = [0u64; WORKERS as usize];
     let mut entry = None;
+    let mut amp_mode = None;
     let launch = |sup: &mut u64, free: &mut [u64; WORKERS as usize], slots: u32| {
         *sup += slot;
         let w = (0..free.len())
@@ -877,7 +881,17 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
                 sup = 0;
                 free = [0; WORKERS as usize];
             }
-            SupOp::AmpW(..) => sup += 2 * slot + 32,
+            SupOp::AmpCfg(mode) => {
+                amp_mode = Some(*mode);
+                sup += slot;
+            }
+            // `setzi` of the address, then `ampw`: a slot and the mode's weight block at the
+            // AMP's load rate.
+            SupOp::AmpW(..) => {
+                let bytes =
+                    amp_mode.map_or(AMP_WEIGHT_BYTES_MAX, |m| m.geometry().weight_bytes()) as u64;
+                sup += 2 * slot + bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64;
+            }
             _ => sup += slot,
         }
     }

@@ -100,17 +100,27 @@ pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
     c.op(Instr::Exit);
 }
 
-/// Extra issue slots of the [`Kernel::AmpAll`] prologue.
+/// Extra issue slots of the [`Kernel::AmpAll`] prologue (finding the worker's rows), beside
+/// [`amp_slots`] of those rows.
 pub const AMP_ALL_PROLOGUE_SLOTS: u32 = 10;
 
-/// Issue slots of one AMP pass over `rows` rows on one worker.
+/// Issue slots of one AMP pass over `rows` rows on one worker: the state, the partials-in
+/// zeroed for a first pass (three instructions and the `nop` that then aligns the `rpt`'s
+/// bundles), the first row and a phase, four bundles per further row, the drain.
 pub fn amp_slots(rows: u32, partials: bool) -> u32 {
-    let zero = if partials { 0 } else { 3 };
+    let zero = if partials { 0 } else { 4 };
     if rows == 0 {
         6
     } else {
         4 + 1 + zero + 1 + 5 + 1 + 1 + 4 * (rows - 1) + 3 + 1 + 1
     }
+}
+
+/// Issue slots of one of the six workers of [`Kernel::AmpAll`] over `rows` rows: its prologue
+/// and the pass (without a partials-in, the prologue's length leaves the `rpt` aligned, so no
+/// `nop` is needed).
+pub fn amp_all_slots(rows: u32, partials: bool) -> u32 {
+    amp_slots(rows, partials) + AMP_ALL_PROLOGUE_SLOTS - if partials { 0 } else { 2 }
 }
 
 fn ftype(ty: Elem) -> FType {
@@ -206,12 +216,17 @@ pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
 
 /// Issue slots of a binary kernel over `vectors` vectors on one worker.
 pub fn binary_slots(ty: Elem, op: BinOp, vectors: u32) -> u32 {
-    let per = match (op, ty) {
-        (BinOp::Div, Elem::F32) => 1 + 2 + 1 + 1,
-        (BinOp::Div, Elem::F16) => 1 + 4 + 4 + 2 + 2 + 1,
-        _ => 1,
+    if vectors == 0 {
+        // The state, the branch and `exit`.
+        return 6;
+    }
+    let (fixed, per) = match (op, ty) {
+        (BinOp::Div, Elem::F32) => (7, 1 + 2 + 1 + 1),
+        (BinOp::Div, Elem::F16) => (7, 1 + 4 + 4 + 2 + 2 + 1),
+        // The software pipeline's prologue and epilogue.
+        _ => (10, 1),
     };
-    10 + per * vectors
+    fixed + per * vectors
 }
 
 pub(crate) fn unary(c: &mut Code, ty: Elem, op: UnOp) {
@@ -255,6 +270,9 @@ pub fn unary_slots(ty: Elem, op: UnOp, vectors: u32) -> u32 {
         Elem::F32 => 2 + f,
         Elem::F16 => 2 + 4 + 2 * f,
     };
+    if vectors == 0 {
+        return 6;
+    }
     9 + per * vectors
 }
 
@@ -335,7 +353,9 @@ pub fn cast_slots(from: CastType, to: CastType, groups: u32) -> u32 {
         CastType::F16 => 1,
         CastType::Fp8(..) => 2,
     };
-    8 + (load + narrow + store) * groups
+    // The state, the branch, `rpt` and `exit`, and `setfp8` for an FP8 side.
+    let fixed = 6 + u32::from(matches!(from, CastType::Fp8(..)) || matches!(to, CastType::Fp8(..)));
+    fixed + (load + narrow + store) * groups
 }
 
 pub(crate) fn zero(c: &mut Code) {
@@ -357,6 +377,9 @@ pub(crate) fn zero(c: &mut Code) {
 
 /// Issue slots of a zero fill of `words` 32-bit words on one worker.
 pub fn zero_slots(words: u32) -> u32 {
+    if words == 0 {
+        return 4;
+    }
     6 + words
 }
 
@@ -439,14 +462,48 @@ pub(crate) fn mask_rows(c: &mut Code, half: bool) {
     c.op(Instr::Exit);
 }
 
-/// Issue slots of an f16 causal mask over `rows` rows of `stride` elements.
-pub fn mask_rows_f16_slots(rows: u32, stride: u32) -> u32 {
-    14 + rows * (26 + stride)
+/// Issue slots of a causal mask ([`Kernel::MaskRows`], or [`Kernel::MaskRowsF16`] with
+/// `half`) with the counts of `state`: per row, the kept elements are copied (two slots a
+/// word), the rest of the valid ones filled (one slot a word), the padding copied.
+pub fn mask_rows_slots(half: bool, state: &MaskRowsState) -> u32 {
+    let s = state;
+    let fixed = MaskRowsState::WORDS as u32 + 4 + if half { 2 } else { 0 };
+    if s.rows == 0 {
+        return MaskRowsState::WORDS as u32 + 2;
+    }
+    let mut total = fixed;
+    let mut start = s.start as i32;
+    for _ in 0..s.rows {
+        let kept = start.clamp(0, s.valid as i32) as u32;
+        total += if half {
+            let (words, split) = (kept / 2, kept % 2);
+            let fill = (s.valid / 2).saturating_sub(words + split);
+            17 + 2 * words + 7 * split + fill + 2 * ((s.stride - s.valid) / 2)
+        } else {
+            11 + 2 * kept + (s.valid - kept) + 2 * (s.stride - s.valid)
+        };
+        start = start.wrapping_add(s.start_step as i32);
+    }
+    total
 }
 
-/// Issue slots of a causal mask over `rows` rows of `stride` elements.
-pub fn mask_rows_slots(rows: u32, stride: u32) -> u32 {
-    12 + rows * (12 + 2 * stride)
+/// An upper bound of [`mask_rows_slots`] for `rows` rows of `stride` valid elements, whatever
+/// the mask: every element copied.
+pub fn mask_rows_bound_slots(half: bool, rows: u32, stride: u32) -> u32 {
+    let at = (crate::BufferId(0), 0);
+    mask_rows_slots(
+        half,
+        &MaskRowsState {
+            src: at,
+            dst: at,
+            rows,
+            start: stride,
+            valid: stride,
+            stride,
+            fill_bits: 0,
+            start_step: 0,
+        },
+    )
 }
 
 /// Zeroes the padding columns of rows: per row, the first pad word is read-modify-written
@@ -480,7 +537,7 @@ pub(crate) fn pad_clear(c: &mut Code) {
 
 /// Issue slots of a pad clear of `rows` rows with `full` whole words each.
 pub fn pad_clear_slots(rows: u32, full: u32) -> u32 {
-    10 + rows * (7 + full)
+    9 + rows * (7 + full)
 }
 
 /// The registers a kernel treats as scratch; documented for the text form.

@@ -604,7 +604,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
 /// Issue slots of [`flash_rescale`] over `rows` rows of `groups` groups.
 pub fn flash_rescale_slots(p_ty: Elem, rows: u32, groups: u32) -> u32 {
     let per = if p_ty == Elem::F32 { 3 } else { 8 };
-    12 + rows * (6 + groups * (4 * per + 2))
+    11 + rows * (7 + groups * (4 * per + 2))
 }
 
 /// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.

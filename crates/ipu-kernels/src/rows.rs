@@ -98,9 +98,12 @@ fn div_pair(c: &mut Code, q: u8, n: u8, r: u8, dd: u8, t: u8) {
 
 /// Slots of [`div_pair`].
 const DIV_PAIR_SLOTS: u32 = 4;
+/// Slots of [`div_scalar`].
+const DIV_SCALAR_SLOTS: u32 = 4;
 
 /// Scalar f32 division `q = n / d` with `r = rcp(d)`; `n` is overwritten; `t` scratch.
 fn div_scalar(c: &mut Code, q: u8, n: u8, r: u8, d: u8, t: u8) {
+    // DIV_SCALAR_SLOTS instructions.
     let s = FType::F32;
     c.op(fbin(s, FBinOp::Mul, q, n, r));
     c.op(fun(s, FUnOp::Neg, t, q));
@@ -215,7 +218,14 @@ fn emit_scalar_row(c: &mut Code, ty: Elem, out: MReg, zero: MReg) {
 
 /// Issue slots of a row reduction over `rows` rows of `cols` columns.
 pub fn row_reduce_slots(ty: Elem, rows: u32, cols: u32) -> u32 {
-    14 + rows * (10 + (cols / 2) * (ld_pair_slots(ty) + 2) + ld_pair_slots(ty) + 1)
+    let l = ld_pair_slots(ty);
+    // Per row: pointer, initial value, `rpt`, the odd branch, the scalar row's stores, the
+    // stride and the loop branch.
+    let store = match ty {
+        Elem::F32 => 4,
+        Elem::F16 => 3,
+    };
+    13 + rows * (6 + store + (cols / 2) * (l + 2) + (cols % 2) * (l + 1))
 }
 
 /// `out[r][c] = x[r][c] OP y[r]` (or `y[r] OP x[r][c]` when `reversed`) for the first `C`
@@ -294,14 +304,42 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     c.op(Instr::Exit);
 }
 
-/// Issue slots of [`row_scalar`] over `rows` rows of `cols` columns and `stride_words` words.
-pub fn row_scalar_slots(ty: Elem, op: BinOp, rows: u32, cols: u32, stride_words: u32) -> u32 {
-    let f = match op {
-        BinOp::Div => 3,
-        _ => 1,
+/// Words of zeros a row kernel writes after `pairs` pairs of `ty` up to a stride of
+/// `stride_words` words.
+fn zero_words(ty: Elem, pairs: u32, stride_words: u32) -> u32 {
+    let pair_words = match ty {
+        Elem::F32 => 2,
+        Elem::F16 => 1,
     };
-    let per = ld_pair_slots(ty) + f + st_pair_slots(ty);
-    12 + rows * (16 + (cols / 2 + 1) * per + stride_words)
+    stride_words.saturating_sub(pairs * pair_words)
+}
+
+/// Issue slots of [`row_scalar`] over `rows` rows of `cols` columns and `stride_words` words
+/// per row.
+pub fn row_scalar_slots(
+    ty: Elem,
+    op: BinOp,
+    reversed: bool,
+    rows: u32,
+    cols: u32,
+    stride_words: u32,
+) -> u32 {
+    if rows == 0 {
+        return RowScalarState::WORDS as u32 + 2;
+    }
+    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let divide_by_y = op == BinOp::Div && !reversed;
+    // The operation on a pair: `rcp` (two slots) and a multiply for `y / x`.
+    let f = if op == BinOp::Div && reversed { 3 } else { 1 };
+    // Per row: y loaded (widened for f16) and broadcast, its reciprocal for `x / y`.
+    let y = 2 + u32::from(ty == Elem::F16) + if divide_by_y { 3 } else { 0 };
+    let (pairs, odd) = (cols / 2, cols % 2);
+    let per_row = y
+        + 12
+        + pairs * (l + f + st)
+        + odd * (l + f + 1 + st)
+        + zero_words(ty, pairs + odd, stride_words);
+    RowScalarState::WORDS as u32 + 6 + rows * per_row
 }
 
 /// Softmax over the first `L` columns of each row, `L = min(C, L0 + r dL)` for row `r`
@@ -396,13 +434,45 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     c.op(Instr::Exit);
 }
 
-/// Issue slots of a softmax over `rows` rows of `cols` columns and `stride_words` words.
-pub fn softmax_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
-    let l = ld_pair_slots(ty);
-    let pass1 = l + 2;
-    let pass2 = l + 1 + 2 + 2;
-    let pass3 = l + 1 + 2 + DIV_PAIR_SLOTS + st_pair_slots(ty);
-    10 + rows * (40 + (cols / 2 + 1) * (pass1 + pass2 + pass3) + stride_words)
+/// Issue slots of [`softmax`] over `rows` rows of `cols` columns, row `r` valid up to
+/// `min(cols, l0 + r dl)`, with `out_stride_words` words per output row (the `stats` form
+/// writes two words per row instead of the row).
+pub fn softmax_slots(
+    ty: Elem,
+    stats: bool,
+    rows: u32,
+    cols: u32,
+    l0: u32,
+    dl: u32,
+    out_stride_words: u32,
+) -> u32 {
+    if rows == 0 {
+        return SoftmaxState::WORDS as u32 + 2;
+    }
+    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let row = |len: u32| {
+        let (pairs, odd) = (len / 2, len % 2);
+        // The length, pass 1 (maximum; `exp` costs two slots), pass 2 (sum), the loop.
+        let passes =
+            3 + (7 + pairs * (l + 2) + odd * (l + 1)) + (4 + pairs * (l + 5) + odd * (l + 4)) + 4;
+        passes
+            + if stats {
+                2
+            } else {
+                // `rcp` and broadcasts, pass 3 (`exp` and the correctly rounded division), the
+                // zeros.
+                12 + pairs * (l + 3 + DIV_PAIR_SLOTS + st)
+                    + odd * (l + 4 + DIV_PAIR_SLOTS + st)
+                    + zero_words(ty, pairs + odd, out_stride_words)
+            }
+    };
+    let mut total = SoftmaxState::WORDS as u32 + 4;
+    let mut len = l0;
+    for _ in 0..rows {
+        total += row(len.min(cols));
+        len = len.wrapping_add(dl);
+    }
+    total
 }
 
 /// Layer norm over the first `C` columns of each row; padding written as zeros. State: in,
@@ -498,13 +568,29 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     c.op(Instr::Exit);
 }
 
-/// Issue slots of a layer norm over `rows` rows of `cols` columns and `stride_words` words.
-pub fn layer_norm_slots(ty: Elem, rows: u32, cols: u32, stride_words: u32) -> u32 {
-    let l = ld_pair_slots(ty);
-    let pass1 = l + 2;
-    let pass2 = l + 4;
-    let pass3 = l + 1 + DIV_PAIR_SLOTS + st_pair_slots(ty);
-    12 + rows * (45 + (cols / 2 + 1) * (pass1 + pass2 + pass3) + stride_words)
+/// Issue slots of [`layer_norm`] over `rows` rows of `cols` columns with `out_stride_words`
+/// words per output row (the `stats` form writes two words per row instead of the row).
+pub fn layer_norm_slots(ty: Elem, stats: bool, rows: u32, cols: u32, out_stride_words: u32) -> u32 {
+    if rows == 0 {
+        return LayerNormState::WORDS as u32 + 2;
+    }
+    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (pairs, odd) = (cols / 2, cols % 2);
+    // `n` and its `rcp`, pass 1 (sum, mean), pass 2 (variance, `sqrt(var + epsilon)`), the loop.
+    let passes = 3
+        + (5 + DIV_SCALAR_SLOTS + pairs * (l + 2) + odd * (l + 1))
+        + (8 + DIV_SCALAR_SLOTS + pairs * (l + 4) + odd * (l + 3))
+        + 3;
+    let per_row = passes
+        + if stats {
+            2
+        } else {
+            // `rcp` and broadcasts, pass 3 (the correctly rounded division), the zeros.
+            12 + pairs * (l + 1 + DIV_PAIR_SLOTS + st)
+                + odd * (l + 2 + DIV_PAIR_SLOTS + st)
+                + zero_words(ty, pairs + odd, out_stride_words)
+        };
+    LayerNormState::WORDS as u32 + 6 + rows * per_row
 }
 
 /// Strided two-dimensional copy: for row `i` and segment `j`, `words` words (64-bit when
@@ -551,7 +637,7 @@ pub fn copy2d(c: &mut Code, wide: bool) {
 
 /// Issue slots of [`copy2d`].
 pub fn copy2d_slots(rows: u32, segs: u32, words: u32) -> u32 {
-    14 + rows * (6 + segs * (6 + 2 * words))
+    13 + rows * (6 + segs * (6 + 2 * words))
 }
 
 /// The last pass of softmax (`softmax`) or layer norm (`layer_norm`) over a range of pairs of
@@ -596,8 +682,9 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
     c.op(Instr::Exit);
 }
 
-/// Issue slots of [`row_apply`] over `pairs` pairs and `zero_words` words.
-pub fn row_apply_slots(ty: Elem, softmax: bool, pairs: u32, zero_words: u32) -> u32 {
+/// Issue slots of [`row_apply`] over `full` full pairs, `odd` (0 or 1) pairs with one valid
+/// lane and `zero_words` words.
+pub fn row_apply_slots(ty: Elem, softmax: bool, full: u32, odd: u32, zero_words: u32) -> u32 {
     let per = ld_pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + st_pair_slots(ty);
-    20 + (pairs + 1) * per + zero_words
+    18 + (full + odd) * per + odd + zero_words
 }

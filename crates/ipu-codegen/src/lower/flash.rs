@@ -84,7 +84,7 @@ fn amp_rounds(
                 ops.push(SupOp::RunAll(
                     Kernel::AmpAll { partials },
                     st.into(),
-                    kernels::amp_slots(most, partials) + kernels::AMP_ALL_PROLOGUE_SLOTS,
+                    kernels::amp_all_slots(most, partials),
                 ));
             } else {
                 for &(r0, r1) in &parts {
@@ -176,34 +176,24 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                 for (r0, r1) in split(rows, WORKERS) {
                     if r1 > r0 {
                         let off = grp as u32 * r * GRB + r0 * GRB;
-                        let (kernel, fill, slots) = if g.p == ipu_graph::DType::F32 {
-                            (
-                                Kernel::MaskRows,
-                                f32::NEG_INFINITY.to_bits(),
-                                kernels::mask_rows_slots(r1 - r0, cols as u32),
-                            )
+                        let f32_scores = g.p == ipu_graph::DType::F32;
+                        let (kernel, fill) = if f32_scores {
+                            (Kernel::MaskRows, f32::NEG_INFINITY.to_bits())
                         } else {
-                            (
-                                Kernel::MaskRowsF16,
-                                0xFC00_FC00,
-                                kernels::mask_rows_f16_slots(r1 - r0, cols as u32),
-                            )
+                            (Kernel::MaskRowsF16, 0xFC00_FC00)
                         };
-                        masks[wave].push(SupOp::Run(
-                            kernel,
-                            MaskRowsState {
-                                src: (b.s, off),
-                                dst: (b.s, off),
-                                rows: r1 - r0,
-                                start: (start + (r0 * step) as i64) as i32 as u32,
-                                valid: cols as u32,
-                                stride: cols as u32,
-                                fill_bits: fill,
-                                start_step: step,
-                            }
-                            .into(),
-                            slots,
-                        ));
+                        let state = MaskRowsState {
+                            src: (b.s, off),
+                            dst: (b.s, off),
+                            rows: r1 - r0,
+                            start: (start + (r0 * step) as i64) as i32 as u32,
+                            valid: cols as u32,
+                            stride: cols as u32,
+                            fill_bits: fill,
+                            start_step: step,
+                        };
+                        let slots = kernels::mask_rows_slots(!f32_scores, &state);
+                        masks[wave].push(SupOp::Run(kernel, state.into(), slots));
                     }
                 }
             };

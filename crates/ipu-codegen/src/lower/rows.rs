@@ -549,10 +549,6 @@ impl Lowerer<'_> {
                 let softmax = matches!(rop, RowOp::Softmax { .. });
                 let causal = matches!(rop, RowOp::Softmax { causal: true });
                 let valid = |a: usize| if causal { c.min(a % sq + 1) } else { c };
-                let stats_slots = |fused: u32, softmax: bool| {
-                    fused.saturating_sub(row_kernels::row_apply_slots(ty, softmax, c as u32 / 2, 0))
-                        + 20
-                };
                 for k in 0..n_rows {
                     let a = r0 + k;
                     let input = (xb, xoff + k as u32 * sx);
@@ -571,7 +567,15 @@ impl Lowerer<'_> {
                                 dl: 0,
                             }
                             .into(),
-                            stats_slots(row_kernels::softmax_slots(ty, 1, c as u32, 0), true),
+                            row_kernels::softmax_slots(
+                                ty,
+                                true,
+                                1,
+                                c as u32,
+                                valid(a) as u32,
+                                0,
+                                0,
+                            ),
                         ),
                         RowOp::LayerNorm { epsilon } => (
                             Kernel::LayerNormStats { ty },
@@ -586,7 +590,7 @@ impl Lowerer<'_> {
                                 out_stride: 8,
                             }
                             .into(),
-                            stats_slots(row_kernels::layer_norm_slots(ty, 1, c as u32, 0), false),
+                            row_kernels::layer_norm_slots(ty, true, 1, c as u32, 0),
                         ),
                         _ => unreachable!("softmax or layer norm"),
                     };
@@ -617,7 +621,7 @@ impl Lowerer<'_> {
                                 zero_words,
                             }
                             .into(),
-                            row_kernels::row_apply_slots(ty, softmax, full + odd_here, zero_words),
+                            row_kernels::row_apply_slots(ty, softmax, full, odd_here, zero_words),
                         ));
                     }
                 }
@@ -659,7 +663,7 @@ impl Lowerer<'_> {
                                 dl,
                             }
                             .into(),
-                            row_kernels::softmax_slots(ty, n, c as u32, o_row / 4),
+                            row_kernels::softmax_slots(ty, false, n, c as u32, l0, dl, o_row / 4),
                         )
                     }
                     RowOp::LayerNorm { epsilon } => (
@@ -675,7 +679,7 @@ impl Lowerer<'_> {
                             out_stride: o_row,
                         }
                         .into(),
-                        row_kernels::layer_norm_slots(ty, n, c as u32, o_row / 4),
+                        row_kernels::layer_norm_slots(ty, false, n, c as u32, o_row / 4),
                     ),
                     _ => unreachable!("row kernels only"),
                 };
@@ -805,7 +809,14 @@ impl Lowerer<'_> {
                                         y_stride: 4 * eb as u32,
                                     }
                                     .into(),
-                                    row_kernels::row_scalar_slots(ty, bop, 1, cols, part / 4),
+                                    row_kernels::row_scalar_slots(
+                                        ty,
+                                        bop,
+                                        reversed,
+                                        1,
+                                        cols,
+                                        part / 4,
+                                    ),
                                 ));
                             }
                         }
@@ -830,7 +841,14 @@ impl Lowerer<'_> {
                                 y_stride: 4 * eb as u32,
                             }
                             .into(),
-                            row_kernels::row_scalar_slots(ty, bop, b - a, co as u32, stride / 4),
+                            row_kernels::row_scalar_slots(
+                                ty,
+                                bop,
+                                reversed,
+                                b - a,
+                                co as u32,
+                                stride / 4,
+                            ),
                         ));
                     }
                 }

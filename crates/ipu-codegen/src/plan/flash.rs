@@ -27,6 +27,7 @@
 
 use ipu_graph::DType;
 use ipu_target::EXCHANGE_BYTES_PER_CYCLE as EXCHANGE_BYTES;
+use ipu_target::WORKER_CONTEXTS;
 use ipu_target::{
     AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, SYNC_CYCLES, Target,
 };
@@ -458,7 +459,11 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             nk.div_ceil(lkeys) as u32,
         ) as u64;
     let mask = if geo.causal {
-        slot * kernels::mask_rows_slots(r.div_ceil(6) as u32, amp.cols as u32) as u64
+        slot * kernels::mask_rows_bound_slots(
+            geo.p != DType::F32,
+            r.div_ceil(WORKER_CONTEXTS as usize) as u32,
+            amp.cols as u32,
+        ) as u64
             * (r.div_ceil(amp.cols) as u64 + 1)
     } else {
         0

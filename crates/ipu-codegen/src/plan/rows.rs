@@ -308,18 +308,18 @@ impl Planner<'_> {
                 let softmax = matches!(kind, RowOp::Softmax { .. });
                 let fused = |rows| {
                     if softmax {
-                        rk::softmax_slots(ty, rows, c, stride_words)
+                        rk::softmax_slots(ty, false, rows, c, c, 0, stride_words)
                     } else {
-                        rk::layer_norm_slots(ty, rows, c, stride_words)
+                        rk::layer_norm_slots(ty, false, rows, c, stride_words)
                     }
                 };
                 if rows_t < 6 && rows_t > 0 {
                     // Statistics one row per worker, then the last pass shared by the workers.
-                    let last_pass = rk::row_apply_slots(ty, softmax, c / 2, stride_words);
+                    let last_pass = rk::row_apply_slots(ty, softmax, c / 2, c % 2, stride_words);
                     let chunks = 6 / rows_t;
                     regroup
                         + fused(1).saturating_sub(last_pass)
-                        + rk::row_apply_slots(ty, softmax, (c / 2).div_ceil(chunks), 0)
+                        + rk::row_apply_slots(ty, softmax, (c / 2).div_ceil(chunks), 0, 0)
                 } else {
                     regroup + fused(per_worker)
                 }
@@ -329,7 +329,8 @@ impl Planner<'_> {
                     .iter()
                     .any(|&i| self.values[i].shape.last() == Some(&1) && co > 1);
                 if scalar {
-                    rk::row_scalar_slots(ty, *op, per_worker, co, stride_words)
+                    let reversed = self.values[inputs[0]].shape.last() == Some(&1);
+                    rk::row_scalar_slots(ty, *op, reversed, per_worker, co, stride_words)
                 } else {
                     kernels::binary_slots(ty, *op, (per_worker * stride_words * 4).div_ceil(8))
                 }
