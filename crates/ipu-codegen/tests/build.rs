@@ -26,8 +26,24 @@ fn matmul_builds_a_valid_deterministic_package() {
     a.package.validate().unwrap();
     assert_eq!(a.package.to_bytes().unwrap(), b.package.to_bytes().unwrap());
     assert_eq!(a.package.tiles.len(), 1472);
-    assert!(a.report.final_cycles > 0);
-    assert!(a.report.program_text.contains("compute"));
+    // The report's figures agree with the graph and the machine: every multiply-accumulate
+    // counted, no faster than the AMP's peak on the tiles used, within tile memory.
+    let r = &a.report;
+    assert_eq!(r.macs, 37 * 21 * 19);
+    assert_eq!(r.tiles_used, 13);
+    let mode = r.amp_mode.expect("a matmul uses the AMP");
+    assert_eq!(mode, ipu_target::AmpMode::F16F32);
+    let peak_bound = r.macs.div_ceil(13 * mode.macs_per_cycle() as u64);
+    assert!(
+        r.final_cycles > peak_bound + r.final_exchange_cycles,
+        "{} cycles for {} MACs",
+        r.final_cycles,
+        r.macs
+    );
+    let t = Target::gc200();
+    assert!(r.peak_standard_bytes <= t.standard_bytes());
+    assert!(r.peak_interleaved_bytes <= t.interleaved_bytes());
+    assert!(r.program_text.contains("compute"));
 }
 
 #[test]

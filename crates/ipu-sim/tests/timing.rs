@@ -8,8 +8,8 @@ use ipu_isa::{Instr, MReg, encode};
 
 #[test]
 fn a_worker_slot_costs_six_cycles_and_waitw_waits_for_the_slowest() {
-    // Supervisor: setzi, setzi, run (worker A: 10 nops + exit), run (worker B: 3 nops + exit),
-    // waitw, halt. Worker A starts at 12, runs 11 slots: finishes at 12 + 66 = 78.
+    // Supervisor: setzi, setzi, run (worker A: a 10-times repeated nop + exit), run (worker B:
+    // 3 nops + exit), waitw, halt. Worker A starts after the two setzi, at 12.
     let src = "main:\n setzi $m1, a\n setzi $m2, b\n run $m1, $m3\n run $m2, $m3\n waitw\n halt\n .align 8\na:\n rpt 10, 1\n nop\n exit\nb:\n nop\n nop\n nop\n exit\n";
     let (d, r) = run(1, src);
     let r = r.unwrap();
