@@ -1,16 +1,18 @@
 //! `ipu build MODEL -o FILE.ipuexe`, `ipu exec FILE.ipuexe`, and `ipu run MODEL` (build, write
 //! the package, read it back, execute on the device, check against the host reference).
+//!
+//! `exec` and `run` take inputs from NumPy files or generate them from the seed, and can write
+//! the outputs as NumPy files ([`crate::npy`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ipu_codegen::{BuildOptions, BuildReport};
-use ipu_graph::{DType, Graph};
+use ipu_graph::{DType, Graph, TensorType};
 use ipu_package::{Package, TensorRole};
 use ipu_reference::{
-    Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs,
-    tolerance_versus_exact,
+    Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_input, tolerance_versus_exact,
 };
 use ipu_runtime::{DeviceLock, LockOptions, Session, SessionOptions, SimulatorDevice};
 use ipu_target::{AmpMode, Target, TargetKind};
@@ -18,6 +20,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::cmd_graph::load_model;
+use crate::npy::{self, FileInputs, Output, TensorFileArgs};
 
 /// Options shared by `build` and `run`.
 #[derive(clap::Args, Clone)]
@@ -36,7 +39,7 @@ pub struct CompileArgs {
 /// Options of running on the device.
 #[derive(clap::Args, Clone)]
 pub struct DeviceArgs {
-    /// Seed of the inputs.
+    /// Seed of the generated inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Device ownership lock file (default: the system temporary directory's
@@ -74,9 +77,8 @@ pub struct BuildArgs {
 pub struct ExecArgs {
     /// The package.
     package: PathBuf,
-    /// Write each output's dense bytes to DIR/NAME.bin.
-    #[arg(long)]
-    outputs: Option<PathBuf>,
+    #[command(flatten)]
+    files: TensorFileArgs,
     /// The device's target (default: the package's); a package for another target is refused.
     #[arg(long)]
     target: Option<String>,
@@ -93,6 +95,8 @@ pub struct RunArgs {
     compile: CompileArgs,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    files: TensorFileArgs,
     /// Precision of the host reference: device (emulates the device's rounding) or exact.
     #[arg(long, default_value = "device")]
     reference_precision: Precision,
@@ -116,26 +120,22 @@ fn target_of(name: &str) -> anyhow::Result<Target> {
         .ok_or_else(|| anyhow::anyhow!("unknown target {name:?}; known targets: gc200, bow, c600"))
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory, so a failure never
-/// leaves a partial file that looks complete.
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename
+/// (removed on failure), so a failure never leaves a partial file that looks complete.
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+    Ok(ipu_runtime::profile::write_atomically(path, bytes)?)
 }
 
-fn compile(model: &str, c: &CompileArgs) -> anyhow::Result<(Graph, ipu_codegen::Build, u64)> {
-    let graph = load_model(model, &c.set)?;
+fn compile(graph: &Graph, c: &CompileArgs) -> anyhow::Result<(ipu_codegen::Build, u64)> {
     let target = target_of(&c.target)?;
     let tiles = c.tiles.unwrap_or(target.tiles);
     let start = Instant::now();
-    let build = ipu_codegen::build(&graph, &BuildOptions { target, tiles })
+    let build = ipu_codegen::build(graph, &BuildOptions { target, tiles })
         .with_context(|| format!("building {}", graph.name))?;
-    Ok((graph, build, start.elapsed().as_millis() as u64))
+    Ok((build, start.elapsed().as_millis() as u64))
 }
 
 fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
@@ -153,7 +153,8 @@ fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
 
 /// `ipu build`.
 pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
-    let (graph, b, ms) = compile(&a.model, &a.compile)?;
+    let graph = load_model(&a.model, &a.compile.set)?;
+    let (b, ms) = compile(&graph, &a.compile)?;
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&a.output, &bytes)?;
@@ -199,7 +200,8 @@ fn dtype_of(name: &str, scale: i32) -> anyhow::Result<DType> {
 
 /// What a device run produced.
 struct DeviceRun {
-    outputs: Vec<(String, Tensor)>,
+    /// The outputs, in the package's order.
+    outputs: Vec<Output>,
     run: ipu_runtime::CallReport,
     profile_path: Option<PathBuf>,
     profile_tiles: usize,
@@ -220,12 +222,33 @@ fn open_lock(d: &DeviceArgs) -> anyhow::Result<DeviceLock> {
     Ok(DeviceLock::acquire(&o)?)
 }
 
-/// Loads `package` on the simulated device, writes `inputs`, calls `initialize` and `run`, and
-/// reads every output back.
+/// The package's outputs read back from the session.
+fn read_outputs(s: &Session<'_>, package: &Package) -> anyhow::Result<Vec<Output>> {
+    let mut outputs = Vec::new();
+    for t in package
+        .manifest
+        .tensors
+        .iter()
+        .filter(|t| t.role == TensorRole::Output)
+    {
+        let dense = s.read_output(&t.name)?;
+        let tensor = Tensor::from_bytes(dtype_of(&t.dtype, t.scale)?, t.shape.clone(), &dense)?;
+        outputs.push(Output {
+            name: t.name.clone(),
+            tensor,
+            dense,
+        });
+    }
+    Ok(outputs)
+}
+
+/// Loads `package` on the simulated device, writes `inputs` (in the order of `expected`), calls
+/// `initialize` and `run`, and reads every output back.
 fn execute(
     package: &Package,
     target: Target,
-    inputs: &[(String, Tensor)],
+    expected: &[(String, TensorType)],
+    inputs: &[Tensor],
     d: &DeviceArgs,
     profile: Option<PathBuf>,
 ) -> anyhow::Result<DeviceRun> {
@@ -240,22 +263,12 @@ fn execute(
         },
     )?;
     s.start_host_exchange()?;
-    for (name, t) in inputs {
+    for ((name, _), t) in expected.iter().zip(inputs) {
         s.write_input(name, &t.to_bytes())?;
     }
     s.call("initialize")?;
     let run = s.call("run")?;
-    let mut outputs = Vec::new();
-    for t in package
-        .manifest
-        .tensors
-        .iter()
-        .filter(|t| t.role == TensorRole::Output)
-    {
-        let bytes = s.read_output(&t.name)?;
-        let tensor = Tensor::from_bytes(dtype_of(&t.dtype, t.scale)?, t.shape.clone(), &bytes)?;
-        outputs.push((t.name.clone(), tensor));
-    }
+    let outputs = read_outputs(&s, package)?;
     // `startup` and `initialize` have no host-exchange points: the accumulated figure is run's.
     let host_exchange_cycles = s
         .profile()
@@ -279,39 +292,115 @@ fn execute(
     })
 }
 
-/// Inputs from the package's manifest, the same distribution as the reference's.
-fn inputs_for_package(package: &Package, seed: u64) -> anyhow::Result<Vec<(String, Tensor)>> {
+/// The inputs of a package from its manifest, in order.
+fn package_inputs(package: &Package) -> anyhow::Result<Vec<(String, TensorType)>> {
     let mut out = Vec::new();
-    for (i, t) in package
+    for t in package
         .manifest
         .tensors
         .iter()
         .filter(|t| t.role == TensorRole::Input)
-        .enumerate()
     {
-        let ty = ipu_graph::TensorType::new(dtype_of(&t.dtype, t.scale)?, t.shape.clone());
-        out.push((t.name.clone(), ipu_reference::make_input(&ty, i, seed)));
+        let ty = TensorType::new(dtype_of(&t.dtype, t.scale)?, t.shape.clone());
+        out.push((t.name.clone(), ty));
     }
     Ok(out)
+}
+
+/// The inputs of a graph, in order.
+fn graph_inputs(graph: &Graph) -> Vec<(String, TensorType)> {
+    graph
+        .inputs()
+        .iter()
+        .map(|&v| (graph.value(v).name.clone(), graph.value(v).ty.clone()))
+        .collect()
+}
+
+/// The inputs in the order of `expected`: those read from files, and the others generated
+/// from `seed` (input `i` as the reference's `make_inputs` draws graph input `i`).
+fn inputs_of(expected: &[(String, TensorType)], files: &FileInputs, seed: u64) -> Vec<Tensor> {
+    expected
+        .iter()
+        .zip(&files.tensors)
+        .enumerate()
+        .map(|(i, ((_, ty), file))| file.clone().unwrap_or_else(|| make_input(ty, i, seed)))
+        .collect()
+}
+
+/// Logs where every input comes from.
+fn log_input_sources(expected: &[(String, TensorType)], files: &FileInputs, d: &DeviceArgs) {
+    for ((name, _), source) in expected.iter().zip(&files.sources) {
+        if !source.is_empty() {
+            info!(input = %name, file = %source, "input read from file");
+        }
+    }
+    let generated: Vec<&str> = expected
+        .iter()
+        .zip(&files.tensors)
+        .filter(|(_, f)| f.is_none())
+        .map(|((n, _), _)| n.as_str())
+        .collect();
+    if !generated.is_empty() {
+        info!(
+            inputs = %generated.join(", "),
+            seed = d.seed,
+            "inputs generated from the seed"
+        );
+    }
+}
+
+/// Writes the outputs to `--outputs DIR`, if given, and prints where.
+fn write_output_files(files: &TensorFileArgs, outputs: &[Output]) -> anyhow::Result<()> {
+    if let Some(dir) = &files.outputs {
+        let paths = npy::write_outputs(dir, outputs, files.raw_fp8)?;
+        info!(dir = %dir.display(), files = paths.len(), "outputs written");
+        println!("outputs={} files={}", dir.display(), paths.len());
+    }
+    Ok(())
+}
+
+/// The report's list of inputs and where each came from.
+fn inputs_json(expected: &[(String, TensorType)], files: &FileInputs) -> serde_json::Value {
+    json!(
+        expected
+            .iter()
+            .zip(&files.sources)
+            .map(|((name, ty), source)| json!({
+                "name": name,
+                "type": ty.to_string(),
+                "file": (!source.is_empty()).then_some(source),
+            }))
+            .collect::<Vec<_>>()
+    )
 }
 
 /// `ipu exec`.
 pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
     let package = read_package(&a.package)?;
-    let inputs = inputs_for_package(&package, a.device.seed)?;
+    let expected = package_inputs(&package)?;
+    let files = npy::read_inputs(&expected, &a.files)?;
+    if a.files.outputs.is_some() {
+        npy::check_output_names(
+            package
+                .manifest
+                .tensors
+                .iter()
+                .filter(|t| t.role == TensorRole::Output)
+                .map(|t| t.name.as_str()),
+        )?;
+    }
+    log_input_sources(&expected, &files, &a.device);
+    let inputs = inputs_of(&expected, &files, a.device.seed);
     let profile = a
         .device
         .artifacts
         .as_ref()
         .map(|d| d.join("execution.profile.json"));
     let target = target_of(a.target.as_deref().unwrap_or(&package.manifest.target))?;
-    let r = execute(&package, target, &inputs, &a.device, profile)?;
-    if let Some(dir) = &a.outputs {
-        for (name, t) in &r.outputs {
-            write_atomically(&dir.join(format!("{name}.bin")), &t.to_bytes())?;
-        }
-    }
-    for (name, t) in &r.outputs {
+    let r = execute(&package, target, &expected, &inputs, &a.device, profile)?;
+    write_output_files(&a.files, &r.outputs)?;
+    for o in &r.outputs {
+        let (name, t) = (&o.name, &o.tensor);
         let s = t.stats();
         println!(
             "output={name} dtype={} min={:.6} max={:.6} mean={:.6} rms={:.6}",
@@ -348,7 +437,25 @@ fn peak_macs_per_cycle(target: &Target, mode: Option<AmpMode>) -> Option<u64> {
 
 /// `ipu run`.
 pub fn run(a: RunArgs) -> anyhow::Result<u8> {
-    let (graph, b, compile_ms) = compile(&a.model, &a.compile)?;
+    let graph = load_model(&a.model, &a.compile.set)?;
+    if a.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    // Input files are read and checked before anything is compiled or run.
+    let expected_inputs = graph_inputs(&graph);
+    let files = npy::read_inputs(&expected_inputs, &a.files)?;
+    if a.files.outputs.is_some() {
+        npy::check_output_names(
+            graph
+                .outputs()
+                .iter()
+                .map(|&v| graph.value(v).name.as_str()),
+        )?;
+    }
+    log_input_sources(&expected_inputs, &files, &a.device);
+    // The device and the host reference see the same inputs.
+    let inputs = inputs_of(&expected_inputs, &files, a.device.seed);
+    let (b, compile_ms) = compile(&graph, &a.compile)?;
     let dir = a
         .device
         .artifacts
@@ -360,24 +467,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     write_atomically(&package_path, &bytes)?;
     info!("application package written");
     let package = read_package(&package_path)?;
-    let inputs = make_inputs(&graph, a.device.seed);
-    let named: Vec<(String, Tensor)> = graph
-        .inputs()
-        .iter()
-        .zip(&inputs)
-        .map(|(&v, t)| (graph.value(v).name.clone(), t.clone()))
-        .collect();
-    if a.threads == 0 {
-        bail!("--threads must be at least 1");
-    }
     let target = target_of(&package.manifest.target)?;
     let r = execute(
         &package,
         target,
-        &named,
+        &expected_inputs,
+        &inputs,
         &a.device,
         Some(dir.join("execution.profile.json")),
     )?;
+    write_output_files(&a.files, &r.outputs)?;
     let start = Instant::now();
     info!(threads = a.threads, "configured host reference threads");
     let expected = evaluate(&graph, &inputs, a.reference_precision, a.threads)?;
@@ -387,7 +486,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     );
     println!("referencePrecision={}", a.reference_precision);
     let mut checks: Vec<(String, Comparison)> = Vec::new();
-    for (((name, actual), exp), &id) in r.outputs.iter().zip(&expected).zip(graph.outputs()) {
+    for ((o, exp), &id) in r.outputs.iter().zip(&expected).zip(graph.outputs()) {
+        let (name, actual) = (&o.name, &o.tensor);
         let mut tol = match a.reference_precision {
             Precision::Device => Tolerance::for_dtype(exp.dtype),
             Precision::Exact => tolerance_versus_exact(&graph, id),
@@ -479,6 +579,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         "amp_mode": b.report.amp_mode.map(|m| format!("{m:?}")),
         "reference_precision": a.reference_precision.to_string(),
         "seed": a.device.seed,
+        "inputs": inputs_json(&expected_inputs, &files),
     });
     let text = serde_json::to_string_pretty(&report)?;
     write_atomically(&dir.join("report.json"), text.as_bytes())?;
