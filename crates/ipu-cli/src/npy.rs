@@ -45,7 +45,8 @@ pub struct TensorFileArgs {
     #[arg(long = "inputs", value_name = "FILE.npz")]
     pub inputs: Option<PathBuf>,
     /// Write every graph output to DIR/NAME.npy: f32 as '<f4', f16 as '<f2', FP8 as '<f4'
-    /// values decoded with the output's scale (see --raw-fp8).
+    /// values decoded with the output's scale (see --raw-fp8). With --iterations, the last
+    /// iteration's outputs.
     #[arg(long, value_name = "DIR")]
     pub outputs: Option<PathBuf>,
     /// With --outputs: write FP8 outputs as their raw codes ('|u1') instead of decoded values.
@@ -84,6 +85,13 @@ pub struct FileInputs {
     pub tensors: Vec<Option<Tensor>>,
     /// The file each input came from (empty for generated inputs), for logs.
     pub sources: Vec<String>,
+}
+
+impl FileInputs {
+    /// Whether every input comes from a file (so every iteration sees the same inputs).
+    pub fn all_from_files(&self) -> bool {
+        self.tensors.iter().all(Option::is_some)
+    }
 }
 
 fn names_of(expected: &[(String, TensorType)]) -> String {

@@ -1,5 +1,5 @@
-//! Tensors in NumPy's formats through the real binary: `--input`, `--inputs`, `--outputs` and
-//! `--raw-fp8` of `ipu run` and `ipu exec`.
+//! Tensors in NumPy's formats and repeated calls through the real binary: `--input`,
+//! `--inputs`, `--outputs`, `--raw-fp8` and `--iterations` of `ipu run` and `ipu exec`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -48,7 +48,7 @@ fn run_matmul(d: &Path, extra: &[&str]) -> Output {
     ipu(&args)
 }
 
-/// The inputs `ipu run` generates for the small matmul from `seed`.
+/// The inputs `ipu run` generates for the small matmul from `seed` (iteration 0).
 fn matmul_inputs(seed: u64) -> Vec<ipu_reference::Tensor> {
     let params: Vec<(String, String)> = [("m", "9"), ("k", "21"), ("n", "5")]
         .iter()
@@ -307,6 +307,109 @@ fn bad_input_files_exit_2_naming_the_input_and_leave_nothing_behind() {
     );
     assert!(!err.contains("opening IPU device"), "{err}");
     assert!(!outputs.exists());
+}
+
+#[test]
+fn iterations_call_initialize_once_and_run_each_time() {
+    let d = scratch("iterations");
+    let report = d.join("report.json");
+    let last = d.join("last");
+    let o = run_matmul(
+        &d,
+        &[
+            "--iterations",
+            "3",
+            "--report",
+            s(&report),
+            "--outputs",
+            s(&last),
+        ],
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert_eq!(err.matches("call=\"initialize\"").count(), 1, "{err}");
+    assert_eq!(err.matches("call=\"run\"").count(), 3, "{err}");
+    // Every iteration is checked: three times the 45 elements of c.
+    assert!(out.contains("numericalChecks=135 "), "{out}");
+    assert_eq!(out.matches("result=PASS").count(), 3 + 1, "{out}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(j["iterations"], 3);
+    let per = j["per_iteration"].as_array().unwrap();
+    assert_eq!(per.len(), 3);
+    for (i, it) in per.iter().enumerate() {
+        let n = |k: &str| it[k].as_u64().unwrap_or_else(|| panic!("{k} in {it}"));
+        assert_eq!(n("iteration"), i as u64);
+        assert!(
+            n("host_to_device_cycles") > 0 && n("device_to_host_cycles") > 0,
+            "{it}"
+        );
+        assert_eq!(
+            n("host_exchange_cycles"),
+            n("host_to_device_cycles") + n("device_to_host_cycles")
+        );
+        assert_eq!(n("on_chip_cycles") + n("host_exchange_cycles"), n("cycles"));
+        assert_eq!(it["pass"], true);
+    }
+    // The report's existing figures are the first iteration's.
+    assert_eq!(j["device"]["cycles"], per[0]["cycles"]);
+    assert_eq!(j["host_exchange_cycles"], per[0]["host_exchange_cycles"]);
+    assert_eq!(j["checks"][0]["count"], 135);
+
+    // Generated inputs are fresh in every iteration: the last outputs are not the first's.
+    let first = d.join("first");
+    let o = run_matmul(&d, &["--outputs", s(&first)]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let c_first = std::fs::read(first.join("c.npy")).unwrap();
+    assert_ne!(std::fs::read(last.join("c.npy")).unwrap(), c_first);
+
+    // Inputs from files are the same in every iteration.
+    let inputs = matmul_inputs(0);
+    let archive = d.join("inputs.npz");
+    std::fs::write(
+        &archive,
+        npz(&[("a", f16_npy(&inputs[0])), ("b", f16_npy(&inputs[1]))]),
+    )
+    .unwrap();
+    let files = d.join("files");
+    let o = run_matmul(
+        &d,
+        &[
+            "--iterations",
+            "2",
+            "--inputs",
+            s(&archive),
+            "--outputs",
+            s(&files),
+        ],
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert_eq!(err.matches("call=\"run\"").count(), 2, "{err}");
+    assert_eq!(std::fs::read(files.join("c.npy")).unwrap(), c_first);
+
+    // `ipu exec` repeats the same way and reports every iteration.
+    let package = d.join("artifacts").join("model.ipuexe");
+    let (lock, exec_report) = (d.join("device.lock"), d.join("exec.json"));
+    let o = ipu(&[
+        "exec",
+        s(&package),
+        "--lock",
+        s(&lock),
+        "--iterations",
+        "2",
+        "--report",
+        s(&exec_report),
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert_eq!(err.matches("call=\"initialize\"").count(), 1, "{err}");
+    assert_eq!(err.matches("call=\"run\"").count(), 2, "{err}");
+    assert!(out.contains("iteration=1 cycles="), "{out}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&exec_report).unwrap()).unwrap();
+    assert_eq!(j["iterations"], 2);
+    assert_eq!(j["per_iteration"][1]["cycles"], per[1]["cycles"]);
 }
 
 #[test]
