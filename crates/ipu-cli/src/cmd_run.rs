@@ -1,23 +1,34 @@
 //! `ipu build MODEL -o FILE.ipuexe`, `ipu exec FILE.ipuexe`, and `ipu run MODEL` (build, write
 //! the package, read it back, execute on the device, check against the host reference).
+//!
+//! `exec` and `run` take inputs from NumPy files or generate them from the seed, call
+//! `initialize` once and `run` `--iterations` times in one session, and can write the outputs
+//! as NumPy files ([`crate::npy`]). Without input files every iteration gets fresh inputs
+//! ([`ipu_reference::iteration_seed`]); `run` checks every iteration against the reference of
+//! that iteration's inputs.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ipu_codegen::{BuildOptions, BuildReport};
-use ipu_graph::{DType, Graph};
+use ipu_graph::{DType, Graph, TensorType};
 use ipu_package::{Package, TensorRole};
 use ipu_reference::{
-    Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs,
+    Comparison, Precision, Tensor, Tolerance, compare, evaluate, iteration_seed, make_input,
     tolerance_versus_exact,
 };
-use ipu_runtime::{DeviceLock, LockOptions, Session, SessionOptions, SimulatorDevice};
+use ipu_runtime::{CallReport, DeviceLock, LockOptions, Session, SessionOptions, SimulatorDevice};
 use ipu_target::{AmpMode, Target, TargetKind};
 use serde_json::json;
 use tracing::info;
 
 use crate::cmd_graph::load_model;
+use crate::npy::{self, FileInputs, Output, TensorFileArgs};
+
+/// Most `--iterations` one command accepts: a bound against a mistyped count (a million calls
+/// of the smallest package take hours on the simulator), far beyond any measurement's needs.
+pub const ITERATIONS_MAX: u32 = 1_000_000;
 
 /// Options shared by `build` and `run`.
 #[derive(clap::Args, Clone)]
@@ -36,9 +47,18 @@ pub struct CompileArgs {
 /// Options of running on the device.
 #[derive(clap::Args, Clone)]
 pub struct DeviceArgs {
-    /// Seed of the inputs.
+    /// Seed of the generated inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Calls of `run` after the one `initialize`, in the same session. Generated inputs are
+    /// fresh in every iteration (iteration 0 gets the inputs of --seed itself); inputs from
+    /// files are the same in every iteration.
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(ITERATIONS_MAX))
+    )]
+    iterations: u32,
     /// Device ownership lock file (default: the system temporary directory's
     /// `ipu-stack-device.lock`).
     #[arg(long)]
@@ -74,9 +94,8 @@ pub struct BuildArgs {
 pub struct ExecArgs {
     /// The package.
     package: PathBuf,
-    /// Write each output's dense bytes to DIR/NAME.bin.
-    #[arg(long)]
-    outputs: Option<PathBuf>,
+    #[command(flatten)]
+    files: TensorFileArgs,
     /// The device's target (default: the package's); a package for another target is refused.
     #[arg(long)]
     target: Option<String>,
@@ -93,6 +112,8 @@ pub struct RunArgs {
     compile: CompileArgs,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    files: TensorFileArgs,
     /// Precision of the host reference: device (emulates the device's rounding) or exact.
     #[arg(long, default_value = "device")]
     reference_precision: Precision,
@@ -116,26 +137,22 @@ fn target_of(name: &str) -> anyhow::Result<Target> {
         .ok_or_else(|| anyhow::anyhow!("unknown target {name:?}; known targets: gc200, bow, c600"))
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory, so a failure never
-/// leaves a partial file that looks complete.
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename
+/// (removed on failure), so a failure never leaves a partial file that looks complete.
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+    Ok(ipu_runtime::profile::write_atomically(path, bytes)?)
 }
 
-fn compile(model: &str, c: &CompileArgs) -> anyhow::Result<(Graph, ipu_codegen::Build, u64)> {
-    let graph = load_model(model, &c.set)?;
+fn compile(graph: &Graph, c: &CompileArgs) -> anyhow::Result<(ipu_codegen::Build, u64)> {
     let target = target_of(&c.target)?;
     let tiles = c.tiles.unwrap_or(target.tiles);
     let start = Instant::now();
-    let build = ipu_codegen::build(&graph, &BuildOptions { target, tiles })
+    let build = ipu_codegen::build(graph, &BuildOptions { target, tiles })
         .with_context(|| format!("building {}", graph.name))?;
-    Ok((graph, build, start.elapsed().as_millis() as u64))
+    Ok((build, start.elapsed().as_millis() as u64))
 }
 
 fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
@@ -153,7 +170,8 @@ fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
 
 /// `ipu build`.
 pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
-    let (graph, b, ms) = compile(&a.model, &a.compile)?;
+    let graph = load_model(&a.model, &a.compile.set)?;
+    let (b, ms) = compile(&graph, &a.compile)?;
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&a.output, &bytes)?;
@@ -199,13 +217,20 @@ fn dtype_of(name: &str, scale: i32) -> anyhow::Result<DType> {
 
 /// What a device run produced.
 struct DeviceRun {
-    outputs: Vec<(String, Tensor)>,
-    run: ipu_runtime::CallReport,
+    /// The last iteration's outputs, in the package's order.
+    outputs: Vec<Output>,
+    /// The `run` call of every iteration.
+    runs: Vec<CallReport>,
     profile_path: Option<PathBuf>,
     profile_tiles: usize,
     profile_samples: usize,
-    /// Host-exchange cycles of the `run` call on its critical tile.
-    host_exchange_cycles: u64,
+}
+
+impl DeviceRun {
+    /// The first iteration's `run` call: the figures of the summary and the report's top level.
+    fn first(&self) -> &CallReport {
+        &self.runs[0]
+    }
 }
 
 fn open_lock(d: &DeviceArgs) -> anyhow::Result<DeviceLock> {
@@ -220,14 +245,82 @@ fn open_lock(d: &DeviceArgs) -> anyhow::Result<DeviceLock> {
     Ok(DeviceLock::acquire(&o)?)
 }
 
-/// Loads `package` on the simulated device, writes `inputs`, calls `initialize` and `run`, and
-/// reads every output back.
+/// The inputs of one iteration, in the order of `expected`: those read from files, and the
+/// others generated from the iteration's seed (input `i` as the reference's `make_inputs`
+/// draws graph input `i`).
+fn iteration_inputs(
+    expected: &[(String, TensorType)],
+    files: &FileInputs,
+    seed: u64,
+    iteration: u32,
+) -> Vec<Tensor> {
+    let seed = iteration_seed(seed, u64::from(iteration));
+    expected
+        .iter()
+        .zip(&files.tensors)
+        .enumerate()
+        .map(|(i, ((_, ty), file))| file.clone().unwrap_or_else(|| make_input(ty, i, seed)))
+        .collect()
+}
+
+/// Logs where every input comes from.
+fn log_input_sources(expected: &[(String, TensorType)], files: &FileInputs, d: &DeviceArgs) {
+    for ((name, _), source) in expected.iter().zip(&files.sources) {
+        if !source.is_empty() {
+            info!(input = %name, file = %source, "input read from file");
+        }
+    }
+    let generated: Vec<&str> = expected
+        .iter()
+        .zip(&files.tensors)
+        .filter(|(_, f)| f.is_none())
+        .map(|((n, _), _)| n.as_str())
+        .collect();
+    if !generated.is_empty() {
+        info!(
+            inputs = %generated.join(", "),
+            seed = d.seed,
+            fresh_per_iteration = d.iterations > 1,
+            "inputs generated from the seed"
+        );
+    }
+}
+
+/// The package's outputs read back from the session.
+fn read_outputs(s: &Session<'_>, package: &Package) -> anyhow::Result<Vec<Output>> {
+    let mut outputs = Vec::new();
+    for t in package
+        .manifest
+        .tensors
+        .iter()
+        .filter(|t| t.role == TensorRole::Output)
+    {
+        let dense = s.read_output(&t.name)?;
+        let tensor = Tensor::from_bytes(dtype_of(&t.dtype, t.scale)?, t.shape.clone(), &dense)?;
+        outputs.push(Output {
+            name: t.name.clone(),
+            tensor,
+            dense,
+        });
+    }
+    Ok(outputs)
+}
+
+/// What [`execute`] calls after every iteration with its index, its inputs (in the order of
+/// the expected inputs) and the outputs it read back.
+type EachIteration<'a> = dyn FnMut(u32, &[Tensor], &[Output]) -> anyhow::Result<()> + 'a;
+
+/// Loads `package` on the simulated device, calls `initialize` once and `run` once per
+/// iteration, each time writing the iteration's inputs before and reading every output after;
+/// `each` sees every iteration's inputs (in the order of `expected`) and outputs.
 fn execute(
     package: &Package,
     target: Target,
-    inputs: &[(String, Tensor)],
+    expected: &[(String, TensorType)],
+    files: &FileInputs,
     d: &DeviceArgs,
     profile: Option<PathBuf>,
+    each: &mut EachIteration<'_>,
 ) -> anyhow::Result<DeviceRun> {
     let lock = open_lock(d)?;
     let device = Box::new(SimulatorDevice::new(target));
@@ -240,29 +333,23 @@ fn execute(
         },
     )?;
     s.start_host_exchange()?;
-    for (name, t) in inputs {
-        s.write_input(name, &t.to_bytes())?;
-    }
-    s.call("initialize")?;
-    let run = s.call("run")?;
+    let mut runs = Vec::new();
     let mut outputs = Vec::new();
-    for t in package
-        .manifest
-        .tensors
-        .iter()
-        .filter(|t| t.role == TensorRole::Output)
-    {
-        let bytes = s.read_output(&t.name)?;
-        let tensor = Tensor::from_bytes(dtype_of(&t.dtype, t.scale)?, t.shape.clone(), &bytes)?;
-        outputs.push((t.name.clone(), tensor));
+    for iteration in 0..d.iterations {
+        let inputs = iteration_inputs(expected, files, d.seed, iteration);
+        for ((name, _), t) in expected.iter().zip(&inputs) {
+            s.write_input(name, &t.to_bytes())?;
+        }
+        if iteration == 0 {
+            s.call("initialize")?;
+        }
+        if d.iterations > 1 {
+            info!(iteration, iterations = d.iterations, "iteration starts");
+        }
+        runs.push(s.call("run")?);
+        outputs = read_outputs(&s, package)?;
+        each(iteration, &inputs, &outputs)?;
     }
-    // `startup` and `initialize` have no host-exchange points: the accumulated figure is run's.
-    let host_exchange_cycles = s
-        .profile()
-        .tiles
-        .iter()
-        .find(|t| t.tile == run.counters.critical_tile)
-        .map_or(0, |t| t.host_exchange_cycles);
     let (mut profile_tiles, mut profile_samples) = (0, 0);
     if let Some(p) = &profile {
         let prof = s.write_profile(p)?;
@@ -271,47 +358,131 @@ fn execute(
     }
     Ok(DeviceRun {
         outputs,
-        run,
+        runs,
         profile_path: profile,
         profile_tiles,
         profile_samples,
-        host_exchange_cycles,
     })
 }
 
-/// Inputs from the package's manifest, the same distribution as the reference's.
-fn inputs_for_package(package: &Package, seed: u64) -> anyhow::Result<Vec<(String, Tensor)>> {
+/// The inputs of a package from its manifest, in order.
+fn package_inputs(package: &Package) -> anyhow::Result<Vec<(String, TensorType)>> {
     let mut out = Vec::new();
-    for (i, t) in package
+    for t in package
         .manifest
         .tensors
         .iter()
         .filter(|t| t.role == TensorRole::Input)
-        .enumerate()
     {
-        let ty = ipu_graph::TensorType::new(dtype_of(&t.dtype, t.scale)?, t.shape.clone());
-        out.push((t.name.clone(), ipu_reference::make_input(&ty, i, seed)));
+        let ty = TensorType::new(dtype_of(&t.dtype, t.scale)?, t.shape.clone());
+        out.push((t.name.clone(), ty));
     }
     Ok(out)
+}
+
+/// The inputs of a graph, in order.
+fn graph_inputs(graph: &Graph) -> Vec<(String, TensorType)> {
+    graph
+        .inputs()
+        .iter()
+        .map(|&v| (graph.value(v).name.clone(), graph.value(v).ty.clone()))
+        .collect()
+}
+
+/// Writes the outputs to `--outputs DIR`, if given, and prints where.
+fn write_output_files(files: &TensorFileArgs, outputs: &[Output]) -> anyhow::Result<()> {
+    if let Some(dir) = &files.outputs {
+        let paths = npy::write_outputs(dir, outputs, files.raw_fp8)?;
+        info!(dir = %dir.display(), files = paths.len(), "outputs written");
+        println!("outputs={} files={}", dir.display(), paths.len());
+    }
+    Ok(())
+}
+
+/// The report's figures of one `run` call: its cycles, the host exchange of the inputs and of
+/// the outputs, and the rest (on chip).
+fn call_json(iteration: u32, r: &CallReport) -> serde_json::Value {
+    let c = &r.counters;
+    json!({
+        "iteration": iteration,
+        "cycles": c.cycles,
+        "compute_cycles": c.compute_cycles,
+        "exchange_cycles": c.exchange_cycles,
+        "sync_cycles": c.sync_cycles,
+        "host_exchange_cycles": c.host_exchange_cycles,
+        "host_to_device_cycles": c.host_to_device_cycles,
+        "device_to_host_cycles": c.device_to_host_cycles,
+        "on_chip_cycles": c.cycles.saturating_sub(c.host_exchange_cycles),
+        "instructions": c.instructions,
+    })
+}
+
+/// The report's list of inputs and where each came from.
+fn inputs_json(expected: &[(String, TensorType)], files: &FileInputs) -> serde_json::Value {
+    json!(
+        expected
+            .iter()
+            .zip(&files.sources)
+            .map(|((name, ty), source)| json!({
+                "name": name,
+                "type": ty.to_string(),
+                "file": (!source.is_empty()).then_some(source),
+            }))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Prints one line per iteration when there are several.
+fn print_iterations(r: &DeviceRun) {
+    if r.runs.len() < 2 {
+        return;
+    }
+    for (i, run) in r.runs.iter().enumerate() {
+        let c = &run.counters;
+        println!(
+            "iteration={i} cycles={} host_to_device_cycles={} device_to_host_cycles={} on_chip_cycles={}",
+            c.cycles,
+            c.host_to_device_cycles,
+            c.device_to_host_cycles,
+            c.cycles.saturating_sub(c.host_exchange_cycles)
+        );
+    }
 }
 
 /// `ipu exec`.
 pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
     let package = read_package(&a.package)?;
-    let inputs = inputs_for_package(&package, a.device.seed)?;
+    let expected = package_inputs(&package)?;
+    let files = npy::read_inputs(&expected, &a.files)?;
+    if a.files.outputs.is_some() {
+        npy::check_output_names(
+            package
+                .manifest
+                .tensors
+                .iter()
+                .filter(|t| t.role == TensorRole::Output)
+                .map(|t| t.name.as_str()),
+        )?;
+    }
+    log_input_sources(&expected, &files, &a.device);
     let profile = a
         .device
         .artifacts
         .as_ref()
         .map(|d| d.join("execution.profile.json"));
     let target = target_of(a.target.as_deref().unwrap_or(&package.manifest.target))?;
-    let r = execute(&package, target, &inputs, &a.device, profile)?;
-    if let Some(dir) = &a.outputs {
-        for (name, t) in &r.outputs {
-            write_atomically(&dir.join(format!("{name}.bin")), &t.to_bytes())?;
-        }
-    }
-    for (name, t) in &r.outputs {
+    let r = execute(
+        &package,
+        target,
+        &expected,
+        &files,
+        &a.device,
+        profile,
+        &mut |_, _, _| Ok(()),
+    )?;
+    write_output_files(&a.files, &r.outputs)?;
+    for o in &r.outputs {
+        let (name, t) = (&o.name, &o.tensor);
         let s = t.stats();
         println!(
             "output={name} dtype={} min={:.6} max={:.6} mean={:.6} rms={:.6}",
@@ -319,6 +490,34 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
         );
     }
     print_device(&r, &a.package, package.tiles.len());
+    print_iterations(&r);
+    let c = &r.first().counters;
+    let report = json!({
+        "model": package.manifest.model,
+        "target": package.manifest.target,
+        "package": a.package.display().to_string(),
+        "device": {
+            "name": "simulator",
+            "cycles": c.cycles,
+            "compute_cycles": c.compute_cycles,
+            "exchange_cycles": c.exchange_cycles,
+            "sync_cycles": c.sync_cycles,
+            "instructions": c.instructions,
+        },
+        "on_chip_cycles": c.cycles.saturating_sub(c.host_exchange_cycles),
+        "host_exchange_cycles": c.host_exchange_cycles,
+        "seed": a.device.seed,
+        "inputs": inputs_json(&expected, &files),
+        "iterations": r.runs.len(),
+        "per_iteration": r.runs.iter().enumerate().map(|(i, run)| call_json(i as u32, run)).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&report)?;
+    if let Some(dir) = &a.device.artifacts {
+        write_atomically(&dir.join("report.json"), text.as_bytes())?;
+    }
+    if let Some(p) = &a.device.report {
+        write_atomically(p, text.as_bytes())?;
+    }
     Ok(0)
 }
 
@@ -331,7 +530,7 @@ fn print_device(r: &DeviceRun, package: &Path, tiles: usize) {
             r.profile_samples
         );
     }
-    let c = &r.run.counters;
+    let c = &r.first().counters;
     println!(
         "cycles={} compute_cycles={} exchange_cycles={} sync_cycles={} instructions={}",
         c.cycles, c.compute_cycles, c.exchange_cycles, c.sync_cycles, c.instructions
@@ -342,13 +541,56 @@ fn print_device(r: &DeviceRun, package: &Path, tiles: usize) {
     );
 }
 
+/// Combines the comparisons of one output over several iterations: counts add up, the error
+/// maxima and the cosine minimum are over all, the rms error is over all elements.
+fn merge_comparisons(a: &Comparison, b: &Comparison) -> Comparison {
+    let checks = a.checks + b.checks;
+    let sum_sq = |c: &Comparison| c.rms_error * c.rms_error * c.checks as f64;
+    Comparison {
+        checks,
+        max_abs_error: a.max_abs_error.max(b.max_abs_error),
+        rms_error: ((sum_sq(a) + sum_sq(b)) / checks.max(1) as f64).sqrt(),
+        min_cosine: a.min_cosine.min(b.min_cosine),
+        beyond_tolerance: a.beyond_tolerance + b.beyond_tolerance,
+        tolerance: a.tolerance,
+    }
+}
+
+fn check_json(name: &str, c: &Comparison) -> serde_json::Value {
+    json!({
+        "name": name,
+        "count": c.checks,
+        "max_abs_error": c.max_abs_error,
+        "rms_error": c.rms_error,
+        "min_cosine": c.min_cosine,
+        "threshold": {"atol": c.tolerance.atol, "rtol": c.tolerance.rtol, "min_cosine": c.tolerance.min_cosine},
+        "pass": c.pass(),
+    })
+}
+
 fn peak_macs_per_cycle(target: &Target, mode: Option<AmpMode>) -> Option<u64> {
     mode.and_then(|m| target.chip_macs_per_cycle(m))
 }
 
 /// `ipu run`.
 pub fn run(a: RunArgs) -> anyhow::Result<u8> {
-    let (graph, b, compile_ms) = compile(&a.model, &a.compile)?;
+    let graph = load_model(&a.model, &a.compile.set)?;
+    if a.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    // Input files are read and checked before anything is compiled or run.
+    let expected_inputs = graph_inputs(&graph);
+    let files = npy::read_inputs(&expected_inputs, &a.files)?;
+    if a.files.outputs.is_some() {
+        npy::check_output_names(
+            graph
+                .outputs()
+                .iter()
+                .map(|&v| graph.value(v).name.as_str()),
+        )?;
+    }
+    log_input_sources(&expected_inputs, &files, &a.device);
+    let (b, compile_ms) = compile(&graph, &a.compile)?;
     let dir = a
         .device
         .artifacts
@@ -360,43 +602,59 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     write_atomically(&package_path, &bytes)?;
     info!("application package written");
     let package = read_package(&package_path)?;
-    let inputs = make_inputs(&graph, a.device.seed);
-    let named: Vec<(String, Tensor)> = graph
-        .inputs()
-        .iter()
-        .zip(&inputs)
-        .map(|(&v, t)| (graph.value(v).name.clone(), t.clone()))
-        .collect();
-    if a.threads == 0 {
-        bail!("--threads must be at least 1");
-    }
     let target = target_of(&package.manifest.target)?;
+    // Every iteration's outputs against the reference of that iteration's inputs; inputs that
+    // all come from files are the same in every iteration, and so is their reference.
+    let mut per_iteration: Vec<Vec<(String, Comparison)>> = Vec::new();
+    let mut reference_of_files: Option<Vec<Tensor>> = None;
+    let mut check = |_: u32, inputs: &[Tensor], outputs: &[Output]| -> anyhow::Result<()> {
+        let expected = match &reference_of_files {
+            Some(e) => e.clone(),
+            None => {
+                let start = Instant::now();
+                info!(threads = a.threads, "configured host reference threads");
+                let e = evaluate(&graph, inputs, a.reference_precision, a.threads)?;
+                info!(
+                    elapsed_ms = start.elapsed().as_millis() as u64,
+                    "evaluated host reference"
+                );
+                if files.all_from_files() {
+                    reference_of_files = Some(e.clone());
+                }
+                e
+            }
+        };
+        let mut checks = Vec::new();
+        for ((o, exp), &id) in outputs.iter().zip(&expected).zip(graph.outputs()) {
+            let mut tol = match a.reference_precision {
+                Precision::Device => Tolerance::for_dtype(exp.dtype),
+                Precision::Exact => tolerance_versus_exact(&graph, id),
+            };
+            tol.atol = a.atol.unwrap_or(tol.atol);
+            tol.rtol = a.rtol.unwrap_or(tol.rtol);
+            tol.min_cosine = a.min_cosine.unwrap_or(tol.min_cosine);
+            checks.push((o.name.clone(), compare(&o.tensor, exp, &tol)));
+        }
+        per_iteration.push(checks);
+        Ok(())
+    };
     let r = execute(
         &package,
         target,
-        &named,
+        &expected_inputs,
+        &files,
         &a.device,
         Some(dir.join("execution.profile.json")),
+        &mut check,
     )?;
-    let start = Instant::now();
-    info!(threads = a.threads, "configured host reference threads");
-    let expected = evaluate(&graph, &inputs, a.reference_precision, a.threads)?;
-    info!(
-        elapsed_ms = start.elapsed().as_millis() as u64,
-        "evaluated host reference"
-    );
+    write_output_files(&a.files, &r.outputs)?;
     println!("referencePrecision={}", a.reference_precision);
-    let mut checks: Vec<(String, Comparison)> = Vec::new();
-    for (((name, actual), exp), &id) in r.outputs.iter().zip(&expected).zip(graph.outputs()) {
-        let mut tol = match a.reference_precision {
-            Precision::Device => Tolerance::for_dtype(exp.dtype),
-            Precision::Exact => tolerance_versus_exact(&graph, id),
-        };
-        tol.atol = a.atol.unwrap_or(tol.atol);
-        tol.rtol = a.rtol.unwrap_or(tol.rtol);
-        tol.min_cosine = a.min_cosine.unwrap_or(tol.min_cosine);
-        let c = compare(actual, exp, &tol);
-        checks.push((name.clone(), c));
+    // One comparison per output over all iterations.
+    let mut checks: Vec<(String, Comparison)> = per_iteration.first().cloned().unwrap_or_default();
+    for later in per_iteration.iter().skip(1) {
+        for ((_, all), (_, c)) in checks.iter_mut().zip(later) {
+            *all = merge_comparisons(all, c);
+        }
     }
     let pass = checks.iter().all(|(_, c)| c.pass());
     let total: usize = checks.iter().map(|(_, c)| c.checks).sum();
@@ -412,10 +670,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         .sqrt();
     let min_cos = checks.iter().map(|(_, c)| c.min_cosine).fold(1.0, f64::min);
     print_device(&r, &package_path, package.tiles.len());
-    let c = &r.run.counters;
+    let c = &r.first().counters;
     // Efficiency: the matmuls' MACs against the AMP's peak for their mode, over the whole
     // `run` call and over its on-chip part (without the host-exchange points).
-    let on_chip_cycles = c.cycles.saturating_sub(r.host_exchange_cycles);
+    let host_exchange_cycles = c.host_exchange_cycles;
+    let on_chip_cycles = c.cycles.saturating_sub(host_exchange_cycles);
     let eff = |cycles: u64| {
         peak_macs_per_cycle(&target, b.report.amp_mode)
             .filter(|_| cycles > 0 && b.report.macs > 0)
@@ -424,15 +683,22 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     let (efficiency, efficiency_on_chip) = (eff(c.cycles), eff(on_chip_cycles));
     let text = |e: Option<f64>| e.map_or("n/a".to_string(), |e| format!("{e:.4}"));
     println!(
-        "estimated_cycles={} final_cycles={} device_cycles={} host_exchange_cycles={} on_chip_cycles={on_chip_cycles} efficiency={} efficiency_on_chip={}",
+        "estimated_cycles={} final_cycles={} device_cycles={} host_exchange_cycles={host_exchange_cycles} on_chip_cycles={on_chip_cycles} efficiency={} efficiency_on_chip={}",
         b.report.estimated_cycles,
         b.report.final_cycles,
         c.cycles,
-        r.host_exchange_cycles,
         text(efficiency),
         text(efficiency_on_chip)
     );
+    print_iterations(&r);
     let verdict = if pass { "PASS" } else { "FAIL" };
+    if per_iteration.len() > 1 {
+        for (i, iteration) in per_iteration.iter().enumerate() {
+            for (name, c) in iteration {
+                println!("iteration={i} output={name} {c}");
+            }
+        }
+    }
     for (name, c) in &checks {
         println!("output={name} {c}");
     }
@@ -462,23 +728,23 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         },
         "peak_tile_bytes": {"standard": b.report.peak_standard_bytes, "interleaved": b.report.peak_interleaved_bytes},
         "package_bytes": bytes.len(),
-        "checks": checks.iter().map(|(n, c)| json!({
-            "name": n,
-            "count": c.checks,
-            "max_abs_error": c.max_abs_error,
-            "rms_error": c.rms_error,
-            "min_cosine": c.min_cosine,
-            "threshold": {"atol": c.tolerance.atol, "rtol": c.tolerance.rtol, "min_cosine": c.tolerance.min_cosine},
-            "pass": c.pass(),
-        })).collect::<Vec<_>>(),
+        "checks": checks.iter().map(|(n, c)| check_json(n, c)).collect::<Vec<_>>(),
         "flops": 2 * b.report.macs,
         "efficiency": efficiency,
         "efficiency_on_chip": efficiency_on_chip,
         "on_chip_cycles": on_chip_cycles,
-        "host_exchange_cycles": r.host_exchange_cycles,
+        "host_exchange_cycles": host_exchange_cycles,
         "amp_mode": b.report.amp_mode.map(|m| format!("{m:?}")),
         "reference_precision": a.reference_precision.to_string(),
         "seed": a.device.seed,
+        "inputs": inputs_json(&expected_inputs, &files),
+        "iterations": r.runs.len(),
+        "per_iteration": r.runs.iter().zip(&per_iteration).enumerate().map(|(i, (run, checks))| {
+            let mut j = call_json(i as u32, run);
+            j["checks"] = json!(checks.iter().map(|(n, c)| check_json(n, c)).collect::<Vec<_>>());
+            j["pass"] = json!(checks.iter().all(|(_, c)| c.pass()));
+            j
+        }).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&report)?;
     write_atomically(&dir.join("report.json"), text.as_bytes())?;

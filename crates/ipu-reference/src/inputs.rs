@@ -11,6 +11,10 @@
 //!   sign below 1.
 //!
 //! Generation is sequential and independent of any thread count.
+//!
+//! A run that calls the program several times draws iteration `i`'s inputs from
+//! [`iteration_seed`]`(seed, i)`: `seed` itself for iteration 0, so a single call sees the
+//! inputs it always did.
 
 use ipu_graph::{Graph, TensorType};
 
@@ -22,13 +26,17 @@ const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 struct SplitMix64(u64);
 
+/// SplitMix64's output function of a state (it maps 0 to 0).
+fn splitmix_mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(SPLITMIX_GAMMA);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        splitmix_mix(self.0)
     }
 
     /// Uniform on [-1, 1) in steps of 2^-23.
@@ -60,5 +68,30 @@ pub fn make_input(ty: &TensorType, index: usize, seed: u64) -> Tensor {
         dtype: ty.dtype,
         shape: ty.shape.clone(),
         data,
+    }
+}
+
+/// The seed of iteration `iteration`'s inputs in a run of several iterations from `seed`:
+/// `seed` plus the `iteration`-th output of a SplitMix64 stream started at state 0, whose 0-th
+/// output is 0, so iteration 0 uses `seed` itself. The offsets are spread over the whole 64-bit
+/// range, so no iteration's input streams overlap another's in practice.
+pub fn iteration_seed(seed: u64, iteration: u64) -> u64 {
+    seed.wrapping_add(splitmix_mix(iteration.wrapping_mul(SPLITMIX_GAMMA)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iteration_zero_keeps_the_seed_and_later_ones_differ() {
+        for seed in [0, 1, 42, u64::MAX] {
+            assert_eq!(iteration_seed(seed, 0), seed);
+            let seeds: std::collections::BTreeSet<u64> =
+                (0..1000).map(|i| iteration_seed(seed, i)).collect();
+            assert_eq!(seeds.len(), 1000, "seed {seed}");
+        }
+        // The first offset is SplitMix64's first output from state 0.
+        assert_eq!(iteration_seed(0, 1), SplitMix64(0).next());
     }
 }

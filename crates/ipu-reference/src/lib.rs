@@ -44,7 +44,7 @@ use ipu_numerics::{Overflow, round_to_f16};
 pub use compare::{Comparison, Stats, Tolerance, compare, tolerance_versus_exact};
 pub use eval::evaluate;
 pub use gemm::F16_PARTIALS_K_BLOCK;
-pub use inputs::{make_input, make_inputs};
+pub use inputs::{iteration_seed, make_input, make_inputs};
 
 /// Which arithmetic the reference follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

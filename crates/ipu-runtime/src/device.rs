@@ -51,6 +51,18 @@ pub struct DeviceCounters {
     pub exchange_cycles: u64,
     /// Cycles spent waiting in syncs.
     pub sync_cycles: u64,
+    /// The part of `exchange_cycles` spent at host-exchange points.
+    #[serde(default)]
+    pub host_exchange_cycles: u64,
+    /// The part of `host_exchange_cycles` at points that only move bytes from the host pages
+    /// into tile memory (the inputs).
+    #[serde(default)]
+    pub host_to_device_cycles: u64,
+    /// The part of `host_exchange_cycles` at points that only move bytes from tile memory into
+    /// the host pages (the outputs). A point moving bytes both ways, or none, counts in neither
+    /// part.
+    #[serde(default)]
+    pub device_to_host_cycles: u64,
     /// Instructions issued, all tiles and contexts.
     pub instructions: u64,
     /// Bulk-synchronous steps the call went through (the final `halt` included).
@@ -72,6 +84,12 @@ pub struct TileCounters {
     pub exchange_cycles: u64,
     /// The part of `exchange_cycles` spent at host-exchange points.
     pub host_exchange_cycles: u64,
+    /// The part of `host_exchange_cycles` at points that only move bytes into tile memory.
+    #[serde(default)]
+    pub host_to_device_cycles: u64,
+    /// The part of `host_exchange_cycles` at points that only move bytes into the host pages.
+    #[serde(default)]
+    pub device_to_host_cycles: u64,
     /// Cycles in syncs (waiting for the slowest tile, plus the sync itself).
     pub sync_cycles: u64,
     /// Instructions issued on the tile (all contexts).

@@ -54,13 +54,28 @@ fn write_call_read_doubles_every_element() {
             + report.counters.sync_cycles
     );
     assert!(report.counters.instructions > 0);
+    // The inputs' point and the outputs' point, each with its own cycles.
+    let c = &report.counters;
+    assert!(
+        c.host_to_device_cycles > 0 && c.device_to_host_cycles > 0,
+        "{c:?}"
+    );
+    assert_eq!(
+        c.host_exchange_cycles,
+        c.host_to_device_cycles + c.device_to_host_cycles
+    );
+    assert!(c.host_exchange_cycles <= c.exchange_cycles);
     // 2256 cycles at 1.33 GHz.
     assert_eq!(report.device_time_ns, report.counters.cycles * 1000 / 1330);
 
     // A second run on new inputs.
     let x2: Vec<f32> = x.iter().map(|v| v + 100.0).collect();
     session.write_input("x", &f32_bytes(&x2)).unwrap();
-    session.call("run").unwrap();
+    let report2 = session.call("run").unwrap();
+    assert_eq!(
+        report2.counters.host_exchange_cycles,
+        c.host_exchange_cycles
+    );
     let y2 = f32_values(&session.read_output("y").unwrap());
     assert_eq!(y2, x2.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
 }

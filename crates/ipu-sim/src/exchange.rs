@@ -320,13 +320,22 @@ pub(crate) fn exchange(
     Ok(ipu_target::EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + horizon as u64)
 }
 
+/// Bytes a host-exchange point moved, by direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct HostBytes {
+    /// From host pages into tile memory.
+    pub to_device: u64,
+    /// From tile memory into host pages.
+    pub to_host: u64,
+}
+
 /// Executes a host-exchange point over the active tiles. Returns the bytes moved.
 pub(crate) fn host_exchange(
     tiles: &mut [Tile],
     arrivals: &[Arrival],
     pages: &mut [Vec<u8>],
     target: &Target,
-) -> Result<u64, Fault> {
+) -> Result<HostBytes, Fault> {
     let mut tables = Vec::with_capacity(tiles.len());
     for (t, a) in tiles.iter_mut().zip(arrivals) {
         tables.push(read_table(
@@ -337,7 +346,7 @@ pub(crate) fn host_exchange(
             HostTable::from_bytes,
         )?);
     }
-    let mut total = 0u64;
+    let mut total = HostBytes::default();
     for (t, table) in tables.iter().enumerate() {
         for (i, row) in table.rows.iter().enumerate() {
             let bad = |tiles: &mut [Tile], addr: Option<u32>, msg: String| {
@@ -383,10 +392,15 @@ pub(crate) fn host_exchange(
             }
             let range = row.page_offset as usize..row.page_offset as usize + row.bytes as usize;
             match row.direction {
-                HostDirection::ToDevice => tiles[t].host_write(row.tile_addr, &page[range]),
-                HostDirection::ToHost => tiles[t].mem.read_into(row.tile_addr, &mut page[range]),
+                HostDirection::ToDevice => {
+                    tiles[t].host_write(row.tile_addr, &page[range]);
+                    total.to_device += row.bytes as u64;
+                }
+                HostDirection::ToHost => {
+                    tiles[t].mem.read_into(row.tile_addr, &mut page[range]);
+                    total.to_host += row.bytes as u64;
+                }
             }
-            total += row.bytes as u64;
         }
     }
     Ok(total)

@@ -31,7 +31,9 @@
 //!   `EXCHANGE_PHASE_OVERHEAD_CYCLES + horizon` (exchange cycles); `hostx` costs
 //!   `HOST_EXCHANGE_OVERHEAD_CYCLES + bytes / HOST_EXCHANGE_BYTES_PER_CYCLE` for the bytes of
 //!   all tiles, counted as exchange cycles and also reported separately in
-//!   [`TileCounters::host_exchange_cycles`]. `halt` ends the run on a tile without a barrier.
+//!   [`TileCounters::host_exchange_cycles`], and by direction in
+//!   [`TileCounters::host_to_device_cycles`] and [`TileCounters::device_to_host_cycles`].
+//!   `halt` ends the run on a tile without a barrier.
 //! - **Determinism**: tiles run in parallel (rayon) between global steps; each tile's
 //!   simulation depends only on its own state, and every cross-tile step is serial in tile
 //!   order, so results are bit-identical at any thread count.
@@ -104,6 +106,13 @@ pub struct TileCounters {
     pub exchange_cycles: u64,
     /// The part of `exchange_cycles` spent at host-exchange points.
     pub host_exchange_cycles: u64,
+    /// The part of `host_exchange_cycles` spent at points that move bytes only from host pages
+    /// into tile memory (a program's inputs).
+    pub host_to_device_cycles: u64,
+    /// The part of `host_exchange_cycles` spent at points that move bytes only from tile memory
+    /// into host pages (a program's outputs). A point moving bytes both ways, or none, counts
+    /// in neither part.
+    pub device_to_host_cycles: u64,
     /// Cycles waiting for the slowest tile at global steps, plus the sync cost.
     pub sync_cycles: u64,
     /// Worker instructions issued (a bundle counts 2).
@@ -162,6 +171,14 @@ pub struct RunReport {
     pub exchange_cycles: u64,
     /// That tile's sync cycles in this run.
     pub sync_cycles: u64,
+    /// The part of that tile's exchange cycles spent at host-exchange points in this run.
+    pub host_exchange_cycles: u64,
+    /// The part of `host_exchange_cycles` at points moving bytes only into tile memory (see
+    /// [`TileCounters::host_to_device_cycles`]).
+    pub host_to_device_cycles: u64,
+    /// The part of `host_exchange_cycles` at points moving bytes only into host pages (see
+    /// [`TileCounters::device_to_host_cycles`]).
+    pub device_to_host_cycles: u64,
     /// Instructions issued by all active tiles in this run.
     pub instructions: u64,
     /// Worker instructions issued by all active tiles in this run.
@@ -344,6 +361,9 @@ impl Device {
                 report.compute_cycles = c.compute_cycles - b.compute_cycles;
                 report.exchange_cycles = c.exchange_cycles - b.exchange_cycles;
                 report.sync_cycles = c.sync_cycles - b.sync_cycles;
+                report.host_exchange_cycles = c.host_exchange_cycles - b.host_exchange_cycles;
+                report.host_to_device_cycles = c.host_to_device_cycles - b.host_to_device_cycles;
+                report.device_to_host_cycles = c.device_to_host_cycles - b.device_to_host_cycles;
                 report.critical_tile = i as u32;
             }
             report.instructions += c.instructions() - b.instructions();
@@ -418,10 +438,10 @@ impl Device {
             }
             let latest = self.tiles[..n].iter().map(|t| t.time).max().unwrap_or(0);
             let (cost, host) = match first.kind {
-                GlobalKind::Sync => (self.target.sync_cycles as u64, false),
+                GlobalKind::Sync => (self.target.sync_cycles as u64, None),
                 GlobalKind::Exch => (
                     exchange::exchange(&mut self.tiles[..n], &arr, &self.target)?,
-                    false,
+                    None,
                 ),
                 GlobalKind::HostX => {
                     let bytes = exchange::host_exchange(
@@ -430,10 +450,11 @@ impl Device {
                         &mut self.host_pages,
                         &self.target,
                     )?;
+                    let total = bytes.to_device + bytes.to_host;
                     (
                         ipu_target::HOST_EXCHANGE_OVERHEAD_CYCLES as u64
-                            + bytes.div_ceil(ipu_target::HOST_EXCHANGE_BYTES_PER_CYCLE as u64),
-                        true,
+                            + total.div_ceil(ipu_target::HOST_EXCHANGE_BYTES_PER_CYCLE as u64),
+                        Some(bytes),
                     )
                 }
                 GlobalKind::Halt => unreachable!("handled above"),
@@ -446,8 +467,13 @@ impl Device {
                     GlobalKind::Sync => c.sync_cycles += cost,
                     _ => {
                         c.exchange_cycles += cost;
-                        if host {
+                        if let Some(bytes) = host {
                             c.host_exchange_cycles += cost;
+                            match (bytes.to_device > 0, bytes.to_host > 0) {
+                                (true, false) => c.host_to_device_cycles += cost,
+                                (false, true) => c.device_to_host_cycles += cost,
+                                _ => {}
+                            }
                         }
                     }
                 }

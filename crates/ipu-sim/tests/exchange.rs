@@ -254,6 +254,45 @@ fn host_exchange_moves_pages_both_ways() {
     let cost = ipu_target::HOST_EXCHANGE_OVERHEAD_CYCLES as u64 + 3;
     assert_eq!(r.exchange_cycles, cost);
     assert_eq!(d.counters()[0].host_exchange_cycles, cost);
+    // A point moving bytes both ways counts in neither direction.
+    assert_eq!((r.host_to_device_cycles, r.device_to_host_cycles), (0, 0));
+}
+
+#[test]
+fn host_exchange_cycles_are_split_by_direction() {
+    // One point moves 64 bytes in, the next 32 bytes out.
+    let src = "main:\n li $m1, 0x90000\n hostx $m1\n li $m1, 0x90100\n hostx $m1\n halt\n";
+    let (mut d, entry) = device_with(Target::gc200(), 1, src);
+    let host_row = |direction, page, tile_addr, bytes| HostTable {
+        rows: vec![HostRow {
+            page,
+            direction,
+            page_offset: 0,
+            tile_addr,
+            bytes,
+        }],
+    };
+    let inputs = host_row(HostDirection::ToDevice, 0, 0x80000, 64);
+    let outputs = host_row(HostDirection::ToHost, 1, 0x81000, 32);
+    d.write(0, TABLE, &inputs.to_bytes()).unwrap();
+    d.write(0, TABLE + 0x100, &outputs.to_bytes()).unwrap();
+    d.attach_host_pages(vec![vec![7; 64], vec![0; 32]]);
+    let r = d.run(entry, &RunLimits::default()).unwrap();
+    let overhead = ipu_target::HOST_EXCHANGE_OVERHEAD_CYCLES as u64;
+    let per_cycle = ipu_target::HOST_EXCHANGE_BYTES_PER_CYCLE as u64;
+    let (cost_in, cost_out) = (overhead + 64 / per_cycle, overhead + 32 / per_cycle);
+    assert_eq!(r.host_to_device_cycles, cost_in);
+    assert_eq!(r.device_to_host_cycles, cost_out);
+    assert_eq!(r.host_exchange_cycles, cost_in + cost_out);
+    let c = d.counters()[0];
+    assert_eq!(
+        (c.host_to_device_cycles, c.device_to_host_cycles),
+        (cost_in, cost_out)
+    );
+    // A second run adds the same again to the counters; the report covers its own run.
+    let r2 = d.run(entry, &RunLimits::default()).unwrap();
+    assert_eq!(r2.host_exchange_cycles, cost_in + cost_out);
+    assert_eq!(d.counters()[0].host_to_device_cycles, 2 * cost_in);
 }
 
 #[test]
