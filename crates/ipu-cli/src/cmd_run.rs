@@ -146,13 +146,44 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(ipu_runtime::profile::write_atomically(path, bytes)?)
 }
 
-fn compile(graph: &Graph, c: &CompileArgs) -> anyhow::Result<(ipu_codegen::Build, u64)> {
+/// Compiles `graph`. A refused build still writes the JSON report at `report`, whose top-level
+/// `error` is the compiler's typed error (`kind` and its fields) with its `message`.
+fn compile(
+    graph: &Graph,
+    c: &CompileArgs,
+    report: Option<&Path>,
+) -> anyhow::Result<(ipu_codegen::Build, u64)> {
     let target = target_of(&c.target)?;
     let tiles = c.tiles.unwrap_or(target.tiles);
     let start = Instant::now();
-    let build = ipu_codegen::build(graph, &BuildOptions { target, tiles })
-        .with_context(|| format!("building {}", graph.name))?;
-    Ok((build, start.elapsed().as_millis() as u64))
+    match ipu_codegen::build(graph, &BuildOptions { target, tiles }) {
+        Ok(build) => Ok((build, start.elapsed().as_millis() as u64)),
+        Err(e) => {
+            if let Some(path) = report {
+                write_atomically(path, refusal_json(graph, &target, tiles, &e)?.as_bytes())?;
+            }
+            Err(anyhow::Error::new(e).context(format!("building {}", graph.name)))
+        }
+    }
+}
+
+/// The report of a refused build.
+fn refusal_json(
+    graph: &Graph,
+    target: &Target,
+    tiles: u32,
+    e: &ipu_codegen::CodegenError,
+) -> anyhow::Result<String> {
+    let mut error = serde_json::to_value(e)?;
+    error["message"] = json!(e.to_string());
+    let j = json!({
+        "model": graph.name,
+        "target": target.kind.name(),
+        "tiles": tiles,
+        "device": "simulator",
+        "error": error,
+    });
+    Ok(serde_json::to_string_pretty(&j)?)
 }
 
 fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
@@ -171,7 +202,7 @@ fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
 /// `ipu build`.
 pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
     let graph = load_model(&a.model, &a.compile.set)?;
-    let (b, ms) = compile(&graph, &a.compile)?;
+    let (b, ms) = compile(&graph, &a.compile, a.report.as_deref())?;
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&a.output, &bytes)?;
@@ -590,7 +621,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         )?;
     }
     log_input_sources(&expected_inputs, &files, &a.device);
-    let (b, compile_ms) = compile(&graph, &a.compile)?;
+    let (b, compile_ms) = compile(&graph, &a.compile, a.device.report.as_deref())?;
     let dir = a
         .device
         .artifacts

@@ -232,6 +232,7 @@ fn a_held_lock_is_refused_after_the_timeout() {
 fn a_model_that_does_not_fit_is_refused_at_build() {
     let d = scratch("fit");
     let pkg = d.join("big.ipuexe");
+    let report = d.join("report.json");
     let o = ipu(&[
         "build",
         "matmul",
@@ -247,6 +248,8 @@ fn a_model_that_does_not_fit_is_refused_at_build() {
         "1",
         "-o",
         pkg.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
     ]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2));
@@ -255,6 +258,20 @@ fn a_model_that_does_not_fit_is_refused_at_build() {
         "{err}"
     );
     assert!(!pkg.exists(), "no package may be left behind");
+    // The refusal's report carries the typed error: its kind and figures, the user's operation.
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let e = &j["error"];
+    assert_eq!(e["kind"], "does_not_fit", "{j}");
+    assert_eq!(e["op"], "%c", "{j}");
+    assert_eq!(e["region"], "any", "{j}");
+    assert!(e["tile"].is_null(), "{j}");
+    let (need, have) = (
+        e["need_bytes"].as_u64().unwrap(),
+        e["available_bytes"].as_u64().unwrap(),
+    );
+    assert!(need > have, "{j}");
+    assert_eq!(have, 540_672, "a tile's memory less the support reserve");
+    assert!(e["message"].as_str().unwrap().contains("bytes over"), "{j}");
 }
 
 #[test]

@@ -379,14 +379,14 @@ pub fn tile_image(
             data.resize(off, 0);
         }
         if data.len() != off {
-            return Err(CodegenError::Internal(format!(
+            return Err(CodegenError::internal(format!(
                 "tile {tile}: support data overlaps at {at:#x}"
             )));
         }
         data.extend_from_slice(&bytes);
     }
     if support.base + data.len() as u32 != support.end {
-        return Err(CodegenError::Internal(format!(
+        return Err(CodegenError::internal(format!(
             "tile {tile}: support data is {} bytes, {} were sized",
             data.len(),
             support.end - support.base

@@ -359,7 +359,7 @@ pub fn schedule(
         })
         .collect();
     for (c, start) in order.iter().zip(starts) {
-        let too_wide = |_| CodegenError::Internal(format!("tile {} beyond 16 bits", c.dst_tile));
+        let too_wide = |_| CodegenError::internal(format!("tile {} beyond 16 bits", c.dst_tile));
         tables
             .get_mut(&c.src_tile)
             .expect("active tile")
@@ -390,7 +390,7 @@ pub fn schedule(
 /// Checks the rules the device enforces: one send and one receive per tile at a time, every
 /// transfer within the horizon, word-aligned addresses and sizes, no destination written twice.
 pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
-    let bad = |m: String| Err(CodegenError::Internal(format!("exchange check: {m}")));
+    let bad = |m: String| Err(CodegenError::internal(format!("exchange check: {m}")));
     let mut recv: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
     let mut writes: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
     for (&tile, t) in &s.tables {

@@ -23,6 +23,7 @@ pub mod plan;
 pub mod program;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Instant;
 
 use ipu_graph::Graph;
@@ -31,29 +32,124 @@ use ipu_target::{Target, config};
 use rayon::prelude::*;
 use tracing::{info, info_span};
 
-/// Errors of the compiler.
-#[derive(Debug, thiserror::Error, PartialEq)]
+/// Errors of the compiler. Each names the user's operation (the graph value it computes, never
+/// an internal intermediate) and the figures a user needs; `kind` (via [`CodegenError::kind`]
+/// and the `serde` form, `{"kind": "does_not_fit", ...}`) is what tools match on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CodegenError {
     /// The options are invalid.
-    #[error("{0}")]
-    Options(String),
+    #[error("{message}")]
+    Options {
+        /// What is wrong.
+        message: String,
+    },
     /// The graph is not valid.
-    #[error("invalid graph: {0}")]
-    Graph(String),
+    #[error("invalid graph: {message}")]
+    Graph {
+        /// The verifier's message.
+        message: String,
+    },
     /// An operation or type the device lowering does not handle.
-    #[error("unsupported: {0}")]
-    Unsupported(String),
+    #[error("{op}: unsupported: {reason}")]
+    Unsupported {
+        /// The user's operation (or value).
+        op: String,
+        /// Why.
+        reason: String,
+    },
     /// The graph does not fit in tile memory.
-    #[error("does not fit in tile memory: {0}")]
-    DoesNotFit(String),
+    #[error(
+        "{}does not fit in tile memory: {detail} ({}{region} memory: {need_bytes} bytes needed, {available_bytes} available, {} bytes over)",
+        op.as_ref().map(|o| format!("{o}: ")).unwrap_or_default(),
+        tile.map(|t| format!("tile {t}, ")).unwrap_or_default(),
+        need_bytes.saturating_sub(*available_bytes)
+    )]
+    DoesNotFit {
+        /// The user's operation the memory is for (none for program-wide code).
+        op: Option<String>,
+        /// The tile, when one tile is at fault (planning refusals concern the busiest tile of a
+        /// mapping, not a fixed one).
+        tile: Option<u32>,
+        /// The memory region.
+        region: MemoryRegion,
+        /// Bytes needed.
+        need_bytes: u64,
+        /// Bytes available.
+        available_bytes: u64,
+        /// What needs the memory, in words.
+        detail: String,
+    },
     /// A checker found a broken invariant: a compiler bug.
-    #[error("internal compiler error: {0}")]
-    Internal(String),
+    #[error("internal compiler error: {message}")]
+    Internal {
+        /// The broken invariant.
+        message: String,
+    },
+}
+
+/// The part of tile memory a [`CodegenError::DoesNotFit`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryRegion {
+    /// Anywhere in data memory (standard and interleaved).
+    Any,
+    /// Interleaved memory (AMP weights, 128-bit loads).
+    Interleaved,
+    /// Executable (non-interleaved) memory, for code.
+    Executable,
+}
+
+impl fmt::Display for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemoryRegion::Any => "data",
+            MemoryRegion::Interleaved => "interleaved",
+            MemoryRegion::Executable => "executable",
+        })
+    }
+}
+
+impl From<program::Region> for MemoryRegion {
+    fn from(r: program::Region) -> MemoryRegion {
+        match r {
+            program::Region::Any => MemoryRegion::Any,
+            program::Region::Interleaved => MemoryRegion::Interleaved,
+        }
+    }
+}
+
+impl CodegenError {
+    /// The error's kind in snake case, as in the JSON form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CodegenError::Options { .. } => "options",
+            CodegenError::Graph { .. } => "graph",
+            CodegenError::Unsupported { .. } => "unsupported",
+            CodegenError::DoesNotFit { .. } => "does_not_fit",
+            CodegenError::Internal { .. } => "internal",
+        }
+    }
+
+    /// A compiler bug.
+    pub fn internal(message: impl Into<String>) -> CodegenError {
+        CodegenError::Internal {
+            message: message.into(),
+        }
+    }
+
+    /// An unsupported operation.
+    pub fn unsupported(op: impl Into<String>, reason: impl Into<String>) -> CodegenError {
+        CodegenError::Unsupported {
+            op: op.into(),
+            reason: reason.into(),
+        }
+    }
 }
 
 impl From<ipu_kernels::code::CodeError> for CodegenError {
     fn from(e: ipu_kernels::code::CodeError) -> CodegenError {
-        CodegenError::Internal(e.to_string())
+        CodegenError::internal(e.to_string())
     }
 }
 
@@ -137,9 +233,9 @@ fn step_name(s: &program::Step) -> &str {
 
 /// Compiles `graph` into a package.
 pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenError> {
-    graph
-        .verify()
-        .map_err(|e| CodegenError::Graph(e.to_string()))?;
+    graph.verify().map_err(|e| CodegenError::Graph {
+        message: e.to_string(),
+    })?;
     let target = options.target;
     let span = info_span!(
         "ipu_codegen.package.build",
@@ -243,10 +339,14 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     })?;
     phase(&mut report, "link_runtime", || {
         if !target.in_executable(emit::RUNTIME_BASE, kernels.end - emit::RUNTIME_BASE) {
-            return Err(CodegenError::DoesNotFit(format!(
-                "kernels end at {:#x}, past executable memory",
-                kernels.end
-            )));
+            return Err(CodegenError::DoesNotFit {
+                op: None,
+                tile: None,
+                region: MemoryRegion::Executable,
+                need_bytes: (kernels.end - emit::RUNTIME_BASE) as u64,
+                available_bytes: (target.executable_end - emit::RUNTIME_BASE) as u64,
+                detail: "the program's kernels, linked once for every tile".into(),
+            });
         }
         Ok(())
     })?;
@@ -270,10 +370,14 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
                         at += c.size_at(at);
                     }
                     if !target.in_executable(emit::RUNTIME_BASE, at - emit::RUNTIME_BASE) {
-                        return Err(CodegenError::DoesNotFit(format!(
-                            "tile {t}: code ends at {at:#x}, {} bytes past executable memory",
-                            at - target.executable_end
-                        )));
+                        return Err(CodegenError::DoesNotFit {
+                            op: None,
+                            tile: Some(t),
+                            region: MemoryRegion::Executable,
+                            need_bytes: (at - emit::RUNTIME_BASE) as u64,
+                            available_bytes: (target.executable_end - emit::RUNTIME_BASE) as u64,
+                            detail: "the kernels and the tile's supervisor programs".into(),
+                        });
                     }
                     let support = emit::support_layout(program, &step_index, t, at);
                     Ok((t, (support, addrs)))
@@ -389,7 +493,7 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
                     ];
                     let end = laid[2].address + laid[2].bytes.len() as u32;
                     if end > support.base {
-                        return Err(CodegenError::Internal(format!(
+                        return Err(CodegenError::internal(format!(
                             "tile {t}: code grew past its sizing"
                         )));
                     }
@@ -487,6 +591,6 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     let package = Package { manifest, tiles };
     package
         .validate()
-        .map_err(|e| CodegenError::Internal(format!("package: {e}")))?;
+        .map_err(|e| CodegenError::internal(format!("package: {e}")))?;
     Ok(Build { package, report })
 }

@@ -200,9 +200,10 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         copies: host_in,
     });
     for (i, op) in plan.ops.iter().enumerate() {
+        l.prog.origin = op.origin.clone();
         l.lower_op(i)?;
-        let _ = op;
     }
+    l.prog.origin = "host exchange".into();
     let mut host_out = Vec::new();
     for &v in &plan.outputs {
         let base = place(v, TensorRole::Output, &mut tensors);
@@ -218,7 +219,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     });
     l.prog.pages = page_bytes.to_vec();
     l.prog.compute_liveness();
-    l.prog.check().map_err(CodegenError::Internal)?;
+    l.prog.check().map_err(CodegenError::internal)?;
     Ok(Lowered {
         program: l.prog,
         tensors,
@@ -248,6 +249,8 @@ impl Lowerer<'_> {
         let b = self
             .prog
             .buffer(tile, bytes, Region::Any, format!("%{}", val.name));
+        // A value's buffer serves the operation that made it, whoever first asks for it.
+        self.prog.buffers[b.0 as usize].op = val.origin.clone();
         self.value_buffers.insert((v, tile), b);
         b
     }
@@ -511,7 +514,7 @@ impl Lowerer<'_> {
                     .iter()
                     .find(|p| p.start == start && p.tile == bl.tile)
                     .ok_or_else(|| {
-                        CodegenError::Internal(format!("{name}: no output piece at {start}"))
+                        CodegenError::internal(format!("{name}: no output piece at {start}"))
                     })?;
                 offsets.push(piece.local as u32 * geo.out_bytes as u32);
             }

@@ -140,16 +140,21 @@ pub fn place(
             Region::Any => bottom_fit(&conflicts, lo, target.memory_end, b.bytes),
         };
         let Some(addr) = chosen else {
-            return Err(CodegenError::DoesNotFit(format!(
-                "tiles {}..: shared buffer {} of {} bytes ({:?} region) does not fit on all {} tiles: the largest free range common to them is {} bytes, {} bytes over",
-                program.buffers[members[0]].tile,
-                b.name,
-                b.bytes,
-                b.region,
-                members.len(),
-                best_free,
-                b.bytes - best_free.min(b.bytes)
-            )));
+            let first = &program.buffers[members[0]];
+            return Err(CodegenError::DoesNotFit {
+                op: Some(first.op.clone()),
+                tile: Some(first.tile),
+                region: b.region.into(),
+                need_bytes: b.bytes as u64,
+                available_bytes: best_free as u64,
+                detail: format!(
+                    "buffer {} shared at one address by {} tiles from tile {}: the largest free \
+                     range common to them is counted",
+                    b.name,
+                    members.len(),
+                    first.tile
+                ),
+            });
         };
         for &m in members {
             addresses[m] = addr;
@@ -201,16 +206,17 @@ pub fn place(
                 Region::Any => bottom_fit(&conflicts, std_start, target.memory_end, b.bytes),
             };
             let Some(addr) = chosen else {
-                return Err(CodegenError::DoesNotFit(format!(
-                    "tile {tile}: buffer {} of {} bytes ({:?} region) does not fit: the largest free range at its steps {}..={} is {} bytes, {} bytes over",
-                    b.name,
-                    b.bytes,
-                    b.region,
-                    b.first,
-                    b.last,
-                    best_free,
-                    b.bytes - best_free.min(b.bytes)
-                )));
+                return Err(CodegenError::DoesNotFit {
+                    op: Some(b.op.clone()),
+                    tile: Some(tile),
+                    region: b.region.into(),
+                    need_bytes: b.bytes as u64,
+                    available_bytes: best_free as u64,
+                    detail: format!(
+                        "buffer {} live at steps {}..={}: the largest free range then is counted",
+                        b.name, b.first, b.last
+                    ),
+                });
             };
             addresses[id.0 as usize] = addr;
             placed.push((addr, b.bytes, live));
@@ -250,7 +256,7 @@ pub fn check(
     support: &BTreeMap<u32, TileSupport>,
     placement: &Placement,
 ) -> Result<(), CodegenError> {
-    let bad = |m: String| Err(CodegenError::Internal(format!("placement check: {m}")));
+    let bad = |m: String| Err(CodegenError::internal(format!("placement check: {m}")));
     let mut by_tile: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, b) in program.buffers.iter().enumerate() {
         let a = placement.addresses[i];

@@ -17,8 +17,8 @@ use ipu_target::{
     EXCHANGE_PHASE_OVERHEAD_CYCLES, Target, WORKER_CONTEXTS,
 };
 
-use crate::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
+use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
 pub mod flash;
@@ -52,6 +52,10 @@ pub struct DevValue {
     pub graph: Option<ValueId>,
     /// Where it lives.
     pub layout: Layout,
+    /// The user's value or operation it belongs to (`%name`): a graph input, or the graph
+    /// operation whose planning made it. Errors and the tile program name this, never an
+    /// intermediate.
+    pub origin: String,
 }
 
 /// Index of a [`DevValue`].
@@ -137,6 +141,8 @@ pub enum DevOpKind {
 pub struct DevOp {
     /// Name (the graph operation's, with a suffix for expansions).
     pub name: String,
+    /// The graph operation it belongs to (`%name`).
+    pub origin: String,
     /// Kind.
     pub kind: DevOpKind,
     /// Operands.
@@ -253,15 +259,19 @@ struct Planner<'a> {
     ops: Vec<DevOp>,
     finalists: Vec<Finalist>,
     of_graph: std::collections::HashMap<ValueId, DevValueId>,
+    /// The user's value or operation being planned (`%name`).
+    origin: String,
 }
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
 pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, CodegenError> {
     if tiles == 0 || tiles > target.tiles {
-        return Err(CodegenError::Options(format!(
-            "--tiles {tiles} is outside 1..={} for {}",
-            target.tiles, target.kind
-        )));
+        return Err(CodegenError::Options {
+            message: format!(
+                "--tiles {tiles} is outside 1..={} for {}",
+                target.tiles, target.kind
+            ),
+        });
     }
     let mut p = Planner {
         graph,
@@ -271,12 +281,14 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
         ops: Vec::new(),
         finalists: Vec::new(),
         of_graph: Default::default(),
+        origin: String::new(),
     };
     let mut inputs = Vec::new();
     for &v in graph.inputs() {
         let val = graph.value(v);
         let group = input_group(graph, v).unwrap_or_else(|| default_group(val.ty.dtype));
         let layout = Layout::balanced(&val.ty.shape, group, tiles);
+        p.origin = format!("%{}", val.name);
         let id = p.add_value(
             val.name.clone(),
             val.ty.dtype,
@@ -287,6 +299,7 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
         inputs.push(id);
     }
     for op in graph.operations() {
+        p.origin = format!("%{}", op.name);
         p.plan_op(op)?;
     }
     let outputs = graph
@@ -299,10 +312,10 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
             .graph
             .is_some_and(|g| graph.inputs().contains(&g))
         {
-            return Err(CodegenError::Unsupported(format!(
-                "output %{} is a graph input; nothing to compute",
-                p.values[o].name
-            )));
+            return Err(CodegenError::unsupported(
+                format!("%{}", p.values[o].name),
+                "the output is a graph input; nothing to compute",
+            ));
         }
     }
     let estimated_cycles = p.ops.iter().map(|o| o.estimated_cycles).sum();
@@ -325,9 +338,9 @@ pub fn check(plan: &OperatorPlan) -> Result<(), CodegenError> {
         let total = ipu_package::storage_elements(&v.shape, v.layout.group);
         v.layout
             .check(total)
-            .map_err(|e| CodegenError::Internal(format!("value %{}: {e}", v.name)))?;
+            .map_err(|e| CodegenError::internal(format!("value %{}: {e}", v.name)))?;
         if v.layout.pieces.iter().any(|p| p.tile >= plan.tiles_used) {
-            return Err(CodegenError::Internal(format!(
+            return Err(CodegenError::internal(format!(
                 "value %{} on an unused tile",
                 v.name
             )));
@@ -337,7 +350,7 @@ pub fn check(plan: &OperatorPlan) -> Result<(), CodegenError> {
         let produced_before =
             |v: DevValueId| plan.inputs.contains(&v) || plan.ops[..i].iter().any(|o| o.output == v);
         if let Some(v) = op.inputs.iter().find(|v| !produced_before(**v)) {
-            return Err(CodegenError::Internal(format!(
+            return Err(CodegenError::internal(format!(
                 "{} reads %{} before it exists",
                 op.name, plan.values[*v].name
             )));
@@ -361,6 +374,7 @@ impl Planner<'_> {
             shape,
             graph,
             layout,
+            origin: self.origin.clone(),
         });
         let id = self.values.len() - 1;
         if let Some(g) = graph {
@@ -374,11 +388,10 @@ impl Planner<'_> {
         let out_val = self.graph.value(out).clone();
         let ins: Vec<DevValueId> = op.inputs.iter().map(|v| self.of_graph[v]).collect();
         let unsupported = |what: &str| {
-            Err(CodegenError::Unsupported(format!(
-                "operation {} ({}): {what}",
-                op.name,
-                op.kind.mnemonic()
-            )))
+            Err(CodegenError::unsupported(
+                format!("%{}", op.name),
+                format!("{}: {what}", op.kind.mnemonic()),
+            ))
         };
         match &op.kind {
             OpKind::MatMul {
@@ -618,6 +631,7 @@ impl Planner<'_> {
             fp.output_layout(),
         );
         self.ops.push(DevOp {
+            origin: self.origin.clone(),
             name: op.name.clone(),
             kind: DevOpKind::Flash(Box::new(fp)),
             inputs: ins.to_vec(),
@@ -702,6 +716,7 @@ impl Planner<'_> {
             alternatives: 1,
         });
         self.ops.push(DevOp {
+            origin: self.origin.clone(),
             name,
             kind,
             inputs,
@@ -723,10 +738,13 @@ impl Planner<'_> {
         out_shape: &[usize],
     ) -> Result<DevValueId, CodegenError> {
         if !self.target.supports_amp(mode) {
-            return Err(CodegenError::Unsupported(format!(
-                "{name}: AMP mode {mode:?} not on {}",
-                self.target.kind
-            )));
+            return Err(CodegenError::unsupported(
+                self.origin.clone(),
+                format!(
+                    "its matmul needs AMP mode {mode:?}, which {} lacks",
+                    self.target.kind
+                ),
+            ));
         }
         let geo = amp_geometry(mode);
         let (batch, m, n) = ipu_package::split_shape(out_shape);
@@ -805,23 +823,40 @@ impl Planner<'_> {
         if candidates.is_empty() {
             // Report the split that comes closest to fitting, and by how much it misses.
             let available = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
-            let reason = match closest {
+            let interleaved = self.target.interleaved_bytes() as u64;
+            return Err(match closest {
                 Some((over_total, over_interleaved, mem, pm, pn))
                     if over_total >= over_interleaved =>
                 {
-                    format!(
-                        "the closest split (rows/{pm} x column-groups/{pn}) needs {mem} bytes per tile, {available} are available after {SUPPORT_RESERVE_BYTES} reserved: {over_total} bytes over"
-                    )
+                    CodegenError::DoesNotFit {
+                        op: Some(self.origin.clone()),
+                        tile: None,
+                        region: MemoryRegion::Any,
+                        need_bytes: mem,
+                        available_bytes: available,
+                        detail: format!(
+                            "its matmul has no tile mapping that fits on {tiles} tiles; the closest \
+                             split (rows/{pm} x column-groups/{pn}) is counted, with \
+                             {SUPPORT_RESERVE_BYTES} bytes reserved per tile"
+                        ),
+                    }
                 }
-                Some((_, over_interleaved, _, pm, pn)) => format!(
-                    "the closest split (rows/{pm} x column-groups/{pn}) needs {over_interleaved} bytes more of weights than the {} bytes of interleaved memory",
-                    self.target.interleaved_bytes()
+                Some((_, over_interleaved, _, pm, pn)) => CodegenError::DoesNotFit {
+                    op: Some(self.origin.clone()),
+                    tile: None,
+                    region: MemoryRegion::Interleaved,
+                    need_bytes: interleaved + over_interleaved,
+                    available_bytes: interleaved,
+                    detail: format!(
+                        "its matmul has no tile mapping that fits on {tiles} tiles; the weights of \
+                         the closest split (rows/{pm} x column-groups/{pn}) are counted"
+                    ),
+                },
+                None => CodegenError::unsupported(
+                    self.origin.clone(),
+                    format!("its matmul: {examined} tile mappings examined, none usable"),
                 ),
-                None => format!("{examined} candidates examined, none usable"),
-            };
-            return Err(CodegenError::DoesNotFit(format!(
-                "{name}: no tile mapping fits on {tiles} tiles: {reason}"
-            )));
+            });
         }
         candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4));
         for (cost, exch, mem, pm, pn, chunks) in candidates.iter().take(FINALISTS) {
@@ -877,6 +912,7 @@ impl Planner<'_> {
             layout,
         );
         self.ops.push(DevOp {
+            origin: self.origin.clone(),
             name: name.to_string(),
             kind: DevOpKind::MatMul {
                 mode,

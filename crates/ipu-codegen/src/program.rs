@@ -31,8 +31,10 @@ pub struct Buffer {
     pub bytes: u32,
     /// Placement constraint.
     pub region: Region,
-    /// What it holds (a value's name, `stage:...`, ...), for messages and the text form.
+    /// What it holds (a value's name, `stage:...`, ...), for the text form.
     pub name: String,
+    /// The user's value or operation it serves (`%name`), for messages.
+    pub op: String,
     /// First step that uses it.
     pub first: usize,
     /// Last step that uses it.
@@ -140,6 +142,9 @@ pub struct TileProgram {
     pub steps: Vec<Step>,
     /// Host page sizes.
     pub pages: Vec<u64>,
+    /// The user's operation that buffers added now serve (set by lowering before each
+    /// operation; recorded in [`Buffer::op`]).
+    pub origin: String,
 }
 
 impl TileProgram {
@@ -151,6 +156,7 @@ impl TileProgram {
             bytes,
             region,
             name,
+            op: self.origin.clone(),
             first: usize::MAX,
             last: 0,
         });

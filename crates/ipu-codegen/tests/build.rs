@@ -61,8 +61,21 @@ fn too_large_matmul_is_refused_at_planning() {
         },
     )
     .unwrap_err();
-    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
+    let CodegenError::DoesNotFit {
+        op,
+        tile,
+        need_bytes,
+        available_bytes,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(op.as_deref(), Some("%c"), "{e}");
+    assert_eq!(*tile, None, "planning does not blame one tile");
+    assert!(need_bytes > available_bytes, "{e}");
     assert!(e.to_string().contains("bytes over"), "{e}");
+    assert_eq!(e.kind(), "does_not_fit");
 }
 
 #[test]
@@ -77,17 +90,27 @@ fn flash_attention_shapes_the_device_cannot_map_are_refused_at_planning() {
     )
     .unwrap();
     let e = build(&g, &opts).unwrap_err();
-    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
-    assert!(e.to_string().contains("head_dim 40"), "{e}");
+    let CodegenError::Unsupported { op, reason } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(op, "%out");
+    assert!(reason.contains("head_dim 40"), "{e}");
     // 64 tiles cannot hold the blocks of scores of a 16384-long sequence, however mapped.
     let g = models::build("attention-flash", &params(&[("seq", "16384")])).unwrap();
     let e = build(&g, &opts).unwrap_err();
-    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
-    let text = e.to_string();
-    assert!(
-        text.contains("closest mapping") && text.contains("bytes more"),
-        "{e}"
-    );
+    let CodegenError::DoesNotFit {
+        op,
+        need_bytes,
+        available_bytes,
+        detail,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(op.as_deref(), Some("%out"));
+    assert!(need_bytes > available_bytes, "{e}");
+    assert!(detail.contains("closest mapping"), "{e}");
 }
 
 #[test]
@@ -98,7 +121,18 @@ fn flash_attention_fits_at_4096_where_the_unfused_graph_does_not() {
     };
     let seq = params(&[("seq", "4096")]);
     let e = build(&models::build("attention", &seq).unwrap(), &opts).unwrap_err();
-    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
+    let CodegenError::DoesNotFit {
+        op,
+        need_bytes,
+        available_bytes,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    // The user's operation, not the expansion's intermediate (`out.softmax`).
+    assert_eq!(op.as_deref(), Some("%out"));
+    assert!(need_bytes > available_bytes);
     let b = build(&models::build("attention-flash", &seq).unwrap(), &opts).unwrap();
     b.package.validate().unwrap();
     assert!(b.report.program_text.contains("out.merge"));

@@ -137,8 +137,11 @@ fn unaligned_reshape_is_refused_at_planning() {
         },
     )
     .unwrap_err();
-    assert!(matches!(e, CodegenError::Unsupported(_)), "{e}");
-    assert!(e.to_string().contains("reshape"), "{e}");
+    let CodegenError::Unsupported { op, reason } = &e else {
+        panic!("{e}");
+    };
+    assert!(op.starts_with('%'), "{e}");
+    assert!(reason.contains("reshape"), "{e}");
 }
 
 #[test]
@@ -275,8 +278,19 @@ fn attention_too_large_for_the_chip_is_refused_at_planning() {
         },
     )
     .unwrap_err();
-    assert!(matches!(e, CodegenError::DoesNotFit(_)), "{e}");
-    assert!(e.to_string().contains("score matrix"), "{e}");
+    let CodegenError::DoesNotFit {
+        op,
+        need_bytes,
+        available_bytes,
+        detail,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(op.as_deref(), Some("%out"));
+    assert!(need_bytes > available_bytes);
+    assert!(detail.contains("score matrix"), "{e}");
     assert!(e.to_string().contains("bytes over"), "{e}");
 }
 

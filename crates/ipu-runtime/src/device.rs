@@ -124,7 +124,7 @@ pub struct ProfileMark {
 }
 
 /// A fault the device reported: where and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceFault {
     /// The tile.
     pub tile: u32,
@@ -136,8 +136,8 @@ pub struct DeviceFault {
     pub instruction: String,
     /// The address involved, if any.
     pub address: Option<u32>,
-    /// Why, in words.
-    pub reason: String,
+    /// Why: the device's typed fault (exchange and host-exchange rules included).
+    pub kind: ipu_sim::FaultKind,
 }
 
 impl fmt::Display for DeviceFault {
@@ -153,7 +153,7 @@ impl fmt::Display for DeviceFault {
         if let Some(a) = self.address {
             write!(f, ", address {a:#x}")?;
         }
-        write!(f, ": {}", self.reason)
+        write!(f, ": {}", self.kind)
     }
 }
 

@@ -174,11 +174,25 @@ pub enum RuntimeError {
         /// The program called.
         program: String,
         /// The fault.
-        fault: DeviceFault,
+        fault: Box<DeviceFault>,
     },
-    /// Any other device error.
+    /// The simulated device refused a host access or a run.
     #[error("device error: {0}")]
-    Device(String),
+    Simulator(#[from] ipu_sim::SimError),
+    /// A configuration register written after tile images were loaded.
+    #[error("tile {tile}: configuration register {register} written after loading started")]
+    ConfigAfterLoad {
+        /// The tile.
+        tile: u32,
+        /// The register.
+        register: u32,
+    },
+    /// The host could not allocate a host page.
+    #[error("host page of {bytes} bytes could not be allocated")]
+    HostPageAllocation {
+        /// The page's bytes.
+        bytes: u64,
+    },
     /// Writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {

@@ -215,7 +215,7 @@ impl<'p> Session<'p> {
             // Bounded by HOST_PAGES_BYTES_MAX at open; still fail softly if memory is short.
             let mut page = Vec::new();
             page.try_reserve_exact(bytes as usize)
-                .map_err(|e| RuntimeError::Device(format!("host page of {bytes} bytes: {e}")))?;
+                .map_err(|_| RuntimeError::HostPageAllocation { bytes })?;
             page.resize(bytes as usize, 0u8);
             pages.push(page);
         }

@@ -81,16 +81,16 @@ fn sim_error(e: SimError) -> RuntimeError {
     match e {
         SimError::Fault(f) => RuntimeError::Fault {
             program: String::new(),
-            fault: DeviceFault {
+            fault: Box::new(DeviceFault {
                 tile: f.tile,
                 context: f.context.to_string(),
                 pc: f.pc,
                 instruction: f.instruction,
                 address: f.address,
-                reason: f.kind.to_string(),
-            },
+                kind: f.kind,
+            }),
         },
-        other => RuntimeError::Device(other.to_string()),
+        other => RuntimeError::Simulator(other),
     }
 }
 
@@ -133,9 +133,7 @@ impl Device for SimulatorDevice {
             });
         }
         if self.sim.is_some() {
-            return Err(RuntimeError::Device(format!(
-                "tile {tile}: configuration register {register} written after loading started"
-            )));
+            return Err(RuntimeError::ConfigAfterLoad { tile, register });
         }
         match register {
             config::TILE_ACTIVE => {

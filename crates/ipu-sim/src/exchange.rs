@@ -12,7 +12,7 @@ use ipu_isa::tables::{ExchangeRow, ExchangeTable, HostDirection, HostTable};
 use ipu_target::Target;
 
 use crate::exec::{Arrival, Tile};
-use crate::fault::{Context, Fault, FaultKind};
+use crate::fault::{Context, ExchangeFault, Fault, FaultKind, HostExchangeFault, RowSide};
 
 fn fault(tile: &mut Tile, arrival: &Arrival, addr: Option<u32>, kind: FaultKind) -> Fault {
     let instruction = tile.text_at(arrival.pc);
@@ -111,12 +111,12 @@ pub(crate) fn exchange(
     let horizon = tables.first().map(|t| t.horizon_cycles).unwrap_or(0);
     // Repeated rows stand for their single sends; every check and move works on those.
     let sends_of: Vec<Vec<ExchangeRow>> = tables.iter().map(|t| t.sends()).collect();
-    let bad = |tiles: &mut [Tile], t: usize, addr: Option<u32>, msg: String| {
+    let bad = |tiles: &mut [Tile], t: usize, addr: Option<u32>, why: ExchangeFault| {
         Err(fault(
             &mut tiles[t],
             &arrivals[t],
             addr,
-            FaultKind::Exchange(msg),
+            FaultKind::Exchange(why),
         ))
     };
     // Rows, one by one.
@@ -128,10 +128,10 @@ pub(crate) fn exchange(
                 tiles,
                 t,
                 None,
-                format!(
-                    "horizon {} differs from tile 0's horizon {horizon}",
-                    table.horizon_cycles
-                ),
+                ExchangeFault::HorizonMismatch {
+                    horizon: table.horizon_cycles,
+                    expected: horizon,
+                },
             );
         }
         let mut sends: Vec<(u64, u64, usize)> = Vec::new();
@@ -141,19 +141,22 @@ pub(crate) fn exchange(
                     tiles,
                     t,
                     None,
-                    format!(
-                        "row {i}: {} bytes is not a positive multiple of 4",
-                        row.bytes
-                    ),
+                    ExchangeFault::RowBytes {
+                        row: i,
+                        bytes: row.bytes,
+                    },
                 );
             }
-            for (what, a) in [("source", row.src_addr), ("destination", row.dst_addr)] {
+            for (side, a) in [
+                (RowSide::Source, row.src_addr),
+                (RowSide::Destination, row.dst_addr),
+            ] {
                 if !a.is_multiple_of(4) {
                     return bad(
                         tiles,
                         t,
                         Some(a),
-                        format!("row {i}: {what} address misaligned"),
+                        ExchangeFault::Misaligned { row: i, side },
                     );
                 }
                 if !target.in_memory(a, row.bytes) {
@@ -161,10 +164,11 @@ pub(crate) fn exchange(
                         tiles,
                         t,
                         Some(a),
-                        format!(
-                            "row {i}: {what} range of {} bytes outside tile memory",
-                            row.bytes
-                        ),
+                        ExchangeFault::OutOfRange {
+                            row: i,
+                            side,
+                            bytes: row.bytes,
+                        },
                     );
                 }
             }
@@ -175,10 +179,12 @@ pub(crate) fn exchange(
                     tiles,
                     t,
                     None,
-                    format!(
-                        "row {i}: destination tiles {first}..{} outside the {active} active tiles",
-                        first + count
-                    ),
+                    ExchangeFault::InactiveDestinations {
+                        row: i,
+                        first,
+                        end: first + count,
+                        active,
+                    },
                 );
             }
             let dur = target.exchange_transfer_cycles(row.bytes) as u64;
@@ -200,9 +206,12 @@ pub(crate) fn exchange(
                         tiles,
                         t,
                         None,
-                        format!(
-                            "row {i}: transfer to tile {d} ends at cycle {end}, after the horizon {horizon}"
-                        ),
+                        ExchangeFault::PastHorizon {
+                            row: i,
+                            tile: d,
+                            end_cycle: end,
+                            horizon,
+                        },
                     );
                 }
                 recvs.push(Recv {
@@ -222,10 +231,10 @@ pub(crate) fn exchange(
                     tiles,
                     t,
                     None,
-                    format!(
-                        "rows {} and {} send at overlapping cycles {}..{} and {}..{}",
-                        w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1
-                    ),
+                    ExchangeFault::SendsOverlap {
+                        first: (w[0].2, w[0].0, w[0].1),
+                        second: (w[1].2, w[1].0, w[1].1),
+                    },
                 );
             }
         }
@@ -243,10 +252,11 @@ pub(crate) fn exchange(
                 tiles,
                 dst,
                 None,
-                format!(
-                    "tile {} receives two streams at once: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
-                    r.dst, p.src, p.row, p.start, p.end, r.src, r.row, r.start, r.end
-                ),
+                ExchangeFault::TwoStreams {
+                    tile: r.dst,
+                    first: (p.src, p.row, p.start, p.end),
+                    second: (r.src, r.row, r.start, r.end),
+                },
             );
         }
         if prev.is_none_or(|p| p.dst != r.dst || r.end > p.end) {
@@ -262,18 +272,20 @@ pub(crate) fn exchange(
             && lt == t
             && s < le
         {
-            let what = if is_dst {
-                format!("destination of tile {peer} row {row}")
+            let side = if is_dst {
+                RowSide::Destination
             } else {
-                format!("source of row {row}")
+                RowSide::Source
             };
             return bad(
                 tiles,
                 t as usize,
                 Some(s),
-                format!(
-                    "on tile {t}, the {what} overlaps the destination of tile {lpeer} row {lrow} in the same phase"
-                ),
+                ExchangeFault::MemoryHazard {
+                    tile: t,
+                    range: (peer, row, side),
+                    overlaps: (lpeer, lrow, RowSide::Destination),
+                },
             );
         }
         if is_dst
@@ -285,9 +297,11 @@ pub(crate) fn exchange(
                 tiles,
                 t as usize,
                 Some(s),
-                format!(
-                    "on tile {t}, the destination of tile {peer} row {row} overlaps the source of row {lrow} read in the same phase"
-                ),
+                ExchangeFault::MemoryHazard {
+                    tile: t,
+                    range: (peer, row, RowSide::Destination),
+                    overlaps: (t, lrow, RowSide::Source),
+                },
             );
         }
         if is_dst {
@@ -349,45 +363,55 @@ pub(crate) fn host_exchange(
     let mut total = HostBytes::default();
     for (t, table) in tables.iter().enumerate() {
         for (i, row) in table.rows.iter().enumerate() {
-            let bad = |tiles: &mut [Tile], addr: Option<u32>, msg: String| {
+            let bad = |tiles: &mut [Tile], addr: Option<u32>, why: HostExchangeFault| {
                 Err(fault(
                     &mut tiles[t],
                     &arrivals[t],
                     addr,
-                    FaultKind::HostExchange(msg),
+                    FaultKind::HostExchange(why),
                 ))
             };
             let Some(page) = pages.get_mut(row.page as usize) else {
-                return bad(tiles, None, format!("row {i}: no host page {}", row.page));
+                return bad(
+                    tiles,
+                    None,
+                    HostExchangeFault::NoPage {
+                        row: i,
+                        page: row.page,
+                    },
+                );
             };
             if !row.bytes.is_multiple_of(4) || !row.tile_addr.is_multiple_of(4) {
                 return bad(
                     tiles,
                     Some(row.tile_addr),
-                    format!(
-                        "row {i}: address and bytes ({}) must be multiples of 4",
-                        row.bytes
-                    ),
+                    HostExchangeFault::Unaligned {
+                        row: i,
+                        bytes: row.bytes,
+                    },
                 );
             }
             if row.page_offset as u64 + row.bytes as u64 > page.len() as u64 {
                 return bad(
                     tiles,
                     None,
-                    format!(
-                        "row {i}: bytes {}..{} beyond host page {} of {} bytes",
-                        row.page_offset,
-                        row.page_offset as u64 + row.bytes as u64,
-                        row.page,
-                        page.len()
-                    ),
+                    HostExchangeFault::BeyondPage {
+                        row: i,
+                        page: row.page,
+                        start: row.page_offset as u64,
+                        end: row.page_offset as u64 + row.bytes as u64,
+                        page_bytes: page.len() as u64,
+                    },
                 );
             }
             if !target.in_memory(row.tile_addr, row.bytes) {
                 return bad(
                     tiles,
                     Some(row.tile_addr),
-                    format!("row {i}: {} bytes outside tile memory", row.bytes),
+                    HostExchangeFault::OutOfRange {
+                        row: i,
+                        bytes: row.bytes,
+                    },
                 );
             }
             let range = row.page_offset as usize..row.page_offset as usize + row.bytes as usize;

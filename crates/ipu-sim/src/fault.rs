@@ -46,6 +46,251 @@ impl fmt::Display for GlobalKind {
     }
 }
 
+/// Which side of an exchange row an address belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RowSide {
+    /// What the sender reads.
+    Source,
+    /// What the receivers write.
+    Destination,
+}
+
+impl fmt::Display for RowSide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RowSide::Source => "source",
+            RowSide::Destination => "destination",
+        })
+    }
+}
+
+/// A broken exchange rule: rows are those of the faulting tile's exchange table unless a
+/// field names another tile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExchangeFault {
+    /// Every tile's table of one phase must give the same horizon.
+    HorizonMismatch {
+        /// This tile's horizon.
+        horizon: u32,
+        /// Tile 0's.
+        expected: u32,
+    },
+    /// A row's byte count is zero or not a multiple of 4.
+    RowBytes {
+        /// The row.
+        row: usize,
+        /// Its bytes.
+        bytes: u32,
+    },
+    /// A row's source or destination address is not word aligned.
+    Misaligned {
+        /// The row.
+        row: usize,
+        /// Which address.
+        side: RowSide,
+    },
+    /// A row's source or destination range leaves tile memory.
+    OutOfRange {
+        /// The row.
+        row: usize,
+        /// Which range.
+        side: RowSide,
+        /// Its bytes.
+        bytes: u32,
+    },
+    /// A row sends to tiles that are not active.
+    InactiveDestinations {
+        /// The row.
+        row: usize,
+        /// First destination tile.
+        first: u32,
+        /// One past the last.
+        end: u32,
+        /// Active tiles.
+        active: u32,
+    },
+    /// A transfer arrives after the phase's horizon.
+    PastHorizon {
+        /// The row.
+        row: usize,
+        /// The destination tile.
+        tile: u32,
+        /// Its last cycle.
+        end_cycle: u64,
+        /// The horizon.
+        horizon: u32,
+    },
+    /// Two rows of one tile send at once: its port sends one stream at a time.
+    SendsOverlap {
+        /// The first row and its cycles.
+        first: (usize, u64, u64),
+        /// The second row and its cycles.
+        second: (usize, u64, u64),
+    },
+    /// A tile receives two streams at once.
+    TwoStreams {
+        /// The receiving tile.
+        tile: u32,
+        /// The first stream: sending tile, row, cycles.
+        first: (u32, usize, u64, u64),
+        /// The second stream.
+        second: (u32, usize, u64, u64),
+    },
+    /// A range written in the phase overlaps another range written, or read, in it.
+    MemoryHazard {
+        /// The tile whose memory is at stake.
+        tile: u32,
+        /// The range that arrives second: its sender, row and side.
+        range: (u32, usize, RowSide),
+        /// The destination it overlaps: its sender and row (or this tile's source row).
+        overlaps: (u32, usize, RowSide),
+    },
+}
+
+impl fmt::Display for ExchangeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExchangeFault::HorizonMismatch { horizon, expected } => {
+                write!(
+                    f,
+                    "horizon {horizon} differs from tile 0's horizon {expected}"
+                )
+            }
+            ExchangeFault::RowBytes { row, bytes } => {
+                write!(
+                    f,
+                    "row {row}: {bytes} bytes is not a positive multiple of 4"
+                )
+            }
+            ExchangeFault::Misaligned { row, side } => {
+                write!(f, "row {row}: {side} address misaligned")
+            }
+            ExchangeFault::OutOfRange { row, side, bytes } => {
+                write!(
+                    f,
+                    "row {row}: {side} range of {bytes} bytes outside tile memory"
+                )
+            }
+            ExchangeFault::InactiveDestinations {
+                row,
+                first,
+                end,
+                active,
+            } => write!(
+                f,
+                "row {row}: destination tiles {first}..{end} outside the {active} active tiles"
+            ),
+            ExchangeFault::PastHorizon {
+                row,
+                tile,
+                end_cycle,
+                horizon,
+            } => write!(
+                f,
+                "row {row}: transfer to tile {tile} ends at cycle {end_cycle}, after the horizon {horizon}"
+            ),
+            ExchangeFault::SendsOverlap { first, second } => write!(
+                f,
+                "rows {} and {} send at overlapping cycles {}..{} and {}..{}",
+                first.0, second.0, first.1, first.2, second.1, second.2
+            ),
+            ExchangeFault::TwoStreams {
+                tile,
+                first,
+                second,
+            } => write!(
+                f,
+                "tile {tile} receives two streams at once: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
+                first.0, first.1, first.2, first.3, second.0, second.1, second.2, second.3
+            ),
+            ExchangeFault::MemoryHazard {
+                tile,
+                range,
+                overlaps,
+            } => {
+                let name = |(peer, row, side): (u32, usize, RowSide)| match side {
+                    RowSide::Destination => format!("destination of tile {peer} row {row}"),
+                    RowSide::Source => format!("source of row {row}"),
+                };
+                write!(
+                    f,
+                    "on tile {tile}, the {} overlaps the {} in the same phase",
+                    name(*range),
+                    name(*overlaps)
+                )
+            }
+        }
+    }
+}
+
+/// A broken host-exchange rule, in a row of the faulting tile's host table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostExchangeFault {
+    /// The row names a host page the session did not attach.
+    NoPage {
+        /// The row.
+        row: usize,
+        /// The page.
+        page: u16,
+    },
+    /// The tile address or the byte count is not a multiple of 4.
+    Unaligned {
+        /// The row.
+        row: usize,
+        /// Its bytes.
+        bytes: u32,
+    },
+    /// The row's bytes run past the end of the host page.
+    BeyondPage {
+        /// The row.
+        row: usize,
+        /// The page.
+        page: u16,
+        /// Its first byte in the page.
+        start: u64,
+        /// One past its last.
+        end: u64,
+        /// The page's size.
+        page_bytes: u64,
+    },
+    /// The row's tile range leaves tile memory.
+    OutOfRange {
+        /// The row.
+        row: usize,
+        /// Its bytes.
+        bytes: u32,
+    },
+}
+
+impl fmt::Display for HostExchangeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostExchangeFault::NoPage { row, page } => {
+                write!(f, "row {row}: no host page {page}")
+            }
+            HostExchangeFault::Unaligned { row, bytes } => {
+                write!(
+                    f,
+                    "row {row}: address and bytes ({bytes}) must be multiples of 4"
+                )
+            }
+            HostExchangeFault::BeyondPage {
+                row,
+                page,
+                start,
+                end,
+                page_bytes,
+            } => write!(
+                f,
+                "row {row}: bytes {start}..{end} beyond host page {page} of {page_bytes} bytes"
+            ),
+            HostExchangeFault::OutOfRange { row, bytes } => {
+                write!(f, "row {row}: {bytes} bytes outside tile memory")
+            }
+        }
+    }
+}
+
 /// What went wrong. The address, where there is one, is in [`Fault::address`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
@@ -107,9 +352,9 @@ pub enum FaultKind {
     /// A table (exchange or host) could not be read.
     BadTable(String),
     /// An exchange rule was violated.
-    Exchange(String),
+    Exchange(ExchangeFault),
     /// A host-exchange rule was violated.
-    HostExchange(String),
+    HostExchange(HostExchangeFault),
     /// The run exceeded its limit of global steps.
     StepLimit(u32),
 }

@@ -62,7 +62,9 @@ pub fn f32_to_f16_bits(x: f32) -> u16 {
     exec::to_h(x) as u16
 }
 
-pub use fault::{Context, Fault, FaultKind, GlobalKind, SimError};
+pub use fault::{
+    Context, ExchangeFault, Fault, FaultKind, GlobalKind, HostExchangeFault, RowSide, SimError,
+};
 pub use ipu_target::Target;
 pub use memory::PAGE_BYTES;
 

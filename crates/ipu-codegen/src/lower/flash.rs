@@ -433,7 +433,7 @@ impl Lowerer<'_> {
     pub(super) fn lower_flash(&mut self, index: usize) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         let DevOpKind::Flash(fp) = &op.kind else {
-            return Err(CodegenError::Internal("not a flash attention".into()));
+            return Err(CodegenError::internal("not a flash attention"));
         };
         let fp: FlashPlan = (**fp).clone();
         let name = op.name.clone();

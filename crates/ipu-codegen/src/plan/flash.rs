@@ -33,8 +33,8 @@ use ipu_target::{
 };
 
 use super::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
-use crate::CodegenError;
 use crate::layout::{Layout, Piece};
+use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::flash::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
 use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
 
@@ -513,7 +513,7 @@ pub fn plan_flash(
     target: &Target,
     tiles: u32,
 ) -> Result<(Vec<FlashCandidate>, FlashGeometry), CodegenError> {
-    let unsupported = |why: String| Err(CodegenError::Unsupported(format!("{name}: {why}")));
+    let unsupported = |why: String| Err(CodegenError::unsupported(format!("%{name}"), why));
     let [qs, ks, vs] = shapes;
     let rank = qs.len();
     if rank < 2 || ks.len() != rank || vs.len() != rank {
@@ -574,7 +574,9 @@ pub fn plan_flash(
     // Supervisor code shares executable memory with the kernels and the runtime.
     let executable = (target.executable_end - target.executable_base) as u64 - 32 * 1024;
     let mut candidates = Vec::new();
-    let mut closest: Option<(u64, usize, usize)> = None;
+    // The mapping closest to fitting: bytes over, rows, keys, and the constraint it misses
+    // most (region, bytes needed, bytes available).
+    let mut closest: Option<(u64, usize, usize, MemoryRegion, u64, u64)> = None;
     let key_max = sk.div_ceil(KEY_STEP) * KEY_STEP;
     let row_max = sq.div_ceil(ROW_STEP) * ROW_STEP;
     let mut nk = KEY_STEP;
@@ -640,12 +642,19 @@ pub fn plan_flash(
                 let code = code * per_tile as u64;
                 let need = std_bytes + il_bytes + home_bytes + code + states * per_tile as u64;
                 if need > available || il_bytes > interleaved || code > executable {
-                    let over = need
-                        .saturating_sub(available)
-                        .max(il_bytes.saturating_sub(interleaved))
-                        .max(code.saturating_sub(executable));
+                    let (over, region, need, have) = [
+                        (MemoryRegion::Any, need, available),
+                        (MemoryRegion::Interleaved, il_bytes, interleaved),
+                        (MemoryRegion::Executable, code, executable),
+                    ]
+                    .into_iter()
+                    .map(|(r, n, a)| (n.saturating_sub(a), r, n, a))
+                    .fold(
+                        (0, MemoryRegion::Any, 0, 0),
+                        |w, o| if o.0 > w.0 { o } else { w },
+                    );
                     if closest.is_none_or(|c| over < c.0) {
-                        closest = Some((over, geo.rows, nk));
+                        closest = Some((over, geo.rows, nk, region, need, have));
                     }
                     continue;
                 }
@@ -668,16 +677,25 @@ pub fn plan_flash(
     }
     if candidates.is_empty() {
         return Err(match closest {
-            Some((over, rows, keys)) => CodegenError::DoesNotFit(format!(
-                "{name}: flash attention [{batch} x {sq} x {d}] over {tiles} tiles: the closest \
-                 mapping ({rows} rows x {keys} keys per tile, with the inputs' share of the \
-                 homes) needs {over} bytes more than a tile has ({available} available after \
-                 {SUPPORT_RESERVE_BYTES} reserved)"
-            )),
-            None => CodegenError::DoesNotFit(format!(
-                "{name}: flash attention [{batch} x {sq} x {d}] has no mapping of at least \
-                 {KEY_STEP} keys per tile"
-            )),
+            Some((_, rows, keys, region, need, have)) => CodegenError::DoesNotFit {
+                op: Some(format!("%{name}")),
+                tile: None,
+                region,
+                need_bytes: need,
+                available_bytes: have,
+                detail: format!(
+                    "flash attention [{batch} x {sq} x {d}] over {tiles} tiles: the closest \
+                     mapping ({rows} rows x {keys} keys per tile, with the inputs' share of the \
+                     homes) is counted, with {SUPPORT_RESERVE_BYTES} bytes reserved per tile"
+                ),
+            },
+            None => CodegenError::unsupported(
+                format!("%{name}"),
+                format!(
+                    "flash attention [{batch} x {sq} x {d}] has no mapping of at least \
+                     {KEY_STEP} keys per tile"
+                ),
+            ),
         });
     }
     candidates.sort_by_key(|c| (c.estimated_cycles, c.keys));

@@ -18,6 +18,7 @@
 use ipu_graph::{DType, OpKind, Operation, Value};
 
 use super::*;
+use crate::MemoryRegion;
 
 /// How the rows of a gathered value come from its operands.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +75,21 @@ pub enum RowOp {
         /// Added to the variance.
         epsilon: f32,
     },
+}
+
+impl RowOp {
+    /// What the step does, for messages.
+    pub fn step_name(&self) -> &'static str {
+        match self {
+            RowOp::Gather(_) => "gather",
+            RowOp::Transpose { .. } => "transpose",
+            RowOp::Reduce { max: true } => "row maximum",
+            RowOp::Reduce { max: false } => "row sum",
+            RowOp::Broadcast(_) => "broadcasting elementwise",
+            RowOp::Softmax { .. } => "softmax",
+            RowOp::LayerNorm { .. } => "layer norm",
+        }
+    }
 }
 
 /// The row length of `shape` rounded up to 4: the row layout's column group.
@@ -181,9 +197,10 @@ fn merge_dims(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
 
 impl Planner<'_> {
     fn refuse<T>(&self, op: &str, what: &str, why: String) -> Result<T, CodegenError> {
-        Err(CodegenError::Unsupported(format!(
-            "operation {op} ({what}): {why}"
-        )))
+        Err(CodegenError::unsupported(
+            format!("%{op}"),
+            format!("{what}: {why}"),
+        ))
     }
 
     /// A new value in the row layout.
@@ -242,10 +259,18 @@ impl Planner<'_> {
         let bytes = most * eb + scratch + staged;
         let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
         if bytes > avail {
-            return Err(CodegenError::DoesNotFit(format!(
-                "{name}: the busiest tile needs {bytes} bytes for its output rows and staged operands, {avail} available after {SUPPORT_RESERVE_BYTES} reserved; {} bytes over",
-                bytes - avail
-            )));
+            return Err(CodegenError::DoesNotFit {
+                op: Some(self.origin.clone()),
+                tile: None,
+                region: MemoryRegion::Any,
+                need_bytes: bytes,
+                available_bytes: avail,
+                detail: format!(
+                    "the busiest tile's output rows and staged operands of a {} step, with \
+                     {SUPPORT_RESERVE_BYTES} bytes reserved per tile",
+                    kind.step_name()
+                ),
+            });
         }
         let slot = BARREL_SLOT_CYCLES as u64;
         // The busiest tile's rows over six workers, costed with the kernels' slot models;
@@ -263,6 +288,7 @@ impl Planner<'_> {
             alternatives: 1,
         });
         self.ops.push(DevOp {
+            origin: self.origin.clone(),
             name,
             kind: DevOpKind::Rows(kind),
             inputs,
@@ -356,10 +382,10 @@ impl Planner<'_> {
         let rank = xshape.len();
         let arith = |p: &Self, v: DevValueId| -> Result<kernels::Elem, CodegenError> {
             elem(p.values[v].dtype).ok_or_else(|| {
-                CodegenError::Unsupported(format!(
-                    "operation {} ({what}): arithmetic on FP8 is not lowered; cast to f16 first",
-                    op.name
-                ))
+                CodegenError::unsupported(
+                    format!("%{}", op.name),
+                    format!("{what}: arithmetic on FP8 is not lowered; cast to f16 first"),
+                )
             })
         };
         match &op.kind {
@@ -711,12 +737,20 @@ impl Planner<'_> {
         let per_tile = (2 * score_bytes).div_ceil(self.tiles as u64);
         let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
         if per_tile > avail {
-            return Err(CodegenError::DoesNotFit(format!(
-                "{name}: unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice (scores and scaled scores): {per_tile} bytes per tile over {} tiles, {avail} available after {SUPPORT_RESERVE_BYTES} reserved; {} bytes over (flash_attention keeps no whole score matrix)",
-                crate::lower::dtype_name(partials),
-                self.tiles,
-                per_tile - avail
-            )));
+            return Err(CodegenError::DoesNotFit {
+                op: Some(self.origin.clone()),
+                tile: None,
+                region: MemoryRegion::Any,
+                need_bytes: per_tile,
+                available_bytes: avail,
+                detail: format!(
+                    "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
+                     (scores and scaled scores) over {} tiles, with {SUPPORT_RESERVE_BYTES} \
+                     bytes reserved per tile (flash_attention keeps no whole score matrix)",
+                    crate::lower::dtype_name(partials),
+                    self.tiles
+                ),
+            });
         }
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
