@@ -187,7 +187,8 @@ pub struct BuildReport {
     pub amp_mode: Option<ipu_target::AmpMode>,
     /// Device operations.
     pub device_operations: usize,
-    /// The tile program's text form.
+    /// The tile program's summary (one line per step; `TileProgram`'s `Display` is the whole
+    /// text form).
     pub program_text: String,
 }
 
@@ -331,7 +332,7 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         padding_clears = lowered.padding_clears,
         "lowered graph for package construction"
     );
-    report.program_text = program.to_string();
+    report.program_text = program.summary();
     phase(&mut report, "compile_runtime", || Ok(()))?;
     phase(&mut report, "plan_kernels", || Ok(()))?;
     let kernels = phase(&mut report, "compile_kernels", || {

@@ -286,34 +286,22 @@ pub fn step_buffers(s: &Step) -> Vec<BufferId> {
     out
 }
 
-impl fmt::Display for TileProgram {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "tile_program tiles_used={} buffers={} steps={}",
+impl TileProgram {
+    /// One line of counts per step: what logs and build reports carry (the whole text form of
+    /// a large program runs to millions of lines).
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "tile_program tiles_used={} buffers={} steps={}\n",
             self.tiles_used,
             self.buffers.len(),
             self.steps.len()
-        )?;
-        for (i, b) in self.buffers.iter().enumerate() {
-            writeln!(
-                f,
-                "  b{i} tile={} bytes={} region={:?} live={}..={} {}",
-                b.tile, b.bytes, b.region, b.first, b.last, b.name
-            )?;
-        }
+        );
         for (i, s) in self.steps.iter().enumerate() {
-            match s {
-                Step::Host { name, copies } => {
-                    writeln!(f, "  step {i}: host {name} copies={}", copies.len())?
-                }
+            let line = match s {
+                Step::Host { name, copies } => format!("host {name} copies={}", copies.len()),
                 Step::Exchange { name, copies } => {
                     let bytes: u64 = copies.iter().map(|c| c.bytes as u64).sum();
-                    writeln!(
-                        f,
-                        "  step {i}: exchange {name} copies={} bytes={bytes}",
-                        copies.len()
-                    )?
+                    format!("exchange {name} copies={} bytes={bytes}", copies.len())
                 }
                 Step::Compute {
                     name,
@@ -322,21 +310,118 @@ impl fmt::Display for TileProgram {
                 } => {
                     let runs: usize = tiles
                         .values()
-                        .map(|o| {
-                            o.iter()
-                                .map(|x| match x {
-                                    SupOp::Run(..) => 1,
-                                    SupOp::RunAll(..) => 6,
-                                    _ => 0,
-                                })
-                                .sum::<usize>()
+                        .flatten()
+                        .map(|x| match x {
+                            SupOp::Run(..) => 1,
+                            SupOp::RunAll(..) => ipu_target::WORKER_CONTEXTS as usize,
+                            _ => 0,
                         })
                         .sum();
+                    format!(
+                        "compute {name} tiles={} vertices={runs} estimated_cycles={estimated_cycles}",
+                        tiles.len()
+                    )
+                }
+            };
+            out += &format!("  step {i}: {line}\n");
+        }
+        out
+    }
+}
+
+impl fmt::Display for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Region::Any => "any",
+            Region::Interleaved => "interleaved",
+        })
+    }
+}
+
+impl fmt::Display for SupOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SupOp::AmpCfg(mode) => write!(f, "ampcfg {mode:?}"),
+            SupOp::SetFp8(format, scale) => write!(f, "setfp8 {format:?} scale={scale}"),
+            SupOp::AmpW(b, off) => write!(f, "ampw {}", StateWord::Addr(*b, *off)),
+            SupOp::Run(k, st, slots) => write!(f, "run {k:?} {st} slots={slots}"),
+            SupOp::RunAll(k, st, slots) => write!(f, "runall {k:?} {st} slots={slots}"),
+            SupOp::WaitW => f.write_str("waitw"),
+        }
+    }
+}
+
+/// The whole text form: every buffer (tile, bytes, region, live steps, what it holds, the
+/// user operation it serves), then every step with its transfers or, per tile, its
+/// supervisor operations and their vertex states.
+impl fmt::Display for TileProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "tile_program tiles_used={} pages={:?}",
+            self.tiles_used, self.pages
+        )?;
+        for (i, b) in self.buffers.iter().enumerate() {
+            write!(
+                f,
+                "  b{i} tile={} bytes={} region={} live={}..={} {}",
+                b.tile, b.bytes, b.region, b.first, b.last, b.name
+            )?;
+            if let Some(g) = b.group {
+                write!(f, " group={g}")?;
+            }
+            if b.op != b.name {
+                write!(f, " op={}", b.op)?;
+            }
+            writeln!(f)?;
+        }
+        let buffer = |b: BufferId| {
+            let t = self.buffers.get(b.0 as usize).map_or(u32::MAX, |x| x.tile);
+            (b, t)
+        };
+        for (i, s) in self.steps.iter().enumerate() {
+            match s {
+                Step::Host { name, copies } => {
+                    writeln!(f, "step {i}: host {name}")?;
+                    for (c, to_host) in copies {
+                        let at = StateWord::Addr(c.buffer, c.offset);
+                        let page = format!("page{}+{}", c.page, c.page_offset);
+                        let (from, to) = if *to_host {
+                            (at.to_string(), page)
+                        } else {
+                            (page, at.to_string())
+                        };
+                        writeln!(f, "  {from} -> {to} bytes={}", c.bytes)?;
+                    }
+                }
+                Step::Exchange { name, copies } => {
+                    writeln!(f, "step {i}: exchange {name}")?;
+                    for c in copies {
+                        let ((sb, st), (db, dt)) = (buffer(c.src), buffer(c.dst));
+                        writeln!(
+                            f,
+                            "  tile {st} {} -> tile {dt} {} bytes={}",
+                            StateWord::Addr(sb, c.src_offset),
+                            StateWord::Addr(db, c.dst_offset),
+                            c.bytes
+                        )?;
+                    }
+                }
+                Step::Compute {
+                    name,
+                    tiles,
+                    estimated_cycles,
+                } => {
                     writeln!(
                         f,
-                        "  step {i}: compute {name} tiles={} vertices={runs} estimated_cycles={estimated_cycles}",
-                        tiles.len()
-                    )?
+                        "step {i}: compute {name} estimated_cycles={estimated_cycles}"
+                    )?;
+                    for (tile, ops) in tiles {
+                        writeln!(f, "  tile {tile}:")?;
+                        for op in ops {
+                            writeln!(f, "    {op}")?;
+                        }
+                    }
                 }
             }
         }
