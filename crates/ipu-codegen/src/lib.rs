@@ -18,6 +18,7 @@ pub mod emit;
 pub mod exchange;
 pub mod layout;
 pub mod lower;
+pub mod ops;
 pub mod place;
 pub mod plan;
 pub mod program;

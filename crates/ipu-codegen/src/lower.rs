@@ -15,13 +15,8 @@ use crate::program::*;
 use ipu_kernels::state::*;
 use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES, UnOp};
 
-mod flash;
-mod rows;
-
-pub use flash::modelled_cycles as flash_modelled_cycles;
-
 /// Worker contexts a compute step spreads a tile's work over.
-const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
+pub(crate) const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
 
 /// Host page holding the inputs.
 pub const INPUT_PAGE: u16 = 0;
@@ -41,19 +36,19 @@ pub struct Lowered {
     pub padding_clears: u32,
 }
 
-struct Lowerer<'a> {
-    plan: &'a OperatorPlan,
-    prog: TileProgram,
-    value_buffers: HashMap<(DevValueId, u32), BufferId>,
+pub(crate) struct Lowerer<'a> {
+    pub(crate) plan: &'a OperatorPlan,
+    pub(crate) prog: TileProgram,
+    pub(crate) value_buffers: HashMap<(DevValueId, u32), BufferId>,
     /// Per value, its elements on each tile (computed once: layouts may have many pieces).
-    tile_elements: HashMap<DevValueId, BTreeMap<u32, usize>>,
-    clears_removed: u32,
-    clears: u32,
+    pub(crate) tile_elements: HashMap<DevValueId, BTreeMap<u32, usize>>,
+    pub(crate) clears_removed: u32,
+    pub(crate) clears: u32,
     /// The next placement group id.
-    next_group: u32,
+    pub(crate) next_group: u32,
 }
 
-fn align8(n: u64) -> u64 {
+pub(crate) fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
 
@@ -68,15 +63,15 @@ pub fn dtype_name(d: DType) -> &'static str {
 }
 
 /// Supervisor slots between two worker launches of an AMP round (`setzi` of the state, `run`).
-const LAUNCH_SLOTS: u32 = 2;
+pub(crate) const LAUNCH_SLOTS: u32 = 2;
 /// Worker slots per AMP row (four phases).
-const AMP_ROW_SLOTS: u32 = 4;
+pub(crate) const AMP_ROW_SLOTS: u32 = 4;
 
 /// Splits `n` AMP rows over the workers so that they finish together: worker `w` starts
 /// `LAUNCH_SLOTS` later than worker `w - 1`, so earlier workers take more rows. Each row goes
 /// to the worker that would finish it first (ties to the lower worker); contiguous ranges in
 /// worker order.
-fn split_staggered(n: u32) -> Vec<(u32, u32)> {
+pub(crate) fn split_staggered(n: u32) -> Vec<(u32, u32)> {
     let mut rows = vec![0u32; WORKERS as usize];
     for _ in 0..n {
         let w = (0..WORKERS as usize)
@@ -101,18 +96,18 @@ fn split_staggered(n: u32) -> Vec<(u32, u32)> {
 /// One strided copy (`Kernel::Copy2d`): `rows` rows of `segs` segments of `seg_bytes` bytes,
 /// segment `j` of row `i` from `src + i src_row + j src_seg` to `dst + i dst_row + j dst_seg`
 /// (byte strides), its rows split over `parts` workers. 64-bit words when the segments allow.
-struct Copy2d {
-    src: (BufferId, u32),
-    dst: (BufferId, u32),
-    rows: u32,
-    segs: u32,
-    seg_bytes: u32,
-    src_strides: (u32, u32),
-    dst_strides: (u32, u32),
+pub(crate) struct Copy2d {
+    pub(crate) src: (BufferId, u32),
+    pub(crate) dst: (BufferId, u32),
+    pub(crate) rows: u32,
+    pub(crate) segs: u32,
+    pub(crate) seg_bytes: u32,
+    pub(crate) src_strides: (u32, u32),
+    pub(crate) dst_strides: (u32, u32),
 }
 
 impl Copy2d {
-    fn push(&self, parts: u32, ops: &mut Vec<SupOp>) {
+    pub(crate) fn push(&self, parts: u32, ops: &mut Vec<SupOp>) {
         let wide = self.seg_bytes.is_multiple_of(8);
         let words = self.seg_bytes / if wide { 8 } else { 4 };
         let (sr, ss) = self.src_strides;
@@ -142,7 +137,7 @@ impl Copy2d {
 }
 
 /// Splits `n` units into `parts` contiguous ranges (some empty).
-fn split(n: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
+pub(crate) fn split(n: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
     (0..parts).map(move |i| (n * i / parts, n * (i + 1) / parts))
 }
 
@@ -229,12 +224,12 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
 }
 
 impl Lowerer<'_> {
-    fn eb(&self, v: DevValueId) -> u32 {
+    pub(crate) fn eb(&self, v: DevValueId) -> u32 {
         self.plan.values[v].dtype.bytes() as u32
     }
 
     /// The buffer holding `v`'s pieces on `tile`.
-    fn value_buffer(&mut self, v: DevValueId, tile: u32) -> BufferId {
+    pub(crate) fn value_buffer(&mut self, v: DevValueId, tile: u32) -> BufferId {
         if let Some(b) = self.value_buffers.get(&(v, tile)) {
             return *b;
         }
@@ -255,7 +250,7 @@ impl Lowerer<'_> {
         b
     }
 
-    fn host_copies(&mut self, v: DevValueId, base: u64, page: u16) -> Vec<HostCopy> {
+    pub(crate) fn host_copies(&mut self, v: DevValueId, base: u64, page: u16) -> Vec<HostCopy> {
         let eb = self.eb(v);
         let pieces = self.plan.values[v].layout.pieces.clone();
         pieces
@@ -272,7 +267,7 @@ impl Lowerer<'_> {
 
     /// Copies filling `dst` (a staging buffer of `v` in group `group` on `tile`) with the
     /// storage ranges `want` (`(start, end, dst element)`).
-    fn gather(
+    pub(crate) fn gather(
         &mut self,
         v: DevValueId,
         tile: u32,
@@ -296,7 +291,13 @@ impl Lowerer<'_> {
     }
 
     /// Zero-fill vertices for the parts of `buffer` (first `bytes` bytes) no copy writes.
-    fn zero_gaps(&self, buffer: BufferId, bytes: u32, copies: &[Copy], ops: &mut Vec<SupOp>) {
+    pub(crate) fn zero_gaps(
+        &self,
+        buffer: BufferId,
+        bytes: u32,
+        copies: &[Copy],
+        ops: &mut Vec<SupOp>,
+    ) {
         let mut covered: Vec<(usize, usize)> = copies
             .iter()
             .filter(|c| c.dst == buffer)
@@ -321,7 +322,7 @@ impl Lowerer<'_> {
         }
     }
 
-    fn lower_op(&mut self, index: usize) -> Result<(), CodegenError> {
+    pub(crate) fn lower_op(&mut self, index: usize) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         if matches!(op.kind, DevOpKind::Flash(_)) {
             return self.lower_flash(index);
@@ -475,7 +476,7 @@ impl Lowerer<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn lower_matmul(
+    pub(crate) fn lower_matmul(
         &mut self,
         index: usize,
         mode: AmpMode,
@@ -665,7 +666,7 @@ impl Lowerer<'_> {
 
     /// Masked copies: every piece of the output is cut at column-group boundaries into runs of
     /// whole rows, each split over the workers; a row a piece cuts is masked as a fragment.
-    fn lower_causal_mask(
+    pub(crate) fn lower_causal_mask(
         &mut self,
         index: usize,
         key_start: usize,
@@ -748,7 +749,7 @@ impl Lowerer<'_> {
     }
 
     /// Pad-clear vertices for the output of operation `index`, if anything reads its padding.
-    fn pad_clears(&mut self, index: usize, tiles: &mut BTreeMap<u32, Vec<SupOp>>) {
+    pub(crate) fn pad_clears(&mut self, index: usize, tiles: &mut BTreeMap<u32, Vec<SupOp>>) {
         let out = self.plan.ops[index].output;
         let val = &self.plan.values[out];
         let (outer, rows, cols) = split_shape(&val.shape);
@@ -814,7 +815,7 @@ impl Lowerer<'_> {
 }
 
 /// Merges runs of single-row pad clears whose rows follow each other at the same stride.
-fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
+pub(crate) fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
     let mut out: Vec<SupOp> = Vec::new();
     for op in ops.iter() {
         if let (

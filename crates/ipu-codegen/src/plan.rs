@@ -21,9 +21,7 @@ use crate::layout::{Layout, PIECE_GRAIN};
 use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
-pub mod flash;
-pub mod rows;
-pub use rows::{GatherKind, RowOp};
+pub use crate::ops::rows::{GatherKind, RowOp};
 
 /// Finalists kept per operation for the log.
 pub const FINALISTS: usize = 3;
@@ -133,7 +131,7 @@ pub enum DevOpKind {
     /// Data movement or a row operation in the row layout (see [`rows`]).
     Rows(RowOp),
     /// A fused flash attention (see [`flash`]): inputs q, k, v.
-    Flash(Box<flash::FlashPlan>),
+    Flash(Box<crate::ops::flash::plan::FlashPlan>),
 }
 
 /// A device operation.
@@ -237,7 +235,7 @@ pub fn matmul_mode(dtype: DType, partials: DType) -> Option<AmpMode> {
 /// The column group a graph input should be stored in so that its first matmul consumer
 /// reads it without regrouping: the AMP's K block for the left operand, its column count for
 /// the right.
-fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
+pub(crate) fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
     let op = graph.operations().iter().find(|o| o.inputs.contains(&v))?;
     let OpKind::MatMul { partials, .. } = op.kind else {
         return None;
@@ -251,16 +249,16 @@ fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
     })
 }
 
-struct Planner<'a> {
-    graph: &'a Graph,
-    target: &'a Target,
-    tiles: u32,
-    values: Vec<DevValue>,
-    ops: Vec<DevOp>,
-    finalists: Vec<Finalist>,
-    of_graph: std::collections::HashMap<ValueId, DevValueId>,
+pub(crate) struct Planner<'a> {
+    pub(crate) graph: &'a Graph,
+    pub(crate) target: &'a Target,
+    pub(crate) tiles: u32,
+    pub(crate) values: Vec<DevValue>,
+    pub(crate) ops: Vec<DevOp>,
+    pub(crate) finalists: Vec<Finalist>,
+    pub(crate) of_graph: std::collections::HashMap<ValueId, DevValueId>,
     /// The user's value or operation being planned (`%name`).
-    origin: String,
+    pub(crate) origin: String,
 }
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
@@ -360,7 +358,7 @@ pub fn check(plan: &OperatorPlan) -> Result<(), CodegenError> {
 }
 
 impl Planner<'_> {
-    fn add_value(
+    pub(crate) fn add_value(
         &mut self,
         name: String,
         dtype: DType,
@@ -383,7 +381,7 @@ impl Planner<'_> {
         id
     }
 
-    fn plan_op(&mut self, op: &ipu_graph::Operation) -> Result<(), CodegenError> {
+    pub(crate) fn plan_op(&mut self, op: &ipu_graph::Operation) -> Result<(), CodegenError> {
         let out = op.outputs[0];
         let out_val = self.graph.value(out).clone();
         let ins: Vec<DevValueId> = op.inputs.iter().map(|v| self.of_graph[v]).collect();
@@ -511,10 +509,10 @@ impl Planner<'_> {
     }
 
     /// A fused flash attention: candidates `(rows, keys)` per tile are costed
-    /// (`flash::plan_flash`), the finalists modelled from their tile programs, the best
+    /// (`crate::ops::flash::plan::plan_flash`), the finalists modelled from their tile programs, the best
     /// selected. Inputs that only this operation reads are laid out on their homes.
     #[allow(clippy::too_many_arguments)]
-    fn plan_flash(
+    pub(crate) fn plan_flash(
         &mut self,
         op: &ipu_graph::Operation,
         ins: &[DevValueId],
@@ -534,7 +532,7 @@ impl Planner<'_> {
             self.values[ins[1]].dtype,
             self.values[ins[2]].dtype,
         ];
-        let (candidates, base) = flash::plan_flash(
+        let (candidates, base) = crate::ops::flash::plan::plan_flash(
             &op.name,
             shapes,
             dtypes,
@@ -553,13 +551,17 @@ impl Planner<'_> {
         // The cheapest estimates are modelled from their tile programs; the best modelled are
         // the finalists, and the first is selected.
         let mut modelled_plans = Vec::new();
-        for (i, c) in candidates.iter().take(flash::MODELLED_MAX).enumerate() {
+        for (i, c) in candidates
+            .iter()
+            .take(crate::ops::flash::plan::MODELLED_MAX)
+            .enumerate()
+        {
             let mut geo = base.clone();
             geo.rows = c.rows;
             geo.keys = c.keys;
             geo.sub = c.sub;
-            let fp = flash::layout(geo, self.tiles);
-            let (modelled, modelled_x) = crate::lower::flash_modelled_cycles(&fp);
+            let fp = crate::ops::flash::plan::layout(geo, self.tiles);
+            let (modelled, modelled_x) = crate::ops::flash::lower::modelled_cycles(&fp);
             tracing::info!(
                 candidate = i,
                 rows = c.rows,
@@ -644,7 +646,7 @@ impl Planner<'_> {
 
     /// A one-operand operation whose result keeps its operand's layout (in `dtype`, or the
     /// graph value's type).
-    fn follow(
+    pub(crate) fn follow(
         &mut self,
         op: &ipu_graph::Operation,
         out_val: &ipu_graph::Value,
@@ -664,13 +666,13 @@ impl Planner<'_> {
         self.push_simple(op.name.clone(), kind, vec![x], r);
     }
 
-    fn rename(&mut self, v: DevValueId, name: String, graph: ValueId) {
+    pub(crate) fn rename(&mut self, v: DevValueId, name: String, graph: ValueId) {
         self.values[v].name = name;
         self.values[v].graph = Some(graph);
         self.of_graph.insert(graph, v);
     }
 
-    fn cast_to(&mut self, v: DevValueId, to: DType, name: &str) -> DevValueId {
+    pub(crate) fn cast_to(&mut self, v: DevValueId, to: DType, name: &str) -> DevValueId {
         if self.values[v].dtype == to {
             return v;
         }
@@ -683,7 +685,7 @@ impl Planner<'_> {
     /// Elementwise operations follow their first operand's layout: no choice to make, one
     /// finalist. Cost: the slowest tile's vectors over 6 workers, plus the exchange of other
     /// operands laid out differently.
-    fn push_simple(
+    pub(crate) fn push_simple(
         &mut self,
         name: String,
         kind: DevOpKind,
@@ -728,7 +730,7 @@ impl Planner<'_> {
 
     /// Enumerates `(pm, pn)` splits of rows and column groups (and batch), costs each, keeps the
     /// cheapest that fits.
-    fn plan_matmul(
+    pub(crate) fn plan_matmul(
         &mut self,
         name: &str,
         mode: AmpMode,

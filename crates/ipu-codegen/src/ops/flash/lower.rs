@@ -11,12 +11,19 @@
 
 use rayon::prelude::*;
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::plan::{FlashGeometry, FlashPlan};
+use crate::CodegenError;
+use crate::lower::*;
 use crate::plan::default_group;
-use crate::plan::flash::{FlashGeometry, FlashPlan};
+use crate::plan::{DevOpKind, DevValueId, cast_type};
+use crate::program::*;
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
 };
+use ipu_kernels::state::*;
+use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES, UnOp};
 
 const GRB: u32 = GROUP_ROW_BYTES;
 
@@ -421,7 +428,7 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     } else {
         0
     };
-    let prep = (crate::plan::flash::HOME_UNIT * g.d) as u64 * 4 + sync;
+    let prep = (super::plan::HOME_UNIT * g.d) as u64 * 4 + sync;
     let exchange = recv + merge_x;
     (
         prep + compute + k * sync + merge + sync + exchange,
@@ -430,7 +437,7 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
 }
 
 impl Lowerer<'_> {
-    pub(super) fn lower_flash(&mut self, index: usize) -> Result<(), CodegenError> {
+    pub(crate) fn lower_flash(&mut self, index: usize) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         let DevOpKind::Flash(fp) = &op.kind else {
             return Err(CodegenError::internal("not a flash attention"));

@@ -2,9 +2,18 @@
 //! on-tile transposes of staged blocks, and row kernels over operands staged in the row
 //! layout.
 
-use super::*;
-use crate::plan::rows::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows};
+use std::collections::BTreeMap;
+
+use ipu_package::split_shape;
+
+use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows};
+use crate::CodegenError;
+use crate::lower::*;
+use crate::plan::{DevValueId, elem};
+use crate::program::*;
 use ipu_kernels::rows as row_kernels;
+use ipu_kernels::state::*;
+use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES};
 
 /// The storage ranges holding columns `c0..c1` of flattened row `row` of a value of `shape`
 /// stored in column group `group`; `c0` is a multiple of 4 and `c1` is rounded up to one (the
@@ -179,7 +188,7 @@ fn piece_rows(layout: &crate::layout::Layout) -> Vec<(u32, usize, usize, usize)>
 
 impl Lowerer<'_> {
     /// Lowers the row operation `index`.
-    pub(super) fn lower_rows(
+    pub(crate) fn lower_rows(
         &mut self,
         index: usize,
         rop: &RowOp,

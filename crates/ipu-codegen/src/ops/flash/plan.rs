@@ -32,8 +32,8 @@ use ipu_target::{
     AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, SYNC_CYCLES, Target,
 };
 
-use super::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
 use crate::layout::{Layout, Piece};
+use crate::plan::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
 use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::flash::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
 use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
@@ -103,7 +103,7 @@ impl FlashGeometry {
     }
     /// Column group of the output in storage.
     pub fn gout(&self) -> usize {
-        super::default_group(self.out)
+        crate::plan::default_group(self.out)
     }
     /// Groups of `O` per row (`dv / cols`).
     pub fn gv(&self) -> usize {
@@ -594,7 +594,7 @@ pub fn plan_flash(
                 + match x {
                     0 => usize::from(prescaled),
                     1 => 1,
-                    _ => usize::from(super::default_group(a) != cols),
+                    _ => usize::from(crate::plan::default_group(a) != cols),
                 };
             n * width as u64 * (inputs[x].bytes() + copies * a.bytes()) as u64
         })

@@ -15,10 +15,17 @@
 //! elements (unless a row length is 1: then it is the transpose of a `[n, 1]` view); a
 //! transpose whose merged view needs such runs; arithmetic on FP8 values.
 
-use ipu_graph::{DType, OpKind, Operation, Value};
+use ipu_graph::{DType, OpKind, Operation, Value, ValueId};
 
-use super::*;
+use ipu_target::{
+    BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
+};
+
+use crate::CodegenError;
 use crate::MemoryRegion;
+use crate::layout::{Layout, PIECE_GRAIN};
+use crate::plan::*;
+use ipu_kernels::{self as kernels, BinOp, UnOp};
 
 /// How the rows of a gathered value come from its operands.
 #[derive(Debug, Clone, PartialEq)]
@@ -366,7 +373,7 @@ impl Planner<'_> {
     }
 
     /// Plans the row operations of `op` (see the module docs).
-    pub(super) fn plan_rows(
+    pub(crate) fn plan_rows(
         &mut self,
         op: &Operation,
         ins: &[DevValueId],
@@ -488,7 +495,7 @@ impl Planner<'_> {
     }
 
     /// Plans an elementwise binary operation whose operands broadcast size-1 dimensions.
-    pub(super) fn plan_broadcast(
+    pub(crate) fn plan_broadcast(
         &mut self,
         op: &Operation,
         bop: BinOp,
