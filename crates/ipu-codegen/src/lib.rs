@@ -14,6 +14,7 @@
 //!
 //! The crate is sans-IO: it takes values and returns values.
 
+pub mod cost;
 pub mod emit;
 pub mod exchange;
 pub mod layout;
@@ -462,11 +463,7 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     for (i, s) in program.steps.iter().enumerate() {
         match s {
             program::Step::Compute { tiles, .. } => {
-                final_cycles += tiles
-                    .values()
-                    .map(|o| lower::estimate(o))
-                    .max()
-                    .unwrap_or(0)
+                final_cycles += tiles.values().map(|o| cost::estimate(o)).max().unwrap_or(0)
                     + target.sync_cycles as u64;
             }
             program::Step::Exchange { .. } => {

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::plan::{FlashGeometry, FlashPlan};
 use crate::CodegenError;
+use crate::cost::estimate;
 use crate::lower::*;
 use crate::plan::default_group;
 use crate::plan::{DevOpKind, DevValueId, cast_type};

@@ -34,6 +34,7 @@ use ipu_target::{
 
 use crate::layout::{Layout, Piece};
 use crate::plan::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
+use crate::plan::{DevOp, DevOpKind, DevValueId, FINALISTS, Finalist, Planner, default_group};
 use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::flash::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
 use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
@@ -786,5 +787,143 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
         combiners,
         homes,
         home_positions,
+    }
+}
+
+impl Planner<'_> {
+    /// A fused flash attention: candidates `(rows, keys)` per tile are costed
+    /// (`crate::ops::flash::plan::plan_flash`), the finalists modelled from their tile programs, the best
+    /// selected. Inputs that only this operation reads are laid out on their homes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn plan_flash(
+        &mut self,
+        op: &ipu_graph::Operation,
+        ins: &[DevValueId],
+        out_val: &ipu_graph::Value,
+        scale: f32,
+        causal: bool,
+        partials: DType,
+        out_dtype: DType,
+    ) -> Result<(), CodegenError> {
+        let shapes = [
+            &self.values[ins[0]].shape[..],
+            &self.values[ins[1]].shape[..],
+            &self.values[ins[2]].shape[..],
+        ];
+        let dtypes = [
+            self.values[ins[0]].dtype,
+            self.values[ins[1]].dtype,
+            self.values[ins[2]].dtype,
+        ];
+        let (candidates, base) = crate::ops::flash::plan::plan_flash(
+            &op.name,
+            shapes,
+            dtypes,
+            scale,
+            causal,
+            partials,
+            out_dtype,
+            self.target,
+            self.tiles,
+        )?;
+        tracing::info!(
+            operation = %op.name,
+            candidates = candidates.len(),
+            "screened flash attention mappings"
+        );
+        // The cheapest estimates are modelled from their tile programs; the best modelled are
+        // the finalists, and the first is selected.
+        let mut modelled_plans = Vec::new();
+        for (i, c) in candidates
+            .iter()
+            .take(crate::ops::flash::plan::MODELLED_MAX)
+            .enumerate()
+        {
+            let mut geo = base.clone();
+            geo.rows = c.rows;
+            geo.keys = c.keys;
+            geo.sub = c.sub;
+            let fp = crate::ops::flash::plan::layout(geo, self.tiles);
+            let (modelled, modelled_x) = crate::ops::flash::lower::modelled_cycles(&fp);
+            tracing::info!(
+                candidate = i,
+                rows = c.rows,
+                keys = c.keys,
+                items = c.items,
+                merged_blocks = c.merge,
+                modelled_cycles = modelled,
+                modelled_exchange_cycles = modelled_x,
+                estimated_cycles = c.estimated_cycles,
+                estimated_exchange_cycles = c.estimated_exchange_cycles,
+                peak_total_bytes = c.peak_bytes,
+                "modelled expanded operator plan"
+            );
+            modelled_plans.push((modelled, modelled_x, fp, i));
+        }
+        modelled_plans.sort_by_key(|m| (m.0, m.3));
+        for (modelled, _, _, i) in modelled_plans.iter().take(FINALISTS) {
+            let c = &candidates[*i];
+            self.finalists.push(Finalist {
+                op: op.name.clone(),
+                mapping: format!(
+                    "flash rows={} keys={} items={} merged_blocks={} modelled_cycles={modelled}",
+                    c.rows, c.keys, c.items, c.merge
+                ),
+                estimated_cycles: c.estimated_cycles,
+                estimated_exchange_cycles: c.estimated_exchange_cycles,
+                peak_tile_bytes: c.peak_bytes,
+                tiles: c.items as u32,
+                alternatives: candidates.len(),
+            });
+        }
+        let best = modelled_plans.into_iter().next();
+        let (modelled, modelled_x, fp, chosen) = best.expect("at least one candidate");
+        tracing::info!(
+            selected = chosen,
+            rows = fp.geo.rows,
+            keys = fp.geo.keys,
+            sub_block_keys = fp.geo.sub_keys(),
+            modelled_cycles = modelled,
+            "selected flash attention mapping"
+        );
+        // Inputs only this operation reads sit on their homes.
+        let kb = amp_geometry(fp.geo.mode).k_block;
+        let hgs = [kb, kb, default_group(fp.geo.a)];
+        for x in 0..3 {
+            let v = ins[x];
+            let Some(gv) = self.values[v].graph else {
+                continue;
+            };
+            let only_here = self.graph.inputs().contains(&gv)
+                && !self.graph.outputs().contains(&gv)
+                && self
+                    .graph
+                    .operations()
+                    .iter()
+                    .filter(|o| o.inputs.contains(&gv))
+                    .count()
+                    == 1
+                && ins.iter().filter(|&&i| i == v).count() == 1;
+            if only_here && self.values[v].layout.group == hgs[x] {
+                self.values[v].layout = fp.home_layout(x, hgs[x]);
+            }
+        }
+        let r = self.add_value(
+            out_val.name.clone(),
+            out_dtype,
+            out_val.ty.shape.clone(),
+            Some(op.outputs[0]),
+            fp.output_layout(),
+        );
+        self.ops.push(DevOp {
+            origin: self.origin.clone(),
+            name: op.name.clone(),
+            kind: DevOpKind::Flash(Box::new(fp)),
+            inputs: ins.to_vec(),
+            output: r,
+            estimated_cycles: modelled,
+            estimated_exchange_cycles: modelled_x,
+        });
+        Ok(())
     }
 }

@@ -1,0 +1,68 @@
+//! The supervisor's cycle model: what one tile's list of supervisor operations costs, from
+//! the kernels' slot models and the barrel-scheduling rules. Planning (modelled candidates),
+//! lowering (each step's estimate) and the final costing of the placed program share it.
+
+use ipu_target::{AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, WORKER_CONTEXTS};
+
+use crate::program::SupOp;
+
+/// Worker contexts a tile's launches share.
+const WORKERS: u32 = WORKER_CONTEXTS;
+
+/// The cycle estimate of one tile's supervisor work: per wave (between `waitw`s) the slowest
+/// worker, plus one barrel slot per supervisor instruction. A launch takes the worker context
+/// that frees first; when all six are busy the supervisor waits for it, as `run` does.
+pub fn estimate(ops: &[SupOp]) -> u64 {
+    // A weight load before any `ampcfg` of these operations is costed at the largest block.
+    const AMP_WEIGHT_BYTES_MAX: u32 = 512;
+    let slot = ipu_target::BARREL_SLOT_CYCLES as u64;
+    let mut total = 0u64;
+    let mut sup = 0u64;
+    let mut free = [0u64; WORKERS as usize];
+    let mut entry = None;
+    let mut amp_mode = None;
+    let launch = |sup: &mut u64, free: &mut [u64; WORKERS as usize], slots: u32| {
+        *sup += slot;
+        let w = (0..free.len())
+            .min_by_key(|&w| (free[w], w))
+            .expect("workers");
+        *sup = (*sup).max(free[w]);
+        free[w] = *sup + slots as u64 * slot;
+    };
+    for op in ops {
+        match op {
+            SupOp::Run(k, _, slots) => {
+                // `setzi` of the entry only when the kernel changes (see emit::supervisor_code).
+                sup += if entry == Some(*k) { slot } else { 2 * slot };
+                entry = Some(*k);
+                launch(&mut sup, &mut free, *slots);
+            }
+            SupOp::RunAll(k, _, slots) => {
+                sup += if entry == Some(*k) { slot } else { 2 * slot };
+                entry = Some(*k);
+                for _ in 0..WORKERS {
+                    launch(&mut sup, &mut free, *slots);
+                }
+            }
+            SupOp::WaitW => {
+                sup += slot;
+                total += sup.max(free.iter().copied().max().unwrap_or(0));
+                sup = 0;
+                free = [0; WORKERS as usize];
+            }
+            SupOp::AmpCfg(mode) => {
+                amp_mode = Some(*mode);
+                sup += slot;
+            }
+            // `setzi` of the address, then `ampw`: a slot and the mode's weight block at the
+            // AMP's load rate.
+            SupOp::AmpW(..) => {
+                let bytes =
+                    amp_mode.map_or(AMP_WEIGHT_BYTES_MAX, |m| m.geometry().weight_bytes()) as u64;
+                sup += 2 * slot + bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64;
+            }
+            _ => sup += slot,
+        }
+    }
+    total + sup.max(free.iter().copied().max().unwrap_or(0))
+}

@@ -1,0 +1,328 @@
+//! Elementwise operations: binary arithmetic on operands of one shape, unary operations
+//! (`exp`, scale), casts (FP8 with its scale included) and the causal mask of a block of
+//! scores. Each result keeps its first operand's layout, so planning has one candidate; the
+//! lowering splits each tile's vectors over the workers.
+
+use std::collections::BTreeMap;
+
+use ipu_graph::{DType, OpKind, Operation, Value};
+use ipu_package::split_shape;
+
+use super::unsupported;
+use crate::CodegenError;
+use crate::lower::*;
+use crate::plan::*;
+use crate::program::*;
+use ipu_kernels::state::*;
+use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES, UnOp};
+
+impl Planner<'_> {
+    /// Binary elementwise operations; operands of other shapes broadcast as row operations.
+    pub(crate) fn plan_binary(
+        &mut self,
+        op: &Operation,
+        ins: &[DevValueId],
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        let out = op.outputs[0];
+        let (x, y) = (ins[0], ins[1]);
+        if elem(self.values[x].dtype).is_none() {
+            return unsupported(
+                op,
+                "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
+            );
+        }
+        let bop = match op.kind {
+            OpKind::Add => BinOp::Add,
+            OpKind::Sub => BinOp::Sub,
+            OpKind::Mul => BinOp::Mul,
+            OpKind::Div => BinOp::Div,
+            _ => BinOp::Max,
+        };
+        if self.values[x].shape != out_val.ty.shape || self.values[y].shape != out_val.ty.shape {
+            return self.plan_broadcast(op, bop, ins, out_val);
+        }
+        let layout = self.values[x].layout.clone();
+        let r = self.add_value(
+            out_val.name.clone(),
+            out_val.ty.dtype,
+            out_val.ty.shape.clone(),
+            Some(out),
+            layout,
+        );
+        self.push_simple(op.name.clone(), DevOpKind::Binary(bop), vec![x, y], r);
+        Ok(())
+    }
+
+    /// Unary operations, casts and causal masks: the result keeps the operand's layout.
+    pub(crate) fn plan_unary(
+        &mut self,
+        op: &Operation,
+        ins: &[DevValueId],
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        match &op.kind {
+            OpKind::Scale { .. } | OpKind::Exp if elem(self.values[ins[0]].dtype).is_none() => {
+                return unsupported(
+                    op,
+                    "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
+                );
+            }
+            OpKind::Scale { factor } => self.follow(
+                op,
+                out_val,
+                DevOpKind::Unary(UnOp::Scale, *factor),
+                ins[0],
+                None,
+            ),
+            OpKind::Exp => self.follow(op, out_val, DevOpKind::Unary(UnOp::Exp, 1.0), ins[0], None),
+            OpKind::CausalMask { key_start } => {
+                if self.values[ins[0]].dtype != DType::F32 {
+                    return unsupported(
+                        op,
+                        "a causal mask is lowered for f32 scores only (use f32 partials)",
+                    );
+                }
+                let kind = DevOpKind::CausalMask {
+                    key_start: *key_start,
+                };
+                self.follow(op, out_val, kind, ins[0], None)
+            }
+            OpKind::Cast { to } => {
+                if self.values[ins[0]].dtype.is_fp8() && to.is_fp8() {
+                    return unsupported(op, "FP8 to FP8 casts are not lowered; cast through f16");
+                }
+                self.follow(op, out_val, DevOpKind::Cast, ins[0], Some(*to))
+            }
+            _ => unreachable!("dispatched by kind"),
+        }
+        Ok(())
+    }
+}
+
+impl Lowerer<'_> {
+    /// `out = x OP y` per tile, operands gathered into the output's layout when theirs differ.
+    pub(crate) fn lower_binary(
+        &mut self,
+        index: usize,
+        bop: BinOp,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        copies: &mut Vec<Copy>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let out = op.output;
+        let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
+        let (x, y) = (op.inputs[0], op.inputs[1]);
+        let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
+        let eb = self.eb(x);
+        let same = self.plan.values[y].layout == out_layout;
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile];
+            let xb = self.value_buffer(x, tile);
+            let ob = self.value_buffer(out, tile);
+            let yb = if same {
+                self.value_buffer(y, tile)
+            } else {
+                let bytes = align8((n * eb as usize) as u64) as u32 + OVERREAD_BYTES;
+                let st = self
+                    .prog
+                    .buffer(tile, bytes, Region::Any, format!("stage:{}.b", op.name));
+                let want: Vec<(usize, usize, usize)> = out_layout
+                    .pieces
+                    .iter()
+                    .filter(|p| p.tile == tile)
+                    .map(|p| (p.start, p.end, p.local))
+                    .collect();
+                let c = self.gather(y, tile, out_layout.group, &want, st);
+                copies.extend(c);
+                st
+            };
+            let vectors = (n as u32 * eb) / 8;
+            let ops = tiles.entry(tile).or_default();
+            for (v0, v1) in split(vectors, WORKERS) {
+                if v1 > v0 {
+                    ops.push(SupOp::Run(
+                        Kernel::Binary { ty, op: bop },
+                        BinaryState {
+                            a: (xb, v0 * 8),
+                            b: (yb, v0 * 8),
+                            out: (ob, v0 * 8),
+                            vectors: v1 - v0,
+                        }
+                        .into(),
+                        kernels::binary_slots(ty, bop, v1 - v0),
+                    ));
+                }
+            }
+        }
+        if bop == BinOp::Div {
+            self.pad_clears(index, tiles);
+        }
+        Ok(())
+    }
+
+    /// `out = f(x)` per tile (`exp` clears its output's padding when something reads it).
+    pub(crate) fn lower_unary(
+        &mut self,
+        index: usize,
+        uop: UnOp,
+        factor: f32,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let out = op.output;
+        let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
+        let x = op.inputs[0];
+        let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
+        let eb = self.eb(x);
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile] as u32;
+            let xb = self.value_buffer(x, tile);
+            let ob = self.value_buffer(out, tile);
+            let ops = tiles.entry(tile).or_default();
+            for (v0, v1) in split(n * eb / 8, WORKERS) {
+                if v1 > v0 {
+                    ops.push(SupOp::Run(
+                        Kernel::Unary { ty, op: uop },
+                        UnaryState {
+                            input: (xb, v0 * 8),
+                            out: (ob, v0 * 8),
+                            vectors: v1 - v0,
+                            factor_bits: factor.to_bits(),
+                        }
+                        .into(),
+                        kernels::unary_slots(ty, uop, v1 - v0),
+                    ));
+                }
+            }
+        }
+        if uop == UnOp::Exp {
+            self.pad_clears(index, tiles);
+        }
+        Ok(())
+    }
+
+    /// Conversions in groups of four elements per tile.
+    pub(crate) fn lower_cast(
+        &mut self,
+        index: usize,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let out = op.output;
+        let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
+        let x = op.inputs[0];
+        let (from, to) = (
+            cast_type(self.plan.values[x].dtype),
+            cast_type(self.plan.values[out].dtype),
+        );
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile] as u32;
+            let xb = self.value_buffer(x, tile);
+            let ob = self.value_buffer(out, tile);
+            let ops = tiles.entry(tile).or_default();
+            for (g0, g1) in split(n / 4, WORKERS) {
+                if g1 > g0 {
+                    ops.push(SupOp::Run(
+                        Kernel::Cast { from, to },
+                        CastState {
+                            input: (xb, g0 * 4 * from.bytes()),
+                            out: (ob, g0 * 4 * to.bytes()),
+                            groups: g1 - g0,
+                        }
+                        .into(),
+                        kernels::cast_slots(from, to, g1 - g0),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Masked copies: every piece of the output is cut at column-group boundaries into runs of
+    /// whole rows, each split over the workers; a row a piece cuts is masked as a fragment.
+    pub(crate) fn lower_causal_mask(
+        &mut self,
+        index: usize,
+        key_start: usize,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (x, out) = (op.inputs[0], op.output);
+        let val = &self.plan.values[out];
+        let (_, rows, cols) = split_shape(&val.shape);
+        let g = val.layout.group;
+        let groups = cols.div_ceil(g);
+        let per_outer = groups * rows * g;
+        let pieces = val.layout.pieces.clone();
+        for p in pieces {
+            let (xb, ob) = (self.value_buffer(x, p.tile), self.value_buffer(out, p.tile));
+            let mut at = p.start;
+            while at < p.end {
+                let rem = at % per_outer;
+                let (grp, in_grp) = (rem / (rows * g), rem % (rows * g));
+                let (r0, cc) = (in_grp / g, in_grp % g);
+                let group_end = p.end.min(at - in_grp + rows * g);
+                let valid_row = g.min(cols - grp * g);
+                let local = (p.local + at - p.start) as u32 * 4;
+                // First masked column of row i in this group: i + 1 - key_start - grp * g.
+                let first = |i: usize, from: usize| {
+                    (i as i64 + 1 - key_start as i64 - (grp * g) as i64 - from as i64)
+                        .clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32
+                };
+                let push = |tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+                            off: u32,
+                            n: u32,
+                            start: u32,
+                            valid: u32,
+                            stride: u32| {
+                    let state = MaskRowsState {
+                        src: (xb, off),
+                        dst: (ob, off),
+                        rows: n,
+                        start,
+                        valid,
+                        stride,
+                        fill_bits: f32::NEG_INFINITY.to_bits(),
+                        start_step: 1,
+                    };
+                    let slots = kernels::mask_rows_slots(false, &state);
+                    tiles.entry(p.tile).or_default().push(SupOp::Run(
+                        Kernel::MaskRows,
+                        state.into(),
+                        slots,
+                    ));
+                };
+                if cc != 0 || group_end - at < g {
+                    // A piece cuts this row: mask its fragment as a one-row vertex.
+                    let end = group_end.min(at - cc + g);
+                    let len = end - at;
+                    let valid = valid_row.saturating_sub(cc).min(len) as u32;
+                    push(tiles, local, 1, first(r0, cc), valid, len as u32);
+                    at = end;
+                    continue;
+                }
+                let n = ((group_end - at) / g) as u32;
+                for (w0, w1) in split(n, WORKERS) {
+                    if w1 > w0 {
+                        let off = local + w0 * g as u32 * 4;
+                        push(
+                            tiles,
+                            off,
+                            w1 - w0,
+                            first(r0 + w0 as usize, 0),
+                            valid_row as u32,
+                            g as u32,
+                        );
+                    }
+                }
+                let seg_end = at + n as usize * g;
+                at = seg_end;
+            }
+        }
+        Ok(())
+    }
+}
