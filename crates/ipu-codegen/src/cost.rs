@@ -2,9 +2,16 @@
 //! the kernels' slot models and the barrel-scheduling rules. Planning (modelled candidates),
 //! lowering (each step's estimate) and the final costing of the placed program share it.
 
-use ipu_target::{AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, WORKER_CONTEXTS};
+use std::collections::BTreeMap;
 
-use crate::program::SupOp;
+use ipu_target::{
+    AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, AmpMode, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target,
+    WORKER_CONTEXTS,
+};
+
+use crate::exchange::Scheduled;
+use crate::plan::{DevOpKind, OperatorPlan};
+use crate::program::{Step, SupOp, TileProgram};
 
 /// Worker contexts a tile's launches share.
 const WORKERS: u32 = WORKER_CONTEXTS;
@@ -65,4 +72,57 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
         }
     }
     total + sup.max(free.iter().copied().max().unwrap_or(0))
+}
+
+/// The multiply-accumulates of the plan's matrix products (flash attention's two products over
+/// the (query, key) pairs attention needs: a causal mask hides half of them, whatever the
+/// mapping computes), and the AMP mode they run in, for efficiency figures.
+pub fn count_macs(plan: &OperatorPlan) -> (u64, Option<AmpMode>) {
+    let mut macs = 0u64;
+    let mut mode_used = None;
+    for op in &plan.ops {
+        if let DevOpKind::MatMul { mode, .. } = op.kind {
+            let (a, c) = (&plan.values[op.inputs[0]], &plan.values[op.output]);
+            let k = *a.shape.last().unwrap_or(&1) as u64;
+            macs += c.shape.iter().product::<usize>() as u64 * k;
+            mode_used = Some(mode);
+        }
+        if let DevOpKind::Flash(fp) = &op.kind {
+            let g = &fp.geo;
+            let pairs: u64 = if g.causal {
+                (0..g.sq).map(|q| (q + 1).min(g.sk) as u64).sum()
+            } else {
+                (g.sq * g.sk) as u64
+            };
+            macs += g.batch as u64 * pairs * (g.d + g.dv) as u64;
+            mode_used = Some(g.mode);
+        }
+    }
+    (macs, mode_used)
+}
+
+/// The cost of the placed program and its exchange part: each compute step's slowest tile and
+/// a sync, each exchange phase's scheduled horizon and overhead.
+pub fn final_cycles(
+    program: &TileProgram,
+    exchanges: &BTreeMap<usize, Scheduled>,
+    target: &Target,
+) -> (u64, u64) {
+    let mut total = 0u64;
+    let mut exchange = 0u64;
+    for (i, s) in program.steps.iter().enumerate() {
+        match s {
+            Step::Compute { tiles, .. } => {
+                total += tiles.values().map(|o| estimate(o)).max().unwrap_or(0)
+                    + target.sync_cycles as u64;
+            }
+            Step::Exchange { .. } => {
+                let c = exchanges[&i].horizon as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
+                exchange += c;
+                total += c;
+            }
+            Step::Host { .. } => {}
+        }
+    }
+    (total, exchange)
 }

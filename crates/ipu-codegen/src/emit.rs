@@ -14,11 +14,13 @@ use ipu_isa::{Instr, MReg};
 use ipu_package::{Segment, TileImage};
 use ipu_target::Target;
 
-use crate::CodegenError;
 use crate::exchange::Scheduled;
+use crate::place::TileSupport;
 use crate::program::{BufferId, StateWord, Step, SupOp, TileProgram};
+use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::code::{Code, Laid};
 use ipu_kernels::{self as kernels, Kernel};
+use rayon::prelude::*;
 
 /// Address of the entry trampolines.
 pub const RUNTIME_BASE: u32 = ipu_target::MEMORY_BASE;
@@ -38,9 +40,10 @@ pub struct KernelLibrary {
     pub end: u32,
 }
 
-/// Specialises and lays out every kernel `program` uses.
-pub fn compile_kernels(program: &TileProgram) -> Result<KernelLibrary, CodegenError> {
-    let used: BTreeSet<Kernel> = program
+/// The kernels `program` launches: each is specialised and linked once, whatever the number of
+/// launches.
+pub fn plan_kernels(program: &TileProgram) -> BTreeSet<Kernel> {
+    program
         .steps
         .iter()
         .flat_map(|s| match s {
@@ -54,11 +57,15 @@ pub fn compile_kernels(program: &TileProgram) -> Result<KernelLibrary, CodegenEr
                 .collect::<Vec<_>>(),
             _ => vec![],
         })
-        .collect();
+        .collect()
+}
+
+/// Specialises and lays out the kernels `used`, after the entry trampolines.
+pub fn compile_kernels(used: &BTreeSet<Kernel>) -> Result<KernelLibrary, CodegenError> {
     let mut at = RUNTIME_BASE + RUNTIME_BYTES;
     let mut entries = BTreeMap::new();
     let mut code = Vec::new();
-    for k in used {
+    for &k in used {
         let laid = kernels::generate(k).lay_out(at)?;
         entries.insert(k, at);
         at += laid.bytes.len() as u32;
@@ -403,4 +410,157 @@ pub fn tile_image(
         });
     }
     Ok(TileImage { segments })
+}
+
+/// Refuses kernels that end past executable memory.
+pub fn check_kernels_fit(kernels: &KernelLibrary, target: &Target) -> Result<(), CodegenError> {
+    if !target.in_executable(RUNTIME_BASE, kernels.end - RUNTIME_BASE) {
+        return Err(CodegenError::DoesNotFit {
+            op: None,
+            tile: None,
+            region: MemoryRegion::Executable,
+            need_bytes: (kernels.end - RUNTIME_BASE) as u64,
+            available_bytes: (target.executable_end - RUNTIME_BASE) as u64,
+            detail: "the program's kernels, linked once for every tile".into(),
+        });
+    }
+    Ok(())
+}
+
+/// One tile's sized support data and the addresses of its three supervisor programs.
+pub type SizedTile = (SupportLayout, [u32; 3]);
+
+/// Sizes every active tile's supervisor programs and support data (addresses do not change
+/// sizes, so a provisional layout is used), refusing code past executable memory. Tiles are
+/// independent: sized in parallel, collected in tile order.
+pub fn size_tile_code(
+    program: &TileProgram,
+    index: &StepIndex,
+    kernels: &KernelLibrary,
+    target: &Target,
+) -> Result<BTreeMap<u32, SizedTile>, CodegenError> {
+    let zero = |_: BufferId| 0u32;
+    let active: Vec<u32> = (0..program.tiles_used).collect();
+    let sized: Result<Vec<_>, CodegenError> = active
+        .par_iter()
+        .map(|&t| {
+            let sizing = support_layout(program, index, t, 0);
+            let (s, i, r) = supervisor_code(program, t, kernels, &sizing, &zero);
+            let mut at = kernels.end;
+            let mut addrs = [0u32; 3];
+            for (k, c) in [s, i, r].iter().enumerate() {
+                addrs[k] = at;
+                at += c.size_at(at);
+            }
+            if !target.in_executable(RUNTIME_BASE, at - RUNTIME_BASE) {
+                return Err(CodegenError::DoesNotFit {
+                    op: None,
+                    tile: Some(t),
+                    region: MemoryRegion::Executable,
+                    need_bytes: (at - RUNTIME_BASE) as u64,
+                    available_bytes: (target.executable_end - RUNTIME_BASE) as u64,
+                    detail: "the kernels and the tile's supervisor programs".into(),
+                });
+            }
+            let support = support_layout(program, index, t, at);
+            Ok((t, (support, addrs)))
+        })
+        .collect();
+    let sized: BTreeMap<u32, SizedTile> = sized?.into_iter().collect();
+    if let Some((t, (s, _))) = sized.iter().max_by_key(|(_, (s, _))| s.end) {
+        tracing::info!(
+            tile = t,
+            kernel_bytes = kernels.end - RUNTIME_BASE,
+            support_bytes = s.end - s.base,
+            state_bytes = s.tables.values().next().map_or(s.end, |&t| t) - s.base,
+            tables = s.tables.len(),
+            support_end = s.end,
+            "allocated package support memory"
+        );
+    }
+    Ok(sized)
+}
+
+/// Where each tile's code and support data end, for storage placement.
+pub fn support_areas(sized: &BTreeMap<u32, SizedTile>) -> BTreeMap<u32, TileSupport> {
+    sized
+        .iter()
+        .map(|(t, (s, addrs))| {
+            (
+                *t,
+                TileSupport {
+                    code_end: addrs[2],
+                    support_end: s.end,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Every active tile's supervisor programs with the placed addresses, laid out where they were
+/// sized (in parallel, collected in tile order).
+pub fn emit_tile_code(
+    program: &TileProgram,
+    kernels: &KernelLibrary,
+    sized: &BTreeMap<u32, SizedTile>,
+    addr: &(dyn Fn(BufferId) -> u32 + Sync),
+) -> Result<BTreeMap<u32, [Laid; 3]>, CodegenError> {
+    let active: Vec<u32> = (0..program.tiles_used).collect();
+    let laid: Result<Vec<_>, CodegenError> = active
+        .par_iter()
+        .map(|&t| {
+            let (support, addrs) = &sized[&t];
+            let (s, i, r) = supervisor_code(program, t, kernels, support, addr);
+            let laid = [
+                s.lay_out(addrs[0])?,
+                i.lay_out(addrs[1])?,
+                r.lay_out(addrs[2])?,
+            ];
+            let end = laid[2].address + laid[2].bytes.len() as u32;
+            if end > support.base {
+                return Err(CodegenError::internal(format!(
+                    "tile {t}: code grew past its sizing"
+                )));
+            }
+            Ok((t, laid))
+        })
+        .collect();
+    Ok(laid?.into_iter().collect())
+}
+
+/// The image of every tile of the target: active tiles' code and data, empty images for the
+/// rest (a package covers every tile).
+#[allow(clippy::too_many_arguments)]
+pub fn build_tile_images(
+    program: &TileProgram,
+    index: &StepIndex,
+    kernels: &KernelLibrary,
+    sized: &BTreeMap<u32, SizedTile>,
+    supervisors: &BTreeMap<u32, [Laid; 3]>,
+    exchanges: &BTreeMap<usize, Scheduled>,
+    addr: &(dyn Fn(BufferId) -> u32 + Sync),
+    target: &Target,
+) -> Result<Vec<TileImage>, CodegenError> {
+    let active: Vec<u32> = (0..program.tiles_used).collect();
+    let built: Result<Vec<TileImage>, CodegenError> = active
+        .par_iter()
+        .map(|&t| {
+            tile_image(
+                program,
+                index,
+                t,
+                kernels,
+                &sized[&t].0,
+                &supervisors[&t],
+                exchanges,
+                addr,
+                target,
+            )
+        })
+        .collect();
+    let mut images = vec![TileImage::default(); target.tiles as usize];
+    for (&t, image) in active.iter().zip(built?) {
+        images[t as usize] = image;
+    }
+    Ok(images)
 }

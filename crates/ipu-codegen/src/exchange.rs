@@ -17,7 +17,7 @@ use ipu_isa::tables::{ExchangeRow, ExchangeTable};
 use ipu_target::Target;
 
 use crate::CodegenError;
-use crate::program::{BufferId, Copy, TileProgram};
+use crate::program::{BufferId, Copy, Step, TileProgram};
 
 /// One row to be: a source range sent to one buffer, or to the buffers of a placement group on
 /// consecutive tiles (at the same offset).
@@ -450,4 +450,40 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
         }
     }
     Ok(())
+}
+
+/// Schedules every exchange phase of `program` with the placed buffers' `addresses`, keyed by
+/// step index.
+pub fn schedule_program(
+    program: &TileProgram,
+    index: &crate::emit::StepIndex,
+    addresses: &[u32],
+    target: &Target,
+) -> Result<BTreeMap<usize, Scheduled>, CodegenError> {
+    let mut out = BTreeMap::new();
+    for (i, s) in program.steps.iter().enumerate() {
+        if let Step::Exchange { name, copies } = s {
+            let transfers = &index.transfers[i];
+            let sch = schedule(program, transfers, addresses, target)?;
+            let most_rows = sch.tables.values().map(|t| t.rows.len()).max().unwrap_or(0);
+            tracing::debug!(
+                phase = i,
+                name = %name,
+                copies = copies.len(),
+                rows = transfers.len(),
+                most_rows,
+                "exchange rows"
+            );
+            tracing::info!(
+                phase = i,
+                candidates = copies.len(),
+                sender_horizon = sch.sender_horizon,
+                destination_horizon = sch.destination_horizon,
+                use_destination_order = sch.use_destination_order,
+                "compared sender-driven and destination-ordered exchange schedules"
+            );
+            out.insert(i, sch);
+        }
+    }
+    Ok(out)
 }

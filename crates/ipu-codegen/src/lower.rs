@@ -4,12 +4,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ipu_graph::DType;
 use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements};
 
 use crate::CodegenError;
 use crate::layout::{Move, moves, uncovered};
-use crate::plan::{DevValueId, OperatorPlan};
+use crate::plan::{DevValueId, OperatorPlan, dtype_name};
 use crate::program::*;
 use ipu_kernels::state::*;
 use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES};
@@ -49,16 +48,6 @@ pub(crate) struct Lowerer<'a> {
 
 pub(crate) fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
-}
-
-/// The name of a dtype in the package manifest.
-pub fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::F143 { .. } => "f143",
-        DType::F152 { .. } => "f152",
-    }
 }
 
 /// Supervisor slots between two worker launches of an AMP round (`setzi` of the state, `run`).
@@ -415,4 +404,27 @@ pub(crate) fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
         waved.push(op);
     }
     waved
+}
+
+/// Logs what lowering made: padding clears removed, buffers, steps, exchange phases.
+pub fn log_lowered(lowered: &Lowered) {
+    let program = &lowered.program;
+    if lowered.padding_clears_removed > 0 {
+        tracing::info!(
+            removed = lowered.padding_clears_removed,
+            "eliminated unread padding clears"
+        );
+    }
+    let exchange_phases = program
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Exchange { .. }))
+        .count();
+    tracing::info!(
+        buffers = program.buffers.len(),
+        steps = program.steps.len(),
+        exchange_phases,
+        padding_clears = lowered.padding_clears,
+        "lowered graph for package construction"
+    );
 }

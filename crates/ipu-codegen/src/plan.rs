@@ -193,6 +193,16 @@ pub struct OperatorPlan {
     pub tiles_used: u32,
 }
 
+/// The name of a dtype in the package manifest.
+pub fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::F143 { .. } => "f143",
+        DType::F152 { .. } => "f152",
+    }
+}
+
 /// Default column group of a value of `dtype`: the AMP's K block and column count for its
 /// type, so matmul operands and results need no regrouping.
 pub fn default_group(dtype: DType) -> usize {
@@ -464,4 +474,38 @@ impl Planner<'_> {
             estimated_exchange_cycles: exchange,
         });
     }
+}
+
+/// Logs the finalists: operations that had a choice at info level, those whose layout
+/// follows their operands (one candidate) at debug level; then the selected plan.
+pub fn log_finalists(plan: &OperatorPlan) {
+    for (i, f) in plan.finalists.iter().enumerate() {
+        macro_rules! finalist {
+            ($level:ident) => {
+                tracing::$level!(
+                    finalist = i,
+                    operation = %f.op,
+                    mapping = %f.mapping,
+                    candidates = f.alternatives,
+                    estimated_cycles = f.estimated_cycles,
+                    estimated_exchange_cycles = f.estimated_exchange_cycles,
+                    peak_total_bytes = f.peak_tile_bytes,
+                    active_tiles = f.tiles,
+                    "retained operator-plan finalist"
+                )
+            };
+        }
+        if f.alternatives > 1 {
+            finalist!(info);
+        } else {
+            finalist!(debug);
+        }
+    }
+    tracing::info!(
+        operations = plan.ops.len(),
+        values = plan.values.len(),
+        estimated_cycles = plan.estimated_cycles,
+        estimated_exchange_cycles = plan.estimated_exchange_cycles,
+        "selected operator plan"
+    );
 }

@@ -728,8 +728,8 @@ impl Planner<'_> {
                 "attention",
                 format!(
                     "partials {} with {} operands have no AMP mode",
-                    crate::lower::dtype_name(partials),
-                    crate::lower::dtype_name(in_dtype)
+                    crate::plan::dtype_name(partials),
+                    crate::plan::dtype_name(in_dtype)
                 ),
             );
         };
@@ -754,7 +754,7 @@ impl Planner<'_> {
                     "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
                      (scores and scaled scores) over {} tiles, with {SUPPORT_RESERVE_BYTES} \
                      bytes reserved per tile (flash_attention keeps no whole score matrix)",
-                    crate::lower::dtype_name(partials),
+                    crate::plan::dtype_name(partials),
                     self.tiles
                 ),
             });
@@ -791,7 +791,7 @@ impl Planner<'_> {
         let v2 = self.cast_to(
             v,
             partials,
-            &format!("{name}.v_{}", crate::lower::dtype_name(partials)),
+            &format!("{name}.v_{}", crate::plan::dtype_name(partials)),
         );
         let Some(mode2) = matmul_mode(partials, partials) else {
             return self.refuse(
@@ -799,7 +799,7 @@ impl Planner<'_> {
                 "attention",
                 format!(
                     "no AMP mode for {} probabilities",
-                    crate::lower::dtype_name(partials)
+                    crate::plan::dtype_name(partials)
                 ),
             );
         };
