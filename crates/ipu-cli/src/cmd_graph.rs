@@ -1,9 +1,12 @@
-//! `ipu models`, `ipu graph print MODEL [--set key=value]...`, `ipu graph check FILE`.
+//! `ipu models`, `ipu graph print MODEL [--set key=value]... [-o FILE]`, `ipu graph check FILE`.
 //!
-//! MODEL is a built-in name (see `ipu models`) or the path of a model file in the text form.
+//! MODEL is a built-in name (see `ipu models`) or the path of a model file in the text form,
+//! whose constant files (`file("NAME.npy")`) are read from the text file's directory.
 
 use anyhow::{Context, bail};
 use ipu_graph::{Graph, models};
+
+use crate::graph_files;
 
 /// Arguments of `ipu models`.
 #[derive(clap::Args)]
@@ -26,6 +29,10 @@ pub struct PrintArgs {
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Write the text to FILE and the large constants as `.npy` files beside it, instead of
+    /// printing the text.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `ipu graph check`.
@@ -45,10 +52,15 @@ pub fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// Reads and parses a model file.
+/// Reads and parses a model file; its constant files are read from the file's directory.
 pub fn load_file(path: &str) -> anyhow::Result<Graph> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    Ok(ipu_graph::parse(&text, path)?)
+    let dir = std::path::Path::new(path)
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    Ok(ipu_graph::parse_with(&text, path, &mut |c| {
+        graph_files::read_constant(dir, c)
+    })?)
 }
 
 /// A built-in model with `--set` overrides, or a model file (a MODEL that names an existing
@@ -83,7 +95,25 @@ pub fn run(c: GraphCommand) -> anyhow::Result<u8> {
     match c {
         GraphCommand::Print(a) => {
             let g = load_model(&a.model, &a.set)?;
-            print!("{}", ipu_graph::print(&g));
+            let printed = ipu_graph::print_with_files(&g);
+            match a.output {
+                Some(path) => {
+                    std::fs::write(&path, &printed.text)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+                    graph_files::write_constants(dir, &printed.files)?;
+                }
+                None => {
+                    if !printed.files.is_empty() {
+                        tracing::warn!(
+                            files = printed.files.len(),
+                            "the text references constant files it does not write; give -o FILE \
+                             to write them beside it"
+                        );
+                    }
+                    print!("{}", printed.text);
+                }
+            }
             Ok(0)
         }
         GraphCommand::Check(a) => {

@@ -19,6 +19,7 @@ mod cmd_numerics;
 mod cmd_reference;
 mod cmd_run;
 mod cmd_sim;
+mod graph_files;
 
 #[derive(Parser)]
 #[command(
