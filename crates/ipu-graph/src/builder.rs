@@ -102,6 +102,11 @@ impl GraphBuilder {
         self.constant(name, ty, data)
     }
 
+    /// A value added so far.
+    pub fn value(&self, id: ValueId) -> &Value {
+        self.graph.value(id)
+    }
+
     /// The type of a value added so far.
     pub fn ty(&self, id: ValueId) -> &TensorType {
         &self.graph.value(id).ty
