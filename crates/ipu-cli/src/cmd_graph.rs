@@ -1,12 +1,13 @@
 //! `ipu models`, `ipu graph print MODEL [--set key=value]... [-o FILE]`, `ipu graph check FILE`.
 //!
-//! MODEL is a built-in name (see `ipu models`) or the path of a model file in the text form,
-//! whose constant files (`file("NAME.npy")`) are read from the text file's directory.
+//! MODEL is a built-in name (see `ipu models`), the path of a model file in the text form,
+//! whose constant files (`file("NAME.npy")`) are read from the text file's directory, or an
+//! ONNX model (`*.onnx`, imported with its `--dim NAME=VALUE` bindings).
 
 use anyhow::{Context, bail};
 use ipu_graph::{Graph, models};
 
-use crate::graph_files;
+use crate::{cmd_onnx, graph_files};
 
 /// Arguments of `ipu models`.
 #[derive(clap::Args)]
@@ -29,6 +30,9 @@ pub struct PrintArgs {
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Bind a symbolic dimension of an ONNX model: `--dim NAME=VALUE` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dim: Vec<String>,
     /// Write the text to FILE and the large constants as `.npy` files beside it, instead of
     /// printing the text.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -38,8 +42,11 @@ pub struct PrintArgs {
 /// Arguments of `ipu graph check`.
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Path of a model file in the text form.
+    /// Path of a model file in the text form or an ONNX model.
     file: String,
+    /// Bind a symbolic dimension of an ONNX model: `--dim NAME=VALUE` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dim: Vec<String>,
 }
 
 /// Splits `key=value` settings.
@@ -64,8 +71,22 @@ pub fn load_file(path: &str) -> anyhow::Result<Graph> {
 }
 
 /// A built-in model with `--set` overrides, or a model file (a MODEL that names an existing
-/// file, or contains a path separator, or ends in `.ipug`).
+/// file, or contains a path separator, or ends in `.ipug` or `.onnx`).
 pub fn load_model(model: &str, sets: &[String]) -> anyhow::Result<Graph> {
+    load_model_with(model, sets, &[])
+}
+
+/// [`load_model`] with `--dim` bindings for an ONNX model.
+pub fn load_model_with(model: &str, sets: &[String], dims: &[String]) -> anyhow::Result<Graph> {
+    if cmd_onnx::is_onnx(model) {
+        if !sets.is_empty() {
+            bail!("--set applies to built-in models only, not to the ONNX model {model}");
+        }
+        return cmd_onnx::load(model, dims);
+    }
+    if !dims.is_empty() {
+        bail!("--dim applies to ONNX models only, not to {model}");
+    }
     let is_file = std::path::Path::new(model).is_file()
         || model.contains(std::path::MAIN_SEPARATOR)
         || model.contains('/')
@@ -94,7 +115,7 @@ pub fn models(_: ModelsArgs) -> anyhow::Result<u8> {
 pub fn run(c: GraphCommand) -> anyhow::Result<u8> {
     match c {
         GraphCommand::Print(a) => {
-            let g = load_model(&a.model, &a.set)?;
+            let g = load_model_with(&a.model, &a.set, &a.dim)?;
             let printed = ipu_graph::print_with_files(&g);
             match a.output {
                 Some(path) => {
@@ -117,7 +138,14 @@ pub fn run(c: GraphCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         GraphCommand::Check(a) => {
-            let g = load_file(&a.file)?;
+            let g = if cmd_onnx::is_onnx(&a.file) {
+                cmd_onnx::load(&a.file, &a.dim)?
+            } else {
+                if !a.dim.is_empty() {
+                    bail!("--dim applies to ONNX models only, not to {}", a.file);
+                }
+                load_file(&a.file)?
+            };
             println!(
                 "graph={} operations={} values={} inputs={} outputs={} result=ok",
                 g.name,

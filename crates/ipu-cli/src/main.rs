@@ -16,6 +16,7 @@ mod cmd_bench;
 mod cmd_graph;
 mod cmd_isa;
 mod cmd_numerics;
+mod cmd_onnx;
 mod cmd_reference;
 mod cmd_run;
 mod cmd_sim;
