@@ -261,6 +261,81 @@ def mix():
     save(m, "mix", [("x", x)], [("y", y.astype(np.float32)), ("peak_flat", peak.reshape(2).astype(np.float32))])
 
 
+def folding():
+    """The folding evaluator and opset-18 forms: Shape with start, Gather, Slice, Concat,
+    Cast, integer Mul, Sqrt and Div of constants (a scale), Range, Less, Where (an additive
+    mask), ConstantOfShape, ReduceSum and ReduceMax with axes as inputs, Softmax on a middle
+    axis, Split by num_outputs, Unsqueeze with a negative axis, Squeeze without axes and
+    Flatten at axis 0."""
+    x = f32((2, 3, 4))
+    i64 = lambda v: numpy_helper.from_array(np.array(v, np.int64))
+    c = lambda out, value: helper.make_node("Constant", [], [out], value=value)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Shape", ["x"], ["tail"], start=-2),
+        c("one_i", i64(1)),
+        c("two_i", i64(2)),
+        helper.make_node("Gather", ["shape", "one_i"], ["d1"]),
+        helper.make_node("Gather", ["tail", "one_i"], ["d2"]),
+        helper.make_node("Mul", ["d1", "d2"], ["n"]),
+        helper.make_node("Cast", ["n"], ["nf"], to=F),
+        helper.make_node("Sqrt", ["nf"], ["root"]),
+        c("one_f", numpy_helper.from_array(np.array(1.0, np.float32))),
+        helper.make_node("Div", ["one_f", "root"], ["inv_root"]),
+        c("s0", i64([0])),
+        c("s1", i64([1])),
+        c("minus1", i64([-1])),
+        helper.make_node("Slice", ["shape", "s0", "s1"], ["batch"]),
+        helper.make_node("Concat", ["batch", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["rows"]),  # [2, 12]
+        helper.make_node("Mul", ["rows", "inv_root"], ["scaled"]),
+        c("start", i64(0)),
+        c("limit", i64(12)),
+        helper.make_node("Range", ["start", "limit", "one_i"], ["positions"]),
+        c("six", i64(6)),
+        helper.make_node("Less", ["positions", "six"], ["keep"]),
+        c("zero_f", numpy_helper.from_array(np.array(0.0, np.float32))),
+        c("big_neg", numpy_helper.from_array(np.array(-10000.0, np.float32))),
+        helper.make_node("Where", ["keep", "zero_f", "big_neg"], ["mask"]),
+        helper.make_node("Add", ["scaled", "mask"], ["masked"]),
+        helper.make_node("Concat", ["batch", "s1"], ["ones_shape"], axis=0),
+        helper.make_node(
+            "ConstantOfShape", ["ones_shape"], ["ones"], value=numpy_helper.from_array(np.array([1.0], np.float32))
+        ),
+        helper.make_node("Add", ["masked", "ones"], ["lifted"]),
+        helper.make_node("ReduceSum", ["lifted", "minus1"], ["summed"], keepdims=0),  # [2]
+        helper.make_node("ReduceMax", ["x", "s1"], ["peak"], keepdims=1),  # [2, 1, 4]
+        helper.make_node("Softmax", ["x"], ["soft"], axis=1),
+        helper.make_node("Split", ["x"], ["p0", "p1"], axis=2, num_outputs=2),
+        helper.make_node("Sub", ["p0", "p1"], ["half_diff"]),
+        helper.make_node("Unsqueeze", ["half_diff", "minus1"], ["tall"]),
+        helper.make_node("Squeeze", ["tall"], ["flat_again"]),
+        helper.make_node("Flatten", ["flat_again"], ["flat0"], axis=0),  # [1, 12]
+    ]
+    m = model(
+        "folding",
+        nodes,
+        [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+        [
+            helper.make_tensor_value_info("summed", F, [2]),
+            helper.make_tensor_value_info("peak", F, [2, 1, 4]),
+            helper.make_tensor_value_info("soft", F, [2, 3, 4]),
+            helper.make_tensor_value_info("flat0", F, [1, 12]),
+        ],
+        opset=18,
+    )
+    xd = d(x)
+    inv_root = np.float32(1.0) / np.sqrt(np.float32(12.0))  # folded in float32, as ONNX
+    mask = np.where(np.arange(12) < 6, 0.0, -10000.0)
+    summed = (xd.reshape(2, 12) * np.float64(inv_root) + mask + 1.0).sum(axis=-1)
+    peak = xd.max(axis=1, keepdims=True)
+    e = np.exp(xd - xd.max(axis=1, keepdims=True))
+    soft = e / e.sum(axis=1, keepdims=True)
+    flat0 = (xd[:, :, :2] - xd[:, :, 2:]).reshape(1, 12)
+    outs = [("summed", summed), ("peak", peak), ("soft", soft), ("flat0", flat0)]
+    save(m, "folding", [("x", x)], [(n, a.astype(np.float32)) for n, a in outs])
+
+
 def f16():
     """f16 arithmetic with an f16 initializer stored in int32_data (its bits); the expected
     output is NumPy's float16 sum (computed in float32, rounded once)."""
@@ -323,6 +398,7 @@ def main():
     f16()
     fp8()
     errors()
+    folding()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -404,20 +404,26 @@ impl Known {
             v
         };
         self.take(axis, &idx)
+            .expect("a slice is no larger than its tensor")
     }
 
-    /// The entries `idx` (each in range) along `axis`, in order.
-    pub fn take(&self, axis: usize, idx: &[usize]) -> Known {
+    /// The entries `idx` (each in range) along `axis`, in order; an error if more entries
+    /// than the axis has would exceed [`FOLDED_ELEMENTS_MAX`] elements.
+    pub fn take(&self, axis: usize, idx: &[usize]) -> FoldResult<Known> {
         let outer: usize = self.shape[..axis].iter().product();
         let len = self.shape[axis];
         let inner: usize = self.shape[axis + 1..].iter().product();
         let mut shape = self.shape.clone();
         shape[axis] = idx.len();
+        // Only repeated indices can make the result larger than the tensor.
+        if idx.len() > len {
+            checked_elements(&shape)?;
+        }
         let offsets = (0..outer).flat_map(move |o| {
             idx.iter()
                 .flat_map(move |&i| (0..inner).map(move |j| (o * len + i) * inner + j))
         });
-        self.gather_offsets(shape, offsets)
+        Ok(self.gather_offsets(shape, offsets))
     }
 
     /// Concatenation along `axis` of tensors of one type and rank, other dims equal.
@@ -779,7 +785,10 @@ mod tests {
         assert_eq!(x.transposed(&[1, 0]).ints().unwrap(), [0, 3, 1, 4, 2, 5]);
         assert_eq!(x.sliced(1, 2, -1, -1).ints().unwrap(), [2, 1, 0, 5, 4, 3]);
         assert_eq!(x.sliced(1, 2, 0, -1).ints().unwrap(), [2, 1, 5, 4]);
-        assert_eq!(x.take(0, &[1, 1]).ints().unwrap(), [3, 4, 5, 3, 4, 5]);
+        assert_eq!(
+            x.take(0, &[1, 1]).unwrap().ints().unwrap(),
+            [3, 4, 5, 3, 4, 5]
+        );
         let c = Known::concat(&[&x, &x.sliced(1, 0, 1, 1)], 1).unwrap();
         assert_eq!(c.shape, [2, 4]);
         assert_eq!(c.ints().unwrap(), [0, 1, 2, 0, 3, 4, 5, 3]);

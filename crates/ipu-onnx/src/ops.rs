@@ -346,8 +346,12 @@ fn variadic(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Out
     one(acc)
 }
 
-/// The `(axis, start, end)` of a Slice on one axis after ONNX's clamping, or why not.
+/// The `(start, end)` of a Slice on one axis after ONNX's clamping (an empty axis gives an
+/// empty range).
 fn clamp_slice(dim: usize, start: i64, end: i64, step: i64) -> (i64, i64) {
+    if dim == 0 {
+        return (0, 0);
+    }
     let d = dim as i128;
     let (mut s, mut e) = (i128::from(start), i128::from(end));
     if s < 0 {
@@ -1093,7 +1097,10 @@ pub fn convert(
             out_shape.extend(&shape[axis + 1..]);
             let name = out_name(imp, node, 0);
             match x {
-                Val::Known(k, _) => one(Val::known(k.take(axis, &idx).reshaped(out_shape))),
+                Val::Known(k, _) => {
+                    let taken = k.take(axis, &idx).map_err(|e| node.graph_error(e))?;
+                    one(Val::known(taken.reshaped(out_shape)))
+                }
                 Val::Graph(id) => {
                     if idx.is_empty() {
                         return Err(node.graph_error("the gathered tensor would be empty"));
@@ -1258,6 +1265,11 @@ pub fn convert(
                 .transpose()?;
             let mut v = x.clone();
             let rank = imp.shape(x).len();
+            for (i, bound) in [(1, &lo), (2, &hi)] {
+                if bound.as_ref().is_some_and(|b| b.elements() != 1) {
+                    return Err(node.bad_input(i, "a bound must hold one value"));
+                }
+            }
             if let Some(lo) = lo {
                 let lo = Val::known(lo.reshaped(vec![1; rank]).clone());
                 let step = if hi.is_some() {
@@ -1547,7 +1559,11 @@ fn range(k: &[Rc<Known>]) -> known::FoldResult<Known> {
             .ceil()
             .max(0.0) as usize;
         checked_elements(&[n])?;
-        let v: Vec<i64> = (0..n as i64).map(|i| s + i * d).collect();
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n as i128 {
+            let x = i128::from(s) + i * i128::from(d);
+            v.push(i64::try_from(x).map_err(|_| "Range overflows int64".to_string())?);
+        }
         return Ok(Known::from_ints(elem, vec![n], &v));
     }
     let (s, l, d) = (start.f64s()[0], limit.f64s()[0], delta.f64s()[0]);

@@ -375,3 +375,20 @@ fn import_is_deterministic() {
         assert_eq!(a, b);
     }
 }
+
+#[test]
+fn shape_arithmetic_masks_and_opset_18_forms_fold() {
+    let m = import_named("folding", &[]).unwrap();
+    check_outputs(&m, "folding", Precision::Exact, 1e-5);
+    let text = ipu_graph::print(&m.graph);
+    // 1 / sqrt(12) is folded to a scale; the mask and the ones are constants.
+    assert!(
+        text.contains("%scaled = scale(%rows) {factor = 0.28867513}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("const %mask: f32[1, 12] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -10000.0"),
+        "{text}"
+    );
+    assert!(m.folded.len() >= 15, "{:?}", m.folded);
+}
