@@ -32,8 +32,9 @@ def model(name, nodes, inputs, outputs, initializers=(), opset=17, check=True):
         opset_imports=[helper.make_operatorsetid("", opset)],
         producer_name="ipu-stack scripts/gen-onnx-testdata.py",
     )
-    # Pin the IR version so the bytes do not depend on the onnx package's default.
-    m.ir_version = 10
+    # Pin the IR version so the bytes do not depend on the onnx package's default (IR 11
+    # brought opset 23).
+    m.ir_version = 11 if opset >= 23 else 10
     if check:
         onnx.checker.check_model(m, full_check=True)
     return m
@@ -336,6 +337,53 @@ def folding():
     save(m, "folding", [("x", x)], [(n, a.astype(np.float32)) for n, a in outs])
 
 
+def sdpa(q, k, v, scale, causal):
+    """Scaled dot-product attention in float64, [.., heads, seq, head] operands."""
+    s = (d(q) @ np.swapaxes(d(k), -1, -2)) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ d(v)
+
+
+def attention():
+    """Attention (opset 23): 4-D causal with the default scale, and 3-D grouped-query
+    attention (4 q heads on 2 kv heads) with an explicit scale and a longer key sequence."""
+    q, k, v = f32((1, 2, 4, 8)), f32((1, 2, 4, 8)), f32((1, 2, 4, 8))
+    m = model(
+        "attention_causal",
+        [helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", is_causal=1)],
+        [helper.make_tensor_value_info(n, F, [1, 2, 4, 8]) for n in "qkv"],
+        [helper.make_tensor_value_info("y", F, [1, 2, 4, 8])],
+        opset=23,
+    )
+    y = sdpa(q, k, v, 1 / np.sqrt(8), True)
+    save(m, "attention_causal", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+    batch, sq, skv, hq, hkv, head = 2, 3, 5, 4, 2, 4
+    q, k, v = f32((batch, sq, hq * head)), f32((batch, skv, hkv * head)), f32((batch, skv, hkv * head))
+    m = model(
+        "attention_gqa",
+        [
+            helper.make_node(
+                "Attention", ["q", "k", "v"], ["y"], name="gqa", q_num_heads=hq, kv_num_heads=hkv, scale=0.3
+            )
+        ],
+        [
+            helper.make_tensor_value_info("q", F, list(q.shape)),
+            helper.make_tensor_value_info("k", F, list(k.shape)),
+            helper.make_tensor_value_info("v", F, list(v.shape)),
+        ],
+        [helper.make_tensor_value_info("y", F, [batch, sq, hq * head])],
+        opset=23,
+    )
+    to_heads = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(0, 2, 1, 3)
+    k4 = np.repeat(to_heads(k, hkv), hq // hkv, axis=1)
+    v4 = np.repeat(to_heads(v, hkv), hq // hkv, axis=1)
+    y = sdpa(to_heads(q, hq), k4, v4, 0.3, False).transpose(0, 2, 1, 3).reshape(batch, sq, hq * head)
+    save(m, "attention_gqa", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+
 def f16():
     """f16 arithmetic with an f16 initializer stored in int32_data (its bits); the expected
     output is NumPy's float16 sum (computed in float32, rounded once)."""
@@ -399,6 +447,7 @@ def main():
     fp8()
     errors()
     folding()
+    attention()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

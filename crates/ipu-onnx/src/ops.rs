@@ -1468,6 +1468,7 @@ pub fn convert(
                 None => Ok(vec![Some(scaled), None, None]),
             }
         }
+        "Attention" => attention(imp, node, ins, read),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
         | "Where" | "Not" | "Range" | "Sqrt" | "Log" | "Floor" | "Ceil" | "Round"
@@ -1539,6 +1540,171 @@ pub fn convert(
             Err(node.unsupported("the importer has no mapping for it"))
         }
     }
+}
+
+/// `Attention` (opset 23) without mask or cache: the graph's `attention` on
+/// `[batch, heads, seq, head]` operands. 3-D operands `[batch, seq, heads * head]` are split
+/// into heads (`q_num_heads`, `kv_num_heads`) and the result merged back; with fewer kv heads
+/// than q heads (grouped-query attention) each kv head is repeated for its group of q heads
+/// (q head `h` reads kv head `h / group`). `is_causal` needs equal query and key lengths (the
+/// graph's causal mask), and `scale` defaults to `1/sqrt(head)`.
+fn attention(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    read: &BTreeSet<&str>,
+) -> Outs {
+    node.only_attrs(&[
+        "is_causal",
+        "kv_num_heads",
+        "q_num_heads",
+        "qk_matmul_output_mode",
+        "scale",
+        "softcap",
+        "softmax_precision",
+    ])?;
+    for (i, what) in [
+        (3, "an attention mask"),
+        (4, "a past key"),
+        (5, "a past value"),
+        (6, "non-pad lengths"),
+    ] {
+        if input(ins, i).is_some() {
+            return Err(node.bad_input(
+                i,
+                format!("{what} is not supported: the graph's attention takes no mask or cache"),
+            ));
+        }
+    }
+    for (i, o) in node.proto.output.iter().enumerate().skip(1) {
+        if !o.is_empty() && read.contains(o.as_str()) {
+            return Err(node.unsupported(format!(
+                "output {i} (`{o}`) is read; only the attention output is supported"
+            )));
+        }
+    }
+    if node.float("softcap", 0.0)? != 0.0 {
+        return Err(node.bad_attr("softcap", "a soft cap needs a tanh device operator"));
+    }
+    let (q, k, v) = (req(node, ins, 0)?, req(node, ins, 1)?, req(node, ins, 2)?);
+    let rank = imp.shape(q).len();
+    if rank != 3 && rank != 4 || imp.shape(k).len() != rank || imp.shape(v).len() != rank {
+        return Err(node.bad_input(0, "Q, K and V must all be 3-D or all 4-D"));
+    }
+    let name = out_name(imp, node, 0);
+    let dtype = float_dtype(node, imp, q, 0)?;
+    // To [batch, heads, seq, head].
+    let heads = |imp: &mut Importer<'_>,
+                 x: &Val,
+                 i: usize,
+                 attr: &str,
+                 label: &str|
+     -> Result<Val, OnnxError> {
+        if rank == 4 {
+            return Ok(x.clone());
+        }
+        let s = imp.shape(x);
+        let h = node.int(attr, 0)?;
+        let h = usize::try_from(h)
+            .ok()
+            .filter(|&h| h > 0 && s[2].is_multiple_of(h))
+            .ok_or_else(|| {
+                node.bad_attr(
+                    attr,
+                    format!(
+                        "{h} heads do not divide the hidden size {} of input {i}",
+                        s[2]
+                    ),
+                )
+            })?;
+        let split = reshape(
+            imp,
+            node,
+            x,
+            vec![s[0], s[1], h, s[2] / h],
+            &format!("{name}.{label}_split"),
+        )?;
+        transpose(
+            imp,
+            node,
+            &split,
+            vec![0, 2, 1, 3],
+            &format!("{name}.{label}_heads"),
+        )
+    };
+    let q4 = heads(imp, q, 0, "q_num_heads", "q")?;
+    let mut k4 = heads(imp, k, 1, "kv_num_heads", "k")?;
+    let mut v4 = heads(imp, v, 2, "kv_num_heads", "v")?;
+    let (sq, sk) = (imp.shape(&q4), imp.shape(&k4));
+    let (hq, hkv) = (sq[1], sk[1]);
+    if hkv != hq {
+        if hkv == 0 || !hq.is_multiple_of(hkv) {
+            return Err(node.bad_input(1, format!("{hkv} kv heads do not divide {hq} q heads")));
+        }
+        let group = hq / hkv;
+        for (x, label) in [(&mut k4, "k"), (&mut v4, "v")] {
+            let s = imp.shape(x);
+            let one_per = reshape(
+                imp,
+                node,
+                x,
+                vec![s[0], s[1], 1, s[2], s[3]],
+                &format!("{name}.{label}_group"),
+            )?;
+            let id = imp.data(node, 1, &one_per, &format!("{name}.{label}_group"))?;
+            let copies = imp.op(
+                node,
+                &format!("{name}.{label}_repeated"),
+                OpKind::Concat { axis: 2 },
+                &vec![id; group],
+            )?;
+            *x = reshape(
+                imp,
+                node,
+                &Val::Graph(copies),
+                vec![s[0], hq, s[2], s[3]],
+                &format!("{name}.{label}_expanded"),
+            )?;
+        }
+    }
+    let causal = node.int("is_causal", 0)? != 0;
+    if causal && sq[2] != sk[2] {
+        return Err(node.bad_attr("is_causal", format!("query length {} differs from key length {}: the graph's causal mask needs them equal", sq[2], sk[2])));
+    }
+    let scale = match node.attr("scale") {
+        Some(_) => node.float("scale", 1.0)?,
+        None => (1.0 / (sq[3] as f64).sqrt()) as f32,
+    };
+    let out4 = if rank == 4 {
+        name.clone()
+    } else {
+        format!("{name}.heads")
+    };
+    let ids = [
+        imp.data(node, 0, &q4, &format!("{name}.q"))?,
+        imp.data(node, 1, &k4, &format!("{name}.k"))?,
+        imp.data(node, 2, &v4, &format!("{name}.v"))?,
+    ];
+    let kind = OpKind::Attention {
+        scale,
+        causal,
+        partials: DType::F32,
+        out: dtype,
+    };
+    let y = Val::Graph(imp.op(node, &out4, kind, &ids)?);
+    imp.notes.push(format!("node `{}`: Attention as the graph's attention (scale {scale}, causal {causal}, {hq} q heads, {hkv} kv heads)", node.name));
+    if rank == 4 {
+        return one(y);
+    }
+    let s = imp.shape(&y);
+    let merged = transpose(imp, node, &y, vec![0, 2, 1, 3], &format!("{name}.merge"))?;
+    one(reshape(
+        imp,
+        node,
+        &merged,
+        vec![s[0], s[2], s[1] * s[3]],
+        &name,
+    )?)
 }
 
 /// `Range(start, limit, delta)` of known scalars.

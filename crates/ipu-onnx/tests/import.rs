@@ -449,3 +449,29 @@ fn mutated_models_never_panic() {
         }
     }
 }
+
+#[test]
+fn attention_maps_to_the_graph_attention() {
+    let m = import_named("attention_causal", &[]).unwrap();
+    check_text(
+        &m,
+        expect![[r#"
+            graph attention_causal {
+              input %q: f32[1, 2, 4, 8]
+              input %k: f32[1, 2, 4, 8]
+              input %v: f32[1, 2, 4, 8]
+              %y = attention(%q, %k, %v) {scale = 0.35355338, causal = true, partials = f32}: f32[1, 2, 4, 8]
+              output %y
+            }
+        "#]],
+    );
+    check_outputs(&m, "attention_causal", Precision::Exact, 1e-5);
+    let m = import_named("attention_gqa", &[]).unwrap();
+    check_outputs(&m, "attention_gqa", Precision::Exact, 1e-5);
+    assert_eq!(m.notes.len(), 1, "{:?}", m.notes);
+    assert!(
+        m.notes[0].contains("4 q heads, 2 kv heads"),
+        "{:?}",
+        m.notes
+    );
+}
