@@ -475,3 +475,45 @@ fn attention_maps_to_the_graph_attention() {
         m.notes
     );
 }
+
+#[test]
+fn an_input_with_an_initializer_is_a_constant() {
+    use ipu_onnx::proto::ModelProto;
+    use prost::Message as _;
+    let mut model = ModelProto::decode(&model_bytes("linear")[..]).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    // Older exporters list initializers among the inputs too.
+    let mut w = graph.input[0].clone();
+    w.name = Some("w".into());
+    graph.input.push(w);
+    let m = import(&model.encode_to_vec(), &ImportOptions::default()).unwrap();
+    assert_eq!(m.graph.inputs().len(), 1);
+    let w = m.graph.value_by_name("w").unwrap();
+    assert!(m.graph.constant(w).is_some());
+    check_outputs(&m, "linear", Precision::Exact, 1e-5);
+}
+
+#[test]
+fn external_data_outside_the_model_directory_is_refused() {
+    use ipu_onnx::proto::ModelProto;
+    use prost::Message as _;
+    let mut model = ModelProto::decode(&model_bytes("linear_external")[..]).unwrap();
+    let t = &mut model.graph.as_mut().unwrap().initializer[0];
+    for e in &mut t.external_data {
+        if e.key() == "location" {
+            e.value = Some("../../secret.data".into());
+        }
+    }
+    let loader = |_: &ExternalData<'_>| -> Result<Vec<u8>, String> { panic!("must not be asked") };
+    let options = ImportOptions {
+        external_data: Some(&loader),
+        ..Default::default()
+    };
+    assert_eq!(
+        import(&model.encode_to_vec(), &options)
+            .unwrap_err()
+            .to_string(),
+        "tensor `w`: external data `../../secret.data`: the location must be a relative path \
+         inside the model's directory"
+    );
+}
