@@ -1,9 +1,13 @@
-//! `ipu models`, `ipu graph print MODEL [--set key=value]...`, `ipu graph check FILE`.
+//! `ipu models`, `ipu graph print MODEL [--set key=value]... [-o FILE]`, `ipu graph check FILE`.
 //!
-//! MODEL is a built-in name (see `ipu models`) or the path of a model file in the text form.
+//! MODEL is a built-in name (see `ipu models`), the path of a model file in the text form,
+//! whose constant files (`file("NAME.npy")`) are read from the text file's directory, or an
+//! ONNX model (`*.onnx`, imported with its `--dim NAME=VALUE` bindings).
 
 use anyhow::{Context, bail};
 use ipu_graph::{Graph, models};
+
+use crate::{cmd_onnx, graph_files};
 
 /// Arguments of `ipu models`.
 #[derive(clap::Args)]
@@ -26,13 +30,23 @@ pub struct PrintArgs {
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Bind a symbolic dimension of an ONNX model: `--dim NAME=VALUE` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dim: Vec<String>,
+    /// Write the text to FILE and the large constants as `.npy` files beside it, instead of
+    /// printing the text.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `ipu graph check`.
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Path of a model file in the text form.
+    /// Path of a model file in the text form or an ONNX model.
     file: String,
+    /// Bind a symbolic dimension of an ONNX model: `--dim NAME=VALUE` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dim: Vec<String>,
 }
 
 /// Splits `key=value` settings.
@@ -45,15 +59,34 @@ pub fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// Reads and parses a model file.
+/// Reads and parses a model file; its constant files are read from the file's directory.
 pub fn load_file(path: &str) -> anyhow::Result<Graph> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    Ok(ipu_graph::parse(&text, path)?)
+    let dir = std::path::Path::new(path)
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    Ok(ipu_graph::parse_with(&text, path, &mut |c| {
+        graph_files::read_constant(dir, c)
+    })?)
 }
 
 /// A built-in model with `--set` overrides, or a model file (a MODEL that names an existing
-/// file, or contains a path separator, or ends in `.ipug`).
+/// file, or contains a path separator, or ends in `.ipug` or `.onnx`).
 pub fn load_model(model: &str, sets: &[String]) -> anyhow::Result<Graph> {
+    load_model_with(model, sets, &[])
+}
+
+/// [`load_model`] with `--dim` bindings for an ONNX model.
+pub fn load_model_with(model: &str, sets: &[String], dims: &[String]) -> anyhow::Result<Graph> {
+    if cmd_onnx::is_onnx(model) {
+        if !sets.is_empty() {
+            bail!("--set applies to built-in models only, not to the ONNX model {model}");
+        }
+        return cmd_onnx::load(model, dims);
+    }
+    if !dims.is_empty() {
+        bail!("--dim applies to ONNX models only, not to {model}");
+    }
     let is_file = std::path::Path::new(model).is_file()
         || model.contains(std::path::MAIN_SEPARATOR)
         || model.contains('/')
@@ -82,12 +115,37 @@ pub fn models(_: ModelsArgs) -> anyhow::Result<u8> {
 pub fn run(c: GraphCommand) -> anyhow::Result<u8> {
     match c {
         GraphCommand::Print(a) => {
-            let g = load_model(&a.model, &a.set)?;
-            print!("{}", ipu_graph::print(&g));
+            let g = load_model_with(&a.model, &a.set, &a.dim)?;
+            let printed = ipu_graph::print_with_files(&g);
+            match a.output {
+                Some(path) => {
+                    std::fs::write(&path, &printed.text)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+                    graph_files::write_constants(dir, &printed.files)?;
+                }
+                None => {
+                    if !printed.files.is_empty() {
+                        tracing::warn!(
+                            files = printed.files.len(),
+                            "the text references constant files it does not write; give -o FILE \
+                             to write them beside it"
+                        );
+                    }
+                    print!("{}", printed.text);
+                }
+            }
             Ok(0)
         }
         GraphCommand::Check(a) => {
-            let g = load_file(&a.file)?;
+            let g = if cmd_onnx::is_onnx(&a.file) {
+                cmd_onnx::load(&a.file, &a.dim)?
+            } else {
+                if !a.dim.is_empty() {
+                    bail!("--dim applies to ONNX models only, not to {}", a.file);
+                }
+                load_file(&a.file)?
+            };
             println!(
                 "graph={} operations={} values={} inputs={} outputs={} result=ok",
                 g.name,

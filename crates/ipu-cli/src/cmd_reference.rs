@@ -1,4 +1,4 @@
-//! `ipu reference MODEL [--set key=value]... [--precision exact|device] [--threads N]
+//! `ipu reference MODEL [--set key=value]... [--dim NAME=VALUE]... [--precision exact|device] [--threads N]
 //! [--seed S] [--compare-precisions]`: evaluates a model on the host from deterministic inputs
 //! and prints, per output, `output=NAME dtype=.. shape=[..] min=.. max=.. mean=.. rms=..`.
 //! With `--compare-precisions` both precisions run and each output's device result is compared
@@ -9,7 +9,7 @@ use anyhow::Context;
 use ipu_graph::Graph;
 use ipu_reference::{Precision, Tensor, compare, evaluate, make_inputs, tolerance_versus_exact};
 
-use crate::cmd_graph::load_model;
+use crate::cmd_graph::load_model_with;
 
 /// Arguments of `ipu reference`.
 #[derive(clap::Args)]
@@ -19,6 +19,9 @@ pub struct ReferenceArgs {
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Bind a symbolic dimension of an ONNX model: `--dim NAME=VALUE` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dim: Vec<String>,
     /// exact or device.
     #[arg(long, default_value = "device")]
     precision: Precision,
@@ -62,7 +65,7 @@ pub fn run(a: ReferenceArgs) -> anyhow::Result<u8> {
         // threads; matrixmultiply's internal threading stays off so the two do not multiply.
         unsafe { std::env::set_var("MATMUL_NUM_THREADS", "1") };
     }
-    let graph = load_model(&a.model, &a.set)?;
+    let graph = load_model_with(&a.model, &a.set, &a.dim)?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

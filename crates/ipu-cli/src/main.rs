@@ -16,9 +16,11 @@ mod cmd_bench;
 mod cmd_graph;
 mod cmd_isa;
 mod cmd_numerics;
+mod cmd_onnx;
 mod cmd_reference;
 mod cmd_run;
 mod cmd_sim;
+mod graph_files;
 mod npy;
 
 #[derive(Parser)]

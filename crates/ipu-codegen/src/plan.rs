@@ -273,6 +273,13 @@ pub(crate) struct Planner<'a> {
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
 pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, CodegenError> {
+    // Constants are not lowered yet: their data would need a home on the tiles.
+    if let Some(c) = graph.constants().first() {
+        return Err(CodegenError::unsupported(
+            format!("%{}", graph.value(c.value).name),
+            "graph constants are not lowered to the device yet",
+        ));
+    }
     if tiles == 0 || tiles > target.tiles {
         return Err(CodegenError::Options {
             message: format!(

@@ -1,7 +1,8 @@
 //! Building graphs from Rust with type inference at each step.
 
 use crate::{
-    DType, Graph, GraphError, OpKind, Operation, OperationId, TensorType, Value, ValueId, infer,
+    Constant, ConstantData, DType, Graph, GraphError, OpKind, Operation, OperationId, TensorType,
+    Value, ValueId, encode_elements, infer,
 };
 
 /// Builds a [`Graph`]: declare inputs, add operations (their output types are inferred), mark
@@ -32,6 +33,7 @@ impl GraphBuilder {
                 operations: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
+                constants: Vec::new(),
             },
         }
     }
@@ -46,6 +48,63 @@ impl GraphBuilder {
         });
         self.graph.inputs.push(id);
         id
+    }
+
+    /// Declares a constant of type `ty` whose elements are `data` in device layout (row-major;
+    /// f32 and f16 little-endian, FP8 one code per element). Errors if the type is invalid or
+    /// the data does not have the type's byte count.
+    pub fn constant(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+        data: impl Into<ConstantData>,
+    ) -> Result<ValueId, GraphError> {
+        let name = name.into();
+        let data = data.into();
+        let value_err = |reason: String| GraphError::Value {
+            value: name.clone(),
+            reason,
+        };
+        ty.check().map_err(value_err)?;
+        if data.len() != ty.bytes() {
+            return Err(value_err(format!(
+                "constant data has {} bytes but {ty} needs {}",
+                data.len(),
+                ty.bytes()
+            )));
+        }
+        let id = ValueId(self.graph.values.len() as u32);
+        self.graph.values.push(Value {
+            name,
+            ty,
+            producer: None,
+        });
+        self.graph.constants.push(Constant { value: id, data });
+        Ok(id)
+    }
+
+    /// Declares a constant from f32 values, encoded into `ty`'s dtype (f16 and FP8 round to
+    /// nearest even, FP8 saturates; see [`encode_elements`]).
+    pub fn constant_values(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+        values: &[f32],
+    ) -> Result<ValueId, GraphError> {
+        let name = name.into();
+        if values.len() != ty.elements() {
+            return Err(GraphError::Value {
+                value: name,
+                reason: format!("{} values for {ty}", values.len()),
+            });
+        }
+        let data = encode_elements(ty.dtype, values);
+        self.constant(name, ty, data)
+    }
+
+    /// A value added so far.
+    pub fn value(&self, id: ValueId) -> &Value {
+        self.graph.value(id)
     }
 
     /// The type of a value added so far.
@@ -132,6 +191,12 @@ impl GraphBuilder {
     /// which reports positions itself).
     pub fn finish_unverified(self) -> Graph {
         self.graph
+    }
+
+    /// The constants added so far, for tests of the verifier.
+    #[doc(hidden)]
+    pub fn constants_mut(&mut self) -> &mut Vec<Constant> {
+        &mut self.graph.constants
     }
 
     /// Direct access for tests that need to corrupt a graph.

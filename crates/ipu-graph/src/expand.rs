@@ -38,13 +38,17 @@ pub fn has_fused(graph: &Graph) -> bool {
 }
 
 /// Rewrites every `flash_attention` of `graph` into its blocked operations (see the module
-/// docs). Other operations, inputs and outputs keep their names and order.
+/// docs). Other operations, inputs, constants and outputs keep their names and order.
 pub fn expand_fused(graph: &Graph) -> Result<Graph, GraphError> {
     let mut b = GraphBuilder::new(graph.name.clone());
     let mut map: Vec<Option<ValueId>> = vec![None; graph.values().len()];
     for &i in graph.inputs() {
         let v = graph.value(i);
         map[i.0 as usize] = Some(b.input(v.name.clone(), v.ty.clone()));
+    }
+    for c in graph.constants() {
+        let v = graph.value(c.value);
+        map[c.value.0 as usize] = Some(b.constant(v.name.clone(), v.ty.clone(), c.data.clone())?);
     }
     for op in graph.operations() {
         let ins: Vec<ValueId> = op

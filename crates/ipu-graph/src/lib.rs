@@ -12,6 +12,7 @@
 //! attributes ([`infer`]), so a verified graph never carries a stale annotation.
 
 mod builder;
+mod constant;
 pub mod expand;
 mod infer;
 pub mod models;
@@ -20,9 +21,13 @@ mod text;
 use std::fmt;
 
 pub use builder::GraphBuilder;
+pub use constant::{Constant, ConstantData, decode_elements, encode_elements};
 pub use infer::{InferError, infer};
 use ipu_numerics::Fp8Format;
-pub use text::{ParseError, parse, print};
+pub use text::{
+    ConstantFile, ExternalConstant, INLINE_CONSTANT_ELEMENTS_MAX, ParseError, PrintedGraph,
+    Resolver, parse, parse_with, print, print_with_files,
+};
 
 /// Index of a value in its graph. Displays as `v<index>`; the text form names values by their
 /// [`Value::name`] instead (`%name`).
@@ -205,14 +210,14 @@ impl fmt::Display for TensorType {
     }
 }
 
-/// A value: a graph input or the output of one operation.
+/// A value: a graph input, a constant or the output of one operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Value {
     /// Name, unique in the graph (written `%name` in the text form).
     pub name: String,
     /// Type.
     pub ty: TensorType,
-    /// The operation producing it; `None` for graph inputs.
+    /// The operation producing it; `None` for graph inputs and constants.
     pub producer: Option<OperationId>,
 }
 
@@ -384,6 +389,8 @@ pub struct Graph {
     operations: Vec<Operation>,
     inputs: Vec<ValueId>,
     outputs: Vec<ValueId>,
+    /// Ordered by value id.
+    constants: Vec<Constant>,
 }
 
 /// Why a graph is malformed. Messages name the operation and the operand.
@@ -456,6 +463,19 @@ impl Graph {
         &self.outputs
     }
 
+    /// Constants, ordered by value id.
+    pub fn constants(&self) -> &[Constant] {
+        &self.constants
+    }
+
+    /// The constant defining value `id`, if `id` is a constant.
+    pub fn constant(&self, id: ValueId) -> Option<&Constant> {
+        self.constants
+            .binary_search_by_key(&id, |c| c.value)
+            .ok()
+            .map(|i| &self.constants[i])
+    }
+
     /// Looks a value up by name.
     pub fn value_by_name(&self, name: &str) -> Option<ValueId> {
         self.values
@@ -506,6 +526,35 @@ impl Graph {
                 });
             }
             defined[i.0 as usize] = true;
+        }
+        for (n, c) in self.constants.iter().enumerate() {
+            let v = self
+                .values
+                .get(c.value.0 as usize)
+                .ok_or_else(|| graph_err(format!("constant {} does not exist", c.value)))?;
+            let value_err = |reason: String| GraphError::Value {
+                value: v.name.clone(),
+                reason,
+            };
+            if n > 0 && self.constants[n - 1].value >= c.value {
+                return Err(value_err(
+                    "constants must be listed once, ordered by value id".into(),
+                ));
+            }
+            if v.producer.is_some() || defined[c.value.0 as usize] {
+                return Err(value_err(
+                    "a constant must not be a graph input or have a producer".into(),
+                ));
+            }
+            if c.data.len() != v.ty.bytes() {
+                return Err(value_err(format!(
+                    "constant data has {} bytes but {} needs {}",
+                    c.data.len(),
+                    v.ty,
+                    v.ty.bytes()
+                )));
+            }
+            defined[c.value.0 as usize] = true;
         }
         for (index, op) in self.operations.iter().enumerate() {
             let op_err = |operand: Option<String>, reason: String| GraphError::Operation {
@@ -560,7 +609,7 @@ impl Graph {
         if let Some(i) = defined.iter().position(|d| !d) {
             return Err(GraphError::Value {
                 value: self.values[i].name.clone(),
-                reason: "is neither a graph input nor produced by an operation".into(),
+                reason: "is neither a graph input, a constant nor produced by an operation".into(),
             });
         }
         for &o in &self.outputs {

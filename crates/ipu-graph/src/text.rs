@@ -31,12 +31,78 @@
 //! | flash_attention | scale, causal, block_q, block_k, partials |
 //! | add, sub, mul, div, max, exp | none |
 //!
+//! Constants are declared like inputs, with their data after `=`: an inline literal of the
+//! elements in row-major order for small ones (at most [`INLINE_CONSTANT_ELEMENTS_MAX`]
+//! elements), or a reference to a NumPy `.npy` file for large ones:
+//!
+//! ```text
+//! graph linear {
+//!   input %x: f32[2, 4]
+//!   const %w: f32[4, 3] = file("w.npy")
+//!   const %b: f32[1, 3] = [0.5, -1.0, 2.25]
+//!   %xw = matmul(%x, %w) {partials = f32}: f32[2, 3]
+//!   %y = add(%xw, %b): f32[2, 3]
+//!   output %y
+//! }
+//! ```
+//!
+//! Literal elements are decimal numbers, `inf`, `-inf` or `nan`; for f16 and FP8 each must be
+//! exactly a value of the dtype (FP8 values include the dtype's scale), so the codes survive a
+//! round trip exactly. A `.npy` file holds the constant's shape with dtype `<f4` for f32, `<f2`
+//! for f16 and `|u1` for FP8 (the codes), C order; file names are relative paths without `..`,
+//! resolved by the caller ([`parse_with`] takes the resolver; [`print_with_files`] returns the
+//! files to write). A constant holding a NaN other than the dtype's canonical quiet NaN is
+//! always written to a file, which keeps its bits.
+//!
+//! Lines appear in value order: inputs, constants and operations as they were added.
 //! [`print`] writes the canonical form; `parse(print(g))` gives back `g` exactly.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::{DType, Graph, GraphBuilder, OpKind, TensorType, ValueId, infer};
+use crate::{
+    ConstantData, DType, Graph, GraphBuilder, OpKind, TensorType, ValueId, decode_elements, infer,
+};
+
+/// Constants with at most this many elements print as inline literals; larger ones print as a
+/// `file("NAME.npy")` reference. 16 elements fit on one line of the text form and cover the
+/// scalars and small vectors a model carries (epsilons, shifts, masks of a few keys), while a
+/// weight matrix goes to a file.
+pub const INLINE_CONSTANT_ELEMENTS_MAX: usize = 16;
+
+/// A constant [`print_with_files`] referenced as a file: the caller writes `data` (of type
+/// `ty`) as a `.npy` file named `file_name` beside the text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstantFile {
+    /// The file name in the text (`NAME.npy`, NAME the value's name).
+    pub file_name: String,
+    /// The constant's value.
+    pub value: ValueId,
+    /// Its type.
+    pub ty: TensorType,
+    /// Its elements in device layout (see [`crate::Constant`]).
+    pub data: ConstantData,
+}
+
+/// The text of a graph and the constant files it references.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrintedGraph {
+    /// The text form.
+    pub text: String,
+    /// The files the text references, in text order.
+    pub files: Vec<ConstantFile>,
+}
+
+/// A constant's external reference met by [`parse_with`], handed to the resolver.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExternalConstant<'a> {
+    /// The value name.
+    pub value: &'a str,
+    /// The file name as written (a relative path without `..`).
+    pub file_name: &'a str,
+    /// The declared type.
+    pub ty: &'a TensorType,
+}
 
 /// A syntax or type error in a graph file, with its position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,40 +184,105 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
     }
 }
 
-/// Prints a graph in the canonical text form.
+/// Prints a graph in the canonical text form; large constants appear as file references
+/// whose data [`print_with_files`] returns.
 pub fn print(graph: &Graph) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "graph {} {{", graph.name);
-    for &i in graph.inputs() {
-        let v = graph.value(i);
-        let _ = writeln!(s, "  input %{}: {}", v.name, v.ty);
-    }
-    for op in graph.operations() {
-        let out = graph.value(op.outputs[0]);
-        let operands: Vec<String> = op
-            .inputs
-            .iter()
-            .map(|&i| format!("%{}", graph.value(i).name))
-            .collect();
-        let _ = write!(
-            s,
-            "  %{} = {}({})",
-            out.name,
-            op.kind.mnemonic(),
-            operands.join(", ")
-        );
-        let attrs = attributes(&op.kind);
-        if !attrs.is_empty() {
-            let items: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            let _ = write!(s, " {{{}}}", items.join(", "));
+    print_with_files(graph).text
+}
+
+/// The canonical-NaN bits of f32 and f16 and the FP8 NaN code: the NaN an inline literal's
+/// `nan` stands for.
+fn canonical_nan(dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::F32 => f32::NAN.to_le_bytes().to_vec(),
+        DType::F16 => ipu_numerics::f16_bits(f32::NAN).to_le_bytes().to_vec(),
+        DType::F143 { .. } | DType::F152 { .. } => {
+            vec![dtype.fp8_format().expect("FP8").nan_code()]
         }
-        let _ = writeln!(s, ": {}", out.ty);
+    }
+}
+
+/// The inline literal of a constant, or `None` if it must go to a file (too many elements, or
+/// a NaN whose bits `nan` would not give back).
+fn inline_literal(ty: &TensorType, data: &[u8]) -> Option<String> {
+    if ty.elements() > INLINE_CONSTANT_ELEMENTS_MAX {
+        return None;
+    }
+    let nan = canonical_nan(ty.dtype);
+    let mut items = Vec::with_capacity(ty.elements());
+    for (bytes, x) in data
+        .chunks_exact(ty.dtype.bytes())
+        .zip(decode_elements(ty.dtype, data))
+    {
+        if x.is_nan() {
+            if bytes != nan.as_slice() {
+                return None;
+            }
+            items.push("nan".to_string());
+        } else {
+            items.push(fmt_f32(x));
+        }
+    }
+    Some(format!("[{}]", items.join(", ")))
+}
+
+/// Prints a graph in the canonical text form and lists the constants it references as files.
+pub fn print_with_files(graph: &Graph) -> PrintedGraph {
+    let mut s = String::new();
+    let mut files = Vec::new();
+    let _ = writeln!(s, "graph {} {{", graph.name);
+    for (index, v) in graph.values().iter().enumerate() {
+        let id = ValueId(index as u32);
+        if let Some(op) = v.producer {
+            print_operation(&mut s, graph, op);
+        } else if let Some(c) = graph.constant(id) {
+            let data = match inline_literal(&v.ty, &c.data) {
+                Some(literal) => literal,
+                None => {
+                    let file_name = format!("{}.npy", v.name);
+                    let text = format!("file(\"{file_name}\")");
+                    files.push(ConstantFile {
+                        file_name,
+                        value: id,
+                        ty: v.ty.clone(),
+                        data: c.data.clone(),
+                    });
+                    text
+                }
+            };
+            let _ = writeln!(s, "  const %{}: {} = {data}", v.name, v.ty);
+        } else {
+            let _ = writeln!(s, "  input %{}: {}", v.name, v.ty);
+        }
     }
     for &o in graph.outputs() {
         let _ = writeln!(s, "  output %{}", graph.value(o).name);
     }
     s.push_str("}\n");
-    s
+    PrintedGraph { text: s, files }
+}
+
+fn print_operation(s: &mut String, graph: &Graph, id: crate::OperationId) {
+    let op = graph.operation(id);
+    let out = graph.value(op.outputs[0]);
+    let operands: Vec<String> = op
+        .inputs
+        .iter()
+        .map(|&i| format!("%{}", graph.value(i).name))
+        .collect();
+    let _ = write!(
+        s,
+        "  %{} = {}({})",
+        out.name,
+        op.kind.mnemonic(),
+        operands.join(", ")
+    );
+    let attrs = attributes(&op.kind);
+    if !attrs.is_empty() {
+        let items: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        let _ = write!(s, " {{{}}}", items.join(", "));
+    }
+    let _ = writeln!(s, ": {}", out.ty);
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -162,6 +293,8 @@ enum Tok {
     /// The number's text, parsed at the precision of its use (an f32 attribute parses the
     /// text directly, avoiding double rounding through f64).
     Float(String),
+    /// A double-quoted string (no escapes; it cannot hold `"` or a line break).
+    Str(String),
     Punct(char),
     Eof,
 }
@@ -173,6 +306,7 @@ impl Tok {
             Tok::Value(s) => format!("`%{s}`"),
             Tok::Int(i) => format!("`{i}`"),
             Tok::Float(x) => format!("`{x}`"),
+            Tok::Str(x) => format!("`\"{x}\"`"),
             Tok::Punct(c) => format!("`{c}`"),
             Tok::Eof => "end of file".into(),
         }
@@ -273,10 +407,20 @@ impl Lexer<'_> {
             if let Ok(i) = s.parse::<i64>() {
                 return Ok((Tok::Int(i), pos));
             }
+            // Non-finite numbers (`-inf`, `1e999`) are tokens too: constant literals take
+            // them, attributes refuse them where they are read.
             return match s.parse::<f64>() {
-                Ok(x) if x.is_finite() => Ok((Tok::Float(s), pos)),
-                _ => Err((pos, format!("malformed number `{s}`"))),
+                Ok(_) => Ok((Tok::Float(s), pos)),
+                Err(_) => Err((pos, format!("malformed number `{s}`"))),
             };
+        }
+        if c == '"' {
+            self.bump();
+            let text = self.take_while(|c| c != '"' && c != '\n');
+            if self.bump() != Some('"') {
+                return Err((pos, "unterminated string".into()));
+            }
+            return Ok((Tok::Str(text), pos));
         }
         if "{}()[],:=@".contains(c) {
             self.bump();
@@ -425,6 +569,136 @@ impl Parser<'_> {
             return self.error(pos, reason);
         }
         Ok((ty, pos))
+    }
+
+    /// One element of a constant literal, encoded into `dtype`: exactly a value of the dtype
+    /// (f32 takes the nearest f32 of the decimal text).
+    fn literal_element(&mut self, dtype: DType, out: &mut Vec<u8>) -> PResult<()> {
+        let (t, pos) = self.next();
+        let text = match &t {
+            Tok::Int(i) => i.to_string(),
+            Tok::Float(x) => x.clone(),
+            Tok::Ident(w) if w == "inf" || w == "nan" => w.clone(),
+            t => {
+                return self.error(
+                    pos,
+                    format!("expected a number, `inf` or `nan`, found {}", t.describe()),
+                );
+            }
+        };
+        let Ok(x) = text.parse::<f32>() else {
+            return self.error(pos, format!("malformed number `{text}`"));
+        };
+        if x.is_nan() {
+            out.extend(canonical_nan(dtype));
+            return Ok(());
+        }
+        let bytes = crate::encode_elements(dtype, &[x]);
+        let back = decode_elements(dtype, &bytes)[0];
+        if back.to_bits() != x.to_bits() {
+            return self.error(
+                pos,
+                format!(
+                    "{text} is not a value of {dtype} (the nearest is {})",
+                    fmt_f32(back)
+                ),
+            );
+        }
+        out.extend(bytes);
+        Ok(())
+    }
+
+    /// The data of a constant after its `=`: a literal or a file reference resolved by
+    /// `resolve`.
+    fn constant_data(
+        &mut self,
+        name: &str,
+        ty: &TensorType,
+        resolve: &mut Resolver<'_>,
+    ) -> PResult<Vec<u8>> {
+        let (t, pos) = self.next();
+        match t {
+            Tok::Punct('[') => {
+                let mut data = Vec::with_capacity(ty.bytes());
+                let mut count = 0usize;
+                if !self.eat_punct(']') {
+                    loop {
+                        if count == ty.elements() {
+                            let at = self.peek().1;
+                            return self.error(
+                                at,
+                                format!("%{name}: more than the {} elements of {ty}", count),
+                            );
+                        }
+                        self.literal_element(ty.dtype, &mut data)?;
+                        count += 1;
+                        if self.eat_punct(']') {
+                            break;
+                        }
+                        self.expect_punct(',', "or `]` in the constant")?;
+                    }
+                }
+                if count != ty.elements() {
+                    return self.error(
+                        pos,
+                        format!(
+                            "%{name}: {count} elements given, {ty} has {}",
+                            ty.elements()
+                        ),
+                    );
+                }
+                Ok(data)
+            }
+            Tok::Ident(w) if w == "file" => {
+                self.expect_punct('(', "after `file`")?;
+                let (t, fpos) = self.next();
+                let Tok::Str(file_name) = t else {
+                    return self.error(
+                        fpos,
+                        format!("expected a file name in quotes, found {}", t.describe()),
+                    );
+                };
+                self.expect_punct(')', "after the file name")?;
+                if !is_relative_file_name(&file_name) {
+                    return self.error(
+                        fpos,
+                        format!(
+                            "file name `{file_name}` must be a relative path without `..` \
+                             components"
+                        ),
+                    );
+                }
+                let data = match resolve(ExternalConstant {
+                    value: name,
+                    file_name: &file_name,
+                    ty,
+                }) {
+                    Ok(d) => d,
+                    Err(reason) => {
+                        return self
+                            .error(fpos, format!("%{name} = file(\"{file_name}\"): {reason}"));
+                    }
+                };
+                if data.len() != ty.bytes() {
+                    return self.error(
+                        fpos,
+                        format!(
+                            "%{name} = file(\"{file_name}\"): {} bytes, {ty} needs {}",
+                            data.len(),
+                            ty.bytes()
+                        ),
+                    );
+                }
+                Ok(data)
+            }
+            t => self.error(
+                pos,
+                format!(
+                    "expected `[` or `file(\"NAME.npy\")` for the constant's data, found {}",
+                    t.describe()
+                ),
+            ),
+        }
     }
 
     fn attr_value(&mut self) -> PResult<AttrValue> {
@@ -625,9 +899,39 @@ fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
     Ok(kind)
 }
 
+/// True for a relative path without empty, `.` or `..` components and without characters
+/// outside `[A-Za-z0-9_.-/]`.
+fn is_relative_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        })
+}
+
+/// The callback [`parse_with`] asks for a constant file's data: the elements in device layout
+/// (see [`crate::Constant`]), or why they cannot be had.
+pub type Resolver<'r> = dyn FnMut(ExternalConstant<'_>) -> Result<Vec<u8>, String> + 'r;
+
 /// Parses a graph from its text form; `file_name` is used in error positions. The result is
-/// verified.
+/// verified. A constant given as a file reference is an error: use [`parse_with`].
 pub fn parse(text: &str, file_name: &str) -> Result<Graph, ParseError> {
+    parse_with(text, file_name, &mut |_| {
+        Err("constant files need a resolver (this reader takes inline constants only)".into())
+    })
+}
+
+/// Parses a graph from its text form, asking `resolve` for the data of every constant given as
+/// a file reference; `file_name` is used in error positions. The result is verified.
+pub fn parse_with(
+    text: &str,
+    file_name: &str,
+    resolve: &mut Resolver<'_>,
+) -> Result<Graph, ParseError> {
     let mut lexer = Lexer {
         chars: text.chars().peekable(),
         pos: Pos { line: 1, column: 1 },
@@ -685,6 +989,24 @@ pub fn parse(text: &str, file_name: &str) -> Result<Graph, ParseError> {
                 p.expect_punct(':', "before the input type")?;
                 let (ty, _) = p.tensor_type()?;
                 let id = b.input(v.clone(), ty);
+                names.insert(v, id);
+            }
+            Tok::Ident(w) if w == "const" => {
+                let (t, vpos) = p.next();
+                let Tok::Value(v) = t else {
+                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
+                };
+                if names.contains_key(&v) {
+                    return p.error(vpos, format!("value %{v} is already defined"));
+                }
+                p.expect_punct(':', "before the constant's type")?;
+                let (ty, _) = p.tensor_type()?;
+                p.expect_punct('=', "before the constant's data")?;
+                let data = p.constant_data(&v, &ty, resolve)?;
+                let id = match b.constant(v.clone(), ty, data) {
+                    Ok(id) => id,
+                    Err(e) => return p.error(vpos, e.to_string()),
+                };
                 names.insert(v, id);
             }
             Tok::Ident(w) if w == "output" => loop {
@@ -796,7 +1118,7 @@ pub fn parse(text: &str, file_name: &str) -> Result<Graph, ParseError> {
                 return p.error(
                     pos,
                     format!(
-                        "expected `input`, `output`, `%name = ...` or `}}`, found {}",
+                        "expected `input`, `const`, `output`, `%name = ...` or `}}`, found {}",
                         t.describe()
                     ),
                 );

@@ -335,7 +335,7 @@ fn verifier_rejects_malformed_graphs() {
     });
     assert_eq!(
         g.verify().unwrap_err().to_string(),
-        "value %ghost: is neither a graph input nor produced by an operation"
+        "value %ghost: is neither a graph input, a constant nor produced by an operation"
     );
 
     // An operation with two results, and a wrong producer link.

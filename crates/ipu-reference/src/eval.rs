@@ -20,7 +20,8 @@ impl Ctx {
 }
 
 /// Evaluates `graph` on `inputs` (one per graph input, in order, of the input's type) and
-/// returns one tensor per graph output. The result does not depend on `threads`.
+/// returns one tensor per graph output; constants take the values their data decodes to. The
+/// result does not depend on `threads`.
 pub fn evaluate(
     graph: &Graph,
     inputs: &[Tensor],
@@ -56,6 +57,12 @@ pub fn evaluate(
             });
         }
         values[id.0 as usize] = Some(t.data.clone());
+    }
+    // Constants hold values of their dtype exactly, so both precisions start from the decoded
+    // values.
+    for c in graph.constants() {
+        let ty = &graph.value(c.value).ty;
+        values[c.value.0 as usize] = Some(ipu_graph::decode_elements(ty.dtype, c.data.bytes()));
     }
     // Free each value after its last use (outputs are kept).
     let mut last_use = vec![usize::MAX; graph.values().len()];

@@ -30,6 +30,9 @@
 //!   mask included), each evaluated by the rules here; the per-row blocked recipe in
 //!   `eval::flash_attention_device` is used only for a graph the expansion refuses.
 //!
+//! In both precisions a graph constant takes the values its data decodes to (f16 bits and FP8
+//! codes at the dtype's scale are exact f32 values).
+//!
 //! Transcendentals (`exp`, `sqrt`) are Rust's f32 functions; the device's may differ in the
 //! last f32 bit, which the f16/FP8 rounding of results almost always hides.
 

@@ -1,0 +1,106 @@
+//! ONNX models from the command line: `ipu graph print|check` and `ipu reference` import
+//! `*.onnx` files with their `--dim` bindings; bad models exit 2 with the importer's message.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn ipu(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ipu"))
+        .args(args)
+        .env("IPU_LOG", "warn")
+        .output()
+        .expect("run ipu")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A model written by scripts/gen-onnx-testdata.py.
+fn model(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ipu-onnx/tests/data")
+        .join(format!("{name}.onnx"))
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn graph_print_imports_with_dimension_bindings() {
+    let m = model("head_split");
+    let o = ipu(&["graph", "print", &m, "--dim", "batch=2", "--dim", "seq=3"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "graph head_split {\n  input %x: f32[2, 3, 8]\n  \
+         %heads = reshape(%x) {shape = [2, 3, 2, 4]}: f32[2, 3, 2, 4]\n  \
+         %y = transpose(%heads) {perm = [0, 2, 1, 3]}: f32[2, 2, 3, 4]\n  output %y\n}\n"
+    );
+    let o = ipu(&["graph", "print", &m, "--dim", "batch=2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("input `x`: dimension `seq` is symbolic; bind it with --dim seq=VALUE"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ipu(&["graph", "print", &m, "--dim", "batch=0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("at least 1"), "{}", stderr(&o));
+}
+
+#[test]
+fn graph_check_and_reference_take_onnx_models() {
+    let o = ipu(&["graph", "check", &model("linear_external")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "graph=linear_external operations=2 values=5 inputs=1 outputs=1 result=ok\n"
+    );
+    let o = ipu(&["reference", &model("mix"), "--precision", "exact"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(
+        s.contains("output=y precision=exact dtype=f32 shape=[2,8]"),
+        "{s}"
+    );
+    assert!(
+        s.contains("output=peak_flat precision=exact dtype=f32 shape=[2]"),
+        "{s}"
+    );
+}
+
+#[test]
+fn bad_models_exit_2_naming_what_is_wrong() {
+    let o = ipu(&["graph", "check", &model("unknown_op")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("node `mystery`: operator FancyOp (domain `ai.onnx`) is not supported"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ipu(&["graph", "check", &model("opset_too_new")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("opset 24"), "{}", stderr(&o));
+    let truncated = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("truncated.onnx");
+    let bytes = std::fs::read(model("linear")).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let o = ipu(&["graph", "check", truncated.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("malformed ONNX model"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ipu(&["graph", "print", "matmul", "--dim", "batch=2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--dim applies to ONNX models only"),
+        "{}",
+        stderr(&o)
+    );
+}

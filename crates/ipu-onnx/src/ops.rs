@@ -1,0 +1,1746 @@
+//! The operators: each ONNX node becomes graph operations, or is folded when its inputs are
+//! known. Semantics follow the ONNX operator specification (onnx/docs/Operators.md) at opsets
+//! 13 to 23; where an operator changed within that range the opset decides (noted per
+//! operator).
+//!
+//! The graph broadcasts elementwise operands of equal rank only, so NumPy's multidirectional
+//! broadcasting is completed here: the lower-rank operand gets leading dimensions of size 1 (a
+//! reshape). A product or quotient by a known scalar that is exact as a factor becomes
+//! `scale`, which needs no constant.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use ipu_graph::{DType, OpKind, ValueId};
+
+use crate::OnnxError;
+use crate::import::{Importer, Node, Val, normalize_axis};
+use crate::known::{self, Binary, Elem, IntKind, Known, Unary, checked_elements, elem_of_code};
+use crate::proto::attribute_proto::AttributeType;
+
+type Outs = Result<Vec<Option<Val>>, OnnxError>;
+
+/// Operators with no mapping because the device has no operator for them, with the missing
+/// operator (folded all the same when every input is known, where the evaluator has it).
+const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
+    ("Sqrt", "no sqrt device operator"),
+    ("Log", "no log device operator"),
+    (
+        "Tanh",
+        "no tanh device operator (2 sigmoid(2x) - 1 loses the relative accuracy of small values)",
+    ),
+    ("Erf", "no erf device operator"),
+    ("Gelu", "no erf or tanh device operator"),
+    ("LogSoftmax", "no log device operator"),
+    ("Softplus", "no log device operator"),
+    ("Sin", "no sin device operator"),
+    ("Cos", "no cos device operator"),
+    ("Floor", "no floor device operator"),
+    ("Ceil", "no ceil device operator"),
+    ("Round", "no round device operator"),
+    ("Where", "no select device operator"),
+    ("Equal", "no comparison device operator"),
+    ("Less", "no comparison device operator"),
+    ("Greater", "no comparison device operator"),
+    ("LessOrEqual", "no comparison device operator"),
+    ("GreaterOrEqual", "no comparison device operator"),
+    ("Not", "no logical device operator"),
+    ("And", "no logical device operator"),
+    ("Or", "no logical device operator"),
+    ("Xor", "no logical device operator"),
+    ("Range", "no integer tensors on the device"),
+    ("Conv", "no convolution device operator"),
+    ("MaxPool", "no pooling device operator"),
+    ("AveragePool", "no pooling device operator"),
+    ("ReduceProd", "no product-reduction device operator"),
+    ("ArgMax", "no arg-max device operator"),
+    ("TopK", "no sort device operator"),
+];
+
+fn input(ins: &[Option<Val>], i: usize) -> Option<&Val> {
+    ins.get(i).and_then(Option::as_ref)
+}
+
+fn req<'a>(node: &Node<'_>, ins: &'a [Option<Val>], i: usize) -> Result<&'a Val, OnnxError> {
+    input(ins, i).ok_or_else(|| node.bad_input(i, "is required"))
+}
+
+/// The known tensors of every given input, if all are known (and at least one is given).
+fn all_known(ins: &[Option<Val>]) -> Option<Vec<Rc<Known>>> {
+    let mut out = Vec::new();
+    for v in ins.iter().flatten() {
+        match v {
+            Val::Known(k, _) => out.push(k.clone()),
+            Val::Graph(_) => return None,
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The graph name for output `i` of `node`.
+fn out_name(imp: &mut Importer<'_>, node: &Node<'_>, i: usize) -> String {
+    match node.proto.output.get(i).filter(|s| !s.is_empty()) {
+        Some(o) => imp.reserve(o),
+        None => imp.reserve(&node.name),
+    }
+}
+
+fn one(v: Val) -> Outs {
+    Ok(vec![Some(v)])
+}
+
+fn fold(node: &Node<'_>, r: known::FoldResult<Known>) -> Outs {
+    r.map(|k| vec![Some(Val::known(k))])
+        .map_err(|e| node.graph_error(e))
+}
+
+/// The float dtype of a graph-bound tensor.
+fn float_dtype(node: &Node<'_>, imp: &Importer<'_>, v: &Val, i: usize) -> Result<DType, OnnxError> {
+    match imp.ty(v).0 {
+        Elem::Float(d) => Ok(d),
+        e => Err(node.bad_input(
+            i,
+            format!(
+                "a {} tensor used as data: the graph's tensors are f32, f16 or FP8",
+                e.name()
+            ),
+        )),
+    }
+}
+
+/// `v` reshaped to `shape` (a known tensor is reshaped at import and keeps its name; a
+/// same-shape reshape is skipped).
+fn reshape(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    v: &Val,
+    shape: Vec<usize>,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    if imp.shape(v) == shape {
+        return Ok(v.clone());
+    }
+    match v {
+        Val::Known(k, origin) => Ok(Val::Known(Rc::new(k.reshaped(shape)), origin.clone())),
+        Val::Graph(id) => {
+            if shape.contains(&0) {
+                return Err(
+                    node.graph_error(format!("an empty tensor {shape:?} cannot be graph data"))
+                );
+            }
+            Ok(Val::Graph(imp.op(
+                node,
+                name,
+                OpKind::Reshape { shape },
+                &[*id],
+            )?))
+        }
+    }
+}
+
+/// `v` with leading dimensions of size 1 up to rank `r`.
+fn to_rank(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    v: &Val,
+    r: usize,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let shape = imp.shape(v);
+    if shape.len() >= r {
+        return Ok(v.clone());
+    }
+    let mut s = vec![1; r - shape.len()];
+    s.extend(shape);
+    reshape(imp, node, v, s, name)
+}
+
+/// A graph operation of one operand.
+fn unary_op(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    kind: OpKind,
+    x: &Val,
+    i: usize,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let hint = format!("{name}.input");
+    let x = imp.data(node, i, x, &hint)?;
+    Ok(Val::Graph(imp.op(node, name, kind, &[x])?))
+}
+
+/// A broadcasting elementwise graph operation of two operands.
+fn binary_op(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    kind: OpKind,
+    a: &Val,
+    b: &Val,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let r = imp.shape(a).len().max(imp.shape(b).len());
+    let a = to_rank(imp, node, a, r, &format!("{name}.lhs"))?;
+    let b = to_rank(imp, node, b, r, &format!("{name}.rhs"))?;
+    let a = imp.data(node, 0, &a, &format!("{name}.lhs"))?;
+    let b = imp.data(node, 1, &b, &format!("{name}.rhs"))?;
+    Ok(Val::Graph(imp.op(node, name, kind, &[a, b])?))
+}
+
+fn scale(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    factor: f32,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    if let Val::Known(k, origin) = x {
+        let k = known::binary(Binary::Mul, k, &scalar_like(k.elem, f64::from(factor))?)
+            .map_err(|e| node.graph_error(e))?;
+        return Ok(Val::Known(
+            Rc::new(k),
+            origin.as_ref().map(|o| format!("{o}.scaled")),
+        ));
+    }
+    unary_op(imp, node, OpKind::Scale { factor }, x, 0, name)
+}
+
+/// A one-element tensor of `elem` holding `v`.
+fn scalar_like(elem: Elem, v: f64) -> Result<Known, OnnxError> {
+    Known::from_f64(elem, vec![], &[v]).map_err(|e| OnnxError::Malformed { reason: e })
+}
+
+/// A tensor of ones (or `v`) with `x`'s rank, every dimension 1, in `x`'s type.
+fn fill_like(imp: &Importer<'_>, x: &Val, v: f64) -> Result<Val, OnnxError> {
+    let (elem, shape) = imp.ty(x);
+    let k = Known::from_f64(elem, vec![1; shape.len()], &[v])
+        .map_err(|e| OnnxError::Malformed { reason: e })?;
+    Ok(Val::known(k))
+}
+
+fn negate(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, name: &str) -> Result<Val, OnnxError> {
+    scale(imp, node, x, -1.0, name)
+}
+
+/// `max(a, b)`.
+fn max2(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    a: &Val,
+    b: &Val,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    if let (Val::Known(x, _), Val::Known(y, _)) = (a, b) {
+        return known::binary(Binary::Max, x, y)
+            .map(Val::known)
+            .map_err(|e| node.graph_error(e));
+    }
+    binary_op(imp, node, OpKind::Max, a, b, name)
+}
+
+/// `min(a, b) = -max(-a, -b)`: negation is exact, so this is the minimum exactly.
+fn min2(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    a: &Val,
+    b: &Val,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    if let (Val::Known(x, _), Val::Known(y, _)) = (a, b) {
+        return known::binary(Binary::Min, x, y)
+            .map(Val::known)
+            .map_err(|e| node.graph_error(e));
+    }
+    let na = negate(imp, node, a, &format!("{name}.neg_lhs"))?;
+    let nb = negate(imp, node, b, &format!("{name}.neg_rhs"))?;
+    let m = max2(imp, node, &na, &nb, &format!("{name}.max"))?;
+    negate(imp, node, &m, name)
+}
+
+/// The single value of a known tensor with one element, as f64.
+fn single_value(v: &Val) -> Option<f64> {
+    match v {
+        Val::Known(k, _) if k.elements() == 1 => k.f64s().first().copied(),
+        _ => None,
+    }
+}
+
+/// `1 / c` if it is an exact f32 factor: `c` a normal power of two whose reciprocal is
+/// normal too.
+fn exact_reciprocal(c: f64) -> Option<f32> {
+    let f = c as f32;
+    let r = 1.0 / f;
+    (f64::from(f) == c && f.is_normal() && f.to_bits() & 0x007f_ffff == 0 && r.is_normal())
+        .then_some(r)
+}
+
+/// Elementwise `Add`, `Sub`, `Mul`, `Div`: folded when both are known; `x * c` and `x / c`
+/// for a known scalar `c` (exact as a factor) become `scale`.
+fn arithmetic(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    op: Binary,
+    kind: OpKind,
+) -> Outs {
+    node.only_attrs(&[])?;
+    let (a, b) = (req(node, ins, 0)?, req(node, ins, 1)?);
+    if let (Val::Known(x, _), Val::Known(y, _)) = (a, b) {
+        return fold(node, known::binary(op, x, y));
+    }
+    let name = out_name(imp, node, 0);
+    // A known scalar factor whose broadcast does not change the other operand's shape.
+    let scalar = |imp: &Importer<'_>, c: &Val, x: &Val| {
+        single_value(c)
+            .filter(|_| imp.shape(c).len() <= imp.shape(x).len() && imp.ty(c).0 == imp.ty(x).0)
+    };
+    match op {
+        Binary::Mul => {
+            for (c, x) in [(b, a), (a, b)] {
+                if let Some(f) = scalar(imp, c, x)
+                    && (f as f32).is_finite()
+                    && matches!(x, Val::Graph(_))
+                {
+                    return one(scale(imp, node, x, f as f32, &name)?);
+                }
+            }
+        }
+        Binary::Div => {
+            if let Some(f) = scalar(imp, b, a).and_then(exact_reciprocal)
+                && matches!(a, Val::Graph(_))
+            {
+                return one(scale(imp, node, a, f, &name)?);
+            }
+        }
+        _ => {}
+    }
+    one(binary_op(imp, node, kind, a, b, &name)?)
+}
+
+/// Variadic `Max`, `Min`, `Sum` (opset 13): a chain of binary operations.
+fn variadic(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&[])?;
+    let vals: Vec<&Val> = ins.iter().flatten().collect();
+    let Some(&first) = vals.first() else {
+        return Err(node.bad_input(0, "is required"));
+    };
+    let name = out_name(imp, node, 0);
+    let mut acc = first.clone();
+    for (i, &v) in vals.iter().enumerate().skip(1) {
+        let step = if i + 1 == vals.len() {
+            name.clone()
+        } else {
+            format!("{name}.{i}")
+        };
+        acc = match node.op_type {
+            "Max" => max2(imp, node, &acc, v, &step)?,
+            "Min" => min2(imp, node, &acc, v, &step)?,
+            _ => {
+                if let (Val::Known(x, _), Val::Known(y, _)) = (&acc, v) {
+                    Val::known(known::binary(Binary::Add, x, y).map_err(|e| node.graph_error(e))?)
+                } else {
+                    binary_op(imp, node, OpKind::Add, &acc, v, &step)?
+                }
+            }
+        };
+    }
+    one(acc)
+}
+
+/// The `(start, end)` of a Slice on one axis after ONNX's clamping (an empty axis gives an
+/// empty range).
+fn clamp_slice(dim: usize, start: i64, end: i64, step: i64) -> (i64, i64) {
+    if dim == 0 {
+        return (0, 0);
+    }
+    let d = dim as i128;
+    let (mut s, mut e) = (i128::from(start), i128::from(end));
+    if s < 0 {
+        s += d;
+    }
+    if e < 0 {
+        e += d;
+    }
+    if step > 0 {
+        (s.clamp(0, d) as i64, e.clamp(0, d) as i64)
+    } else {
+        (s.clamp(0, d - 1) as i64, e.clamp(-1, d - 1) as i64)
+    }
+}
+
+/// `x[.., start..end, ..]` along `axis` of a graph value (step 1; skipped when whole).
+fn slice_graph(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: ValueId,
+    axis: usize,
+    start: usize,
+    end: usize,
+    name: &str,
+) -> Result<ValueId, OnnxError> {
+    if start == 0 && end == imp.b.ty(x).shape[axis] {
+        return Ok(x);
+    }
+    imp.op(node, name, OpKind::Slice { axis, start, end }, &[x])
+}
+
+/// The axes of a reduction: from the attribute before opset 18 (`ReduceMax`, `ReduceMin`,
+/// `ReduceMean`), from input 1 otherwise (and for `ReduceSum` from opset 13).
+fn reduce_axes(
+    imp: &Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    rank: usize,
+) -> Result<Option<Vec<usize>>, OnnxError> {
+    let from_input = node.op_type == "ReduceSum" || imp.opset >= 18;
+    let axes = if from_input {
+        match input(ins, 1) {
+            None => None,
+            Some(_) => Some(imp.int_input(node, ins, 1)?),
+        }
+    } else {
+        node.ints("axes")?
+    };
+    let Some(axes) = axes.filter(|a| !a.is_empty()) else {
+        return Ok(None);
+    };
+    let mut out = BTreeSet::new();
+    for a in axes {
+        out.insert(normalize_axis(node, "axes", a, rank)?);
+    }
+    Ok(Some(out.into_iter().collect()))
+}
+
+/// `ReduceSum`, `ReduceMax`, `ReduceMin` and `ReduceMean`: one graph reduction per axis
+/// (which keeps the axis), the mean as the sum times `1/n` (`scale`), the minimum as
+/// `-max(-x)`, and a reshape when `keepdims = 0`.
+fn reduce(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    let from_input = node.op_type == "ReduceSum" || imp.opset >= 18;
+    node.only_attrs(if from_input {
+        &["keepdims", "noop_with_empty_axes"]
+    } else {
+        &["keepdims", "axes"]
+    })?;
+    let x = req(node, ins, 0)?;
+    let shape = imp.shape(x);
+    let keepdims = node.int("keepdims", 1)? != 0;
+    let axes = match reduce_axes(imp, node, ins, shape.len())? {
+        Some(a) => a,
+        None if node.int("noop_with_empty_axes", 0)? != 0 => return one(x.clone()),
+        None => (0..shape.len()).collect(),
+    };
+    let name = out_name(imp, node, 0);
+    let min = node.op_type == "ReduceMin";
+    let mut v = if min {
+        negate(imp, node, x, &format!("{name}.neg"))?
+    } else {
+        x.clone()
+    };
+    let mut v_id = imp.data(node, 0, &v, &format!("{name}.input"))?;
+    let n: usize = axes.iter().map(|&a| shape[a]).product();
+    let needs_tail = min || node.op_type == "ReduceMean" || !keepdims;
+    for (i, &axis) in axes.iter().enumerate() {
+        let kind = match node.op_type {
+            "ReduceMax" | "ReduceMin" => OpKind::ReduceMax { axis },
+            _ => OpKind::ReduceSum { axis },
+        };
+        let step = if i + 1 == axes.len() && !needs_tail {
+            name.clone()
+        } else {
+            format!("{name}.axis{axis}")
+        };
+        v_id = imp.op(node, &step, kind, &[v_id])?;
+    }
+    v = Val::Graph(v_id);
+    // After the reductions: the mean's 1/n, the minimum's negation, keepdims = 0's reshape;
+    // the last step takes the output's name.
+    enum Tail {
+        Scale(f32),
+        Negate,
+        Squeeze(Vec<usize>),
+    }
+    let mut tail = Vec::new();
+    if node.op_type == "ReduceMean" {
+        tail.push(("scaled", Tail::Scale((1.0 / n as f64) as f32)));
+    }
+    if min {
+        tail.push(("min", Tail::Negate));
+    }
+    if !keepdims {
+        let kept: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .filter(|(a, _)| !axes.contains(a))
+            .map(|(_, &d)| d)
+            .collect();
+        tail.push(("squeeze", Tail::Squeeze(kept)));
+    }
+    let count = tail.len();
+    for (i, (what, step)) in tail.into_iter().enumerate() {
+        let step_name = if i + 1 == count {
+            name.clone()
+        } else {
+            format!("{name}.{what}")
+        };
+        v = match step {
+            Tail::Scale(factor) => scale(imp, node, &v, factor, &step_name)?,
+            Tail::Negate => negate(imp, node, &v, &step_name)?,
+            Tail::Squeeze(kept) => reshape(imp, node, &v, kept, &step_name)?,
+        };
+    }
+    one(v)
+}
+
+/// The element type named by a `to` attribute.
+fn elem_attr(node: &Node<'_>, attr: &str, code: i64) -> Result<Elem, OnnxError> {
+    let code =
+        i32::try_from(code).map_err(|_| node.bad_attr(attr, format!("{code} is not a type")))?;
+    elem_of_code(code).map_err(|r| node.bad_attr(attr, format!("{}: {r}", known::type_name(code))))
+}
+
+/// `Cast` / `CastLike` to `to`.
+fn cast_to(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, to: Elem) -> Outs {
+    if let Elem::Float(d) = to
+        && d.is_fp8()
+        && node.int("saturate", 1)? == 0
+    {
+        return Err(node.bad_attr(
+            "saturate",
+            "0 (overflow to NaN) is not supported: the device's FP8 conversion saturates",
+        ));
+    }
+    if let Val::Known(k, _) = x {
+        return fold(node, known::cast(k, to));
+    }
+    let Elem::Float(d) = to else {
+        return Err(node.bad_attr(
+            "to",
+            format!("{}: the graph's tensors are f32, f16 or FP8", to.name()),
+        ));
+    };
+    if imp.ty(x).0 == to {
+        return one(x.clone());
+    }
+    let name = out_name(imp, node, 0);
+    one(unary_op(imp, node, OpKind::Cast { to: d }, x, 0, &name)?)
+}
+
+/// The known value of a `Constant` node.
+fn constant(imp: &mut Importer<'_>, node: &Node<'_>) -> Outs {
+    let [a] = node.proto.attribute.as_slice() else {
+        return Err(node.graph_error("a Constant needs exactly one value attribute"));
+    };
+    let name = a.name();
+    let k = match (name, a.r#type()) {
+        ("value", AttributeType::Tensor) => {
+            let t =
+                a.t.as_ref()
+                    .ok_or_else(|| node.bad_attr(name, "has no tensor"))?;
+            let tname = node.proto.output.first().cloned().unwrap_or_default();
+            crate::tensor::decode(t, &tname, imp.options)?
+        }
+        ("value_float", AttributeType::Float) => {
+            Known::from_f64(Elem::Float(DType::F32), vec![], &[f64::from(a.f())])
+                .map_err(|e| node.graph_error(e))?
+        }
+        ("value_floats", AttributeType::Floats) => Known {
+            elem: Elem::Float(DType::F32),
+            shape: vec![a.floats.len()],
+            bytes: a.floats.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        },
+        ("value_int", AttributeType::Int) => {
+            Known::from_ints(Elem::Int(IntKind::I64), vec![], &[a.i()])
+        }
+        ("value_ints", AttributeType::Ints) => Known::int64s(&a.ints),
+        _ => {
+            return Err(node.bad_attr(
+                name,
+                "not supported (value, value_float(s) and value_int(s) are)",
+            ));
+        }
+    };
+    one(Val::known(k))
+}
+
+/// The output shape of `Reshape` (ONNX rules: 0 copies the input dimension unless
+/// `allowzero`, -1 is inferred).
+fn reshape_target(
+    node: &Node<'_>,
+    input: &[usize],
+    spec: &[i64],
+    allowzero: bool,
+) -> Result<Vec<usize>, OnnxError> {
+    let total: usize = input.iter().product();
+    let mut out = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &s) in spec.iter().enumerate() {
+        out.push(match s {
+            0 if !allowzero => *input.get(i).ok_or_else(|| {
+                node.bad_input(
+                    1,
+                    format!(
+                        "0 at position {i} copies a dimension the input {input:?} does not have"
+                    ),
+                )
+            })?,
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                1
+            }
+            s if s >= 0 => s as usize,
+            s => return Err(node.bad_input(1, format!("invalid dimension {s} in {spec:?}"))),
+        });
+    }
+    let known: usize = out
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| node.bad_input(1, "the shape overflows"))?;
+    if let Some(i) = infer {
+        if known == 0 || !total.is_multiple_of(known) {
+            return Err(node.bad_input(
+                1,
+                format!("cannot infer -1 in {spec:?} for input {input:?}"),
+            ));
+        }
+        out[i] = total / known;
+    } else if known != total {
+        return Err(node.bad_input(
+            1,
+            format!("shape {spec:?} does not hold the {total} elements of {input:?}"),
+        ));
+    }
+    Ok(out)
+}
+
+/// `MatMul` with NumPy semantics: 1-D operands get a dimension of size 1 for the product and
+/// lose it after; batch dimensions broadcast.
+fn matmul(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    a: &Val,
+    b: &Val,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let (sa, sb) = (imp.shape(a), imp.shape(b));
+    if sa.is_empty() || sb.is_empty() {
+        return Err(node.graph_error("MatMul operands need rank >= 1"));
+    }
+    let dtype = float_dtype(node, imp, a, 0)?;
+    let a2 = if sa.len() == 1 {
+        reshape(imp, node, a, vec![1, sa[0]], &format!("{name}.lhs_row"))?
+    } else {
+        a.clone()
+    };
+    let b2 = if sb.len() == 1 {
+        reshape(imp, node, b, vec![sb[0], 1], &format!("{name}.rhs_col"))?
+    } else {
+        b.clone()
+    };
+    let mut out_shape = None;
+    if sa.len() == 1 || sb.len() == 1 {
+        let mut s = crate::known::broadcast_shapes(
+            &sa[..sa.len().saturating_sub(2)],
+            &sb[..sb.len().saturating_sub(2)],
+        )
+        .unwrap_or_default();
+        if sa.len() > 1 {
+            s.push(sa[sa.len() - 2]);
+        }
+        if sb.len() > 1 {
+            s.push(sb[sb.len() - 1]);
+        }
+        out_shape = Some(s);
+    }
+    let product = if out_shape.is_some() {
+        format!("{name}.product")
+    } else {
+        name.to_string()
+    };
+    let x = imp.data(node, 0, &a2, &format!("{name}.lhs"))?;
+    let y = imp.data(node, 1, &b2, &format!("{name}.rhs"))?;
+    let kind = OpKind::MatMul {
+        partials: DType::F32,
+        out: dtype,
+    };
+    let p = Val::Graph(imp.op(node, &product, kind, &[x, y])?);
+    match out_shape {
+        Some(s) => reshape(imp, node, &p, s, name),
+        None => Ok(p),
+    }
+}
+
+/// `x` transposed by `perm` (folded for a known tensor; skipped for the identity).
+fn transpose(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    perm: Vec<usize>,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(x.clone());
+    }
+    match x {
+        Val::Known(k, origin) => Ok(Val::Known(
+            Rc::new(k.transposed(&perm)),
+            origin.as_ref().map(|o| format!("{o}.t")),
+        )),
+        Val::Graph(id) => Ok(Val::Graph(imp.op(
+            node,
+            name,
+            OpKind::Transpose { perm },
+            &[*id],
+        )?)),
+    }
+}
+
+/// Converts one node; returns one entry per output (`None` for an output not produced).
+pub fn convert(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    read: &BTreeSet<&str>,
+) -> Outs {
+    let op = node.op_type;
+    match op {
+        "Identity" => {
+            node.only_attrs(&[])?;
+            one(req(node, ins, 0)?.clone())
+        }
+        // Dropout at inference (opset 13): the identity; a training mode or a read mask is
+        // refused.
+        "Dropout" => {
+            node.only_attrs(&["seed"])?;
+            if input(ins, 2).is_some() && imp.int_input(node, ins, 2)?.iter().any(|&t| t != 0) {
+                return Err(node.bad_input(2, "training mode is not supported (inference only)"));
+            }
+            if let Some(mask) = node
+                .proto
+                .output
+                .get(1)
+                .filter(|m| !m.is_empty() && read.contains(m.as_str()))
+            {
+                return Err(node.unsupported(format!(
+                    "its mask output `{mask}` is read; only inference (no mask) is supported"
+                )));
+            }
+            Ok(vec![Some(req(node, ins, 0)?.clone()), None])
+        }
+        "Constant" => constant(imp, node),
+        // Shape (opset 15 adds start and end).
+        "Shape" => {
+            node.only_attrs(&["start", "end"])?;
+            let shape = imp.shape(req(node, ins, 0)?);
+            let r = shape.len() as i64;
+            let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let start = clamp(node.int("start", 0)?);
+            let end = clamp(node.int("end", r)?);
+            let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            let dims = if start < end {
+                &dims[start..end]
+            } else {
+                &[][..]
+            };
+            one(Val::known(Known::int64s(dims)))
+        }
+        "Size" => {
+            node.only_attrs(&[])?;
+            let n = imp.shape(req(node, ins, 0)?).iter().product::<usize>() as i64;
+            one(Val::known(Known::from_ints(
+                Elem::Int(IntKind::I64),
+                vec![],
+                &[n],
+            )))
+        }
+        "ConstantOfShape" => {
+            node.only_attrs(&["value"])?;
+            let dims = imp.int_input(node, ins, 0)?;
+            let mut shape = Vec::with_capacity(dims.len());
+            for d in dims {
+                shape.push(
+                    usize::try_from(d)
+                        .map_err(|_| node.bad_input(0, format!("negative dimension {d}")))?,
+                );
+            }
+            checked_elements(&shape).map_err(|e| node.graph_error(e))?;
+            let value = match node.attr("value") {
+                Some(a) => {
+                    let t =
+                        a.t.as_ref()
+                            .ok_or_else(|| node.bad_attr("value", "must be a tensor"))?;
+                    let k = crate::tensor::decode(t, "value", imp.options)?;
+                    if k.elements() != 1 {
+                        return Err(node.bad_attr("value", "must hold one element"));
+                    }
+                    k.reshaped(vec![])
+                }
+                None => Known::from_f64(Elem::Float(DType::F32), vec![], &[0.0])
+                    .map_err(|e| node.graph_error(e))?,
+            };
+            fold(node, value.broadcast_to(&shape))
+        }
+        "Cast" => {
+            node.only_attrs(&["to", "saturate"])?;
+            let to = node
+                .attr("to")
+                .ok_or_else(|| node.bad_attr("to", "is required"))?;
+            let to = elem_attr(node, "to", to.i())?;
+            cast_to(imp, node, req(node, ins, 0)?, to)
+        }
+        "CastLike" => {
+            node.only_attrs(&["saturate"])?;
+            let to = imp.ty(req(node, ins, 1)?).0;
+            cast_to(imp, node, req(node, ins, 0)?, to)
+        }
+        // Reshape (opset 14 adds allowzero).
+        "Reshape" => {
+            node.only_attrs(&["allowzero"])?;
+            let x = req(node, ins, 0)?;
+            let spec = imp.int_input(node, ins, 1)?;
+            let target =
+                reshape_target(node, &imp.shape(x), &spec, node.int("allowzero", 0)? != 0)?;
+            let name = out_name(imp, node, 0);
+            one(reshape(imp, node, x, target, &name)?)
+        }
+        "Flatten" => {
+            node.only_attrs(&["axis"])?;
+            let x = req(node, ins, 0)?;
+            let shape = imp.shape(x);
+            let r = shape.len() as i64;
+            let axis = node.int("axis", 1)?;
+            if !(-r..=r).contains(&axis) {
+                return Err(node.bad_attr("axis", format!("axis {axis} is outside -{r}..={r}")));
+            }
+            let axis = if axis < 0 { axis + r } else { axis } as usize;
+            let target = vec![
+                shape[..axis].iter().product(),
+                shape[axis..].iter().product(),
+            ];
+            let name = out_name(imp, node, 0);
+            one(reshape(imp, node, x, target, &name)?)
+        }
+        // Squeeze and Unsqueeze take their axes as input 1 from opset 13.
+        "Squeeze" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let shape = imp.shape(x);
+            let axes: Vec<usize> = match input(ins, 1) {
+                Some(_) => {
+                    let mut a = Vec::new();
+                    for v in imp.int_input(node, ins, 1)? {
+                        let axis = normalize_axis(node, "axes", v, shape.len())?;
+                        if shape[axis] != 1 {
+                            return Err(node.bad_input(
+                                1,
+                                format!("axis {v} has size {}, not 1", shape[axis]),
+                            ));
+                        }
+                        a.push(axis);
+                    }
+                    a
+                }
+                None => (0..shape.len()).filter(|&a| shape[a] == 1).collect(),
+            };
+            let target = shape
+                .iter()
+                .enumerate()
+                .filter(|(a, _)| !axes.contains(a))
+                .map(|(_, &d)| d)
+                .collect();
+            let name = out_name(imp, node, 0);
+            one(reshape(imp, node, x, target, &name)?)
+        }
+        "Unsqueeze" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let shape = imp.shape(x);
+            let axes = imp.int_input(node, ins, 1)?;
+            let r = shape.len() + axes.len();
+            let mut at = BTreeSet::new();
+            for v in axes {
+                if !at.insert(normalize_axis(node, "axes", v, r)?) {
+                    return Err(node.bad_input(1, format!("axis {v} is repeated")));
+                }
+            }
+            let mut dims = shape.iter();
+            let target = (0..r)
+                .map(|a| {
+                    if at.contains(&a) {
+                        1
+                    } else {
+                        *dims.next().expect("rank adds up")
+                    }
+                })
+                .collect();
+            let name = out_name(imp, node, 0);
+            one(reshape(imp, node, x, target, &name)?)
+        }
+        "Transpose" => {
+            node.only_attrs(&["perm"])?;
+            let x = req(node, ins, 0)?;
+            let r = imp.shape(x).len();
+            let perm: Vec<usize> = match node.ints("perm")? {
+                Some(p) => {
+                    let mut seen = vec![false; r];
+                    let mut out = Vec::with_capacity(r);
+                    for v in &p {
+                        match usize::try_from(*v).ok().filter(|&a| a < r && !seen[a]) {
+                            Some(a) => {
+                                seen[a] = true;
+                                out.push(a);
+                            }
+                            None => {
+                                return Err(node.bad_attr(
+                                    "perm",
+                                    format!("{p:?} is not a permutation of 0..{r}"),
+                                ));
+                            }
+                        }
+                    }
+                    if out.len() != r {
+                        return Err(
+                            node.bad_attr("perm", format!("{p:?} is not a permutation of 0..{r}"))
+                        );
+                    }
+                    out
+                }
+                None => (0..r).rev().collect(),
+            };
+            let name = out_name(imp, node, 0);
+            one(transpose(imp, node, x, perm, &name)?)
+        }
+        "Concat" => {
+            node.only_attrs(&["axis"])?;
+            let first = req(node, ins, 0)?;
+            let axis = node
+                .attr("axis")
+                .ok_or_else(|| node.bad_attr("axis", "is required"))?;
+            let axis = normalize_axis(node, "axis", axis.i(), imp.shape(first).len())?;
+            if let Some(parts) = all_known(ins) {
+                let refs: Vec<&Known> = parts.iter().map(|k| k.as_ref()).collect();
+                return fold(node, Known::concat(&refs, axis));
+            }
+            let name = out_name(imp, node, 0);
+            let mut ids = Vec::new();
+            for (i, v) in ins.iter().enumerate() {
+                let Some(v) = v else { continue };
+                if imp.shape(v).get(axis) == Some(&0) {
+                    continue;
+                }
+                ids.push(imp.data(node, i, v, &format!("{name}.part{i}"))?);
+            }
+            if ids.len() == 1 {
+                return one(Val::Graph(ids[0]));
+            }
+            one(Val::Graph(imp.op(
+                node,
+                &name,
+                OpKind::Concat { axis },
+                &ids,
+            )?))
+        }
+        // Slice (opset 13): starts, ends, axes and steps as known inputs.
+        "Slice" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let shape = imp.shape(x);
+            let starts = imp.int_input(node, ins, 1)?;
+            let ends = imp.int_input(node, ins, 2)?;
+            let axes = match input(ins, 3) {
+                Some(_) => imp.int_input(node, ins, 3)?,
+                None => (0..starts.len() as i64).collect(),
+            };
+            let steps = match input(ins, 4) {
+                Some(_) => imp.int_input(node, ins, 4)?,
+                None => vec![1; starts.len()],
+            };
+            if ends.len() != starts.len()
+                || axes.len() != starts.len()
+                || steps.len() != starts.len()
+            {
+                return Err(node.bad_input(1, "starts, ends, axes and steps differ in length"));
+            }
+            let name = out_name(imp, node, 0);
+            let mut seen = BTreeSet::new();
+            let mut v = x.clone();
+            for (i, &a) in axes.iter().enumerate() {
+                let axis = normalize_axis(node, "axes", a, shape.len())?;
+                if !seen.insert(axis) {
+                    return Err(node.bad_input(3, format!("axis {a} is repeated")));
+                }
+                let step = steps[i];
+                if step == 0 {
+                    return Err(node.bad_input(4, "a step is 0"));
+                }
+                let (start, end) = clamp_slice(shape[axis], starts[i], ends[i], step);
+                v = match &v {
+                    Val::Known(k, _) => Val::known(k.sliced(axis, start, end, step)),
+                    Val::Graph(id) => {
+                        if step != 1 {
+                            return Err(node.bad_input(
+                                4,
+                                format!(
+                                    "step {step} on axis {axis}: the graph slices with step 1 only"
+                                ),
+                            ));
+                        }
+                        if start >= end {
+                            return Err(node.bad_input(
+                                1,
+                                format!("the slice {start}..{end} of axis {axis} is empty"),
+                            ));
+                        }
+                        let step_name = if seen.len() == axes.len() {
+                            name.clone()
+                        } else {
+                            format!("{name}.axis{axis}")
+                        };
+                        Val::Graph(slice_graph(
+                            imp,
+                            node,
+                            *id,
+                            axis,
+                            start as usize,
+                            end as usize,
+                            &step_name,
+                        )?)
+                    }
+                };
+            }
+            one(v)
+        }
+        // Split: sizes from input 1 (opset 13) or `num_outputs` (opset 18; the last part is
+        // smaller when the axis does not divide).
+        "Split" => {
+            node.only_attrs(&["axis", "num_outputs"])?;
+            let x = req(node, ins, 0)?;
+            let shape = imp.shape(x);
+            let axis = normalize_axis(node, "axis", node.int("axis", 0)?, shape.len())?;
+            let n = node.proto.output.len();
+            let dim = shape[axis];
+            let sizes: Vec<usize> = match input(ins, 1) {
+                Some(_) => {
+                    let s = imp.int_input(node, ins, 1)?;
+                    if s.len() != n
+                        || s.iter().any(|&v| v < 0)
+                        || s.iter().sum::<i64>() != dim as i64
+                    {
+                        return Err(node.bad_input(
+                            1,
+                            format!("split {s:?} does not divide {dim} into {n} parts"),
+                        ));
+                    }
+                    s.iter().map(|&v| v as usize).collect()
+                }
+                None => {
+                    let parts =
+                        match node.attr("num_outputs") {
+                            Some(a) => usize::try_from(a.i()).ok().filter(|&p| p == n).ok_or_else(
+                                || {
+                                    node.bad_attr(
+                                        "num_outputs",
+                                        format!("{} differs from the {n} outputs", a.i()),
+                                    )
+                                },
+                            )?,
+                            None => n,
+                        };
+                    if parts == 0 {
+                        return Err(node.graph_error("Split has no outputs"));
+                    }
+                    let chunk = dim.div_ceil(parts);
+                    (0..parts)
+                        .map(|i| chunk.min(dim.saturating_sub(i * chunk)))
+                        .collect()
+                }
+            };
+            let mut outs = Vec::with_capacity(n);
+            let mut start = 0;
+            for (i, &size) in sizes.iter().enumerate() {
+                let end = start + size;
+                let v = match x {
+                    Val::Known(k, _) => Val::known(k.sliced(axis, start as i64, end as i64, 1)),
+                    Val::Graph(id) => {
+                        if size == 0 {
+                            return Err(node.graph_error(format!("output {i} would be empty")));
+                        }
+                        let name = out_name(imp, node, i);
+                        Val::Graph(slice_graph(imp, node, *id, axis, start, end, &name)?)
+                    }
+                };
+                outs.push(Some(v));
+                start = end;
+            }
+            Ok(outs)
+        }
+        // Gather with known indices: folded on a known tensor, slices and a concat on a graph
+        // value (consecutive indices share one slice).
+        "Gather" => {
+            node.only_attrs(&["axis"])?;
+            let x = req(node, ins, 0)?;
+            let shape = imp.shape(x);
+            let axis = normalize_axis(node, "axis", node.int("axis", 0)?, shape.len())?;
+            let indices = imp.known_input(node, ins, 1)?;
+            let raw = indices
+                .ints()
+                .ok_or_else(|| node.bad_input(1, "indices must be integers"))?;
+            let dim = shape[axis] as i64;
+            let mut idx = Vec::with_capacity(raw.len());
+            for v in raw {
+                let i = if v < 0 { v + dim } else { v };
+                if !(0..dim).contains(&i) {
+                    return Err(node.bad_input(1, format!("index {v} is outside -{dim}..{dim}")));
+                }
+                idx.push(i as usize);
+            }
+            let mut out_shape = shape[..axis].to_vec();
+            out_shape.extend(&indices.shape);
+            out_shape.extend(&shape[axis + 1..]);
+            let name = out_name(imp, node, 0);
+            match x {
+                Val::Known(k, _) => {
+                    let taken = k.take(axis, &idx).map_err(|e| node.graph_error(e))?;
+                    one(Val::known(taken.reshaped(out_shape)))
+                }
+                Val::Graph(id) => {
+                    if idx.is_empty() {
+                        return Err(node.graph_error("the gathered tensor would be empty"));
+                    }
+                    let mut runs: Vec<(usize, usize)> = Vec::new();
+                    for &i in &idx {
+                        match runs.last_mut() {
+                            Some((_, end)) if *end == i => *end += 1,
+                            _ => runs.push((i, i + 1)),
+                        }
+                    }
+                    let mut parts = Vec::with_capacity(runs.len());
+                    for (n, &(s, e)) in runs.iter().enumerate() {
+                        parts.push(slice_graph(
+                            imp,
+                            node,
+                            *id,
+                            axis,
+                            s,
+                            e,
+                            &format!("{name}.run{n}"),
+                        )?);
+                    }
+                    let joined = if parts.len() == 1 {
+                        parts[0]
+                    } else {
+                        imp.op(
+                            node,
+                            &format!("{name}.joined"),
+                            OpKind::Concat { axis },
+                            &parts,
+                        )?
+                    };
+                    one(reshape(imp, node, &Val::Graph(joined), out_shape, &name)?)
+                }
+            }
+        }
+        // Expand: NumPy broadcast to a known shape; on a graph value, copies joined by concat
+        // along each broadcast axis.
+        "Expand" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let spec = imp.int_input(node, ins, 1)?;
+            let mut dims = Vec::with_capacity(spec.len());
+            for d in spec {
+                dims.push(
+                    usize::try_from(d)
+                        .map_err(|_| node.bad_input(1, format!("negative dimension {d}")))?,
+                );
+            }
+            let shape = imp.shape(x);
+            let target = crate::known::broadcast_shapes(&shape, &dims).ok_or_else(|| {
+                node.bad_input(1, format!("{shape:?} does not broadcast to {dims:?}"))
+            })?;
+            if let Val::Known(k, _) = x {
+                return fold(node, k.broadcast_to(&target));
+            }
+            checked_elements(&target).map_err(|e| node.graph_error(e))?;
+            let name = out_name(imp, node, 0);
+            let mut v = to_rank(imp, node, x, target.len(), &format!("{name}.rank"))?;
+            let grow: Vec<usize> = (0..target.len())
+                .filter(|&a| imp.shape(&v)[a] != target[a])
+                .collect();
+            for (i, &axis) in grow.iter().enumerate() {
+                let id = imp.data(node, 0, &v, &format!("{name}.input"))?;
+                let copies = vec![id; target[axis]];
+                let step = if i + 1 == grow.len() {
+                    name.clone()
+                } else {
+                    format!("{name}.axis{axis}")
+                };
+                v = Val::Graph(imp.op(node, &step, OpKind::Concat { axis }, &copies)?);
+            }
+            one(v)
+        }
+        "Add" => arithmetic(imp, node, ins, Binary::Add, OpKind::Add),
+        "Sub" => arithmetic(imp, node, ins, Binary::Sub, OpKind::Sub),
+        "Mul" => arithmetic(imp, node, ins, Binary::Mul, OpKind::Mul),
+        "Div" => arithmetic(imp, node, ins, Binary::Div, OpKind::Div),
+        "Max" | "Min" | "Sum" => variadic(imp, node, ins),
+        // Pow: folded when both are known; a known exponent 1, 2 or -1 is exact as identity,
+        // x * x and 1 / x.
+        "Pow" => {
+            node.only_attrs(&[])?;
+            let (x, e) = (req(node, ins, 0)?, req(node, ins, 1)?);
+            if let (Val::Known(a, _), Val::Known(b, _)) = (x, e) {
+                let b = known::cast(b, a.elem).map_err(|r| node.graph_error(r))?;
+                return fold(node, known::binary(Binary::Pow, a, &b));
+            }
+            let name = out_name(imp, node, 0);
+            match single_value(e) {
+                Some(1.0) => one(x.clone()),
+                Some(2.0) => one(binary_op(imp, node, OpKind::Mul, x, x, &name)?),
+                Some(-1.0) => {
+                    let ones = fill_like(imp, x, 1.0)?;
+                    one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
+                }
+                Some(0.5) => Err(node
+                    .unsupported("exponent 0.5 needs a sqrt device operator, which there is not")),
+                Some(v) => Err(node.unsupported(format!(
+                    "exponent {v}: no pow device operator (exponents 1, 2 and -1 are mapped)"
+                ))),
+                None => Err(node.bad_input(1, "the exponent must be a known scalar")),
+            }
+        }
+        "Neg" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Neg, k));
+            }
+            let name = out_name(imp, node, 0);
+            one(negate(imp, node, x, &name)?)
+        }
+        // Abs = max(x, -x), exact.
+        "Abs" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Abs, k));
+            }
+            let name = out_name(imp, node, 0);
+            let n = negate(imp, node, x, &format!("{name}.neg"))?;
+            one(max2(imp, node, x, &n, &name)?)
+        }
+        // Relu = max(x, 0), exact.
+        "Relu" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Relu, k));
+            }
+            let name = out_name(imp, node, 0);
+            let zero = fill_like(imp, x, 0.0)?;
+            one(max2(imp, node, x, &zero, &name)?)
+        }
+        // LeakyRelu = max(x, alpha x) for 0 <= alpha <= 1, exact.
+        "LeakyRelu" => {
+            node.only_attrs(&["alpha"])?;
+            let x = req(node, ins, 0)?;
+            let alpha = node.float("alpha", 0.01)?;
+            if !(0.0..=1.0).contains(&alpha) {
+                return Err(node.bad_attr(
+                    "alpha",
+                    format!("{alpha} is outside 0..=1, where max(x, alpha x) is LeakyRelu"),
+                ));
+            }
+            let name = out_name(imp, node, 0);
+            let scaled = scale(imp, node, x, alpha, &format!("{name}.leak"))?;
+            one(max2(imp, node, x, &scaled, &name)?)
+        }
+        // Clip (opset 13): min and max as optional known inputs.
+        "Clip" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let name = out_name(imp, node, 0);
+            let lo = input(ins, 1)
+                .map(|_| imp.known_input(node, ins, 1))
+                .transpose()?;
+            let hi = input(ins, 2)
+                .map(|_| imp.known_input(node, ins, 2))
+                .transpose()?;
+            let mut v = x.clone();
+            let rank = imp.shape(x).len();
+            for (i, bound) in [(1, &lo), (2, &hi)] {
+                if bound.as_ref().is_some_and(|b| b.elements() != 1) {
+                    return Err(node.bad_input(i, "a bound must hold one value"));
+                }
+            }
+            if let Some(lo) = lo {
+                let lo = Val::known(lo.reshaped(vec![1; rank]).clone());
+                let step = if hi.is_some() {
+                    format!("{name}.lower")
+                } else {
+                    name.clone()
+                };
+                v = max2(imp, node, &v, &lo, &step)?;
+            }
+            if let Some(hi) = hi {
+                let hi = Val::known(hi.reshaped(vec![1; rank]).clone());
+                v = min2(imp, node, &v, &hi, &name)?;
+            }
+            one(v)
+        }
+        "Exp" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Exp, k));
+            }
+            let name = out_name(imp, node, 0);
+            one(unary_op(imp, node, OpKind::Exp, x, 0, &name)?)
+        }
+        // Reciprocal = 1 / x.
+        "Reciprocal" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Reciprocal, k));
+            }
+            let name = out_name(imp, node, 0);
+            let ones = fill_like(imp, x, 1.0)?;
+            one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
+        }
+        // Sigmoid = 1 / (1 + exp(-x)), its definition in the operator specification.
+        "Sigmoid" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let name = out_name(imp, node, 0);
+            let n = negate(imp, node, x, &format!("{name}.neg"))?;
+            let e = unary_op(imp, node, OpKind::Exp, &n, 0, &format!("{name}.exp"))?;
+            let ones = fill_like(imp, x, 1.0)?;
+            let d = binary_op(
+                imp,
+                node,
+                OpKind::Add,
+                &e,
+                &ones,
+                &format!("{name}.denominator"),
+            )?;
+            imp.notes.push(format!(
+                "node `{}`: Sigmoid as 1 / (1 + exp(-x))",
+                node.name
+            ));
+            one(binary_op(imp, node, OpKind::Div, &ones, &d, &name)?)
+        }
+        // Softmax (opset 13): along one axis.
+        "Softmax" => {
+            node.only_attrs(&["axis"])?;
+            let x = req(node, ins, 0)?;
+            let axis = normalize_axis(node, "axis", node.int("axis", -1)?, imp.shape(x).len())?;
+            let name = out_name(imp, node, 0);
+            one(unary_op(imp, node, OpKind::Softmax { axis }, x, 0, &name)?)
+        }
+        "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceMean" => reduce(imp, node, ins),
+        "MatMul" => {
+            node.only_attrs(&[])?;
+            let name = out_name(imp, node, 0);
+            one(matmul(
+                imp,
+                node,
+                req(node, ins, 0)?,
+                req(node, ins, 1)?,
+                &name,
+            )?)
+        }
+        // Gemm: alpha A' B' + beta C, A' and B' transposed by transA and transB (folded for
+        // known weights), alpha and beta as scale, C broadcast to [M, N].
+        "Gemm" => {
+            node.only_attrs(&["alpha", "beta", "transA", "transB"])?;
+            let name = out_name(imp, node, 0);
+            let (a, b) = (req(node, ins, 0)?, req(node, ins, 1)?);
+            for (i, v) in [(0, a), (1, b)] {
+                if imp.shape(v).len() != 2 {
+                    return Err(
+                        node.bad_input(i, format!("Gemm operands are 2-D, got {:?}", imp.shape(v)))
+                    );
+                }
+            }
+            let a = if node.int("transA", 0)? != 0 {
+                transpose(imp, node, a, vec![1, 0], &format!("{name}.a_t"))?
+            } else {
+                a.clone()
+            };
+            let b = if node.int("transB", 0)? != 0 {
+                transpose(imp, node, b, vec![1, 0], &format!("{name}.b_t"))?
+            } else {
+                b.clone()
+            };
+            let (alpha, beta) = (node.float("alpha", 1.0)?, node.float("beta", 1.0)?);
+            let c = input(ins, 2).filter(|_| beta != 0.0);
+            let last_mm = alpha == 1.0 && c.is_none();
+            let mut y = matmul(
+                imp,
+                node,
+                &a,
+                &b,
+                &if last_mm {
+                    name.clone()
+                } else {
+                    format!("{name}.product")
+                },
+            )?;
+            if alpha != 1.0 {
+                y = scale(
+                    imp,
+                    node,
+                    &y,
+                    alpha,
+                    &if c.is_none() {
+                        name.clone()
+                    } else {
+                        format!("{name}.alpha")
+                    },
+                )?;
+            }
+            if let Some(c) = c {
+                let c = if beta != 1.0 {
+                    scale(imp, node, c, beta, &format!("{name}.beta"))?
+                } else {
+                    c.clone()
+                };
+                y = binary_op(imp, node, OpKind::Add, &y, &c, &name)?;
+            }
+            one(y)
+        }
+        // LayerNormalization (opset 17): over the last axis, then scale and bias.
+        "LayerNormalization" => {
+            if imp.opset < 17 {
+                return Err(node.unsupported(format!(
+                    "LayerNormalization exists from opset 17; the model imports {}",
+                    imp.opset
+                )));
+            }
+            node.only_attrs(&["axis", "epsilon", "stash_type"])?;
+            let x = req(node, ins, 0)?;
+            let rank = imp.shape(x).len();
+            let axis = normalize_axis(node, "axis", node.int("axis", -1)?, rank)?;
+            if axis + 1 != rank {
+                return Err(node.bad_attr(
+                    "axis",
+                    format!("{axis}: the graph normalises over the last axis only"),
+                ));
+            }
+            if node.int("stash_type", 1)? != 1 {
+                return Err(
+                    node.bad_attr("stash_type", "only 1 (statistics in float) is supported")
+                );
+            }
+            for (i, o) in node.proto.output.iter().enumerate().skip(1) {
+                if !o.is_empty() && read.contains(o.as_str()) {
+                    return Err(node.unsupported(format!("output {i} (`{o}`, mean or inverse deviation) is read; only the normalised output is supported")));
+                }
+            }
+            let epsilon = node.float("epsilon", 1e-5)?;
+            let name = out_name(imp, node, 0);
+            let has_bias = input(ins, 2).is_some();
+            let norm = unary_op(
+                imp,
+                node,
+                OpKind::LayerNorm { epsilon },
+                x,
+                0,
+                &format!("{name}.normalized"),
+            )?;
+            let s = req(node, ins, 1)?;
+            let scaled = binary_op(
+                imp,
+                node,
+                OpKind::Mul,
+                &norm,
+                s,
+                &if has_bias {
+                    format!("{name}.scaled")
+                } else {
+                    name.clone()
+                },
+            )?;
+            match input(ins, 2) {
+                Some(bias) => Ok(vec![
+                    Some(binary_op(imp, node, OpKind::Add, &scaled, bias, &name)?),
+                    None,
+                    None,
+                ]),
+                None => Ok(vec![Some(scaled), None, None]),
+            }
+        }
+        "Attention" => attention(imp, node, ins, read),
+        // Foldable only: comparisons, logic, selection, integer ranges and rounding.
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
+        | "Where" | "Not" | "Range" | "Sqrt" | "Log" | "Floor" | "Ceil" | "Round"
+            if all_known(ins).is_some() =>
+        {
+            node.only_attrs(&[])?;
+            let k = all_known(ins).expect("checked");
+            let r = match op {
+                "Equal" => known::binary(
+                    Binary::Equal,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "Less" => known::binary(
+                    Binary::Less,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "Greater" => known::binary(
+                    Binary::Greater,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "LessOrEqual" => known::binary(
+                    Binary::LessOrEqual,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "GreaterOrEqual" => known::binary(
+                    Binary::GreaterOrEqual,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "And" => known::binary(
+                    Binary::And,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "Or" => known::binary(
+                    Binary::Or,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "Xor" => known::binary(
+                    Binary::Xor,
+                    &k[0],
+                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
+                ),
+                "Where" => {
+                    if k.len() != 3 {
+                        return Err(node.bad_input(k.len(), "is required"));
+                    }
+                    known::select(&k[0], &k[1], &k[2])
+                }
+                "Not" => known::unary(Unary::Not, &k[0]),
+                "Sqrt" => known::unary(Unary::Sqrt, &k[0]),
+                "Log" => known::unary(Unary::Log, &k[0]),
+                "Floor" => known::unary(Unary::Floor, &k[0]),
+                "Ceil" => known::unary(Unary::Ceil, &k[0]),
+                "Round" => known::unary(Unary::Round, &k[0]),
+                _ => range(&k),
+            };
+            fold(node, r)
+        }
+        _ => {
+            if let Some((_, reason)) = MISSING_DEVICE_OPERATOR.iter().find(|(o, _)| *o == op) {
+                return Err(node.unsupported(*reason));
+            }
+            Err(node.unsupported("the importer has no mapping for it"))
+        }
+    }
+}
+
+/// `Attention` (opset 23) without mask or cache: the graph's `attention` on
+/// `[batch, heads, seq, head]` operands. 3-D operands `[batch, seq, heads * head]` are split
+/// into heads (`q_num_heads`, `kv_num_heads`) and the result merged back; with fewer kv heads
+/// than q heads (grouped-query attention) each kv head is repeated for its group of q heads
+/// (q head `h` reads kv head `h / group`). `is_causal` needs equal query and key lengths (the
+/// graph's causal mask), and `scale` defaults to `1/sqrt(head)`.
+fn attention(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    read: &BTreeSet<&str>,
+) -> Outs {
+    node.only_attrs(&[
+        "is_causal",
+        "kv_num_heads",
+        "q_num_heads",
+        "qk_matmul_output_mode",
+        "scale",
+        "softcap",
+        "softmax_precision",
+    ])?;
+    for (i, what) in [
+        (3, "an attention mask"),
+        (4, "a past key"),
+        (5, "a past value"),
+        (6, "non-pad lengths"),
+    ] {
+        if input(ins, i).is_some() {
+            return Err(node.bad_input(
+                i,
+                format!("{what} is not supported: the graph's attention takes no mask or cache"),
+            ));
+        }
+    }
+    for (i, o) in node.proto.output.iter().enumerate().skip(1) {
+        if !o.is_empty() && read.contains(o.as_str()) {
+            return Err(node.unsupported(format!(
+                "output {i} (`{o}`) is read; only the attention output is supported"
+            )));
+        }
+    }
+    if node.float("softcap", 0.0)? != 0.0 {
+        return Err(node.bad_attr("softcap", "a soft cap needs a tanh device operator"));
+    }
+    let (q, k, v) = (req(node, ins, 0)?, req(node, ins, 1)?, req(node, ins, 2)?);
+    let rank = imp.shape(q).len();
+    if rank != 3 && rank != 4 || imp.shape(k).len() != rank || imp.shape(v).len() != rank {
+        return Err(node.bad_input(0, "Q, K and V must all be 3-D or all 4-D"));
+    }
+    let name = out_name(imp, node, 0);
+    let dtype = float_dtype(node, imp, q, 0)?;
+    // To [batch, heads, seq, head].
+    let heads = |imp: &mut Importer<'_>,
+                 x: &Val,
+                 i: usize,
+                 attr: &str,
+                 label: &str|
+     -> Result<Val, OnnxError> {
+        if rank == 4 {
+            return Ok(x.clone());
+        }
+        let s = imp.shape(x);
+        let h = node.int(attr, 0)?;
+        let h = usize::try_from(h)
+            .ok()
+            .filter(|&h| h > 0 && s[2].is_multiple_of(h))
+            .ok_or_else(|| {
+                node.bad_attr(
+                    attr,
+                    format!(
+                        "{h} heads do not divide the hidden size {} of input {i}",
+                        s[2]
+                    ),
+                )
+            })?;
+        let split = reshape(
+            imp,
+            node,
+            x,
+            vec![s[0], s[1], h, s[2] / h],
+            &format!("{name}.{label}_split"),
+        )?;
+        transpose(
+            imp,
+            node,
+            &split,
+            vec![0, 2, 1, 3],
+            &format!("{name}.{label}_heads"),
+        )
+    };
+    let q4 = heads(imp, q, 0, "q_num_heads", "q")?;
+    let mut k4 = heads(imp, k, 1, "kv_num_heads", "k")?;
+    let mut v4 = heads(imp, v, 2, "kv_num_heads", "v")?;
+    let (sq, sk) = (imp.shape(&q4), imp.shape(&k4));
+    let (hq, hkv) = (sq[1], sk[1]);
+    if hkv != hq {
+        if hkv == 0 || !hq.is_multiple_of(hkv) {
+            return Err(node.bad_input(1, format!("{hkv} kv heads do not divide {hq} q heads")));
+        }
+        let group = hq / hkv;
+        for (x, label) in [(&mut k4, "k"), (&mut v4, "v")] {
+            let s = imp.shape(x);
+            let one_per = reshape(
+                imp,
+                node,
+                x,
+                vec![s[0], s[1], 1, s[2], s[3]],
+                &format!("{name}.{label}_group"),
+            )?;
+            let id = imp.data(node, 1, &one_per, &format!("{name}.{label}_group"))?;
+            let copies = imp.op(
+                node,
+                &format!("{name}.{label}_repeated"),
+                OpKind::Concat { axis: 2 },
+                &vec![id; group],
+            )?;
+            *x = reshape(
+                imp,
+                node,
+                &Val::Graph(copies),
+                vec![s[0], hq, s[2], s[3]],
+                &format!("{name}.{label}_expanded"),
+            )?;
+        }
+    }
+    let causal = node.int("is_causal", 0)? != 0;
+    if causal && sq[2] != sk[2] {
+        return Err(node.bad_attr("is_causal", format!("query length {} differs from key length {}: the graph's causal mask needs them equal", sq[2], sk[2])));
+    }
+    let scale = match node.attr("scale") {
+        Some(_) => node.float("scale", 1.0)?,
+        None => (1.0 / (sq[3] as f64).sqrt()) as f32,
+    };
+    let out4 = if rank == 4 {
+        name.clone()
+    } else {
+        format!("{name}.heads")
+    };
+    let ids = [
+        imp.data(node, 0, &q4, &format!("{name}.q"))?,
+        imp.data(node, 1, &k4, &format!("{name}.k"))?,
+        imp.data(node, 2, &v4, &format!("{name}.v"))?,
+    ];
+    let kind = OpKind::Attention {
+        scale,
+        causal,
+        partials: DType::F32,
+        out: dtype,
+    };
+    let y = Val::Graph(imp.op(node, &out4, kind, &ids)?);
+    imp.notes.push(format!("node `{}`: Attention as the graph's attention (scale {scale}, causal {causal}, {hq} q heads, {hkv} kv heads)", node.name));
+    if rank == 4 {
+        return one(y);
+    }
+    let s = imp.shape(&y);
+    let merged = transpose(imp, node, &y, vec![0, 2, 1, 3], &format!("{name}.merge"))?;
+    one(reshape(
+        imp,
+        node,
+        &merged,
+        vec![s[0], s[2], s[1] * s[3]],
+        &name,
+    )?)
+}
+
+/// `Range(start, limit, delta)` of known scalars.
+fn range(k: &[Rc<Known>]) -> known::FoldResult<Known> {
+    let [start, limit, delta] = k else {
+        return Err("Range takes start, limit and delta".into());
+    };
+    let elem = start.elem;
+    if start.elements() != 1 || limit.elements() != 1 || delta.elements() != 1 {
+        return Err("Range takes scalars".into());
+    }
+    if let (Some(s), Some(l), Some(d)) = (start.ints(), limit.ints(), delta.ints()) {
+        let (s, l, d) = (s[0], l[0], d[0]);
+        if d == 0 {
+            return Err("Range with delta 0".into());
+        }
+        let n = ((i128::from(l) - i128::from(s)) as f64 / d as f64)
+            .ceil()
+            .max(0.0) as usize;
+        checked_elements(&[n])?;
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n as i128 {
+            let x = i128::from(s) + i * i128::from(d);
+            v.push(i64::try_from(x).map_err(|_| "Range overflows int64".to_string())?);
+        }
+        return Ok(Known::from_ints(elem, vec![n], &v));
+    }
+    let (s, l, d) = (start.f64s()[0], limit.f64s()[0], delta.f64s()[0]);
+    if d == 0.0 || !d.is_finite() {
+        return Err("Range with delta 0".into());
+    }
+    let n = ((l - s) / d).ceil().max(0.0);
+    if !n.is_finite() {
+        return Err("Range is unbounded".into());
+    }
+    checked_elements(&[n as usize])?;
+    let v: Vec<f64> = (0..n as usize).map(|i| s + i as f64 * d).collect();
+    Known::from_f64(elem, vec![v.len()], &v)
+}

@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Writes the small ONNX models and expected outputs that crates/ipu-onnx/tests use.
+
+Each model is built with onnx.helper and checked with onnx.checker; the expected outputs are
+computed here with NumPy in float64 (independently of any ONNX runtime) and written, with the
+inputs, in the ONNX test-data form: DIR/NAME.onnx and DIR/NAME/{input,output}_K.pb
+(serialised TensorProtos). Run it in a venv with the pinned onnx:
+
+    python3 -m venv target/onnx-venv
+    target/onnx-venv/bin/pip install onnx==1.23.2 numpy
+    target/onnx-venv/bin/python scripts/gen-onnx-testdata.py
+
+The outputs are committed, so `cargo test` needs no Python.
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "ipu-onnx", "tests", "data")
+RNG = np.random.default_rng(20240601)
+F = TensorProto.FLOAT
+
+
+def model(name, nodes, inputs, outputs, initializers=(), opset=17, check=True):
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers))
+    m = helper.make_model(
+        graph,
+        opset_imports=[helper.make_operatorsetid("", opset)],
+        producer_name="ipu-stack scripts/gen-onnx-testdata.py",
+    )
+    # Pin the IR version so the bytes do not depend on the onnx package's default (IR 11
+    # brought opset 23).
+    m.ir_version = 11 if opset >= 23 else 10
+    if check:
+        onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def save(m, name, inputs=(), outputs=()):
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, name + ".onnx"), "wb") as f:
+        f.write(m.SerializeToString())
+    if inputs or outputs:
+        d = os.path.join(OUT, name)
+        os.makedirs(d, exist_ok=True)
+        for k, (n, a) in enumerate(inputs):
+            with open(os.path.join(d, f"input_{k}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(a, n).SerializeToString())
+        for k, (n, a) in enumerate(outputs):
+            with open(os.path.join(d, f"output_{k}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(a, n).SerializeToString())
+
+
+def f32(shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def d(a):
+    return a.astype(np.float64)
+
+
+def linear():
+    """MatMul + Add with initializers (raw_data), the shape of an exporter's linear layer."""
+    w, b = f32((4, 3)), f32((3,))
+    x = f32((2, 4))
+    m = model(
+        "linear",
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"], name="linear/MatMul"),
+            helper.make_node("Add", ["xw", "b"], ["y"], name="linear/Add"),
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 4])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    y = d(x) @ d(w) + d(b)
+    save(m, "linear", [("x", x)], [("y", y.astype(np.float32))])
+
+
+def linear_external():
+    """The linear layer with its weight in an external-data file."""
+    w, b = f32((4, 3)), f32((3,))
+    x = f32((2, 4))
+    m = model(
+        "linear_external",
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 4])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    # The weight goes to linear_external.data at an offset after the bias.
+    data = b.tobytes() + w.tobytes()
+    with open(os.path.join(OUT, "linear_external.data"), "wb") as f:
+        f.write(data)
+    for t, offset, n in ((m.graph.initializer[0], len(b.tobytes()), w.nbytes), (m.graph.initializer[1], 0, b.nbytes)):
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", "linear_external.data"), ("offset", str(offset)), ("length", str(n))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+    y = d(x) @ d(w) + d(b)
+    save(m, "linear_external", [("x", x)], [("y", y.astype(np.float32))])
+
+
+def gemm_trans_b():
+    """Gemm with transB, alpha and beta, its weight in float_data (not raw)."""
+    a, w, c = f32((3, 5)), f32((4, 5)), f32((4,))
+    wt = helper.make_tensor("w", F, [4, 5], w.flatten().tolist())
+    m = model(
+        "gemm",
+        [helper.make_node("Gemm", ["a", "w", "c"], ["y"], name="fc", transB=1, alpha=0.5, beta=2.0)],
+        [helper.make_tensor_value_info("a", F, [3, 5])],
+        [helper.make_tensor_value_info("y", F, [3, 4])],
+        [wt, numpy_helper.from_array(c, "c")],
+    )
+    y = 0.5 * (d(a) @ d(w).T) + 2.0 * d(c)
+    save(m, "gemm_trans_b", [("a", a)], [("y", y.astype(np.float32))])
+
+
+def head_split():
+    """Attention's head split as exporters write it: the target shape of the Reshape comes
+    from Shape -> Gather -> Unsqueeze -> Concat; batch and sequence are symbolic."""
+    heads, head_dim = 2, 4
+    nodes = [
+        helper.make_node("Shape", ["x"], ["x_shape"], name="shape"),
+        helper.make_node("Constant", [], ["i0"], value=numpy_helper.from_array(np.array(0, np.int64))),
+        helper.make_node("Constant", [], ["i1"], value=numpy_helper.from_array(np.array(1, np.int64))),
+        helper.make_node("Gather", ["x_shape", "i0"], ["batch"], name="gather_batch", axis=0),
+        helper.make_node("Gather", ["x_shape", "i1"], ["seq"], name="gather_seq", axis=0),
+        helper.make_node("Constant", [], ["axes0"], value=numpy_helper.from_array(np.array([0], np.int64))),
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+        helper.make_node("Unsqueeze", ["seq", "axes0"], ["seq1"]),
+        helper.make_node(
+            "Constant", [], ["tail"], value=helper.make_tensor("tail", TensorProto.INT64, [2], [heads, head_dim])
+        ),
+        helper.make_node("Concat", ["batch1", "seq1", "tail"], ["target"], name="concat_shape", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["heads"], name="split_heads"),
+        helper.make_node("Transpose", ["heads"], ["y"], name="to_heads", perm=[0, 2, 1, 3]),
+    ]
+    m = model(
+        "head_split",
+        nodes,
+        [helper.make_tensor_value_info("x", F, ["batch", "seq", heads * head_dim])],
+        [helper.make_tensor_value_info("y", F, ["batch", heads, "seq", head_dim])],
+    )
+    x = f32((2, 3, heads * head_dim))
+    y = x.reshape(2, 3, heads, head_dim).transpose(0, 2, 1, 3)
+    save(m, "head_split", [("x", x)], [("y", y)])
+
+
+def softmax():
+    """Scaled scores and softmax along the last axis; the division by a power of two is
+    exact as a scale."""
+    x = f32((3, 5), 3.0)
+    m = model(
+        "softmax",
+        [
+            helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, np.float32))),
+            helper.make_node("Div", ["x", "two"], ["scaled"]),
+            helper.make_node("Softmax", ["scaled"], ["y"], axis=-1),
+        ],
+        [helper.make_tensor_value_info("x", F, [3, 5])],
+        [helper.make_tensor_value_info("y", F, [3, 5])],
+        opset=13,
+    )
+    s = d(x) / 2.0
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    y = e / e.sum(axis=-1, keepdims=True)
+    save(m, "softmax", [("x", x)], [("y", y.astype(np.float32))])
+
+
+def layer_norm():
+    """LayerNormalization (opset 17) with scale and bias."""
+    x, g, b = f32((4, 8), 2.0), f32((8,)), f32((8,))
+    m = model(
+        "layer_norm",
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1, epsilon=1e-5)],
+        [helper.make_tensor_value_info("x", F, [4, 8])],
+        [helper.make_tensor_value_info("y", F, [4, 8])],
+        [numpy_helper.from_array(g, "g"), numpy_helper.from_array(b, "b")],
+    )
+    xd = d(x)
+    mean = xd.mean(axis=-1, keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = (xd - mean) / np.sqrt(var + 1e-5) * d(g) + d(b)
+    save(m, "layer_norm", [("x", x)], [("y", y.astype(np.float32))])
+
+
+def mix():
+    """Many small operators in one graph: Slice, Split, Concat, Squeeze/Unsqueeze, ReduceMean
+    (keepdims 0), ReduceMax, Sub, Mul by a scalar, Neg, Relu, Flatten, Identity, Dropout,
+    Expand, Gather, Pow 2, Max, Min; int64 shapes in int64_data."""
+    x = f32((2, 6, 4))
+    shift = f32((4,))
+    i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [len(v)], v)
+    inits = [
+        numpy_helper.from_array(shift, "shift"),
+        i64("starts", [1]),
+        i64("ends", [5]),
+        i64("axes1", [1]),
+        i64("split", [2, 2]),
+        i64("expand_to", [2, 3, 4]),
+        i64("flat_shape", [2, -1]),
+        helper.make_tensor("idx", TensorProto.INT64, [2], [3, 0]),
+    ]
+    nodes = [
+        helper.make_node("Slice", ["x", "starts", "ends", "axes1"], ["s"]),  # [2, 4, 4]
+        helper.make_node("Split", ["s", "split"], ["s0", "s1"], axis=1),  # [2, 2, 4] each
+        helper.make_node("Sub", ["s0", "s1"], ["diff"]),
+        helper.make_node("Constant", [], ["c3"], value=numpy_helper.from_array(np.array([3.0], np.float32))),
+        helper.make_node("Mul", ["diff", "c3"], ["tripled"]),
+        helper.make_node("Relu", ["tripled"], ["relu"]),
+        helper.make_node("ReduceMean", ["relu"], ["mean"], axes=[1], keepdims=0),  # [2, 4]
+        helper.make_node("ReduceMax", ["s1"], ["peak"], axes=[1, 2], keepdims=1),  # [2, 1, 1]
+        helper.make_node("Add", ["mean", "shift"], ["shifted"]),
+        helper.make_node("Unsqueeze", ["shifted", "axes1"], ["row"]),  # [2, 1, 4]
+        helper.make_node("Expand", ["row", "expand_to"], ["rows"]),  # [2, 3, 4]
+        helper.make_node("Neg", ["peak"], ["neg_peak"]),
+        helper.make_node("Concat", ["rows", "s0"], ["joined"], axis=1),  # [2, 5, 4]
+        helper.make_node("Sub", ["joined", "neg_peak"], ["lifted"]),
+        helper.make_node("Gather", ["lifted", "idx"], ["picked"], axis=1),  # [2, 2, 4]
+        helper.make_node("Pow", ["picked", "two"], ["squared"]),
+        helper.make_node("Max", ["squared", "picked"], ["bigger"]),
+        helper.make_node("Min", ["bigger", "four"], ["capped"]),
+        helper.make_node("Identity", ["capped"], ["same"]),
+        helper.make_node("Dropout", ["same"], ["kept"]),
+        helper.make_node("Flatten", ["kept"], ["flat"], axis=1),  # [2, 8]
+        helper.make_node("Reshape", ["flat", "flat_shape"], ["y"]),
+        helper.make_node("Squeeze", ["peak"], ["peak_flat"]),  # [2]
+    ]
+    inits += [
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array([4.0], np.float32), "four"),
+    ]
+    m = model(
+        "mix",
+        nodes,
+        [helper.make_tensor_value_info("x", F, [2, 6, 4])],
+        [helper.make_tensor_value_info("y", F, [2, 8]), helper.make_tensor_value_info("peak_flat", F, [2])],
+        inits,
+        opset=17,
+    )
+    s = x[:, 1:5, :]
+    s0, s1 = s[:, 0:2], s[:, 2:4]
+    relu = np.maximum((d(s0) - d(s1)) * 3.0, 0.0)
+    mean = relu.mean(axis=1)
+    peak = d(s1).max(axis=(1, 2), keepdims=True)
+    shifted = mean + d(shift)
+    rows = np.broadcast_to(shifted[:, None, :], (2, 3, 4))
+    joined = np.concatenate([rows, d(s0)], axis=1)
+    lifted = joined + peak
+    picked = lifted[:, [3, 0], :]
+    capped = np.minimum(np.maximum(picked * picked, picked), 4.0)
+    y = capped.reshape(2, -1)
+    save(m, "mix", [("x", x)], [("y", y.astype(np.float32)), ("peak_flat", peak.reshape(2).astype(np.float32))])
+
+
+def folding():
+    """The folding evaluator and opset-18 forms: Shape with start, Gather, Slice, Concat,
+    Cast, integer Mul, Sqrt and Div of constants (a scale), Range, Less, Where (an additive
+    mask), ConstantOfShape, ReduceSum and ReduceMax with axes as inputs, Softmax on a middle
+    axis, Split by num_outputs, Unsqueeze with a negative axis, Squeeze without axes and
+    Flatten at axis 0."""
+    x = f32((2, 3, 4))
+    i64 = lambda v: numpy_helper.from_array(np.array(v, np.int64))
+    c = lambda out, value: helper.make_node("Constant", [], [out], value=value)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Shape", ["x"], ["tail"], start=-2),
+        c("one_i", i64(1)),
+        c("two_i", i64(2)),
+        helper.make_node("Gather", ["shape", "one_i"], ["d1"]),
+        helper.make_node("Gather", ["tail", "one_i"], ["d2"]),
+        helper.make_node("Mul", ["d1", "d2"], ["n"]),
+        helper.make_node("Cast", ["n"], ["nf"], to=F),
+        helper.make_node("Sqrt", ["nf"], ["root"]),
+        c("one_f", numpy_helper.from_array(np.array(1.0, np.float32))),
+        helper.make_node("Div", ["one_f", "root"], ["inv_root"]),
+        c("s0", i64([0])),
+        c("s1", i64([1])),
+        c("minus1", i64([-1])),
+        helper.make_node("Slice", ["shape", "s0", "s1"], ["batch"]),
+        helper.make_node("Concat", ["batch", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["rows"]),  # [2, 12]
+        helper.make_node("Mul", ["rows", "inv_root"], ["scaled"]),
+        c("start", i64(0)),
+        c("limit", i64(12)),
+        helper.make_node("Range", ["start", "limit", "one_i"], ["positions"]),
+        c("six", i64(6)),
+        helper.make_node("Less", ["positions", "six"], ["keep"]),
+        c("zero_f", numpy_helper.from_array(np.array(0.0, np.float32))),
+        c("big_neg", numpy_helper.from_array(np.array(-10000.0, np.float32))),
+        helper.make_node("Where", ["keep", "zero_f", "big_neg"], ["mask"]),
+        helper.make_node("Add", ["scaled", "mask"], ["masked"]),
+        helper.make_node("Concat", ["batch", "s1"], ["ones_shape"], axis=0),
+        helper.make_node(
+            "ConstantOfShape", ["ones_shape"], ["ones"], value=numpy_helper.from_array(np.array([1.0], np.float32))
+        ),
+        helper.make_node("Add", ["masked", "ones"], ["lifted"]),
+        helper.make_node("ReduceSum", ["lifted", "minus1"], ["summed"], keepdims=0),  # [2]
+        helper.make_node("ReduceMax", ["x", "s1"], ["peak"], keepdims=1),  # [2, 1, 4]
+        helper.make_node("Softmax", ["x"], ["soft"], axis=1),
+        helper.make_node("Split", ["x"], ["p0", "p1"], axis=2, num_outputs=2),
+        helper.make_node("Sub", ["p0", "p1"], ["half_diff"]),
+        helper.make_node("Unsqueeze", ["half_diff", "minus1"], ["tall"]),
+        helper.make_node("Squeeze", ["tall"], ["flat_again"]),
+        helper.make_node("Flatten", ["flat_again"], ["flat0"], axis=0),  # [1, 12]
+    ]
+    m = model(
+        "folding",
+        nodes,
+        [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+        [
+            helper.make_tensor_value_info("summed", F, [2]),
+            helper.make_tensor_value_info("peak", F, [2, 1, 4]),
+            helper.make_tensor_value_info("soft", F, [2, 3, 4]),
+            helper.make_tensor_value_info("flat0", F, [1, 12]),
+        ],
+        opset=18,
+    )
+    xd = d(x)
+    inv_root = np.float32(1.0) / np.sqrt(np.float32(12.0))  # folded in float32, as ONNX
+    mask = np.where(np.arange(12) < 6, 0.0, -10000.0)
+    summed = (xd.reshape(2, 12) * np.float64(inv_root) + mask + 1.0).sum(axis=-1)
+    peak = xd.max(axis=1, keepdims=True)
+    e = np.exp(xd - xd.max(axis=1, keepdims=True))
+    soft = e / e.sum(axis=1, keepdims=True)
+    flat0 = (xd[:, :, :2] - xd[:, :, 2:]).reshape(1, 12)
+    outs = [("summed", summed), ("peak", peak), ("soft", soft), ("flat0", flat0)]
+    save(m, "folding", [("x", x)], [(n, a.astype(np.float32)) for n, a in outs])
+
+
+def sdpa(q, k, v, scale, causal):
+    """Scaled dot-product attention in float64, [.., heads, seq, head] operands."""
+    s = (d(q) @ np.swapaxes(d(k), -1, -2)) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ d(v)
+
+
+def attention():
+    """Attention (opset 23): 4-D causal with the default scale, and 3-D grouped-query
+    attention (4 q heads on 2 kv heads) with an explicit scale and a longer key sequence."""
+    q, k, v = f32((1, 2, 4, 8)), f32((1, 2, 4, 8)), f32((1, 2, 4, 8))
+    m = model(
+        "attention_causal",
+        [helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", is_causal=1)],
+        [helper.make_tensor_value_info(n, F, [1, 2, 4, 8]) for n in "qkv"],
+        [helper.make_tensor_value_info("y", F, [1, 2, 4, 8])],
+        opset=23,
+    )
+    y = sdpa(q, k, v, 1 / np.sqrt(8), True)
+    save(m, "attention_causal", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+    batch, sq, skv, hq, hkv, head = 2, 3, 5, 4, 2, 4
+    q, k, v = f32((batch, sq, hq * head)), f32((batch, skv, hkv * head)), f32((batch, skv, hkv * head))
+    m = model(
+        "attention_gqa",
+        [
+            helper.make_node(
+                "Attention", ["q", "k", "v"], ["y"], name="gqa", q_num_heads=hq, kv_num_heads=hkv, scale=0.3
+            )
+        ],
+        [
+            helper.make_tensor_value_info("q", F, list(q.shape)),
+            helper.make_tensor_value_info("k", F, list(k.shape)),
+            helper.make_tensor_value_info("v", F, list(v.shape)),
+        ],
+        [helper.make_tensor_value_info("y", F, [batch, sq, hq * head])],
+        opset=23,
+    )
+    to_heads = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(0, 2, 1, 3)
+    k4 = np.repeat(to_heads(k, hkv), hq // hkv, axis=1)
+    v4 = np.repeat(to_heads(v, hkv), hq // hkv, axis=1)
+    y = sdpa(to_heads(q, hq), k4, v4, 0.3, False).transpose(0, 2, 1, 3).reshape(batch, sq, hq * head)
+    save(m, "attention_gqa", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+
+def f16():
+    """f16 arithmetic with an f16 initializer stored in int32_data (its bits); the expected
+    output is NumPy's float16 sum (computed in float32, rounded once)."""
+    x = f32((2, 4)).astype(np.float16)
+    half = np.array([0.5, -1.25, 2.0, 0.0], np.float16)
+    t = helper.make_tensor("half", TensorProto.FLOAT16, [4], half.astype(np.float32).tolist())
+    assert len(t.int32_data) == 4 and not t.raw_data
+    H = TensorProto.FLOAT16
+    m = model(
+        "f16",
+        [helper.make_node("Add", ["x", "half"], ["y"])],
+        [helper.make_tensor_value_info("x", H, [2, 4])],
+        [helper.make_tensor_value_info("y", H, [2, 4])],
+        [t],
+    )
+    save(m, "f16", [("x", x)], [("y", x + half)])
+
+
+def fp8():
+    """FP8 FNUZ: the input cast to FLOAT8E4M3FNUZ and on to FLOAT8E5M2FNUZ; a second output
+    is an initializer of FLOAT8E4M3FNUZ codes (raw_data), which must keep its codes."""
+    codes = np.array([0x00, 0x01, 0x38, 0x40, 0x7F, 0xB8, 0xC0, 0xFF], np.uint8)
+    t = helper.make_tensor("w8", TensorProto.FLOAT8E4M3FNUZ, [8], codes.tobytes(), raw=True)
+    E4, E5 = TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ
+    m = model(
+        "fp8",
+        [
+            helper.make_node("Cast", ["x"], ["x8"], to=E4),
+            helper.make_node("Cast", ["x8"], ["y"], to=E5),
+            helper.make_node("Identity", ["w8"], ["w"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [8])],
+        [helper.make_tensor_value_info("y", E5, [8]), helper.make_tensor_value_info("w", E4, [8])],
+        [t],
+        opset=19,
+    )
+    save(m, "fp8")
+
+
+def errors():
+    """Models the importer must refuse, each for one reason."""
+    x = helper.make_tensor_value_info("x", F, [2, 3])
+    y = helper.make_tensor_value_info("y", F, [2, 3])
+    # An operator no one knows, in the default domain (not checkable by onnx.checker).
+    save(model("unknown_op", [helper.make_node("FancyOp", ["x"], ["y"], name="mystery")], [x], [y], check=False), "unknown_op")
+    # A known operator with no device counterpart.
+    save(model("tanh", [helper.make_node("Tanh", ["x"], ["y"], name="activation")], [x], [y]), "tanh")
+    # An opset newer than the importer supports.
+    save(model("opset_new", [helper.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y], opset=24), "opset_too_new")
+
+
+def main():
+    linear()
+    linear_external()
+    gemm_trans_b()
+    head_split()
+    softmax()
+    layer_norm()
+    mix()
+    f16()
+    fp8()
+    errors()
+    folding()
+    attention()
+    total = 0
+    for root, _, files in os.walk(OUT):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    print(f"wrote {OUT} ({total} bytes)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
