@@ -203,12 +203,20 @@ pub fn supervisor_code(
     let mut startup = Code::new();
     startup.op(Instr::Sync).op(Instr::Halt);
     let mut init = Code::new();
-    init.op(Instr::Sync).op(Instr::Halt);
+    if program.init_steps == 0 {
+        init.op(Instr::Sync);
+    }
     let mut run = Code::new();
     let mut state_index = 0;
     // The kernel whose entry is in $m2, to skip reloading it between launches.
     let mut entry: Option<Kernel> = None;
     for (i, s) in program.steps.iter().enumerate() {
+        // The first `init_steps` steps are the `initialize` program (they launch no kernels).
+        let run = if i < program.init_steps {
+            &mut init
+        } else {
+            &mut run
+        };
         run.op(Instr::Mark { id: i as u16 });
         match s {
             Step::Host { .. } => {
@@ -278,13 +286,20 @@ pub fn supervisor_code(
             }
         }
     }
+    init.op(Instr::Halt);
     run.op(Instr::Halt);
     (startup, init, run)
 }
 
 /// Number of bulk-synchronous phases (global instructions) of the `run` program.
 pub fn run_phases(program: &TileProgram) -> u32 {
-    program.steps.len() as u32
+    (program.steps.len() - program.init_steps) as u32
+}
+
+/// Number of bulk-synchronous phases of the `initialize` program: its steps (the constants'
+/// host exchange), or one sync when it has none.
+pub fn initialize_phases(program: &TileProgram) -> u32 {
+    program.init_steps.max(1) as u32
 }
 
 /// The vertex states of `tile`, resolved: bytes to place at `support.base`.

@@ -322,7 +322,11 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         )
     })?;
     let manifest = manifest::manifest(graph, &lowered, &report, &target);
-    let package = Package { manifest, tiles };
+    let package = Package {
+        manifest,
+        tiles,
+        constants: lowered.constants_page.clone(),
+    };
     package
         .validate()
         .map_err(|e| CodegenError::internal(format!("package: {e}")))?;

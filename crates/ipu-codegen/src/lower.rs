@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements};
+use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements, storage_index};
 
 use crate::CodegenError;
 use crate::layout::{Move, moves, uncovered};
@@ -20,6 +20,8 @@ pub(crate) const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
 pub const INPUT_PAGE: u16 = 0;
 /// Host page holding the outputs.
 pub const OUTPUT_PAGE: u16 = 1;
+/// Host page holding the constants (present only when the graph has constants).
+pub const CONSTANTS_PAGE: u16 = 2;
 
 /// The lowered program and the host-exchange layout of its inputs and outputs.
 #[derive(Debug, Clone)]
@@ -32,6 +34,9 @@ pub struct Lowered {
     pub padding_clears_removed: u32,
     /// Padding clears emitted.
     pub padding_clears: u32,
+    /// The constants page's bytes: every constant in its storage order, where its host
+    /// tensor says (empty without constants).
+    pub constants_page: Vec<u8>,
 }
 
 pub(crate) struct Lowerer<'a> {
@@ -144,14 +149,15 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         next_group: 0,
     };
     let mut tensors = Vec::new();
-    // Host pages: inputs in page 0, outputs in page 1, each tensor 8-byte aligned.
-    let mut page_bytes = [0u64; 2];
+    // Host pages: inputs in page 0, outputs in page 1, constants in page 2, each tensor
+    // 8-byte aligned.
+    let mut page_bytes = [0u64; 3];
     let mut place = |v: DevValueId, role: TensorRole, tensors: &mut Vec<HostTensor>| {
         let val = &plan.values[v];
-        let page = if role == TensorRole::Input {
-            INPUT_PAGE
-        } else {
-            OUTPUT_PAGE
+        let page = match role {
+            TensorRole::Input => INPUT_PAGE,
+            TensorRole::Output => OUTPUT_PAGE,
+            TensorRole::Constant => CONSTANTS_PAGE,
         };
         let bytes = (storage_elements(&val.shape, val.layout.group) * val.dtype.bytes()) as u64;
         let offset = page_bytes[page as usize];
@@ -169,6 +175,45 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         });
         offset
     };
+    // `initialize`: the constants, once, into buffers that stay for every call.
+    let mut constants_page = Vec::new();
+    if !plan.constants.is_empty() {
+        let mut copies = Vec::new();
+        let mut placed = Vec::new();
+        for (v, data) in &plan.constants {
+            l.prog.origin = plan.values[*v].origin.clone();
+            let base = place(*v, TensorRole::Constant, &mut tensors);
+            placed.push((*v, base, data));
+            copies.extend(
+                l.host_copies(*v, base, CONSTANTS_PAGE)
+                    .into_iter()
+                    .map(|c| (c, false)),
+            );
+        }
+        let page_size = tensors
+            .iter()
+            .filter(|t| t.role == TensorRole::Constant)
+            .map(|t| align8(t.offset + t.bytes))
+            .max()
+            .unwrap_or(0);
+        constants_page = vec![0u8; page_size as usize];
+        for (v, base, data) in placed {
+            let val = &plan.values[v];
+            let eb = val.dtype.bytes();
+            for (i, e) in data.chunks_exact(eb).enumerate() {
+                let at = base as usize + storage_index(&val.shape, val.layout.group, i) * eb;
+                constants_page[at..at + eb].copy_from_slice(e);
+            }
+        }
+        for (c, _) in &copies {
+            l.prog.buffers[c.buffer.0 as usize].resident = true;
+        }
+        l.prog.steps.push(Step::Host {
+            name: "constants".into(),
+            copies,
+        });
+        l.prog.init_steps = 1;
+    }
     let mut host_in = Vec::new();
     for &v in &plan.inputs {
         let base = place(v, TensorRole::Input, &mut tensors);
@@ -200,7 +245,9 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         name: "outputs".into(),
         copies: host_out,
     });
-    l.prog.pages = page_bytes.to_vec();
+    // The constants page exists only with constants: other packages keep two pages.
+    let pages = if plan.constants.is_empty() { 2 } else { 3 };
+    l.prog.pages = page_bytes[..pages].to_vec();
     l.prog.compute_liveness();
     l.prog.check().map_err(CodegenError::internal)?;
     Ok(Lowered {
@@ -208,6 +255,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         tensors,
         padding_clears_removed: l.clears_removed,
         padding_clears: l.clears,
+        constants_page,
     })
 }
 

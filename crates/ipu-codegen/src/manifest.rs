@@ -74,10 +74,10 @@ pub fn manifest(
             .map(|(name, entry)| Program {
                 name: name.to_string(),
                 entry,
-                phases: if *name == "run" {
-                    emit::run_phases(program)
-                } else {
-                    1
+                phases: match *name {
+                    "run" => emit::run_phases(program),
+                    "initialize" => emit::initialize_phases(program),
+                    _ => 1,
                 },
             })
             .collect(),

@@ -183,6 +183,9 @@ pub struct OperatorPlan {
     pub outputs: Vec<DevValueId>,
     /// Device values of the graph's inputs.
     pub inputs: Vec<DevValueId>,
+    /// Device values of the graph's constants, with their data (row-major, the element
+    /// type's bytes).
+    pub constants: Vec<(DevValueId, ipu_graph::ConstantData)>,
     /// Retained finalists per operation.
     pub finalists: Vec<Finalist>,
     /// Sum of the operations' estimates.
@@ -273,13 +276,6 @@ pub(crate) struct Planner<'a> {
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
 pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, CodegenError> {
-    // Constants are not lowered yet: their data would need a home on the tiles.
-    if let Some(c) = graph.constants().first() {
-        return Err(CodegenError::unsupported(
-            format!("%{}", graph.value(c.value).name),
-            "graph constants are not lowered to the device yet",
-        ));
-    }
     if tiles == 0 || tiles > target.tiles {
         return Err(CodegenError::Options {
             message: format!(
@@ -313,6 +309,22 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
         );
         inputs.push(id);
     }
+    // Constants are laid out like inputs; `initialize` writes them onto the tiles once.
+    let mut constants = Vec::new();
+    for c in graph.constants() {
+        let val = graph.value(c.value);
+        let group = input_group(graph, c.value).unwrap_or_else(|| default_group(val.ty.dtype));
+        let layout = Layout::balanced(&val.ty.shape, group, tiles);
+        p.origin = format!("%{}", val.name);
+        let id = p.add_value(
+            val.name.clone(),
+            val.ty.dtype,
+            val.ty.shape.clone(),
+            Some(c.value),
+            layout,
+        );
+        constants.push((id, c.data.clone()));
+    }
     for op in graph.operations() {
         p.origin = format!("%{}", op.name);
         p.plan_op(op)?;
@@ -325,11 +337,11 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
     for &o in &outputs {
         if p.values[o]
             .graph
-            .is_some_and(|g| graph.inputs().contains(&g))
+            .is_some_and(|g| graph.inputs().contains(&g) || graph.constant(g).is_some())
         {
             return Err(CodegenError::unsupported(
                 format!("%{}", p.values[o].name),
-                "the output is a graph input; nothing to compute",
+                "the output is a graph input or a constant; nothing to compute",
             ));
         }
     }
@@ -340,6 +352,7 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
         ops: p.ops,
         outputs,
         inputs,
+        constants,
         finalists: p.finalists,
         estimated_cycles,
         estimated_exchange_cycles,
@@ -362,8 +375,11 @@ pub fn check(plan: &OperatorPlan) -> Result<(), CodegenError> {
         }
     }
     for (i, op) in plan.ops.iter().enumerate() {
-        let produced_before =
-            |v: DevValueId| plan.inputs.contains(&v) || plan.ops[..i].iter().any(|o| o.output == v);
+        let produced_before = |v: DevValueId| {
+            plan.inputs.contains(&v)
+                || plan.constants.iter().any(|c| c.0 == v)
+                || plan.ops[..i].iter().any(|o| o.output == v)
+        };
         if let Some(v) = op.inputs.iter().find(|v| !produced_before(**v)) {
             return Err(CodegenError::internal(format!(
                 "{} reads %{} before it exists",

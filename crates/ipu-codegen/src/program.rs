@@ -42,6 +42,9 @@ pub struct Buffer {
     /// Buffers of one placement group (on different tiles, of equal size) sit at the same
     /// address, so one multicast exchange row can fill them all.
     pub group: Option<u32>,
+    /// Live over every step of every call: a constant `initialize` writes once, which every
+    /// `run` reads.
+    pub resident: bool,
 }
 
 /// One transfer between host pages and a tile buffer.
@@ -145,6 +148,9 @@ pub struct TileProgram {
     /// The user's operation that buffers added now serve (set by lowering before each
     /// operation; recorded in [`Buffer::op`]).
     pub origin: String,
+    /// The first `init_steps` steps form the `initialize` program (writing the constants),
+    /// the rest the `run` program.
+    pub init_steps: usize,
 }
 
 impl TileProgram {
@@ -152,6 +158,7 @@ impl TileProgram {
     pub fn buffer(&mut self, tile: u32, bytes: u32, region: Region, name: String) -> BufferId {
         self.buffers.push(Buffer {
             group: None,
+            resident: false,
             tile,
             bytes,
             region,
@@ -181,6 +188,9 @@ impl TileProgram {
             for b in step_buffers(s) {
                 self.touch(b, i);
             }
+        }
+        for b in self.buffers.iter_mut().filter(|b| b.resident) {
+            (b.first, b.last) = (0, steps.len().saturating_sub(1));
         }
         self.steps = steps;
     }
@@ -361,6 +371,9 @@ impl fmt::Display for TileProgram {
             "tile_program tiles_used={} pages={:?}",
             self.tiles_used, self.pages
         )?;
+        if self.init_steps > 0 {
+            writeln!(f, "  initialize: steps 0..{}", self.init_steps)?;
+        }
         for (i, b) in self.buffers.iter().enumerate() {
             write!(
                 f,
@@ -369,6 +382,9 @@ impl fmt::Display for TileProgram {
             )?;
             if let Some(g) = b.group {
                 write!(f, " group={g}")?;
+            }
+            if b.resident {
+                f.write_str(" resident")?;
             }
             if b.op != b.name {
                 write!(f, " op={}", b.op)?;

@@ -9,8 +9,10 @@
 //! payloads         each section's bytes at its offset, in table order, 8-byte aligned
 //! ```
 //!
-//! Sections: the manifest (JSON), the tile-image store (unique images) and the tile table
-//! (one entry for every tile of the target, naming its image). The reader validates every
+//! Sections: the manifest (JSON), the tile-image store (unique images), the tile table
+//! (one entry for every tile of the target, naming its image) and, when the graph has
+//! constants, the constants page (format 1.1): the host page the `initialize` program moves
+//! onto the tiles. The reader validates every
 //! header field, bound and checksum, and the manifest against the images, before it returns
 //! anything.
 
@@ -23,8 +25,10 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 8] = *b"IPUEXE\0\0";
 /// Major format version this crate writes; a reader rejects a newer major version.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Minor format version this crate writes; newer minors are readable (additions only).
-pub const FORMAT_MINOR: u16 = 0;
+/// Minor format version this crate writes for a package with constants; newer minors are
+/// readable (additions only). Minor 1 added the constants page; a package without constants
+/// is written as 1.0.
+pub const FORMAT_MINOR: u16 = 1;
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 32;
 /// Bytes of one section-table entry.
@@ -42,6 +46,8 @@ pub enum SectionKind {
     Images = 2,
     /// Per-tile image index.
     TileTable = 3,
+    /// The constants page: every constant tensor in its storage order (format 1.1).
+    Constants = 4,
 }
 
 impl SectionKind {
@@ -50,6 +56,7 @@ impl SectionKind {
             1 => Some(SectionKind::Manifest),
             2 => Some(SectionKind::Images),
             3 => Some(SectionKind::TileTable),
+            4 => Some(SectionKind::Constants),
             _ => None,
         }
     }
@@ -137,6 +144,9 @@ pub enum TensorRole {
     Input,
     /// Read by the host after the call.
     Output,
+    /// Carried by the package ([`Package::constants`]), written onto the tiles by
+    /// `initialize`.
+    Constant,
 }
 
 /// A tensor in the host exchange: where its bytes sit in a host page.
@@ -233,6 +243,9 @@ pub struct Package {
     pub manifest: Manifest,
     /// One image per tile of the target, in tile order.
     pub tiles: Vec<TileImage>,
+    /// The bytes of the constants page (empty without constants): the page named by the
+    /// [`TensorRole::Constant`] tensors, as the host hands it to `initialize`.
+    pub constants: Vec<u8>,
 }
 
 fn crc(bytes: &[u8]) -> u32 {
@@ -318,6 +331,35 @@ impl Package {
                 )));
             }
         }
+        let constant_pages: std::collections::BTreeSet<u32> = m
+            .tensors
+            .iter()
+            .filter(|t| t.role == TensorRole::Constant)
+            .map(|t| t.page)
+            .collect();
+        match (constant_pages.len(), constant_pages.first()) {
+            (0, _) if !self.constants.is_empty() => {
+                return Err(PackageError::Manifest(format!(
+                    "{} bytes of constants but no constant tensor",
+                    self.constants.len()
+                )));
+            }
+            (0, _) => {}
+            (1, Some(&page)) => {
+                let size = m.host_pages[page as usize];
+                if self.constants.len() as u64 != size {
+                    return Err(PackageError::Manifest(format!(
+                        "constants page {page} has {size} bytes but the package carries {}",
+                        self.constants.len()
+                    )));
+                }
+            }
+            _ => {
+                return Err(PackageError::Manifest(format!(
+                    "constant tensors in pages {constant_pages:?}: they share one page"
+                )));
+            }
+        }
         for w in &m.register_writes {
             if w.tile >= target.tiles {
                 return Err(PackageError::Manifest(format!(
@@ -362,15 +404,22 @@ impl Package {
                 images.resize(align8(images.len()), 0);
             }
         }
-        let sections: [(SectionKind, &[u8]); 3] = [
+        let mut sections: Vec<(SectionKind, &[u8])> = vec![
             (SectionKind::Manifest, &manifest),
             (SectionKind::Images, &images),
             (SectionKind::TileTable, &table),
         ];
+        // Packages without constants stay format 1.0, readable by every 1.x reader.
+        let minor = if self.constants.is_empty() {
+            0
+        } else {
+            sections.push((SectionKind::Constants, &self.constants));
+            FORMAT_MINOR
+        };
         let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];
         out[..8].copy_from_slice(&MAGIC);
         out[8..10].copy_from_slice(&FORMAT_MAJOR.to_le_bytes());
-        out[10..12].copy_from_slice(&FORMAT_MINOR.to_le_bytes());
+        out[10..12].copy_from_slice(&minor.to_le_bytes());
         out[12..16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
         for (i, (kind, payload)) in sections.iter().enumerate() {
             out.resize(align8(out.len()), 0);
@@ -508,7 +557,14 @@ impl Package {
             })?;
             tiles.push(img.clone());
         }
-        let package = Package { manifest, tiles };
+        let constants = payloads
+            .get(&(SectionKind::Constants as u32))
+            .map_or_else(Vec::new, |(_, bytes)| bytes.to_vec());
+        let package = Package {
+            manifest,
+            tiles,
+            constants,
+        };
         package.validate()?;
         Ok(package)
     }
@@ -630,6 +686,7 @@ mod tests {
                 metadata: BTreeMap::new(),
             },
             tiles,
+            constants: Vec::new(),
         }
     }
 
@@ -651,6 +708,53 @@ mod tests {
         assert_eq!(Package::from_bytes(&b).unwrap(), p);
         // Deterministic bytes.
         assert_eq!(b, sample().to_bytes().unwrap());
+    }
+
+    /// `sample()` with one constant tensor of 16 bytes in a third page.
+    fn with_constants() -> Package {
+        let mut p = sample();
+        p.manifest.host_pages.push(16);
+        let mut t = p.manifest.tensors[0].clone();
+        t.name = "w".into();
+        t.role = TensorRole::Constant;
+        t.page = p.manifest.host_pages.len() as u32 - 1;
+        t.offset = 0;
+        t.bytes = 16;
+        p.manifest.tensors.push(t);
+        p.constants = (0..16).collect();
+        p
+    }
+
+    #[test]
+    fn constants_round_trip_in_format_1_1_and_packages_without_stay_1_0() {
+        let p = with_constants();
+        let b = p.to_bytes().unwrap();
+        assert_eq!(u16::from_le_bytes([b[10], b[11]]), 1);
+        assert_eq!(Package::from_bytes(&b).unwrap(), p);
+        let b = sample().to_bytes().unwrap();
+        assert_eq!(u16::from_le_bytes([b[10], b[11]]), 0);
+        // Every byte of the constants section is covered by its checksum.
+        let b = p.to_bytes().unwrap();
+        let at = b.len() - 16;
+        for i in at..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 1;
+            assert!(Package::from_bytes(&c).is_err(), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn constants_that_do_not_fill_their_page_are_refused() {
+        let mut p = with_constants();
+        p.constants.pop();
+        let e = p.validate().unwrap_err();
+        assert!(
+            matches!(e, PackageError::Manifest(ref m) if m.contains("constants page")),
+            "{e}"
+        );
+        let mut p = sample();
+        p.constants = vec![0; 8];
+        assert!(p.validate().is_err());
     }
 
     #[test]

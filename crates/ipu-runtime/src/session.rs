@@ -205,17 +205,37 @@ impl<'p> Session<'p> {
             })
     }
 
-    /// Attaches zeroed host pages of the manifest's sizes.
+    /// Attaches host pages of the manifest's sizes: zeroed, but for the constants page, which
+    /// holds the package's constants for `initialize` to write onto the tiles.
     pub fn start_host_exchange(&mut self) -> Result<(), RuntimeError> {
         info!("starting host exchange session");
-        let sizes = &self.package.manifest.host_pages;
+        let manifest = &self.package.manifest;
+        let sizes = &manifest.host_pages;
         info!(pages = sizes.len(), "attaching host exchange pages");
+        let constants_page = manifest
+            .tensors
+            .iter()
+            .find(|t| t.role == TensorRole::Constant)
+            .map(|t| t.page as usize);
         let mut pages = Vec::with_capacity(sizes.len());
-        for &bytes in sizes {
+        for (i, &bytes) in sizes.iter().enumerate() {
             // Bounded by HOST_PAGES_BYTES_MAX at open; still fail softly if memory is short.
             let mut page = Vec::new();
             page.try_reserve_exact(bytes as usize)
                 .map_err(|_| RuntimeError::HostPageAllocation { bytes })?;
+            if constants_page == Some(i) {
+                // Package::validate checked that the constants fill this page exactly.
+                page.extend_from_slice(&self.package.constants);
+                info!(
+                    bytes,
+                    tensors = manifest
+                        .tensors
+                        .iter()
+                        .filter(|t| t.role == TensorRole::Constant)
+                        .count(),
+                    "constants page filled from the package"
+                );
+            }
             page.resize(bytes as usize, 0u8);
             pages.push(page);
         }

@@ -223,6 +223,7 @@ pub fn package_of(
             metadata: BTreeMap::new(),
         },
         tiles: images,
+        constants: Vec::new(),
     };
     package.validate().expect("the test package is valid");
     package
