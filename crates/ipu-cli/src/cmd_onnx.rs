@@ -5,7 +5,10 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use ipu_graph::Graph;
+use ipu_graph::{DType, Graph, TensorType};
+use ipu_reference::{Tensor, Tolerance};
+
+use crate::npy::FileInputs;
 use ipu_onnx::{ExternalData, ImportOptions};
 
 /// True for a model path the ONNX importer reads.
@@ -80,4 +83,80 @@ pub fn load(path: &str, dims: &[String]) -> anyhow::Result<Graph> {
         "imported ONNX model"
     );
     Ok(imported.graph)
+}
+
+/// The ONNX backend tests' tolerance for an output of `dtype`: `numpy.testing.assert_allclose`
+/// with rtol 1e-3 and atol 1e-7 for f32 (the suite's defaults); for f16 and FP8 outputs the
+/// format's own rounding dominates, so one unit of the format's precision (relative) and the
+/// project's absolute floor for the type (`docs/onnx.md`). No row-cosine criterion: the suite
+/// has none.
+pub fn onnx_tolerance(dtype: DType) -> Tolerance {
+    let own = Tolerance::for_dtype(dtype);
+    match dtype {
+        DType::F32 => Tolerance {
+            atol: 1e-7,
+            rtol: 1e-3,
+            min_cosine: -1.0,
+        },
+        _ => Tolerance {
+            min_cosine: -1.0,
+            ..own
+        },
+    }
+}
+
+/// An ONNX test data set (`DIR/input_N.pb`, `DIR/output_N.pb`, as the ONNX backend node tests
+/// store them): the inputs, matched to the graph's inputs by position and checked against
+/// their type, and the expected outputs, matched to the graph's outputs likewise.
+pub fn read_data_set(
+    dir: &Path,
+    inputs: &[(String, TensorType)],
+    outputs: &[(String, TensorType)],
+) -> anyhow::Result<(FileInputs, Vec<Tensor>)> {
+    let read = |kind: &str, i: usize, want: &(String, TensorType)| -> anyhow::Result<Tensor> {
+        let path = dir.join(format!("{kind}_{i}.pb"));
+        let bytes = std::fs::read(&path).with_context(|| {
+            format!(
+                "--data {}: {kind} {i} ({:?}) needs {}",
+                dir.display(),
+                want.0,
+                path.display()
+            )
+        })?;
+        let t = ipu_onnx::decode_tensor(&bytes).with_context(|| format!("{}", path.display()))?;
+        let (name, ty) = want;
+        if t.dtype != ty.dtype || t.shape != ty.shape {
+            bail!(
+                "{}: {kind} {name:?} expects {ty}, the file holds {}{:?}",
+                path.display(),
+                t.dtype,
+                t.shape
+            );
+        }
+        Tensor::from_bytes(t.dtype, t.shape, &t.bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    };
+    let mut files = FileInputs {
+        tensors: Vec::with_capacity(inputs.len()),
+        sources: Vec::with_capacity(inputs.len()),
+    };
+    for (i, want) in inputs.iter().enumerate() {
+        files.tensors.push(Some(read("input", i, want)?));
+        files
+            .sources
+            .push(dir.join(format!("input_{i}.pb")).display().to_string());
+    }
+    if dir.join(format!("input_{}.pb", inputs.len())).exists() {
+        bail!(
+            "--data {}: more input files than the model's {} inputs",
+            dir.display(),
+            inputs.len()
+        );
+    }
+    let expected = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, want)| read("output", i, want))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((files, expected))
 }

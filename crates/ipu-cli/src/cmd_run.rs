@@ -23,7 +23,8 @@ use ipu_target::{AmpMode, Target, TargetKind};
 use serde_json::json;
 use tracing::info;
 
-use crate::cmd_graph::load_model;
+use crate::cmd_graph::load_model_with;
+use crate::cmd_onnx;
 use crate::npy::{self, FileInputs, Output, TensorFileArgs};
 
 /// Most `--iterations` one command accepts: a bound against a mistyped count (a million calls
@@ -42,6 +43,9 @@ pub struct CompileArgs {
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Bind a symbolic dimension of an ONNX model: `--dim batch=4` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    dim: Vec<String>,
 }
 
 /// Options of running on the device.
@@ -129,6 +133,11 @@ pub struct RunArgs {
     /// Override the lowest acceptable row cosine similarity.
     #[arg(long)]
     min_cosine: Option<f64>,
+    /// An ONNX test data set: the inputs from DIR/input_N.pb and the outputs checked against
+    /// DIR/output_N.pb as well as against the host reference (the ONNX backend tests'
+    /// tolerances: rtol 1e-3, atol 1e-7 for f32; wider for f16 and FP8, see docs/onnx.md).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["input", "inputs"])]
+    data: Option<PathBuf>,
 }
 
 fn target_of(name: &str) -> anyhow::Result<Target> {
@@ -201,7 +210,7 @@ fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
 
 /// `ipu build`.
 pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
-    let graph = load_model(&a.model, &a.compile.set)?;
+    let graph = load_model_with(&a.model, &a.compile.set, &a.compile.dim)?;
     let (b, ms) = compile(&graph, &a.compile, a.report.as_deref())?;
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
@@ -605,13 +614,24 @@ fn peak_macs_per_cycle(target: &Target, mode: Option<AmpMode>) -> Option<u64> {
 
 /// `ipu run`.
 pub fn run(a: RunArgs) -> anyhow::Result<u8> {
-    let graph = load_model(&a.model, &a.compile.set)?;
+    let graph = load_model_with(&a.model, &a.compile.set, &a.compile.dim)?;
     if a.threads == 0 {
         bail!("--threads must be at least 1");
     }
     // Input files are read and checked before anything is compiled or run.
     let expected_inputs = graph_inputs(&graph);
-    let files = npy::read_inputs(&expected_inputs, &a.files)?;
+    let (files, onnx_expected) = match &a.data {
+        Some(dir) => {
+            let outputs: Vec<(String, TensorType)> = graph
+                .outputs()
+                .iter()
+                .map(|&v| (graph.value(v).name.clone(), graph.value(v).ty.clone()))
+                .collect();
+            let (files, expected) = cmd_onnx::read_data_set(dir, &expected_inputs, &outputs)?;
+            (files, Some(expected))
+        }
+        None => (npy::read_inputs(&expected_inputs, &a.files)?, None),
+    };
     if a.files.outputs.is_some() {
         npy::check_output_names(
             graph
@@ -687,7 +707,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
             *all = merge_comparisons(all, c);
         }
     }
-    let pass = checks.iter().all(|(_, c)| c.pass());
+    // Against the data set's expected outputs (the last iteration's outputs: with files, every
+    // iteration has the same inputs).
+    let mut versus_onnx = Vec::new();
+    for (o, want) in r.outputs.iter().zip(onnx_expected.iter().flatten()) {
+        let c = compare(&o.tensor, want, &cmd_onnx::onnx_tolerance(want.dtype));
+        versus_onnx.push((o.name.clone(), c));
+    }
+    let pass = checks.iter().all(|(_, c)| c.pass()) && versus_onnx.iter().all(|(_, c)| c.pass());
     let total: usize = checks.iter().map(|(_, c)| c.checks).sum();
     let max_err = checks
         .iter()
@@ -732,6 +759,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     }
     for (name, c) in &checks {
         println!("output={name} {c}");
+    }
+    for (name, c) in &versus_onnx {
+        println!("output={name} versus=onnx_data {c}");
     }
     println!(
         "numericalChecks={total} maxError={max_err:.6} rmsError={rms:.6} minCosine={min_cos:.9} numericalTest={verdict}"

@@ -104,3 +104,67 @@ fn bad_models_exit_2_naming_what_is_wrong() {
         stderr(&o)
     );
 }
+
+fn data(name: &str) -> String {
+    format!(
+        "{}/../ipu-onnx/tests/data/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn run_takes_an_onnx_test_data_set_and_checks_its_expected_outputs() {
+    let art = std::env::temp_dir().join(format!("ipu-onnx-data-{}", std::process::id()));
+    let o = ipu(&[
+        "run",
+        &model("linear"),
+        "--data",
+        &data("linear"),
+        "--tiles",
+        "4",
+        "--artifacts",
+        art.to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("output=y versus=onnx_data") && l.ends_with("result=PASS")),
+        "{out}"
+    );
+    // A data set whose input has another shape is refused before anything runs.
+    let o = ipu(&[
+        "run",
+        &model("gemm_trans_b"),
+        "--data",
+        &data("linear"),
+        "--artifacts",
+        art.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("input_0.pb") && err.contains("expects"),
+        "{err}"
+    );
+    // A symbolic dimension is bound on `ipu run` as on `ipu graph print`.
+    let o = ipu(&[
+        "run",
+        &model("head_split"),
+        "--dim",
+        "batch=2",
+        "--dim",
+        "seq=4",
+        "--tiles",
+        "2",
+        "--artifacts",
+        art.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&art);
+}
