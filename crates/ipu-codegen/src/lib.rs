@@ -31,6 +31,7 @@ pub mod place;
 pub mod plan;
 pub mod program;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;
 
@@ -194,6 +195,9 @@ pub struct BuildReport {
     pub amp_mode: Option<ipu_target::AmpMode>,
     /// Device operations.
     pub device_operations: usize,
+    /// Operations re-planned after placement found their memory short, with the per-tile
+    /// budget they were given, in order.
+    pub replans: Vec<(String, u64)>,
     /// The tile program's summary (one line per step; `TileProgram`'s `Display` is the whole
     /// text form).
     pub program_text: String,
@@ -231,6 +235,40 @@ fn phase<T>(
     r
 }
 
+/// Placement failures after which the build re-plans the operation at fault with a tighter
+/// memory budget, at most: each costs a planning and lowering of the whole graph.
+pub const PLACEMENT_REPLANS_MAX: usize = 4;
+
+/// The budget to re-plan with after placement refused `e`: the user operation at fault and
+/// its planned peak per tile less the bytes that did not fit and an eighth for the
+/// fragmentation of what else is live. None when the error is not an operation's buffer.
+fn replan_budget(plan: &plan::OperatorPlan, e: &CodegenError) -> Option<(String, u64)> {
+    let CodegenError::DoesNotFit {
+        op: Some(op),
+        need_bytes,
+        available_bytes,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let names: Vec<&str> = plan
+        .ops
+        .iter()
+        .filter(|d| &d.origin == op)
+        .map(|d| d.name.as_str())
+        .collect();
+    let peak = plan
+        .finalists
+        .iter()
+        .filter(|f| names.contains(&f.op.as_str()))
+        .map(|f| f.peak_tile_bytes)
+        .max()?;
+    let short = need_bytes.saturating_sub(*available_bytes);
+    let budget = peak.saturating_sub(short + peak / 8);
+    (budget > 0).then(|| (op.clone(), budget))
+}
+
 /// Compiles `graph` into a package: the phases in order, each a function of the previous
 /// phases' results, timed and logged by [`phase`].
 pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenError> {
@@ -248,41 +286,67 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         tiles_used: options.tiles,
         ..Default::default()
     };
-    let plan = phase(&mut report, "lower_mid", || {
-        // Fused operations (flash attention) are planned and lowered as one operation whose
-        // blocks are its sub-operations (`ops::flash`).
-        let p = plan::plan(graph, &target, options.tiles)?;
-        plan::check(&p)?;
-        Ok(p)
-    })?;
-    phase(&mut report, "select_finalist", || {
-        plan::log_finalists(&plan);
-        Ok(())
-    })?;
+    // Planning to placement, again with a tighter budget for an operation whose planned
+    // memory did not fit beside what else is live (a bounded, logged fallback).
+    let mut budgets: BTreeMap<String, u64> = BTreeMap::new();
+    let mut attempt = 0;
+    let (plan, lowered, kernels, step_index, sized, placement) = loop {
+        let plan = phase(&mut report, "lower_mid", || {
+            // Fused operations (flash attention) are planned and lowered as one operation
+            // whose blocks are its sub-operations (`ops::flash`).
+            let p = plan::plan_with_budgets(graph, &target, options.tiles, &budgets)?;
+            plan::check(&p)?;
+            Ok(p)
+        })?;
+        phase(&mut report, "select_finalist", || {
+            plan::log_finalists(&plan);
+            Ok(())
+        })?;
+        let lowered = phase(&mut report, "lower_program", || lower::lower(&plan))?;
+        lower::log_lowered(&lowered);
+        let program = &lowered.program;
+        let used = phase(&mut report, "plan_kernels", || {
+            Ok(emit::plan_kernels(program))
+        })?;
+        let kernels = phase(&mut report, "compile_kernels", || {
+            emit::compile_kernels(&used)
+        })?;
+        phase(&mut report, "link_runtime", || {
+            emit::check_kernels_fit(&kernels, &target)
+        })?;
+        let step_index = emit::index(program);
+        let sized = phase(&mut report, "size_tile_code", || {
+            emit::size_tile_code(program, &step_index, &kernels, &target)
+        })?;
+        match phase(&mut report, "place_storage", || {
+            place::place(program, &target, &emit::support_areas(&sized))
+        }) {
+            Ok(placement) => break (plan, lowered, kernels, step_index, sized, placement),
+            Err(e) => {
+                let Some((op, budget)) =
+                    replan_budget(&plan, &e).filter(|_| attempt < PLACEMENT_REPLANS_MAX)
+                else {
+                    return Err(e);
+                };
+                tracing::warn!(
+                    operation = %op,
+                    budget_bytes = budget,
+                    attempt,
+                    reason = %e,
+                    "re-planning an operation whose memory did not fit at placement"
+                );
+                report.replans.push((op.clone(), budget));
+                budgets.insert(op, budget);
+                attempt += 1;
+            }
+        }
+    };
     report.estimated_cycles = plan.estimated_cycles;
     report.estimated_exchange_cycles = plan.estimated_exchange_cycles;
     report.device_operations = plan.ops.len();
     (report.macs, report.amp_mode) = cost::count_macs(&plan);
-    let lowered = phase(&mut report, "lower_program", || lower::lower(&plan))?;
-    lower::log_lowered(&lowered);
     let program = &lowered.program;
     report.program_text = program.summary();
-    let used = phase(&mut report, "plan_kernels", || {
-        Ok(emit::plan_kernels(program))
-    })?;
-    let kernels = phase(&mut report, "compile_kernels", || {
-        emit::compile_kernels(&used)
-    })?;
-    phase(&mut report, "link_runtime", || {
-        emit::check_kernels_fit(&kernels, &target)
-    })?;
-    let step_index = emit::index(program);
-    let sized = phase(&mut report, "size_tile_code", || {
-        emit::size_tile_code(program, &step_index, &kernels, &target)
-    })?;
-    let placement = phase(&mut report, "place_storage", || {
-        place::place(program, &target, &emit::support_areas(&sized))
-    })?;
     report.peak_standard_bytes = placement
         .peak_standard_bytes
         .values()

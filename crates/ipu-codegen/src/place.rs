@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use ipu_target::Target;
 
-use crate::CodegenError;
 use crate::program::{BufferId, Region, TileProgram};
+use crate::{CodegenError, MemoryRegion};
 
 /// Alignment of every buffer (the strictest access, a 128-bit weight load, needs 16).
 pub const BUFFER_ALIGN: u32 = 16;
@@ -100,7 +100,6 @@ pub fn place(
             None => by_tile.entry(b.tile).or_default().push(BufferId(i as u32)),
         }
     }
-    // Placement groups first: one address free on every member's tile.
     let mut preplaced: BTreeMap<u32, Vec<Placed>> = BTreeMap::new();
     let floor = |tile: u32| {
         support
@@ -109,6 +108,38 @@ pub fn place(
             .div_ceil(BUFFER_ALIGN)
             * BUFFER_ALIGN
     };
+    // Resident buffers (constants, live over every step) before anything else, packed from the
+    // bottom of each tile's data memory: they conflict with every other buffer, so anywhere
+    // else they would split the free space of every step.
+    for (&tile, ids) in by_tile.iter_mut() {
+        let mut at = floor(tile);
+        let mut rest = Vec::with_capacity(ids.len());
+        for &id in ids.iter() {
+            let b = &program.buffers[id.0 as usize];
+            if !b.resident || b.region != Region::Any {
+                rest.push(id);
+                continue;
+            }
+            if at as u64 + b.bytes as u64 > target.memory_end as u64 {
+                return Err(CodegenError::DoesNotFit {
+                    op: Some(b.op.clone()),
+                    tile: Some(tile),
+                    region: MemoryRegion::Any,
+                    need_bytes: b.bytes as u64,
+                    available_bytes: (target.memory_end - at) as u64,
+                    detail: format!("the constants resident on the tile, up to {}", b.name),
+                });
+            }
+            addresses[id.0 as usize] = at;
+            preplaced
+                .entry(tile)
+                .or_default()
+                .push((at, b.bytes, (b.first, b.last)));
+            at = align(at + b.bytes, BUFFER_ALIGN);
+        }
+        *ids = rest;
+    }
+    // Placement groups next: one address free on every member's tile.
     for members in groups.values() {
         let b = &program.buffers[members[0]];
         let live = (b.first, b.last);

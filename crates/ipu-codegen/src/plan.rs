@@ -11,6 +11,8 @@
 //!   fixed exchange overhead and a sync;
 //! - memory is the sum of a tile's staging, output and ping-pong buffers per block.
 
+use std::collections::BTreeMap;
+
 use ipu_graph::{DType, Graph, OpKind, ValueId};
 use ipu_target::{
     AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target,
@@ -272,10 +274,29 @@ pub(crate) struct Planner<'a> {
     pub(crate) of_graph: std::collections::HashMap<ValueId, DevValueId>,
     /// The user's value or operation being planned (`%name`).
     pub(crate) origin: String,
+    /// Per graph value, the index of the last graph operation that reads it (`usize::MAX`
+    /// for graph outputs and constants, which stay live to the end).
+    pub(crate) last_use: std::collections::HashMap<ValueId, usize>,
+    /// The index of the graph operation being planned.
+    pub(crate) op_index: usize,
+    /// Per-tile memory budgets of some user operations (see [`plan_with_budgets`]).
+    pub(crate) budgets: BTreeMap<String, u64>,
 }
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
 pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, CodegenError> {
+    plan_with_budgets(graph, target, tiles, &BTreeMap::new())
+}
+
+/// [`plan`] with a per-tile memory budget for some user operations (`%name`): their mappings
+/// may use at most that many bytes per tile. The build sets budgets when placement finds that
+/// an operation's planned memory does not fit beside everything else live at the time.
+pub fn plan_with_budgets(
+    graph: &Graph,
+    target: &Target,
+    tiles: u32,
+    budgets: &BTreeMap<String, u64>,
+) -> Result<OperatorPlan, CodegenError> {
     if tiles == 0 || tiles > target.tiles {
         return Err(CodegenError::Options {
             message: format!(
@@ -293,6 +314,9 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
         finalists: Vec::new(),
         of_graph: Default::default(),
         origin: String::new(),
+        last_use: last_uses(graph),
+        op_index: 0,
+        budgets: budgets.clone(),
     };
     let mut inputs = Vec::new();
     for &v in graph.inputs() {
@@ -325,8 +349,9 @@ pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, 
         );
         constants.push((id, c.data.clone()));
     }
-    for op in graph.operations() {
+    for (i, op) in graph.operations().iter().enumerate() {
         p.origin = format!("%{}", op.name);
+        p.op_index = i;
         p.plan_op(op)?;
     }
     let outputs = graph
@@ -390,7 +415,49 @@ pub fn check(plan: &OperatorPlan) -> Result<(), CodegenError> {
     Ok(())
 }
 
+/// Per graph value, the index of the last operation that reads it; graph outputs and constants
+/// stay live to the end.
+fn last_uses(graph: &Graph) -> std::collections::HashMap<ValueId, usize> {
+    let mut last = std::collections::HashMap::new();
+    for (i, op) in graph.operations().iter().enumerate() {
+        for &v in &op.inputs {
+            last.insert(v, i);
+        }
+    }
+    for &v in graph.outputs() {
+        last.insert(v, usize::MAX);
+    }
+    for c in graph.constants() {
+        last.insert(c.value, usize::MAX);
+    }
+    last
+}
+
 impl Planner<'_> {
+    /// Bytes the busiest tile holds for other values while the current graph operation runs:
+    /// every planned graph value that a later operation still reads (constants and outputs
+    /// included), at its largest share of one tile. The operation's own operands count only
+    /// when read again later (a lone operation's homes are within the support reserve's
+    /// slack). A conservative bound: the largest shares need not be on one tile.
+    /// The budget of the operation being planned, if placement asked for one.
+    pub(crate) fn budget(&self) -> Option<u64> {
+        self.budgets.get(&self.origin).copied()
+    }
+
+    pub(crate) fn other_live_bytes(&self) -> u64 {
+        self.values
+            .iter()
+            .filter_map(|v| {
+                let g = v.graph?;
+                let last = *self.last_use.get(&g)?;
+                (last > self.op_index).then(|| {
+                    let bytes = v.layout.most_elements_on_a_tile() * v.dtype.bytes();
+                    (bytes as u64).div_ceil(8) * 8
+                })
+            })
+            .sum()
+    }
+
     pub(crate) fn add_value(
         &mut self,
         name: String,

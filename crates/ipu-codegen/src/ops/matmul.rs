@@ -98,6 +98,9 @@ impl Planner<'_> {
         // interleaved memory, bytes per tile, pm, pn).
         let mut closest: Option<(u64, u64, u64, usize, usize)> = None;
         let tiles = self.tiles as usize;
+        // What other live values hold on the busiest tile meanwhile.
+        let other_live = self.other_live_bytes();
+        let budget = self.budget();
         'outer: for pm in 1..=m.min(tiles) {
             for pn in 1..=groups.min(tiles) {
                 examined += 1;
@@ -114,6 +117,7 @@ impl Planner<'_> {
                 // Serial k chunks when memory demands: the fewest that fit (each chunk adds an
                 // exchange phase and a sync, and stages only its share of the operands).
                 let fits = |chunks: u64| {
+                    let other = other_live;
                     let share = (kb as u64).div_ceil(chunks);
                     let (a, b) = (a_bytes / kb as u64 * share, b_bytes / kb as u64 * share);
                     let mem = per_tile * (a + b + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64);
@@ -124,8 +128,9 @@ impl Planner<'_> {
                     } else {
                         mem
                     };
-                    let over_total = (need + SUPPORT_RESERVE_BYTES)
-                        .saturating_sub(self.target.memory_bytes() as u64);
+                    let over_total = (need + SUPPORT_RESERVE_BYTES + other)
+                        .saturating_sub(self.target.memory_bytes() as u64)
+                        .max(need.saturating_sub(budget.unwrap_or(u64::MAX)));
                     let over_interleaved =
                         (per_tile * b).saturating_sub(self.target.interleaved_bytes() as u64);
                     (mem, over_total, over_interleaved)
@@ -161,7 +166,8 @@ impl Planner<'_> {
         }
         if candidates.is_empty() {
             // Report the split that comes closest to fitting, and by how much it misses.
-            let available = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
+            let available = (self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES)
+                .saturating_sub(other_live);
             let interleaved = self.target.interleaved_bytes() as u64;
             return Err(match closest {
                 Some((over_total, over_interleaved, mem, pm, pn))
@@ -176,7 +182,8 @@ impl Planner<'_> {
                         detail: format!(
                             "its matmul has no tile mapping that fits on {tiles} tiles; the closest \
                              split (rows/{pm} x column-groups/{pn}) is counted, with \
-                             {SUPPORT_RESERVE_BYTES} bytes reserved per tile"
+                             {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} \
+                             held by other live values"
                         ),
                     }
                 }

@@ -264,7 +264,10 @@ impl Planner<'_> {
             0
         };
         let bytes = most * eb + scratch + staged;
-        let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
+        let other_live = self.other_live_bytes();
+        let avail = (self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES)
+            .saturating_sub(other_live)
+            .min(self.budget().unwrap_or(u64::MAX));
         if bytes > avail {
             return Err(CodegenError::DoesNotFit {
                 op: Some(self.origin.clone()),
@@ -274,7 +277,8 @@ impl Planner<'_> {
                 available_bytes: avail,
                 detail: format!(
                     "the busiest tile's output rows and staged operands of a {} step, with \
-                     {SUPPORT_RESERVE_BYTES} bytes reserved per tile",
+                     {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} held by \
+                     other live values",
                     kind.step_name()
                 ),
             });
