@@ -38,14 +38,6 @@ fn ld_pair(c: &mut Code, ty: Elem, ptr: MReg, raw: u8) {
     }
 }
 
-/// Slots of [`ld_pair`].
-fn ld_pair_slots(ty: Elem) -> u32 {
-    match ty {
-        Elem::F32 => 1,
-        Elem::F16 => 2,
-    }
-}
-
 /// Stores the f32v2 in pair `src` at `ptr` (advancing it) in the element type.
 fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     match ty {
@@ -59,8 +51,9 @@ fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     }
 }
 
-/// Slots of [`st_pair`].
-fn st_pair_slots(ty: Elem) -> u32 {
+/// Slots of [`ld_pair`] and of [`st_pair`], the same: one 64-bit move for f32, a 32-bit move
+/// and a conversion for f16.
+fn pair_slots(ty: Elem) -> u32 {
     match ty {
         Elem::F32 => 1,
         Elem::F16 => 2,
@@ -194,8 +187,7 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     let (inp, out, rows, stride, out_stride, words) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     c.bind(row);
     let (p, q) = (m(8), m(9));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
@@ -244,8 +236,7 @@ pub fn row_reduce(c: &mut Code, ty: Elem, max: bool) {
     let (inp, out, rows, stride, cols) = (m(1), m(2), m(3), m(4), m(5));
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (pairs, odd, init, zero, p) = (m(6), m(7), m(10), m(11), m(8));
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
     c.op(alu_imm(AluOp::And, odd, cols, 1));
@@ -283,7 +274,7 @@ fn emit_scalar_row(c: &mut Code, ty: Elem, out: MReg, zero: MReg) {
 
 /// Issue slots of a row reduction over `rows` rows of `cols` columns.
 pub fn row_reduce_slots(ty: Elem, rows: u32, cols: u32) -> u32 {
-    let l = ld_pair_slots(ty);
+    let l = pair_slots(ty);
     // Per row: pointer, initial value, `rpt`, the odd branch, the scalar row's stores, the
     // stride and the loop branch.
     let store = match ty {
@@ -301,8 +292,7 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     let (x, y, out, rows, stride, cols, ystride) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (pairs, odd, zero, p, q, row_end, tmp) = (m(12), m(13), m(11), m(8), m(9), m(10), m(14));
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
     c.op(alu_imm(AluOp::And, odd, cols, 1));
@@ -383,7 +373,7 @@ pub fn row_scalar_slots(
     if rows == 0 {
         return RowScalarState::WORDS as u32 + 2;
     }
-    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
     let divide_by_y = op == BinOp::Div && !reversed;
     // The operation on a pair: `rcp` (two slots) and a multiply for `y / x`.
     let f = if op == BinOp::Div && reversed { 3 } else { 1 };
@@ -408,8 +398,7 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
         (m(1), m(2), m(3), m(4), m(5), m(6), m(7), m(8));
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (len, pairs, odd, p, zero) = (m(9), m(10), m(11), m(14), m(13));
     c.op(setzi(zero, 0));
     c.bind(row);
@@ -469,7 +458,7 @@ pub fn softmax_slots(
     if rows == 0 {
         return SoftmaxState::WORDS as u32 + 2;
     }
-    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
     let row = |len: u32| {
         let (pairs, odd) = (len / 2, len % 2);
         // The length, pass 1 (maximum; `exp` costs two slots), pass 2 (sum), the loop.
@@ -503,8 +492,7 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     let out_stride = m(8);
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (pairs, odd, p, q, zero, row_end, tmp) = (m(9), m(10), m(11), m(12), m(13), m(14), m(15));
     let s = FType::F32;
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
@@ -560,7 +548,7 @@ pub fn layer_norm_slots(ty: Elem, stats: bool, rows: u32, cols: u32, out_stride_
     if rows == 0 {
         return LayerNormState::WORDS as u32 + 2;
     }
-    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
     let (pairs, odd) = (cols / 2, cols % 2);
     // `n` and its `rcp`, pass 1 (sum, mean), pass 2 (variance, `sqrt(var + epsilon)`), the loop.
     let passes = 3
@@ -652,6 +640,6 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
 /// Issue slots of [`row_apply`] over `full` full pairs, `odd` (0 or 1) pairs with one valid
 /// lane and `zero_words` words.
 pub fn row_apply_slots(ty: Elem, softmax: bool, full: u32, odd: u32, zero_words: u32) -> u32 {
-    let per = ld_pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + st_pair_slots(ty);
+    let per = pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + pair_slots(ty);
     18 + (full + odd) * per + odd + zero_words
 }
