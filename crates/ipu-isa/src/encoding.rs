@@ -584,6 +584,19 @@ fn field(word: u32, shift: u32) -> u8 {
     ((word >> shift) & 0xF) as u8
 }
 
+/// The operation that the sub-field (the low four bits) of `word` selects from `all`; `what`
+/// names the field when it selects none.
+fn sub_op<T: Copy>(word: u32, all: &[T], what: &'static str) -> Result<T, DecodeError> {
+    let sub = word & 0xF;
+    all.get(sub as usize)
+        .copied()
+        .ok_or(DecodeError::Undefined {
+            word,
+            field: what,
+            value: sub,
+        })
+}
+
 /// Decodes one word. A word with the bundle flag decodes as its own (main-pipeline)
 /// instruction; use [`decode_slot`] to decode the pair.
 pub fn decode(word: u32) -> Result<Instr, DecodeError> {
@@ -677,6 +690,14 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
     let imm16 = (word & 0xFFFF) as u16;
     let imm20 = word & 0xF_FFFF;
     let undefined = |field: &'static str, value: u32| DecodeError::Undefined { word, field, value };
+    // The type of an instruction with an f32v2 and an f16v4 opcode, from the f32v2 one.
+    let pair_type = |f32v2_code: u32| {
+        if code == f32v2_code {
+            FType::F32v2
+        } else {
+            FType::F16v4
+        }
+    };
     let instr = match code {
         NOP => Nop,
         ALU => Alu {
@@ -803,27 +824,19 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
         },
         0x50..=0x53 => FBin {
             ty: FType::ALL[(code & 3) as usize],
-            op: *FBinOp::ALL
-                .get(sub as usize)
-                .ok_or_else(|| undefined("float operation", sub))?,
+            op: sub_op(word, &FBinOp::ALL, "float operation")?,
             d: r1,
             a: r2,
             b: r3,
         },
         0x54..=0x57 => FUn {
             ty: FType::ALL[(code & 3) as usize],
-            op: *FUnOp::ALL
-                .get(sub as usize)
-                .ok_or_else(|| undefined("float unary operation", sub))?,
+            op: sub_op(word, &FUnOp::ALL, "float unary operation")?,
             d: r1,
             a: r2,
         },
         FREDUCE_F32V2 | FREDUCE_F16V4 => FReduce {
-            ty: if code == FREDUCE_F32V2 {
-                FType::F32v2
-            } else {
-                FType::F16v4
-            },
+            ty: pair_type(FREDUCE_F32V2),
             op: match sub {
                 0 => RedOp::Sum,
                 1 => RedOp::Max,
@@ -833,18 +846,12 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
             a: APair(r2),
         },
         CONV => Conv {
-            op: *ConvOp::ALL
-                .get(sub as usize)
-                .ok_or_else(|| undefined("conversion", sub))?,
+            op: sub_op(word, &ConvOp::ALL, "conversion")?,
             d: r1,
             a: r2,
         },
         BCAST_F32V2 | BCAST_F16V4 => Bcast {
-            ty: if code == BCAST_F32V2 {
-                FType::F32v2
-            } else {
-                FType::F16v4
-            },
+            ty: pair_type(BCAST_F32V2),
             d: APair(r1),
             a: AReg(r2),
         },
