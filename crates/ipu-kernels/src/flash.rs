@@ -69,13 +69,6 @@ fn ld4_st4_slots(ty: Elem) -> u32 {
     }
 }
 
-fn vtype(ty: Elem) -> FType {
-    match ty {
-        Elem::F32 => FType::F32v2,
-        Elem::F16 => FType::F16v4,
-    }
-}
-
 /// Scores to probabilities, per row: `m = max_k(s_k) * scale`, `p_k = exp(s_k * scale - m)`
 /// stored as `a_ty` in the `P` layout, `l = sum_k p_k` (in f32, two lanes then added);
 /// `m` and `l` are stored at the row's statistics. Keys are visited in super-groups of
@@ -138,7 +131,7 @@ pub fn flash_softmax(
         c.op(alu(AluOp::Add, ps1, s, stride));
     }
     c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
-    let v = vtype(s_ty);
+    let v = s_ty.vector_type();
     let pass1 = c.label();
     c.bind(pass1);
     for g in 0..s_groups {

@@ -315,28 +315,21 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     let body = |c: &mut Code| {
         ld_pair(c, ty, p, 2);
         // Result in $a4:5.
-        match (op, reversed) {
+        match (op.float_op(), reversed) {
             // Division is `a * (1 / b)` in f32, as the graph's `div` is defined in device
             // precision (the reference's rule; the same as the elementwise kernel).
-            (BinOp::Div, false) => {
+            (None, false) => {
                 c.op(fbin(v, FBinOp::Mul, 4, 0, 6));
             }
-            (BinOp::Div, true) => {
+            (None, true) => {
                 c.op(fun(v, FUnOp::Rcp, 6, 0));
                 c.op(fbin(v, FBinOp::Mul, 4, 10, 6));
             }
-            _ => {
-                let f = match op {
-                    BinOp::Add => FBinOp::Add,
-                    BinOp::Sub => FBinOp::Sub,
-                    BinOp::Mul => FBinOp::Mul,
-                    _ => FBinOp::Max,
-                };
-                if reversed {
-                    c.op(fbin(v, f, 4, 10, 0));
-                } else {
-                    c.op(fbin(v, f, 4, 0, 10));
-                }
+            (Some(f), true) => {
+                c.op(fbin(v, f, 4, 10, 0));
+            }
+            (Some(f), false) => {
+                c.op(fbin(v, f, 4, 0, 10));
             }
         }
     };
