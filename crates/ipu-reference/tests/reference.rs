@@ -39,6 +39,11 @@ fn run(kind: OpKind, inputs: &[Tensor], precision: Precision) -> Tensor {
     evaluate(&g, inputs, precision, 1).unwrap().remove(0)
 }
 
+/// A matrix product with `partials` accumulation and `out` results.
+fn matmul(partials: DType, out: DType) -> OpKind {
+    OpKind::MatMul { partials, out }
+}
+
 /// Runs in both precisions and checks both give `expected` (exactly representable cases).
 fn both(kind: OpKind, inputs: &[Tensor], expected: &[f32]) {
     for p in [Precision::Exact, Precision::Device] {
@@ -52,32 +57,19 @@ fn matmul_small_cases() {
     let a = tensor(F32, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
     let b = tensor(F32, &[3, 2], &[7., 8., 9., 10., 11., 12.]);
     both(
-        OpKind::MatMul {
-            partials: F32,
-            out: F32,
-        },
+        matmul(F32, F32),
         &[a.clone(), b.clone()],
         &[58., 64., 139., 154.],
     );
     // batch broadcast: [2,1,2] x [2,1] -> [2,1,1]
     let a = tensor(F16, &[2, 1, 2], &[1., 2., 3., 4.]);
     let b = tensor(F16, &[2, 1], &[0.5, 0.25]);
-    both(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a, b],
-        &[1.0, 2.5],
-    );
+    both(matmul(F16, F16), &[a, b], &[1.0, 2.5]);
     // [2,2,1] x [1,1,2] (batch 1 broadcast on the right operand)
     let a = tensor(F32, &[2, 2, 1], &[1., 2., 3., 4.]);
     let b = tensor(F32, &[1, 1, 2], &[10., 100.]);
     both(
-        OpKind::MatMul {
-            partials: F32,
-            out: F32,
-        },
+        matmul(F32, F32),
         &[a, b],
         &[10., 100., 20., 200., 30., 300., 40., 400.],
     );
@@ -338,40 +330,16 @@ fn f16_partials_round_after_every_block_of_16() {
         .map(|i| if i < 16 { 128.0 } else { 0.0625 })
         .collect();
     let b = tensor(F16, &[k, 1], &b);
-    let r16 = run(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a.clone(), b.clone()],
-        Precision::Device,
-    );
-    let r32 = run(
-        OpKind::MatMul {
-            partials: F32,
-            out: F16,
-        },
-        &[a.clone(), b.clone()],
-        Precision::Device,
-    );
-    let ex = run(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a, b],
-        Precision::Exact,
-    );
+    let r16 = run(matmul(F16, F16), &[a.clone(), b.clone()], Precision::Device);
+    let r32 = run(matmul(F32, F16), &[a.clone(), b.clone()], Precision::Device);
+    let ex = run(matmul(F16, F16), &[a, b], Precision::Exact);
     assert_eq!(r16.data, [2048.0]);
     assert_eq!(r32.data, [2050.0]);
     assert_eq!(ex.data, [2050.0]);
 
     // Random operands: bit-for-bit the scalar model, at several thread counts.
     let g = single(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
+        matmul(F16, F16),
         &[t(F16, &[3, 5, 100]), t(F16, &[100, 37])],
     );
     let inputs = make_inputs(&g, 3);
@@ -399,14 +367,7 @@ fn fp8_matmul_decodes_operands_exactly() {
     let f8 = DType::F152 { scale: -1 };
     let a = tensor(f8, &[1, 2], &[0.375, -0.5]);
     let b = tensor(f8, &[2, 1], &[4.0, 1.0]);
-    both(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a, b],
-        &[1.0],
-    );
+    both(matmul(F16, F16), &[a, b], &[1.0]);
 }
 
 #[test]
