@@ -44,6 +44,16 @@ fn matmul(partials: DType, out: DType) -> OpKind {
     OpKind::MatMul { partials, out }
 }
 
+/// The built-in model `name` with the given parameters.
+#[track_caller]
+fn model(name: &str, params: &[(&str, &str)]) -> Graph {
+    let params: Vec<(String, String)> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    models::build(name, &params).unwrap()
+}
+
 /// Runs in both precisions and checks both give `expected` (exactly representable cases).
 fn both(kind: OpKind, inputs: &[Tensor], expected: &[f32]) {
     for p in [Precision::Exact, Precision::Device] {
@@ -373,29 +383,13 @@ fn fp8_matmul_decodes_operands_exactly() {
 #[test]
 fn results_do_not_depend_on_thread_count() {
     let graphs = [
-        models::build("typed-attention-small-fp8", &[("seq".into(), "48".into())]).unwrap(),
-        models::build(
+        model("typed-attention-small-fp8", &[("seq", "48")]),
+        model(
             "attention-flash",
-            &[
-                ("seq".into(), "96".into()),
-                ("block".into(), "32".into()),
-                ("causal".into(), "true".into()),
-            ],
-        )
-        .unwrap(),
-        models::build(
-            "mlp",
-            &[
-                ("dtype".into(), "f143".into()),
-                ("batch".into(), "33".into()),
-            ],
-        )
-        .unwrap(),
-        models::build(
-            "attention",
-            &[("seq".into(), "50".into()), ("dtype".into(), "f32".into())],
-        )
-        .unwrap(),
+            &[("seq", "96"), ("block", "32"), ("causal", "true")],
+        ),
+        model("mlp", &[("dtype", "f143"), ("batch", "33")]),
+        model("attention", &[("seq", "50"), ("dtype", "f32")]),
     ];
     for g in &graphs {
         let inputs = make_inputs(g, 11);
@@ -418,13 +412,9 @@ fn results_do_not_depend_on_thread_count() {
 #[test]
 fn device_versus_exact_is_consistent_with_dtypes() {
     let cases = [
-        models::build("typed-attention-small-fp8", &[]).unwrap(),
-        models::build("attention-flash", &[("seq".into(), "256".into())]).unwrap(),
-        models::build(
-            "matmul",
-            &[("dtype".into(), "f32".into()), ("k".into(), "512".into())],
-        )
-        .unwrap(),
+        model("typed-attention-small-fp8", &[]),
+        model("attention-flash", &[("seq", "256")]),
+        model("matmul", &[("dtype", "f32"), ("k", "512")]),
     ];
     for g in &cases {
         let inputs = make_inputs(g, 0);
@@ -453,15 +443,15 @@ fn device_versus_exact_is_consistent_with_dtypes() {
 
 #[test]
 fn tolerance_versus_exact_follows_the_coarsest_intermediate() {
-    let typed = models::build("typed-attention-small-fp8", &[]).unwrap();
+    let typed = model("typed-attention-small-fp8", &[]);
     let f143 = Tolerance::for_dtype(DType::F143 { scale: 0 });
     assert_eq!(tolerance_versus_exact(&typed, typed.outputs()[0]), f143);
     // an f16 output behind an FP8 cast between layers
-    let mlp = models::build("mlp", &[("dtype".into(), "f143".into())]).unwrap();
+    let mlp = model("mlp", &[("dtype", "f143")]);
     assert_eq!(mlp.value(mlp.outputs()[0]).ty.dtype, F16);
     assert_eq!(tolerance_versus_exact(&mlp, mlp.outputs()[0]), f143);
     // FP8 inputs alone do not loosen it
-    let mm = models::build("matmul", &[("dtype".into(), "f152".into())]).unwrap();
+    let mm = model("matmul", &[("dtype", "f152")]);
     assert_eq!(
         tolerance_versus_exact(&mm, mm.outputs()[0]),
         Tolerance::for_dtype(F16)
@@ -470,7 +460,7 @@ fn tolerance_versus_exact_follows_the_coarsest_intermediate() {
 
 #[test]
 fn inputs_are_deterministic_and_follow_the_distribution() {
-    let g = models::build("mlp", &[("dtype".into(), "f143".into())]).unwrap();
+    let g = model("mlp", &[("dtype", "f143")]);
     let a = make_inputs(&g, 5);
     assert_eq!(a, make_inputs(&g, 5));
     assert_ne!(a, make_inputs(&g, 6));
@@ -495,7 +485,7 @@ fn inputs_are_deterministic_and_follow_the_distribution() {
         let mean = tensor.stats().mean;
         assert!(mean.abs() < 0.05, "{mean}");
     }
-    let f = models::build("matmul", &[("dtype".into(), "f32".into())]).unwrap();
+    let f = model("matmul", &[("dtype", "f32")]);
     let x = &make_inputs(&f, 1)[0];
     let s = x.stats();
     assert!(
