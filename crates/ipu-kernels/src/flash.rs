@@ -69,6 +69,36 @@ fn ld4_st4_slots(ty: Elem) -> u32 {
     }
 }
 
+/// Points `ptrs[0]` at `base` and, when `groups` is 2, `ptrs[1]` at `base + stride` (the
+/// same row of the next group).
+fn group_pointers(c: &mut Code, ptrs: [MReg; 2], base: MReg, stride: MReg, groups: u32) {
+    c.op(alu_imm(AluOp::Add, ptrs[0], base, 0));
+    if groups == 2 {
+        c.op(alu(AluOp::Add, ptrs[1], base, stride));
+    }
+}
+
+/// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
+/// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in `$a6:7`), and
+/// `p` added lane-wise to the sum in `$a10:11`.
+fn probabilities(scaled: bool, lo: u8, hi: u8) -> Vec<Instr> {
+    let v = FType::F32v2;
+    let mut float = Vec::new();
+    if scaled {
+        float.push(fbin(v, FBinOp::Mul, lo, lo, 8));
+        float.push(fbin(v, FBinOp::Mul, hi, hi, 8));
+    }
+    float.extend([
+        fbin(v, FBinOp::Sub, lo, lo, 6),
+        fbin(v, FBinOp::Sub, hi, hi, 6),
+        fun(v, FUnOp::Exp, lo, lo),
+        fun(v, FUnOp::Exp, hi, hi),
+        fbin(v, FBinOp::Add, 10, 10, lo),
+        fbin(v, FBinOp::Add, 10, 10, hi),
+    ]);
+    float
+}
+
 /// Scores to probabilities, per row: `m = max_k(s_k) * scale`, `p_k = exp(s_k * scale - m)`
 /// stored as `a_ty` in the `P` layout, `l = sum_k p_k` (in f32, two lanes then added);
 /// `m` and `l` are stored at the row's statistics. Keys are visited in super-groups of
@@ -126,10 +156,7 @@ pub fn flash_softmax(
     li(c, tmp, neg_inf);
     c.op(mov_a(4, tmp));
     c.op(mov_a(5, tmp));
-    c.op(alu_imm(AluOp::Add, ps0, s, 0));
-    if s_groups == 2 {
-        c.op(alu(AluOp::Add, ps1, s, stride));
-    }
+    group_pointers(c, [ps0, ps1], s, stride, s_groups);
     c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
     let v = s_ty.vector_type();
     let pass1 = c.label();
@@ -175,17 +202,10 @@ pub fn flash_softmax(
     c.op(setzi(tmp, 0));
     c.op(mov_a(10, tmp));
     c.op(mov_a(11, tmp));
-    c.op(alu_imm(AluOp::Add, ps0, s, 0));
-    if s_groups == 2 {
-        c.op(alu(AluOp::Add, ps1, s, stride));
-    }
-    c.op(alu_imm(AluOp::Add, pp0, p, 0));
-    if p_groups == 2 {
-        c.op(alu(AluOp::Add, pp1, p, stride));
-    }
+    group_pointers(c, [ps0, ps1], s, stride, s_groups);
+    group_pointers(c, [pp0, pp1], p, stride, p_groups);
     c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
     let pass2 = c.label();
-    let vf = FType::F32v2;
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
     if s_ty == Elem::F32 {
@@ -216,19 +236,7 @@ pub fn flash_softmax(
         let mut odd = false;
         for u in 0..units {
             let (lo, hi) = set(u);
-            let mut float = Vec::new();
-            if scaled {
-                float.push(fbin(vf, FBinOp::Mul, lo, lo, 8));
-                float.push(fbin(vf, FBinOp::Mul, hi, hi, 8));
-            }
-            float.extend([
-                fbin(vf, FBinOp::Sub, lo, lo, 6),
-                fbin(vf, FBinOp::Sub, hi, hi, 6),
-                fun(vf, FUnOp::Exp, lo, lo),
-                fun(vf, FUnOp::Exp, hi, hi),
-                fbin(vf, FBinOp::Add, 10, 10, lo),
-                fbin(vf, FBinOp::Add, 10, 10, hi),
-            ]);
+            let mut float = probabilities(scaled, lo, hi);
             if a_ty == Elem::F16 {
                 float.push(conv(ConvOp::F32v2ToF16v2, 12, lo));
                 float.push(conv(ConvOp::F32v2ToF16v2, 13, hi));
@@ -266,16 +274,9 @@ pub fn flash_softmax(
         c.bind(pass2);
         for u in 0..lkeys / 4 {
             ld4(c, s_ty, 0, sptr(u));
-            if scaled {
-                c.op(fbin(vf, FBinOp::Mul, 0, 0, 8));
-                c.op(fbin(vf, FBinOp::Mul, 2, 2, 8));
+            for f in probabilities(scaled, 0, 2) {
+                c.op(f);
             }
-            c.op(fbin(vf, FBinOp::Sub, 0, 0, 6));
-            c.op(fbin(vf, FBinOp::Sub, 2, 2, 6));
-            c.op(fun(vf, FUnOp::Exp, 0, 0));
-            c.op(fun(vf, FUnOp::Exp, 2, 2));
-            c.op(fbin(vf, FBinOp::Add, 10, 10, 0));
-            c.op(fbin(vf, FBinOp::Add, 10, 10, 2));
             st4(c, a_ty, 0, pptr(u));
         }
     }
