@@ -1082,6 +1082,11 @@ impl Ops<'_, '_> {
         self.ctx.loc.err(col, m)
     }
 
+    /// The value of `e` in the instruction's scope.
+    fn eval(&self, e: &Expr) -> Result<i64, AsmError> {
+        eval(e, &self.ctx.scope).map_err(|(c, m)| self.err(c, m))
+    }
+
     fn count(&self, n: &[usize], form: &str) -> Result<(), AsmError> {
         if !n.contains(&self.p.operands.len()) {
             let col = self
@@ -1204,10 +1209,7 @@ impl Ops<'_, '_> {
 
     fn value(&self, i: usize) -> Result<(i64, usize), AsmError> {
         match self.op(i) {
-            Operand::Expr(e, col) => Ok((
-                eval(e, &self.ctx.scope).map_err(|(c, m)| self.err(c, m))?,
-                *col,
-            )),
+            Operand::Expr(e, col) => Ok((self.eval(e)?, *col)),
             _ => Err(self.kind_err(i, "an immediate value")),
         }
     }
@@ -1276,7 +1278,7 @@ impl Ops<'_, '_> {
                     ));
                 }
                 let base = MReg(self.check_index(*col, false, *reg)?);
-                let v = eval(inc, &self.ctx.scope).map_err(|(c, m)| self.err(c, m))?;
+                let v = self.eval(inc)?;
                 let v = i16_or_err(self, v, *col, "post-increment")?;
                 Ok((base, AddrMode::PostInc(v)))
             }
@@ -1305,7 +1307,7 @@ impl Ops<'_, '_> {
                 inc,
                 col,
             } => {
-                let v = eval(inc, &self.ctx.scope).map_err(|(c, m)| self.err(c, m))?;
+                let v = self.eval(inc)?;
                 if v != 8 {
                     return Err(self.err(
                         *col,
@@ -1586,22 +1588,27 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 }
             }
         }
-        "ld2x64pace" => {
-            o.count(&[4], "ld2x64pace $aD0:, $aD1:, $mP0+=8, $mP1+=8")?;
-            one(Ld2x64Pace {
-                d0: APair(o.a(0, 2)?),
-                d1: APair(o.a(1, 2)?),
-                p0: o.pace(2)?,
-                p1: o.pace(3)?,
-            })
-        }
-        "ldst64pace" => {
-            o.count(&[4], "ldst64pace $aD:, $aS:, $mP0+=8, $mP1+=8")?;
-            one(LdSt64Pace {
-                d: APair(o.a(0, 2)?),
-                s: APair(o.a(1, 2)?),
-                p0: o.pace(2)?,
-                p1: o.pace(3)?,
+        "ld2x64pace" | "ldst64pace" => {
+            let load2 = m == "ld2x64pace";
+            o.count(
+                &[4],
+                if load2 {
+                    "ld2x64pace $aD0:, $aD1:, $mP0+=8, $mP1+=8"
+                } else {
+                    "ldst64pace $aD:, $aS:, $mP0+=8, $mP1+=8"
+                },
+            )?;
+            let (x, y) = (APair(o.a(0, 2)?), APair(o.a(1, 2)?));
+            let (p0, p1) = (o.pace(2)?, o.pace(3)?);
+            one(if load2 {
+                Ld2x64Pace {
+                    d0: x,
+                    d1: y,
+                    p0,
+                    p1,
+                }
+            } else {
+                LdSt64Pace { d: x, s: y, p0, p1 }
             })
         }
         "ld2xst64pace" => {
@@ -1711,18 +1718,24 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
         _ => {
             if let Some((ty, suffix)) = parse_ftype(m) {
                 let n = if ty.is_pair() { 2 } else { 1 };
+                // Reductions and broadcasts exist for the pair types only.
+                let pair_only = |what: &str| {
+                    if ty.is_pair() {
+                        Ok(())
+                    } else {
+                        Err(o.err(
+                            p.col,
+                            format!("`{m}`: {what} exist for f32v2 and f16v4 only"),
+                        ))
+                    }
+                };
                 let red = match suffix {
                     "sum" => Some(RedOp::Sum),
                     "max" if p.operands.len() == 2 && ty.is_pair() => Some(RedOp::Max),
                     _ => None,
                 };
                 if let Some(op) = red {
-                    if !ty.is_pair() {
-                        return Err(o.err(
-                            p.col,
-                            format!("`{m}`: reductions exist for f32v2 and f16v4 only"),
-                        ));
-                    }
+                    pair_only("reductions")?;
                     o.count(&[2], &format!("{m} $aD, $aA:B"))?;
                     return one(FReduce {
                         ty,
@@ -1732,12 +1745,7 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                     });
                 }
                 if suffix == "bcast" {
-                    if !ty.is_pair() {
-                        return Err(o.err(
-                            p.col,
-                            format!("`{m}`: broadcasts exist for f32v2 and f16v4 only"),
-                        ));
-                    }
+                    pair_only("broadcasts")?;
                     o.count(&[2], &format!("{m} $aD:E, $aA"))?;
                     return one(Bcast {
                         ty,

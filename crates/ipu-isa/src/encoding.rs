@@ -391,23 +391,21 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         MovToM { d, a } => op(MOV_TO_M) | m("d", d)? << R1 | a1("a", a)? << R2,
         Load {
             width,
-            d,
+            d: reg,
             base,
             mode,
-        } => {
-            let (form, reg) = mem_form(width, d, false)?;
-            let (post, imm) = addr_mode(mode);
-            op(LOAD + form * 2 + post) | reg << R1 | m("base", base)? << R2 | imm
         }
-        Store {
+        | Store {
             width,
-            s,
+            s: reg,
             base,
             mode,
         } => {
-            let (form, reg) = mem_form(width, s, true)?;
+            let store = matches!(instr, Store { .. });
+            let (form, reg) = mem_form(width, reg, store)?;
             let (post, imm) = addr_mode(mode);
-            op(STORE + form * 2 + post) | reg << R1 | m("base", base)? << R2 | imm
+            let first = if store { STORE } else { LOAD };
+            op(first + form * 2 + post) | reg << R1 | m("base", base)? << R2 | imm
         }
         Ld2x64Pace { d0, d1, p0, p1 } => {
             op(LD2X64PACE)
@@ -475,16 +473,7 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
             op(FUN + ftype_index(ty)) | aty("d", d, p)? << R1 | aty("a", a, p)? << R2 | fun_index(o)
         }
         FReduce { ty, op: o, d, a } => {
-            let code = match ty {
-                FType::F32v2 => FREDUCE_F32V2,
-                FType::F16v4 => FREDUCE_F16V4,
-                _ => {
-                    return Err(EncodeError::UnsupportedType {
-                        instr: "a reduction",
-                        ty: ty.prefix(),
-                    });
-                }
-            };
+            let code = pair_code(ty, [FREDUCE_F32V2, FREDUCE_F16V4], "a reduction")?;
             let o = match o {
                 RedOp::Sum => 0,
                 RedOp::Max => 1,
@@ -498,16 +487,7 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
                 | conv_index(o)
         }
         Bcast { ty, d, a } => {
-            let code = match ty {
-                FType::F32v2 => BCAST_F32V2,
-                FType::F16v4 => BCAST_F16V4,
-                _ => {
-                    return Err(EncodeError::UnsupportedType {
-                        instr: "bcast",
-                        ty: ty.prefix(),
-                    });
-                }
-            };
+            let code = pair_code(ty, [BCAST_F32V2, BCAST_F16V4], "bcast")?;
             op(code) | a2("d", d)? << R1 | a1("a", a)? << R2
         }
         F16v2Pack { d, a, b } => {
@@ -535,6 +515,19 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         Halt => op(HALT),
         Exit => op(EXIT),
     })
+}
+
+/// The opcode of an instruction that exists for the pair types only: `codes` holds its f32v2
+/// and f16v4 opcodes; `instr` names it in the error for another type.
+fn pair_code(ty: FType, codes: [u32; 2], instr: &'static str) -> Result<u32, EncodeError> {
+    match ty {
+        FType::F32v2 => Ok(codes[0]),
+        FType::F16v4 => Ok(codes[1]),
+        _ => Err(EncodeError::UnsupportedType {
+            instr,
+            ty: ty.prefix(),
+        }),
+    }
 }
 
 fn rpt_body(body: u8) -> Result<u32, EncodeError> {
@@ -589,6 +582,19 @@ pub fn encode_bundle(b: &Bundle) -> Result<(u32, u32), EncodeError> {
 
 fn field(word: u32, shift: u32) -> u8 {
     ((word >> shift) & 0xF) as u8
+}
+
+/// The operation that the sub-field (the low four bits) of `word` selects from `all`; `what`
+/// names the field when it selects none.
+fn sub_op<T: Copy>(word: u32, all: &[T], what: &'static str) -> Result<T, DecodeError> {
+    let sub = word & 0xF;
+    all.get(sub as usize)
+        .copied()
+        .ok_or(DecodeError::Undefined {
+            word,
+            field: what,
+            value: sub,
+        })
 }
 
 /// Decodes one word. A word with the bundle flag decodes as its own (main-pipeline)
@@ -684,6 +690,14 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
     let imm16 = (word & 0xFFFF) as u16;
     let imm20 = word & 0xF_FFFF;
     let undefined = |field: &'static str, value: u32| DecodeError::Undefined { word, field, value };
+    // The type of an instruction with an f32v2 and an f16v4 opcode, from the f32v2 one.
+    let pair_type = |f32v2_code: u32| {
+        if code == f32v2_code {
+            FType::F32v2
+        } else {
+            FType::F16v4
+        }
+    };
     let instr = match code {
         NOP => Nop,
         ALU => Alu {
@@ -810,27 +824,19 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
         },
         0x50..=0x53 => FBin {
             ty: FType::ALL[(code & 3) as usize],
-            op: *FBinOp::ALL
-                .get(sub as usize)
-                .ok_or_else(|| undefined("float operation", sub))?,
+            op: sub_op(word, &FBinOp::ALL, "float operation")?,
             d: r1,
             a: r2,
             b: r3,
         },
         0x54..=0x57 => FUn {
             ty: FType::ALL[(code & 3) as usize],
-            op: *FUnOp::ALL
-                .get(sub as usize)
-                .ok_or_else(|| undefined("float unary operation", sub))?,
+            op: sub_op(word, &FUnOp::ALL, "float unary operation")?,
             d: r1,
             a: r2,
         },
         FREDUCE_F32V2 | FREDUCE_F16V4 => FReduce {
-            ty: if code == FREDUCE_F32V2 {
-                FType::F32v2
-            } else {
-                FType::F16v4
-            },
+            ty: pair_type(FREDUCE_F32V2),
             op: match sub {
                 0 => RedOp::Sum,
                 1 => RedOp::Max,
@@ -840,19 +846,12 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
             a: APair(r2),
         },
         CONV => Conv {
-            op: *ConvOp::ALL
-                .get(sub as usize)
-                .ok_or_else(|| undefined("conversion", sub))?,
+            op: sub_op(word, &ConvOp::ALL, "conversion")?,
             d: r1,
             a: r2,
         },
-        BCAST_F32V2 => Bcast {
-            ty: FType::F32v2,
-            d: APair(r1),
-            a: AReg(r2),
-        },
-        BCAST_F16V4 => Bcast {
-            ty: FType::F16v4,
+        BCAST_F32V2 | BCAST_F16V4 => Bcast {
+            ty: pair_type(BCAST_F32V2),
             d: APair(r1),
             a: AReg(r2),
         },

@@ -136,8 +136,32 @@ impl std::fmt::Display for TableError {
     }
 }
 
+/// Checks that `bytes` starts with a whole header of `header_bytes` bytes whose first word is
+/// `magic`.
+fn check_header(bytes: &[u8], header_bytes: u32, magic: u32) -> Result<(), TableError> {
+    need(header_bytes as usize, bytes.len())?;
+    let found = word(bytes, 0);
+    if found != magic {
+        return Err(TableError::BadMagic { found });
+    }
+    Ok(())
+}
+
+/// `Truncated` unless `needed` bytes are `available`.
+fn need(needed: usize, available: usize) -> Result<(), TableError> {
+    if needed > available {
+        return Err(TableError::Truncated { needed, available });
+    }
+    Ok(())
+}
+
 fn word(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The little-endian 16-bit value at byte `at`.
+fn halfword(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
 }
 
 impl ExchangeTable {
@@ -184,16 +208,7 @@ impl ExchangeTable {
 
     /// Reads the number of bytes a table at the start of `bytes` occupies, from its header.
     pub fn byte_len_from_header(bytes: &[u8]) -> Result<usize, TableError> {
-        if bytes.len() < EXCHANGE_HEADER_BYTES as usize {
-            return Err(TableError::Truncated {
-                needed: EXCHANGE_HEADER_BYTES as usize,
-                available: bytes.len(),
-            });
-        }
-        let magic = word(bytes, 0);
-        if magic != EXCHANGE_TABLE_MAGIC {
-            return Err(TableError::BadMagic { found: magic });
-        }
+        check_header(bytes, EXCHANGE_HEADER_BYTES, EXCHANGE_TABLE_MAGIC)?;
         let rows = word(bytes, 4) as u64;
         let len = word(bytes, 12) as u64;
         let least = EXCHANGE_HEADER_BYTES as u64 + EXCHANGE_ROW_BYTES as u64 * rows;
@@ -210,38 +225,23 @@ impl ExchangeTable {
     /// Parses a table from the start of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<ExchangeTable, TableError> {
         let len = Self::byte_len_from_header(bytes)?;
-        if bytes.len() < len {
-            return Err(TableError::Truncated {
-                needed: len,
-                available: bytes.len(),
-            });
-        }
+        need(len, bytes.len())?;
         let mut rows = Vec::with_capacity(word(bytes, 4) as usize);
         let mut at = EXCHANGE_HEADER_BYTES as usize;
         for _ in 0..word(bytes, 4) as usize {
-            if at + EXCHANGE_ROW_BYTES as usize > len {
-                return Err(TableError::Truncated {
-                    needed: at + EXCHANGE_ROW_BYTES as usize,
-                    available: len,
-                });
-            }
-            let count = u16::from_le_bytes([bytes[at + 18], bytes[at + 19]]);
+            need(at + EXCHANGE_ROW_BYTES as usize, len)?;
+            let count = halfword(bytes, at + 18);
             let mut r = ExchangeRow::single(
                 word(bytes, at),
                 word(bytes, at + 4),
                 word(bytes, at + 8),
                 word(bytes, at + 12),
-                u16::from_le_bytes([bytes[at + 16], bytes[at + 17]]),
+                halfword(bytes, at + 16),
                 count & !EXCHANGE_REPEAT_FLAG,
             );
             at += EXCHANGE_ROW_BYTES as usize;
             if count & EXCHANGE_REPEAT_FLAG != 0 {
-                if at + EXCHANGE_REPEAT_BYTES as usize > len {
-                    return Err(TableError::Truncated {
-                        needed: at + EXCHANGE_REPEAT_BYTES as usize,
-                        available: len,
-                    });
-                }
+                need(at + EXCHANGE_REPEAT_BYTES as usize, len)?;
                 r.repeat = word(bytes, at);
                 r.src_stride = word(bytes, at + 4);
                 r.dst_stride = word(bytes, at + 8);
@@ -326,16 +326,7 @@ impl HostTable {
 
     /// Reads the number of bytes a table at the start of `bytes` occupies, from its header.
     pub fn byte_len_from_header(bytes: &[u8]) -> Result<usize, TableError> {
-        if bytes.len() < HOST_HEADER_BYTES as usize {
-            return Err(TableError::Truncated {
-                needed: HOST_HEADER_BYTES as usize,
-                available: bytes.len(),
-            });
-        }
-        let magic = word(bytes, 0);
-        if magic != HOST_TABLE_MAGIC {
-            return Err(TableError::BadMagic { found: magic });
-        }
+        check_header(bytes, HOST_HEADER_BYTES, HOST_TABLE_MAGIC)?;
         Ok(HOST_HEADER_BYTES as usize + HOST_ROW_BYTES as usize * word(bytes, 4) as usize)
     }
 
@@ -343,16 +334,11 @@ impl HostTable {
     /// `BadMagic` of the row's direction word.
     pub fn from_bytes(bytes: &[u8]) -> Result<HostTable, TableError> {
         let len = Self::byte_len_from_header(bytes)?;
-        if bytes.len() < len {
-            return Err(TableError::Truncated {
-                needed: len,
-                available: bytes.len(),
-            });
-        }
+        need(len, bytes.len())?;
         let mut rows = Vec::new();
         for i in 0..word(bytes, 4) as usize {
             let at = HOST_HEADER_BYTES as usize + i * HOST_ROW_BYTES as usize;
-            let dir = u16::from_le_bytes([bytes[at + 2], bytes[at + 3]]);
+            let dir = halfword(bytes, at + 2);
             let direction = match dir {
                 0 => HostDirection::ToDevice,
                 1 => HostDirection::ToHost,
@@ -363,7 +349,7 @@ impl HostTable {
                 }
             };
             rows.push(HostRow {
-                page: u16::from_le_bytes([bytes[at], bytes[at + 1]]),
+                page: halfword(bytes, at),
                 direction,
                 page_offset: word(bytes, at + 4),
                 tile_addr: word(bytes, at + 8),

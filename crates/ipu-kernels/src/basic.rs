@@ -123,28 +123,14 @@ pub fn amp_all_slots(rows: u32, partials: bool) -> u32 {
     amp_slots(rows, partials) + AMP_ALL_PROLOGUE_SLOTS - if partials { 0 } else { 2 }
 }
 
-fn ftype(ty: Elem) -> FType {
-    match ty {
-        Elem::F32 => FType::F32v2,
-        Elem::F16 => FType::F16v4,
-    }
-}
-
 pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
     load_state(c, BinaryState::WORDS); // m1 a, m2 b, m3 out, m4 vectors
     let end = c.label();
     c.branch(Instr::Brz { a: m(4), target: 0 }, end);
-    let fop = match op {
-        BinOp::Add => Some(FBinOp::Add),
-        BinOp::Sub => Some(FBinOp::Sub),
-        BinOp::Mul => Some(FBinOp::Mul),
-        BinOp::Max => Some(FBinOp::Max),
-        BinOp::Div => None,
-    };
-    match fop {
+    match op.float_op() {
         Some(fop) => {
             // Software-pipelined: one slot per vector.
-            let t = ftype(ty);
+            let t = ty.vector_type();
             c.op(Instr::Ld2x64Pace {
                 d0: ap(0),
                 d1: ap(2),

@@ -427,6 +427,22 @@ pub fn load_state(c: &mut Code, n: u8) {
         c.op(ld32m(m(i + 1), m(0), 4 * i as i16));
     }
 }
+/// Branches to `end` if any of `counts` is zero, then decrements each, so that a loop closed
+/// by `brnzdec` on a count runs that many times.
+pub fn loop_counts(c: &mut Code, counts: &[MReg], end: Label) {
+    for &count in counts {
+        c.branch(
+            Instr::Brz {
+                a: count,
+                target: 0,
+            },
+            end,
+        );
+    }
+    for &count in counts {
+        c.op(alu_imm(AluOp::Sub, count, count, 1));
+    }
+}
 /// An `rpt` over the single instructions `body` emits; returns the body's slot count.
 pub fn rpt(c: &mut Code, count: MReg, body: impl FnOnce(&mut Code)) -> u32 {
     c.op(Instr::Rpt { count, body: 0 });

@@ -28,26 +28,19 @@ const NEG_INF: u32 = 0xFF80_0000;
 /// `-inf`; subtracting this instead keeps `exp(-inf - x) = 0` and never forms `-inf + inf`.
 const NEG_MAX: u32 = 0xFF7F_FFFF;
 
-/// Loads four elements of `ty` at `ptr` (advancing it) as two f32v2 pairs in `$a0:1`, `$a2:3`
-/// (`$a12:13` is scratch for f16).
-fn ld4(c: &mut Code, ty: Elem, ptr: MReg) {
+/// Loads four elements of `ty` at `ptr` (advancing it) as two f32v2 pairs in `$a{dst}:..`,
+/// `$a{dst+2}:..` (`$a12:13` is scratch for f16).
+fn ld4(c: &mut Code, ty: Elem, dst: u8, ptr: MReg) {
     match ty {
         Elem::F32 => {
-            c.op(ld64step(ap(0), ptr, 8));
-            c.op(ld64step(ap(2), ptr, 8));
+            c.op(ld64step(ap(dst), ptr, 8));
+            c.op(ld64step(ap(dst + 2), ptr, 8));
         }
         Elem::F16 => {
             c.op(ld64step(ap(12), ptr, 8));
-            c.op(conv(ConvOp::F16v2ToF32v2, 0, 12));
-            c.op(conv(ConvOp::F16v2ToF32v2, 2, 13));
+            c.op(conv(ConvOp::F16v2ToF32v2, dst, 12));
+            c.op(conv(ConvOp::F16v2ToF32v2, dst + 2, 13));
         }
-    }
-}
-
-fn ld4_slots(ty: Elem) -> u32 {
-    match ty {
-        Elem::F32 => 2,
-        Elem::F16 => 3,
     }
 }
 
@@ -67,18 +60,43 @@ fn st4(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     }
 }
 
-fn st4_slots(ty: Elem) -> u32 {
+/// Slots of [`ld4`] and of [`st4`], the same: two 64-bit moves for f32, one and two
+/// conversions for f16.
+fn ld4_st4_slots(ty: Elem) -> u32 {
     match ty {
         Elem::F32 => 2,
         Elem::F16 => 3,
     }
 }
 
-fn vtype(ty: Elem) -> FType {
-    match ty {
-        Elem::F32 => FType::F32v2,
-        Elem::F16 => FType::F16v4,
+/// Points `ptrs[0]` at `base` and, when `groups` is 2, `ptrs[1]` at `base + stride` (the
+/// same row of the next group).
+fn group_pointers(c: &mut Code, ptrs: [MReg; 2], base: MReg, stride: MReg, groups: u32) {
+    c.op(alu_imm(AluOp::Add, ptrs[0], base, 0));
+    if groups == 2 {
+        c.op(alu(AluOp::Add, ptrs[1], base, stride));
     }
+}
+
+/// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
+/// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in `$a6:7`), and
+/// `p` added lane-wise to the sum in `$a10:11`.
+fn probabilities(scaled: bool, lo: u8, hi: u8) -> Vec<Instr> {
+    let v = FType::F32v2;
+    let mut float = Vec::new();
+    if scaled {
+        float.push(fbin(v, FBinOp::Mul, lo, lo, 8));
+        float.push(fbin(v, FBinOp::Mul, hi, hi, 8));
+    }
+    float.extend([
+        fbin(v, FBinOp::Sub, lo, lo, 6),
+        fbin(v, FBinOp::Sub, hi, hi, 6),
+        fun(v, FUnOp::Exp, lo, lo),
+        fun(v, FUnOp::Exp, hi, hi),
+        fbin(v, FBinOp::Add, 10, 10, lo),
+        fbin(v, FBinOp::Add, 10, 10, hi),
+    ]);
+    float
 }
 
 /// Scores to probabilities, per row: `m = max_k(s_k) * scale`, `p_k = exp(s_k * scale - m)`
@@ -113,16 +131,7 @@ pub fn flash_softmax(
     let s_groups = lkeys / cols;
     let p_groups = lkeys / kb;
     let end = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.branch(
-        Instr::Brz {
-            a: sgroups,
-            target: 0,
-        },
-        end,
-    );
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
-    c.op(alu_imm(AluOp::Sub, sgroups, sgroups, 1));
+    loop_counts(c, &[rows, sgroups], end);
     // Pointer advances per super-group, after walking 32 bytes of each group.
     c.op(alu(AluOp::Add, adv_s, stride, stride));
     if s_groups == 1 {
@@ -147,12 +156,9 @@ pub fn flash_softmax(
     li(c, tmp, neg_inf);
     c.op(mov_a(4, tmp));
     c.op(mov_a(5, tmp));
-    c.op(alu_imm(AluOp::Add, ps0, s, 0));
-    if s_groups == 2 {
-        c.op(alu(AluOp::Add, ps1, s, stride));
-    }
+    group_pointers(c, [ps0, ps1], s, stride, s_groups);
     c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
-    let v = vtype(s_ty);
+    let v = s_ty.vector_type();
     let pass1 = c.label();
     c.bind(pass1);
     for g in 0..s_groups {
@@ -196,17 +202,10 @@ pub fn flash_softmax(
     c.op(setzi(tmp, 0));
     c.op(mov_a(10, tmp));
     c.op(mov_a(11, tmp));
-    c.op(alu_imm(AluOp::Add, ps0, s, 0));
-    if s_groups == 2 {
-        c.op(alu(AluOp::Add, ps1, s, stride));
-    }
-    c.op(alu_imm(AluOp::Add, pp0, p, 0));
-    if p_groups == 2 {
-        c.op(alu(AluOp::Add, pp1, p, stride));
-    }
+    group_pointers(c, [ps0, ps1], s, stride, s_groups);
+    group_pointers(c, [pp0, pp1], p, stride, p_groups);
     c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
     let pass2 = c.label();
-    let vf = FType::F32v2;
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
     if s_ty == Elem::F32 {
@@ -237,19 +236,7 @@ pub fn flash_softmax(
         let mut odd = false;
         for u in 0..units {
             let (lo, hi) = set(u);
-            let mut float = Vec::new();
-            if scaled {
-                float.push(fbin(vf, FBinOp::Mul, lo, lo, 8));
-                float.push(fbin(vf, FBinOp::Mul, hi, hi, 8));
-            }
-            float.extend([
-                fbin(vf, FBinOp::Sub, lo, lo, 6),
-                fbin(vf, FBinOp::Sub, hi, hi, 6),
-                fun(vf, FUnOp::Exp, lo, lo),
-                fun(vf, FUnOp::Exp, hi, hi),
-                fbin(vf, FBinOp::Add, 10, 10, lo),
-                fbin(vf, FBinOp::Add, 10, 10, hi),
-            ]);
+            let mut float = probabilities(scaled, lo, hi);
             if a_ty == Elem::F16 {
                 float.push(conv(ConvOp::F32v2ToF16v2, 12, lo));
                 float.push(conv(ConvOp::F32v2ToF16v2, 13, hi));
@@ -286,17 +273,10 @@ pub fn flash_softmax(
     } else {
         c.bind(pass2);
         for u in 0..lkeys / 4 {
-            ld4(c, s_ty, sptr(u));
-            if scaled {
-                c.op(fbin(vf, FBinOp::Mul, 0, 0, 8));
-                c.op(fbin(vf, FBinOp::Mul, 2, 2, 8));
+            ld4(c, s_ty, 0, sptr(u));
+            for f in probabilities(scaled, 0, 2) {
+                c.op(f);
             }
-            c.op(fbin(vf, FBinOp::Sub, 0, 0, 6));
-            c.op(fbin(vf, FBinOp::Sub, 2, 2, 6));
-            c.op(fun(vf, FUnOp::Exp, 0, 0));
-            c.op(fun(vf, FUnOp::Exp, 2, 2));
-            c.op(fbin(vf, FBinOp::Add, 10, 10, 0));
-            c.op(fbin(vf, FBinOp::Add, 10, 10, 2));
             st4(c, a_ty, 0, pptr(u));
         }
     }
@@ -350,7 +330,7 @@ pub fn flash_softmax_slots(
             let conv = if a_ty == Elem::F16 { 2 } else { 0 };
             units * (float + conv) + 2 + 2 + 1
         }
-        Elem::F16 => units * (ld4_slots(s_ty) + float + st4_slots(a_ty)),
+        Elem::F16 => units * (ld4_st4_slots(s_ty) + float + ld4_st4_slots(a_ty)),
     } + s_groups
         + p_groups
         + 1;
@@ -367,16 +347,7 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
     let (o, st, rows, groups, stride) = (m(1), m(2), m(3), m(4), m(5));
     let (po, g) = (m(6), m(7));
     let end = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.branch(
-        Instr::Brz {
-            a: groups,
-            target: 0,
-        },
-        end,
-    );
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
-    c.op(alu_imm(AluOp::Sub, groups, groups, 1));
+    loop_counts(c, &[rows, groups], end);
     c.op(alu_imm(AluOp::Sub, stride, stride, GROUP_ROW_BYTES as i16));
     let row = c.label();
     c.bind(row);
@@ -428,10 +399,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     let (tmp, g) = (m(14), m(15));
     let groups = dv / cols;
     let end = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.branch(Instr::Brz { a: nsrc, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
-    c.op(alu_imm(AluOp::Sub, nsrc, nsrc, 1));
+    loop_counts(c, &[rows, nsrc], end);
     c.op(setzi(ro, 0));
     let row = c.label();
     c.bind(row);
@@ -494,17 +462,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         for _ in 0..units {
             if first {
                 // Four elements of O as f32 in $a6:7, $a8:9 (f16: widened from $a12:13).
-                match p_ty {
-                    Elem::F32 => {
-                        c.op(ld64step(ap(6), po, 8));
-                        c.op(ld64step(ap(8), po, 8));
-                    }
-                    Elem::F16 => {
-                        c.op(ld64step(ap(12), po, 8));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
-                    }
-                }
+                ld4(c, p_ty, 6, po);
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
                 c.op(st64step(ap(6), pa, 8));
@@ -580,17 +538,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         c.op(ld64step(ap(8), pa, 8));
         c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
         c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
-        match out_ty {
-            Elem::F32 => {
-                c.op(st64step(ap(6), po, 8));
-                c.op(st64step(ap(8), po, 8));
-            }
-            Elem::F16 => {
-                c.op(conv(ConvOp::F32v2ToF16v2, 12, 6));
-                c.op(conv(ConvOp::F32v2ToF16v2, 13, 8));
-                c.op(st64step(ap(12), po, 8));
-            }
-        }
+        st4(c, out_ty, 6, po);
     }
     c.op(alu(AluOp::Add, po, po, tmp));
     c.branch(Instr::Brnzdec { a: g, target: 0 }, og);

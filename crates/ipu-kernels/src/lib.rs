@@ -12,7 +12,7 @@ pub mod flash;
 pub mod rows;
 pub mod state;
 
-use ipu_isa::Fp8Format;
+use ipu_isa::{FBinOp, FType, Fp8Format};
 
 pub use basic::*;
 use code::Code;
@@ -105,6 +105,16 @@ pub enum Elem {
     F16,
 }
 
+impl Elem {
+    /// The float type of a 64-bit vector of this element type.
+    pub(crate) fn vector_type(self) -> FType {
+        match self {
+            Elem::F32 => FType::F32v2,
+            Elem::F16 => FType::F16v4,
+        }
+    }
+}
+
 /// Binary elementwise operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BinOp {
@@ -118,6 +128,20 @@ pub enum BinOp {
     Div,
     /// `max(a, b)`
     Max,
+}
+
+impl BinOp {
+    /// The float operation that computes this one in a single instruction; `None` for a
+    /// division, which kernels compute as `a * rcp(b)`.
+    pub(crate) fn float_op(self) -> Option<FBinOp> {
+        match self {
+            BinOp::Add => Some(FBinOp::Add),
+            BinOp::Sub => Some(FBinOp::Sub),
+            BinOp::Mul => Some(FBinOp::Mul),
+            BinOp::Max => Some(FBinOp::Max),
+            BinOp::Div => None,
+        }
+    }
 }
 
 /// Unary elementwise operations.

@@ -38,14 +38,6 @@ fn ld_pair(c: &mut Code, ty: Elem, ptr: MReg, raw: u8) {
     }
 }
 
-/// Slots of [`ld_pair`].
-fn ld_pair_slots(ty: Elem) -> u32 {
-    match ty {
-        Elem::F32 => 1,
-        Elem::F16 => 2,
-    }
-}
-
 /// Stores the f32v2 in pair `src` at `ptr` (advancing it) in the element type.
 fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     match ty {
@@ -59,8 +51,9 @@ fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     }
 }
 
-/// Slots of [`st_pair`].
-fn st_pair_slots(ty: Elem) -> u32 {
+/// Slots of [`ld_pair`] and of [`st_pair`], the same: one 64-bit move for f32, a 32-bit move
+/// and a conversion for f16.
+fn pair_slots(ty: Elem) -> u32 {
     match ty {
         Elem::F32 => 1,
         Elem::F16 => 2,
@@ -111,6 +104,81 @@ fn div_scalar(c: &mut Code, q: u8, n: u8, r: u8, d: u8, t: u8) {
     c.op(fbin(s, FBinOp::Mac, q, n, r));
 }
 
+/// Folds a row into the f32 accumulator `$a{acc}` with `op`, in index order: `pairs` pairs
+/// loaded from `ptr` (advancing it), then, when `odd` is nonzero, the valid lane of one last
+/// pair. `map` first transforms the loaded values in `$a0:1`; it is given `F32v2` for a pair
+/// and `F32` for the last lane.
+#[allow(clippy::too_many_arguments)]
+fn fold_row(
+    c: &mut Code,
+    ty: Elem,
+    ptr: MReg,
+    pairs: MReg,
+    odd: MReg,
+    acc: u8,
+    op: FBinOp,
+    map: impl Fn(&mut Code, FType),
+) {
+    let s = FType::F32;
+    rpt(c, pairs, |c| {
+        ld_pair(c, ty, ptr, 2);
+        map(c, FType::F32v2);
+        c.op(fbin(s, op, acc, acc, 0));
+        c.op(fbin(s, op, acc, acc, 1));
+    });
+    let done = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, done);
+    ld_pair(c, ty, ptr, 2);
+    map(c, s);
+    c.op(fbin(s, op, acc, acc, 0));
+    c.bind(done);
+}
+
+/// Writes a row of results at `out` (advancing it): `pair` computes each result pair into
+/// `$a4:5`; `pairs` full pairs, then, when `odd` is nonzero, one last pair whose second lane
+/// is replaced by zero (`zero` holds 0).
+fn write_row(
+    c: &mut Code,
+    ty: Elem,
+    out: MReg,
+    pairs: MReg,
+    odd: MReg,
+    zero: MReg,
+    pair: impl Fn(&mut Code),
+) {
+    rpt(c, pairs, |c| {
+        pair(c);
+        st_pair(c, ty, 4, out);
+    });
+    let done = c.label();
+    c.branch(Instr::Brz { a: odd, target: 0 }, done);
+    pair(c);
+    c.op(mov_a(5, zero));
+    st_pair(c, ty, 4, out);
+    c.bind(done);
+}
+
+/// Sets up the divisor of [`normalize_pair`] from the f32 in `$a{d}`: `rcp(d)` broadcast
+/// into `$a6:7` and `d` into `$a12:13` (`$a15` is scratch).
+fn normalize_divisor(c: &mut Code, d: u8) {
+    c.op(fun(FType::F32, FUnOp::Rcp, 15, d));
+    c.op(bcast(6, 15));
+    c.op(bcast(12, d));
+}
+
+/// The last pass of softmax (`exp`) or layer norm on the pair at `ptr` (advancing it):
+/// `$a4:5 = f(x - $a10:11) / $a12:13`, correctly rounded, with `f` = `exp` or the identity
+/// and the divisor set up by [`normalize_divisor`].
+fn normalize_pair(c: &mut Code, ty: Elem, ptr: MReg, exp: bool) {
+    let v = FType::F32v2;
+    ld_pair(c, ty, ptr, 2);
+    c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
+    if exp {
+        c.op(fun(v, FUnOp::Exp, 0, 0));
+    }
+    div_pair(c, 4, 0, 6, 12, 8);
+}
+
 /// Transpose of a staged block of `bytes`-byte elements: output row `j` (of `rows`) takes
 /// element `j` of every staged row. State: in (column 0 of staged row 0), out, rows, in
 /// stride (bytes between staged rows), out stride, 32-bit words per output row.
@@ -119,8 +187,7 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     let (inp, out, rows, stride, out_stride, words) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     c.bind(row);
     let (p, q) = (m(8), m(9));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
@@ -169,28 +236,17 @@ pub fn row_reduce(c: &mut Code, ty: Elem, max: bool) {
     let (inp, out, rows, stride, cols) = (m(1), m(2), m(3), m(4), m(5));
     let end = c.label();
     let row = c.label();
-    let store = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (pairs, odd, init, zero, p) = (m(6), m(7), m(10), m(11), m(8));
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
     c.op(alu_imm(AluOp::And, odd, cols, 1));
     li(c, init, if max { 0xFF80_0000 } else { 0 });
     c.op(setzi(zero, 0));
     let op = if max { FBinOp::Max } else { FBinOp::Add };
-    let s = FType::F32;
     c.bind(row);
     c.op(alu_imm(AluOp::Add, p, inp, 0));
     c.op(mov_a(8, init));
-    rpt(c, pairs, |c| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(s, op, 8, 8, 0));
-        c.op(fbin(s, op, 8, 8, 1));
-    });
-    c.branch(Instr::Brz { a: odd, target: 0 }, store);
-    ld_pair(c, ty, p, 2);
-    c.op(fbin(s, op, 8, 8, 0));
-    c.bind(store);
+    fold_row(c, ty, p, pairs, odd, 8, op, |_, _| {});
     emit_scalar_row(c, ty, out, zero);
     c.op(alu(AluOp::Add, inp, inp, stride));
     c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
@@ -218,7 +274,7 @@ fn emit_scalar_row(c: &mut Code, ty: Elem, out: MReg, zero: MReg) {
 
 /// Issue slots of a row reduction over `rows` rows of `cols` columns.
 pub fn row_reduce_slots(ty: Elem, rows: u32, cols: u32) -> u32 {
-    let l = ld_pair_slots(ty);
+    let l = pair_slots(ty);
     // Per row: pointer, initial value, `rpt`, the odd branch, the scalar row's stores, the
     // stride and the loop branch.
     let store = match ty {
@@ -236,9 +292,7 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     let (x, y, out, rows, stride, cols, ystride) = (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
     let end = c.label();
     let row = c.label();
-    let tail = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (pairs, odd, zero, p, q, row_end, tmp) = (m(12), m(13), m(11), m(8), m(9), m(10), m(14));
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
     c.op(alu_imm(AluOp::And, odd, cols, 1));
@@ -261,40 +315,25 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     let body = |c: &mut Code| {
         ld_pair(c, ty, p, 2);
         // Result in $a4:5.
-        match (op, reversed) {
+        match (op.float_op(), reversed) {
             // Division is `a * (1 / b)` in f32, as the graph's `div` is defined in device
             // precision (the reference's rule; the same as the elementwise kernel).
-            (BinOp::Div, false) => {
+            (None, false) => {
                 c.op(fbin(v, FBinOp::Mul, 4, 0, 6));
             }
-            (BinOp::Div, true) => {
+            (None, true) => {
                 c.op(fun(v, FUnOp::Rcp, 6, 0));
                 c.op(fbin(v, FBinOp::Mul, 4, 10, 6));
             }
-            _ => {
-                let f = match op {
-                    BinOp::Add => FBinOp::Add,
-                    BinOp::Sub => FBinOp::Sub,
-                    BinOp::Mul => FBinOp::Mul,
-                    _ => FBinOp::Max,
-                };
-                if reversed {
-                    c.op(fbin(v, f, 4, 10, 0));
-                } else {
-                    c.op(fbin(v, f, 4, 0, 10));
-                }
+            (Some(f), true) => {
+                c.op(fbin(v, f, 4, 10, 0));
+            }
+            (Some(f), false) => {
+                c.op(fbin(v, f, 4, 0, 10));
             }
         }
     };
-    rpt(c, pairs, |c| {
-        body(c);
-        st_pair(c, ty, 4, q);
-    });
-    c.branch(Instr::Brz { a: odd, target: 0 }, tail);
-    body(c);
-    c.op(mov_a(5, zero));
-    st_pair(c, ty, 4, q);
-    c.bind(tail);
+    write_row(c, ty, q, pairs, odd, zero, body);
     zero_to(c, q, row_end, zero, tmp);
     c.op(alu(AluOp::Add, x, x, stride));
     c.op(alu(AluOp::Add, out, out, stride));
@@ -327,7 +366,7 @@ pub fn row_scalar_slots(
     if rows == 0 {
         return RowScalarState::WORDS as u32 + 2;
     }
-    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
     let divide_by_y = op == BinOp::Div && !reversed;
     // The operation on a pair: `rcp` (two slots) and a multiply for `y / x`.
     let f = if op == BinOp::Div && reversed { 3 } else { 1 };
@@ -352,11 +391,8 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
         (m(1), m(2), m(3), m(4), m(5), m(6), m(7), m(8));
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (len, pairs, odd, p, zero) = (m(9), m(10), m(11), m(14), m(13));
-    let s = FType::F32;
-    let v = FType::F32v2;
     c.op(setzi(zero, 0));
     c.bind(row);
     c.op(alu(AluOp::Min, len, l0, cols));
@@ -366,63 +402,29 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     li(c, m(12), 0xFF80_0000);
     c.op(mov_a(8, m(12)));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
-    rpt(c, pairs, |c| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(s, FBinOp::Max, 8, 8, 0));
-        c.op(fbin(s, FBinOp::Max, 8, 8, 1));
-    });
-    let p1 = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, p1);
-    ld_pair(c, ty, p, 2);
-    c.op(fbin(s, FBinOp::Max, 8, 8, 0));
-    c.bind(p1);
+    fold_row(c, ty, p, pairs, odd, 8, FBinOp::Max, |_, _| {});
     c.op(bcast(10, 8));
     // Pass 2: the sum of exp(x - max) in index order, in $a9.
     c.op(mov_a(9, zero));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
-    rpt(c, pairs, |c| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-        c.op(fun(v, FUnOp::Exp, 0, 0));
-        c.op(fbin(s, FBinOp::Add, 9, 9, 0));
-        c.op(fbin(s, FBinOp::Add, 9, 9, 1));
+    fold_row(c, ty, p, pairs, odd, 9, FBinOp::Add, |c, t| {
+        c.op(fbin(t, FBinOp::Sub, 0, 0, 10));
+        c.op(fun(t, FUnOp::Exp, 0, 0));
     });
-    let p2 = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, p2);
-    ld_pair(c, ty, p, 2);
-    c.op(fbin(s, FBinOp::Sub, 0, 0, 10));
-    c.op(fun(s, FUnOp::Exp, 0, 0));
-    c.op(fbin(s, FBinOp::Add, 9, 9, 0));
-    c.bind(p2);
     if stats {
         // The row's maximum and sum, for `row_apply`.
         c.op(st32_a(8, out, 0));
         c.op(st32_a(9, out, 4));
     } else {
         // rcp(s) in $a6:7, s in $a12:13.
-        c.op(fun(s, FUnOp::Rcp, 15, 9));
-        c.op(bcast(6, 15));
-        c.op(bcast(12, 9));
+        normalize_divisor(c, 9);
         // Pass 3: e / s.
         let (q, row_end, tmp) = (m(15), m(12), m(10));
         c.op(alu_imm(AluOp::Add, p, inp, 0));
         c.op(alu_imm(AluOp::Add, q, out, 0));
-        let body = |c: &mut Code| {
-            ld_pair(c, ty, p, 2);
-            c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-            c.op(fun(v, FUnOp::Exp, 0, 0));
-            div_pair(c, 4, 0, 6, 12, 8);
-        };
-        rpt(c, pairs, |c| {
-            body(c);
-            st_pair(c, ty, 4, q);
+        write_row(c, ty, q, pairs, odd, zero, |c| {
+            normalize_pair(c, ty, p, true)
         });
-        let p3 = c.label();
-        c.branch(Instr::Brz { a: odd, target: 0 }, p3);
-        body(c);
-        c.op(mov_a(5, zero));
-        st_pair(c, ty, 4, q);
-        c.bind(p3);
         c.op(alu(AluOp::Add, row_end, out, out_stride));
         zero_to(c, q, row_end, zero, tmp);
     }
@@ -449,7 +451,7 @@ pub fn softmax_slots(
     if rows == 0 {
         return SoftmaxState::WORDS as u32 + 2;
     }
-    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
     let row = |len: u32| {
         let (pairs, odd) = (len / 2, len % 2);
         // The length, pass 1 (maximum; `exp` costs two slots), pass 2 (sum), the loop.
@@ -483,11 +485,9 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     let out_stride = m(8);
     let end = c.label();
     let row = c.label();
-    c.branch(Instr::Brz { a: rows, target: 0 }, end);
-    c.op(alu_imm(AluOp::Sub, rows, rows, 1));
+    loop_counts(c, &[rows], end);
     let (pairs, odd, p, q, zero, row_end, tmp) = (m(9), m(10), m(11), m(12), m(13), m(14), m(15));
     let s = FType::F32;
-    let v = FType::F32v2;
     c.op(alu_imm(AluOp::Shr, pairs, cols, 1));
     c.op(alu_imm(AluOp::And, odd, cols, 1));
     c.op(setzi(zero, 0));
@@ -498,35 +498,16 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     // Pass 1: sum in $a14, then the mean in $a9 and broadcast in $a10:11.
     c.op(mov_a(14, zero));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
-    rpt(c, pairs, |c| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(s, FBinOp::Add, 14, 14, 0));
-        c.op(fbin(s, FBinOp::Add, 14, 14, 1));
-    });
-    let p1 = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, p1);
-    ld_pair(c, ty, p, 2);
-    c.op(fbin(s, FBinOp::Add, 14, 14, 0));
-    c.bind(p1);
+    fold_row(c, ty, p, pairs, odd, 14, FBinOp::Add, |_, _| {});
     div_scalar(c, 9, 14, 15, 3, 8);
     c.op(bcast(10, 9));
     // Pass 2: sum of squared deviations in $a14; var = that / n; inv = sqrt(var + eps).
     c.op(mov_a(14, zero));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
-    rpt(c, pairs, |c| {
-        ld_pair(c, ty, p, 2);
-        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-        c.op(fbin(v, FBinOp::Mul, 0, 0, 0));
-        c.op(fbin(s, FBinOp::Add, 14, 14, 0));
-        c.op(fbin(s, FBinOp::Add, 14, 14, 1));
+    fold_row(c, ty, p, pairs, odd, 14, FBinOp::Add, |c, t| {
+        c.op(fbin(t, FBinOp::Sub, 0, 0, 10));
+        c.op(fbin(t, FBinOp::Mul, 0, 0, 0));
     });
-    let p2 = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, p2);
-    ld_pair(c, ty, p, 2);
-    c.op(fbin(s, FBinOp::Sub, 0, 0, 10));
-    c.op(fbin(s, FBinOp::Mul, 0, 0, 0));
-    c.op(fbin(s, FBinOp::Add, 14, 14, 0));
-    c.bind(p2);
     div_scalar(c, 9, 14, 15, 3, 8); // var in $a9
     c.op(mov_a(8, eps));
     c.op(fbin(s, FBinOp::Add, 9, 9, 8));
@@ -537,28 +518,14 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
         c.op(st32_a(9, out, 4));
     } else {
         // inv in $a12:13, rcp(inv) in $a6:7.
-        c.op(fun(s, FUnOp::Rcp, 15, 9));
-        c.op(bcast(6, 15));
-        c.op(bcast(12, 9));
+        normalize_divisor(c, 9);
         // Pass 3: (x - mean) / inv.
         c.op(alu_imm(AluOp::Add, p, inp, 0));
         c.op(alu_imm(AluOp::Add, q, out, 0));
         c.op(alu(AluOp::Add, row_end, out, out_stride));
-        let body = |c: &mut Code| {
-            ld_pair(c, ty, p, 2);
-            c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-            div_pair(c, 4, 0, 6, 12, 8);
-        };
-        rpt(c, pairs, |c| {
-            body(c);
-            st_pair(c, ty, 4, q);
+        write_row(c, ty, q, pairs, odd, zero, |c| {
+            normalize_pair(c, ty, p, false)
         });
-        let p3 = c.label();
-        c.branch(Instr::Brz { a: odd, target: 0 }, p3);
-        body(c);
-        c.op(mov_a(5, zero));
-        st_pair(c, ty, 4, q);
-        c.bind(p3);
         zero_to(c, q, row_end, zero, tmp);
     }
     c.op(alu(AluOp::Add, inp, inp, stride));
@@ -574,7 +541,7 @@ pub fn layer_norm_slots(ty: Elem, stats: bool, rows: u32, cols: u32, out_stride_
     if rows == 0 {
         return LayerNormState::WORDS as u32 + 2;
     }
-    let (l, st) = (ld_pair_slots(ty), st_pair_slots(ty));
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
     let (pairs, odd) = (cols / 2, cols % 2);
     // `n` and its `rcp`, pass 1 (sum, mean), pass 2 (variance, `sqrt(var + epsilon)`), the loop.
     let passes = 3
@@ -649,33 +616,14 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
     load_state(c, RowApplyState::WORDS);
     let (inp, out, st, full, odd, zeros) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let zero = m(13);
-    let s = FType::F32;
-    let v = FType::F32v2;
     c.op(setzi(zero, 0));
     c.op(ld32a(a(8), st, 0));
     c.op(ld32a(a(9), st, 4));
     c.op(bcast(10, 8));
-    c.op(fun(s, FUnOp::Rcp, 15, 9));
-    c.op(bcast(6, 15));
-    c.op(bcast(12, 9));
-    let body = |c: &mut Code| {
-        ld_pair(c, ty, inp, 2);
-        c.op(fbin(v, FBinOp::Sub, 0, 0, 10));
-        if softmax {
-            c.op(fun(v, FUnOp::Exp, 0, 0));
-        }
-        div_pair(c, 4, 0, 6, 12, 8);
-    };
-    rpt(c, full, |c| {
-        body(c);
-        st_pair(c, ty, 4, out);
+    normalize_divisor(c, 9);
+    write_row(c, ty, out, full, odd, zero, |c| {
+        normalize_pair(c, ty, inp, softmax)
     });
-    let tail = c.label();
-    c.branch(Instr::Brz { a: odd, target: 0 }, tail);
-    body(c);
-    c.op(mov_a(5, zero));
-    st_pair(c, ty, 4, out);
-    c.bind(tail);
     rpt(c, zeros, |c| {
         c.op(st32step_m(zero, out));
     });
@@ -685,6 +633,6 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
 /// Issue slots of [`row_apply`] over `full` full pairs, `odd` (0 or 1) pairs with one valid
 /// lane and `zero_words` words.
 pub fn row_apply_slots(ty: Elem, softmax: bool, full: u32, odd: u32, zero_words: u32) -> u32 {
-    let per = ld_pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + st_pair_slots(ty);
+    let per = pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + pair_slots(ty);
     18 + (full + odd) * per + odd + zero_words
 }

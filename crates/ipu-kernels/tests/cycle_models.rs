@@ -156,14 +156,16 @@ fn cases() -> Vec<Case> {
     // The AMP pass, one worker and all six.
     for mode in [AmpMode::F16F16, AmpMode::F16F32, AmpMode::F32F32] {
         for partials in [false, true] {
+            // The partials operand, when there is one, is buffer 1.
+            let partials_word = if partials {
+                StateWord::Addr(BufferId(1), 0)
+            } else {
+                StateWord::Const(0)
+            };
             for rows in [0u32, 1, 5, 40] {
                 let st = AmpState {
                     input: at(0, 0),
-                    partials: if partials {
-                        StateWord::Addr(BufferId(1), 0)
-                    } else {
-                        StateWord::Const(0)
-                    },
+                    partials: partials_word,
                     out: at(2, 0),
                     rows,
                 };
@@ -187,11 +189,7 @@ fn cases() -> Vec<Case> {
                 Kernel::AmpAll { partials },
                 AmpAllState {
                     input: at(0, 0),
-                    partials: if partials {
-                        StateWord::Addr(BufferId(1), 0)
-                    } else {
-                        StateWord::Const(0)
-                    },
+                    partials: partials_word,
                     out: at(2, 0),
                     bounds,
                 },

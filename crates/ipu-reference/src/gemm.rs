@@ -205,6 +205,63 @@ pub fn matmul_device(
     });
 }
 
+/// A `matrixmultiply` kernel (`sgemm`, `dgemm`): `c = alpha a b + beta c` over `m x k` and
+/// `k x n` operands, each matrix given by a pointer and its row and column strides.
+type GemmKernel<T> = unsafe fn(
+    usize,
+    usize,
+    usize,
+    T,
+    *const T,
+    isize,
+    isize,
+    *const T,
+    isize,
+    isize,
+    T,
+    *mut T,
+    isize,
+    isize,
+);
+
+/// Row-major `c[m,n] = a[m,k] b[k,n]` through `kernel`, rows split over `threads`; the callers
+/// check the slice lengths.
+fn gemm_rows<T>(
+    kernel: GemmKernel<T>,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    k: usize,
+    n: usize,
+    threads: usize,
+) where
+    T: Copy + Send + Sync + From<f32>,
+{
+    for_row_chunks(c, n, threads, |row0, chunk| {
+        let rows = chunk.len() / n.max(1);
+        // SAFETY: the pointers cover rows*k, k*n and rows*n elements with the given row-major
+        // strides, and `chunk` is exclusively borrowed.
+        unsafe {
+            kernel(
+                rows,
+                k,
+                n,
+                T::from(1.0),
+                a[row0 * k..].as_ptr(),
+                k as isize,
+                1,
+                b.as_ptr(),
+                n as isize,
+                1,
+                T::from(0.0),
+                chunk.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+    });
+}
+
 /// Exact `c[m,n] = a[m,k] b[k,n]` in f64 through `matrixmultiply::dgemm`, rows split over
 /// `threads`.
 pub fn matmul_f64(
@@ -218,29 +275,7 @@ pub fn matmul_f64(
     if m == 0 || n == 0 {
         return;
     }
-    for_row_chunks(c, n, threads, |row0, chunk: &mut [f64]| {
-        let rows = chunk.len() / n;
-        // SAFETY: the pointers cover rows*k, k*n and rows*n elements with the given row-major
-        // strides, and `chunk` is exclusively borrowed.
-        unsafe {
-            matrixmultiply::dgemm(
-                rows,
-                k,
-                n,
-                1.0,
-                a[row0 * k..].as_ptr(),
-                k as isize,
-                1,
-                b.as_ptr(),
-                n as isize,
-                1,
-                0.0,
-                chunk.as_mut_ptr(),
-                n as isize,
-                1,
-            );
-        }
-    });
+    gemm_rows(matrixmultiply::dgemm, a, b, c, k, n, threads);
 }
 
 /// f32 `c[m,n] = a[m,k] b[k,n]` through `matrixmultiply::sgemm`, rows split over `threads`
@@ -253,28 +288,7 @@ pub fn sgemm(
     threads: usize,
 ) {
     assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
-    for_row_chunks(c, n, threads, |row0, chunk| {
-        let rows = chunk.len() / n.max(1);
-        // SAFETY: as in `matmul_f64`.
-        unsafe {
-            matrixmultiply::sgemm(
-                rows,
-                k,
-                n,
-                1.0,
-                a[row0 * k..].as_ptr(),
-                k as isize,
-                1,
-                b.as_ptr(),
-                n as isize,
-                1,
-                0.0,
-                chunk.as_mut_ptr(),
-                n as isize,
-                1,
-            );
-        }
-    });
+    gemm_rows(matrixmultiply::sgemm, a, b, c, k, n, threads);
 }
 
 #[cfg(test)]

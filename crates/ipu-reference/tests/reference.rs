@@ -39,6 +39,21 @@ fn run(kind: OpKind, inputs: &[Tensor], precision: Precision) -> Tensor {
     evaluate(&g, inputs, precision, 1).unwrap().remove(0)
 }
 
+/// A matrix product with `partials` accumulation and `out` results.
+fn matmul(partials: DType, out: DType) -> OpKind {
+    OpKind::MatMul { partials, out }
+}
+
+/// The built-in model `name` with the given parameters.
+#[track_caller]
+fn model(name: &str, params: &[(&str, &str)]) -> Graph {
+    let params: Vec<(String, String)> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    models::build(name, &params).unwrap()
+}
+
 /// Runs in both precisions and checks both give `expected` (exactly representable cases).
 fn both(kind: OpKind, inputs: &[Tensor], expected: &[f32]) {
     for p in [Precision::Exact, Precision::Device] {
@@ -52,32 +67,19 @@ fn matmul_small_cases() {
     let a = tensor(F32, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
     let b = tensor(F32, &[3, 2], &[7., 8., 9., 10., 11., 12.]);
     both(
-        OpKind::MatMul {
-            partials: F32,
-            out: F32,
-        },
+        matmul(F32, F32),
         &[a.clone(), b.clone()],
         &[58., 64., 139., 154.],
     );
     // batch broadcast: [2,1,2] x [2,1] -> [2,1,1]
     let a = tensor(F16, &[2, 1, 2], &[1., 2., 3., 4.]);
     let b = tensor(F16, &[2, 1], &[0.5, 0.25]);
-    both(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a, b],
-        &[1.0, 2.5],
-    );
+    both(matmul(F16, F16), &[a, b], &[1.0, 2.5]);
     // [2,2,1] x [1,1,2] (batch 1 broadcast on the right operand)
     let a = tensor(F32, &[2, 2, 1], &[1., 2., 3., 4.]);
     let b = tensor(F32, &[1, 1, 2], &[10., 100.]);
     both(
-        OpKind::MatMul {
-            partials: F32,
-            out: F32,
-        },
+        matmul(F32, F32),
         &[a, b],
         &[10., 100., 20., 200., 30., 300., 40., 400.],
     );
@@ -338,40 +340,16 @@ fn f16_partials_round_after_every_block_of_16() {
         .map(|i| if i < 16 { 128.0 } else { 0.0625 })
         .collect();
     let b = tensor(F16, &[k, 1], &b);
-    let r16 = run(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a.clone(), b.clone()],
-        Precision::Device,
-    );
-    let r32 = run(
-        OpKind::MatMul {
-            partials: F32,
-            out: F16,
-        },
-        &[a.clone(), b.clone()],
-        Precision::Device,
-    );
-    let ex = run(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a, b],
-        Precision::Exact,
-    );
+    let r16 = run(matmul(F16, F16), &[a.clone(), b.clone()], Precision::Device);
+    let r32 = run(matmul(F32, F16), &[a.clone(), b.clone()], Precision::Device);
+    let ex = run(matmul(F16, F16), &[a, b], Precision::Exact);
     assert_eq!(r16.data, [2048.0]);
     assert_eq!(r32.data, [2050.0]);
     assert_eq!(ex.data, [2050.0]);
 
     // Random operands: bit-for-bit the scalar model, at several thread counts.
     let g = single(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
+        matmul(F16, F16),
         &[t(F16, &[3, 5, 100]), t(F16, &[100, 37])],
     );
     let inputs = make_inputs(&g, 3);
@@ -399,42 +377,19 @@ fn fp8_matmul_decodes_operands_exactly() {
     let f8 = DType::F152 { scale: -1 };
     let a = tensor(f8, &[1, 2], &[0.375, -0.5]);
     let b = tensor(f8, &[2, 1], &[4.0, 1.0]);
-    both(
-        OpKind::MatMul {
-            partials: F16,
-            out: F16,
-        },
-        &[a, b],
-        &[1.0],
-    );
+    both(matmul(F16, F16), &[a, b], &[1.0]);
 }
 
 #[test]
 fn results_do_not_depend_on_thread_count() {
     let graphs = [
-        models::build("typed-attention-small-fp8", &[("seq".into(), "48".into())]).unwrap(),
-        models::build(
+        model("typed-attention-small-fp8", &[("seq", "48")]),
+        model(
             "attention-flash",
-            &[
-                ("seq".into(), "96".into()),
-                ("block".into(), "32".into()),
-                ("causal".into(), "true".into()),
-            ],
-        )
-        .unwrap(),
-        models::build(
-            "mlp",
-            &[
-                ("dtype".into(), "f143".into()),
-                ("batch".into(), "33".into()),
-            ],
-        )
-        .unwrap(),
-        models::build(
-            "attention",
-            &[("seq".into(), "50".into()), ("dtype".into(), "f32".into())],
-        )
-        .unwrap(),
+            &[("seq", "96"), ("block", "32"), ("causal", "true")],
+        ),
+        model("mlp", &[("dtype", "f143"), ("batch", "33")]),
+        model("attention", &[("seq", "50"), ("dtype", "f32")]),
     ];
     for g in &graphs {
         let inputs = make_inputs(g, 11);
@@ -457,13 +412,9 @@ fn results_do_not_depend_on_thread_count() {
 #[test]
 fn device_versus_exact_is_consistent_with_dtypes() {
     let cases = [
-        models::build("typed-attention-small-fp8", &[]).unwrap(),
-        models::build("attention-flash", &[("seq".into(), "256".into())]).unwrap(),
-        models::build(
-            "matmul",
-            &[("dtype".into(), "f32".into()), ("k".into(), "512".into())],
-        )
-        .unwrap(),
+        model("typed-attention-small-fp8", &[]),
+        model("attention-flash", &[("seq", "256")]),
+        model("matmul", &[("dtype", "f32"), ("k", "512")]),
     ];
     for g in &cases {
         let inputs = make_inputs(g, 0);
@@ -492,15 +443,15 @@ fn device_versus_exact_is_consistent_with_dtypes() {
 
 #[test]
 fn tolerance_versus_exact_follows_the_coarsest_intermediate() {
-    let typed = models::build("typed-attention-small-fp8", &[]).unwrap();
+    let typed = model("typed-attention-small-fp8", &[]);
     let f143 = Tolerance::for_dtype(DType::F143 { scale: 0 });
     assert_eq!(tolerance_versus_exact(&typed, typed.outputs()[0]), f143);
     // an f16 output behind an FP8 cast between layers
-    let mlp = models::build("mlp", &[("dtype".into(), "f143".into())]).unwrap();
+    let mlp = model("mlp", &[("dtype", "f143")]);
     assert_eq!(mlp.value(mlp.outputs()[0]).ty.dtype, F16);
     assert_eq!(tolerance_versus_exact(&mlp, mlp.outputs()[0]), f143);
     // FP8 inputs alone do not loosen it
-    let mm = models::build("matmul", &[("dtype".into(), "f152".into())]).unwrap();
+    let mm = model("matmul", &[("dtype", "f152")]);
     assert_eq!(
         tolerance_versus_exact(&mm, mm.outputs()[0]),
         Tolerance::for_dtype(F16)
@@ -509,7 +460,7 @@ fn tolerance_versus_exact_follows_the_coarsest_intermediate() {
 
 #[test]
 fn inputs_are_deterministic_and_follow_the_distribution() {
-    let g = models::build("mlp", &[("dtype".into(), "f143".into())]).unwrap();
+    let g = model("mlp", &[("dtype", "f143")]);
     let a = make_inputs(&g, 5);
     assert_eq!(a, make_inputs(&g, 5));
     assert_ne!(a, make_inputs(&g, 6));
@@ -534,7 +485,7 @@ fn inputs_are_deterministic_and_follow_the_distribution() {
         let mean = tensor.stats().mean;
         assert!(mean.abs() < 0.05, "{mean}");
     }
-    let f = models::build("matmul", &[("dtype".into(), "f32".into())]).unwrap();
+    let f = model("matmul", &[("dtype", "f32")]);
     let x = &make_inputs(&f, 1)[0];
     let s = x.stats();
     assert!(

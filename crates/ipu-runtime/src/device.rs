@@ -142,18 +142,15 @@ pub struct DeviceFault {
 
 impl fmt::Display for DeviceFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
+        ipu_sim::write_fault(
             f,
-            "device fault: tile {}, {}, pc {:#x}",
-            self.tile, self.context, self.pc
-        )?;
-        if !self.instruction.is_empty() {
-            write!(f, ", `{}`", self.instruction)?;
-        }
-        if let Some(a) = self.address {
-            write!(f, ", address {a:#x}")?;
-        }
-        write!(f, ": {}", self.kind)
+            self.tile,
+            &self.context,
+            self.pc,
+            &self.instruction,
+            self.address,
+            &self.kind,
+        )
     }
 }
 

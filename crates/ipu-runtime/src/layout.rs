@@ -64,15 +64,13 @@ pub fn tensor_sizes(tensor: &HostTensor) -> Result<TensorSizes, RuntimeError> {
 }
 
 /// Calls `f(dense_offset, storage_offset, bytes)` for every contiguous run (a row's part in one
-/// column group) of a tensor of `shape` stored with `group`, in element units times
-/// `element_bytes`.
-fn for_each_run(
-    shape: &[usize],
-    group: usize,
-    element_bytes: usize,
-    mut f: impl FnMut(usize, usize, usize),
-) {
-    let (outer, rows, cols) = split_shape(shape);
+/// column group) of `tensor`, whose `sizes` are checked, in bytes; nothing for an empty tensor.
+fn for_each_run(tensor: &HostTensor, sizes: &TensorSizes, mut f: impl FnMut(usize, usize, usize)) {
+    if sizes.dense_bytes == 0 {
+        return;
+    }
+    let (group, element_bytes) = (tensor.group, sizes.element_bytes);
+    let (outer, rows, cols) = split_shape(&tensor.shape);
     let groups = cols.div_ceil(group);
     let per_outer = groups * rows * group;
     for o in 0..outer {
@@ -103,16 +101,9 @@ pub fn dense_to_storage(tensor: &HostTensor, dense: &[u8]) -> Result<Vec<u8>, Ru
         });
     }
     let mut out = vec![0u8; sizes.storage_bytes];
-    if sizes.dense_bytes > 0 {
-        for_each_run(
-            &tensor.shape,
-            tensor.group,
-            sizes.element_bytes,
-            |d, s, n| {
-                out[s..s + n].copy_from_slice(&dense[d..d + n]);
-            },
-        );
-    }
+    for_each_run(tensor, &sizes, |d, s, n| {
+        out[s..s + n].copy_from_slice(&dense[d..d + n]);
+    });
     Ok(out)
 }
 
@@ -130,16 +121,9 @@ pub fn storage_to_dense(tensor: &HostTensor, storage: &[u8]) -> Result<Vec<u8>, 
         });
     }
     let mut out = vec![0u8; sizes.dense_bytes];
-    if sizes.dense_bytes > 0 {
-        for_each_run(
-            &tensor.shape,
-            tensor.group,
-            sizes.element_bytes,
-            |d, s, n| {
-                out[d..d + n].copy_from_slice(&storage[s..s + n]);
-            },
-        );
-    }
+    for_each_run(tensor, &sizes, |d, s, n| {
+        out[d..d + n].copy_from_slice(&storage[s..s + n]);
+    });
     Ok(out)
 }
 

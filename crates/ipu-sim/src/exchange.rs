@@ -26,6 +26,21 @@ fn fault(tile: &mut Tile, arrival: &Arrival, addr: Option<u32>, kind: FaultKind)
     }
 }
 
+/// [`read_table`] for every active tile, in tile order; the first fault stops the read.
+fn read_tables<T>(
+    tiles: &mut [Tile],
+    arrivals: &[Arrival],
+    header: u32,
+    len_of: impl Fn(&[u8]) -> Result<usize, ipu_isa::tables::TableError>,
+    parse: impl Fn(&[u8]) -> Result<T, ipu_isa::tables::TableError>,
+) -> Result<Vec<T>, Fault> {
+    tiles
+        .iter_mut()
+        .zip(arrivals)
+        .map(|(t, a)| read_table(t, a, header, &len_of, &parse))
+        .collect()
+}
+
 fn read_table<T>(
     tile: &mut Tile,
     arrival: &Arrival,
@@ -98,16 +113,13 @@ pub(crate) fn exchange(
     target: &Target,
 ) -> Result<u64, Fault> {
     let active = tiles.len() as u32;
-    let mut tables = Vec::with_capacity(tiles.len());
-    for (t, a) in tiles.iter_mut().zip(arrivals) {
-        tables.push(read_table(
-            t,
-            a,
-            ipu_isa::tables::EXCHANGE_HEADER_BYTES,
-            ExchangeTable::byte_len_from_header,
-            ExchangeTable::from_bytes,
-        )?);
-    }
+    let tables = read_tables(
+        tiles,
+        arrivals,
+        ipu_isa::tables::EXCHANGE_HEADER_BYTES,
+        ExchangeTable::byte_len_from_header,
+        ExchangeTable::from_bytes,
+    )?;
     let horizon = tables.first().map(|t| t.horizon_cycles).unwrap_or(0);
     // Repeated rows stand for their single sends; every check and move works on those.
     let sends_of: Vec<Vec<ExchangeRow>> = tables.iter().map(|t| t.sends()).collect();
@@ -350,16 +362,13 @@ pub(crate) fn host_exchange(
     pages: &mut [Vec<u8>],
     target: &Target,
 ) -> Result<HostBytes, Fault> {
-    let mut tables = Vec::with_capacity(tiles.len());
-    for (t, a) in tiles.iter_mut().zip(arrivals) {
-        tables.push(read_table(
-            t,
-            a,
-            ipu_isa::tables::HOST_HEADER_BYTES,
-            HostTable::byte_len_from_header,
-            HostTable::from_bytes,
-        )?);
-    }
+    let tables = read_tables(
+        tiles,
+        arrivals,
+        ipu_isa::tables::HOST_HEADER_BYTES,
+        HostTable::byte_len_from_header,
+        HostTable::from_bytes,
+    )?;
     let mut total = HostBytes::default();
     for (t, table) in tables.iter().enumerate() {
         for (i, row) in table.rows.iter().enumerate() {

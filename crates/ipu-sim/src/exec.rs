@@ -880,18 +880,13 @@ impl Tile {
                     (Width::B32, DataReg::A(x)) => {
                         r.a[x as usize & 15] = u32::from_le_bytes([s[0], s[1], s[2], s[3]])
                     }
-                    (Width::B64, DataReg::A(x)) if x.is_multiple_of(2) && x < 16 => {
-                        for i in 0..2 {
-                            r.a[x as usize + i] = u32::from_le_bytes(
-                                s[4 * i..4 * i + 4].try_into().expect("4 bytes"),
-                            );
-                        }
-                    }
-                    (Width::B128, DataReg::A(x)) if x.is_multiple_of(4) && x < 16 => {
-                        for i in 0..4 {
-                            r.a[x as usize + i] = u32::from_le_bytes(
-                                s[4 * i..4 * i + 4].try_into().expect("4 bytes"),
-                            );
+                    // A pair or a quad, aligned to its size: one register per word.
+                    (Width::B64 | Width::B128, DataReg::A(x))
+                        if x.is_multiple_of(len as u8 / 4) && x < 16 =>
+                    {
+                        for (i, w) in s.chunks_exact(4).enumerate() {
+                            r.a[x as usize + i] =
+                                u32::from_le_bytes(w.try_into().expect("4 bytes"));
                         }
                     }
                     _ => {

@@ -1,10 +1,11 @@
 //! Every fault kind: the fault names the right tile, context, pc and address, and displays as
 //! one line.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use ipu_isa::{AsmOptions, assemble};
-use ipu_sim::{Context, Device, Fault, FaultKind, GlobalKind, RunLimits};
+use ipu_sim::{Context, Fault, FaultKind, GlobalKind, RunLimits};
 use ipu_target::{Target, TargetKind};
 
 fn fault_with(
@@ -13,13 +14,7 @@ fn fault_with(
     src: &str,
     limits: RunLimits,
 ) -> (Fault, BTreeMap<String, u32>) {
-    let o = assemble(src, "f.s", &AsmOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-    let mut d = Device::new(target, tiles);
-    for t in 0..tiles {
-        for s in &o.sections {
-            d.write(t, s.address, &s.bytes).unwrap();
-        }
-    }
+    let (mut d, o) = common::load(target, tiles, src);
     let err = d
         .run(o.symbols["main"], &limits)
         .expect_err("the program faults");
@@ -223,11 +218,7 @@ fn workers_of_one_phase_writing_the_same_word() {
     assert_eq!(f.address, Some(0x80010));
     // Disjoint words are fine; so are workers separated by waitw.
     let ok = "main:\n setzi $m1, w\n setzi $m2, 0\n run $m1, $m2\n waitw\n run $m1, $m2\n setzi $m2, 4\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n add $m3, $m3, $m0\n st32 $m3, $m3, 0\n exit\n";
-    let o = assemble(ok, "ok.s", &AsmOptions::default()).unwrap();
-    let mut d = Device::new(Target::gc200(), 1);
-    for s in &o.sections {
-        d.write(0, s.address, &s.bytes).unwrap();
-    }
+    let (mut d, o) = common::load(Target::gc200(), 1, ok);
     d.run(o.symbols["main"], &RunLimits::default()).unwrap();
 }
 
@@ -280,13 +271,7 @@ fn bad_exchange_table() {
 fn faults_on_a_later_tile_name_that_tile() {
     let src = "main:\n get $m1, tileid\n shl $m1, $m1, 2\n li $m2, 0x80001\n add $m2, $m2, $m1\n sync\n ld32 $m3, $m2, 3\n halt\n";
     // Tile 0 reads 0x80004 (fine), tile 1 reads 0x80008 (fine)... all aligned: no fault.
-    let o = assemble(src, "t.s", &AsmOptions::default()).unwrap();
-    let mut d = Device::new(Target::gc200(), 4);
-    for t in 0..4 {
-        for s in &o.sections {
-            d.write(t, s.address, &s.bytes).unwrap();
-        }
-    }
+    let (mut d, o) = common::load(Target::gc200(), 4, src);
     d.run(o.symbols["main"], &RunLimits::default()).unwrap();
     let src = "main:\n get $m1, tileid\n li $m2, 0x80000\n add $m2, $m2, $m1\n sync\nbad: ld32 $m3, $m2, 0\n halt\n";
     let (f, s) = fault_with(Target::gc200(), 4, src, RunLimits::default());
@@ -312,11 +297,7 @@ fn supervisor_touching_what_a_running_worker_writes() {
     assert_eq!(f.instruction, "ld32 $m6, $m5, 0");
     // After waitw, or before the run, it is fine.
     let ok = "main:\n li $m5, 0x80010\n st32 $m5, $m5, 0\n setzi $m1, w\n run $m1, $m2\n waitw\n ld32 $m6, $m5, 0\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
-    let o = assemble(ok, "ok.s", &AsmOptions::default()).unwrap();
-    let mut d = Device::new(Target::gc200(), 1);
-    for s in &o.sections {
-        d.write(0, s.address, &s.bytes).unwrap();
-    }
+    let (mut d, o) = common::load(Target::gc200(), 1, ok);
     d.run(o.symbols["main"], &RunLimits::default()).unwrap();
 }
 
@@ -324,11 +305,7 @@ fn supervisor_touching_what_a_running_worker_writes() {
 fn a_device_runs_again_after_a_fault() {
     // The first run faults inside a worker window; the second starts clean.
     let src = "main:\n setzi $m1, w\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m1, 0x80004\n ld64 $a0:1, $m1, 0\n exit\nok:\n halt\n";
-    let o = assemble(src, "f.s", &AsmOptions::default()).unwrap();
-    let mut d = Device::new(Target::gc200(), 1);
-    for s in &o.sections {
-        d.write(0, s.address, &s.bytes).unwrap();
-    }
+    let (mut d, o) = common::load(Target::gc200(), 1, src);
     assert!(d.run(o.symbols["main"], &RunLimits::default()).is_err());
     let r = d.run(o.symbols["ok"], &RunLimits::default()).unwrap();
     assert_eq!(r.global_steps, 1);

@@ -1,12 +1,13 @@
 //! Helpers shared by the simulator's tests.
 #![allow(dead_code)]
 
-use ipu_isa::{AsmOptions, assemble};
+use ipu_isa::{AsmOptions, Object, assemble};
 use ipu_sim::{Device, RunLimits, RunReport, SimError};
 use ipu_target::Target;
 
-/// Assembles `source` and loads it onto tiles `0..tiles` of a fresh device.
-pub fn device_with(target: Target, tiles: u32, source: &str) -> (Device, u32) {
+/// Assembles `source` and loads it onto tiles `0..tiles` of a fresh device; returns the
+/// device and the object (for its symbols).
+pub fn load(target: Target, tiles: u32, source: &str) -> (Device, Object) {
     let object = assemble(source, "test.s", &AsmOptions::default())
         .unwrap_or_else(|e| panic!("test program does not assemble: {e}"));
     let mut d = Device::new(target, tiles);
@@ -15,6 +16,13 @@ pub fn device_with(target: Target, tiles: u32, source: &str) -> (Device, u32) {
             d.write(t, s.address, &s.bytes).expect("load");
         }
     }
+    (d, object)
+}
+
+/// Assembles `source` and loads it onto tiles `0..tiles` of a fresh device; returns the
+/// device and the entry point (`main`, else the first section).
+pub fn device_with(target: Target, tiles: u32, source: &str) -> (Device, u32) {
+    let (d, object) = load(target, tiles, source);
     let entry = object
         .symbols
         .get("main")
