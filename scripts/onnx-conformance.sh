@@ -111,14 +111,15 @@ elif [ -d "$VENV/lib-target" ] && have_onnx env PYTHONPATH="$VENV/lib-target" py
 else
     echo "onnx-conformance: setting up $VENV (onnx==$ONNX_VERSION, numpy)" >&2
     rm -rf "$VENV"
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+    # ONNX_CONFORMANCE_NO_VENV=1 takes the fallback without a venv (to test it).
+    if [ -n "${ONNX_CONFORMANCE_NO_VENV:-}" ] || ! python3 -m venv "$VENV" >/dev/null 2>&1; then
         # Debian's python3 lacks ensurepip without python3-venv.
         rm -rf "$VENV"
-        if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        if [ -z "${ONNX_CONFORMANCE_NO_VENV:-}" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
             apt-get install -y -q python3-venv >/dev/null 2>&1 ||
                 { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q python3-venv >/dev/null 2>&1; } || true
         fi
-        python3 -m venv "$VENV" >/dev/null 2>&1 || rm -rf "$VENV"
+        [ -n "${ONNX_CONFORMANCE_NO_VENV:-}" ] || python3 -m venv "$VENV" >/dev/null 2>&1 || rm -rf "$VENV"
     fi
     if [ -x "$VENV/bin/python" ]; then
         "$VENV/bin/python" -m pip install -q --disable-pip-version-check "onnx==$ONNX_VERSION" "$NUMPY_SPEC" >&2
