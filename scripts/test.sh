@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The project's test command: builds everything it needs from the repository and crates.io,
-# checks formatting and lints, then runs every test of the workspace.
+# checks formatting and lints, runs every test of the workspace, then the ONNX conformance run
+# (scripts/onnx-conformance.sh, docs/onnx.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 2; }
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --quiet
+# The ONNX backend node tests of the imported operators (about 20 s on 2 cores; it sets up
+# target/onnx-venv with pip on first use), with the debug `ipu` the tests built.
+cargo build --quiet -p ipu-cli
+IPU="${CARGO_TARGET_DIR:-target}/debug/ipu" bash scripts/onnx-conformance.sh

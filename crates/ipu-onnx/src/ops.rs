@@ -1,6 +1,6 @@
 //! The operators: each ONNX node becomes graph operations, or is folded when its inputs are
 //! known. Semantics follow the ONNX operator specification (onnx/docs/Operators.md) at opsets
-//! 13 to 23; where an operator changed within that range the opset decides (noted per
+//! 13 to 28; where an operator changed within that range the opset decides (noted per
 //! operator).
 //!
 //! The graph broadcasts elementwise operands of equal rank only, so NumPy's multidirectional

@@ -267,13 +267,13 @@ fn opset_newer_than_supported_is_refused() {
         e,
         OnnxError::OpsetTooNew {
             domain: "ai.onnx".into(),
-            version: 24,
-            max: 23
+            version: 29,
+            max: 28
         }
     );
     assert_eq!(
         e.to_string(),
-        "the model uses opset 24 of domain `ai.onnx`; the newest supported is 23"
+        "the model uses opset 29 of domain `ai.onnx`; the newest supported is 28"
     );
 }
 
