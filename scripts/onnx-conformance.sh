@@ -13,10 +13,8 @@
 #   pass NAME
 #   fail NAME: <the comparison with the largest error, or the error>
 #   refused NAME: <the importer's or the planner's reason>
-#   known-fail NAME: <as fail>, for a case in scripts/onnx-conformance-known-failures.txt
 #
-# then `N known failures`, `N refused` and `N passed, N failed` (known failures and refusals
-# are counted apart from the failures). A refusal is an error from import or planning
+# then `N refused` and `N passed, N failed` (refusals are counted apart from the failures). A refusal is an error from import or planning
 # (exit 2 with `importing ...` or `building ...`); a failed check (exit 1), a device fault, an
 # internal compiler error, a data set the model disagrees with, a crash or a timeout is a
 # failure. Exit status 0 unless a case fails. --subset runs the fixed list SUBSET below;
@@ -215,29 +213,16 @@ cut -f1 "$list" | xargs -P "$jobs" -I{} bash -c 'run_case "$1"' _ {}
 elapsed=$(( $(date +%s) - start ))
 
 # --- Report --------------------------------------------------------------------------------
-known=$(grep -v '^#' scripts/onnx-conformance-known-failures.txt | awk '{ print $1 }')
-is_known() { printf '%s\n' $known | grep -qx "$1"; }
-passed=0 failed=0 refused=0 known_failed=0
+passed=0 failed=0 refused=0
 while IFS=$'\t' read -r name op dims; do
     IFS=$'\t' read -r verdict _ msg < "$RUN/$name.result"
     case $verdict in
-        pass)
-            passed=$((passed + 1)); echo "pass $name"
-            if is_known "$name"; then
-                echo "onnx-conformance: $name passes; take it out of scripts/onnx-conformance-known-failures.txt" >&2
-            fi
-            ;;
-        fail)
-            if is_known "$name"; then
-                known_failed=$((known_failed + 1)); echo "known-fail $name: $msg"
-            else
-                failed=$((failed + 1)); echo "fail $name: $msg"
-            fi
-            ;;
+        pass) passed=$((passed + 1)); echo "pass $name" ;;
+        fail) failed=$((failed + 1)); echo "fail $name: $msg" ;;
         refused) refused=$((refused + 1)); echo "refused $name: $msg" ;;
     esac
 done < "$list"
-cases=$((passed + failed + refused + known_failed))
+cases=$((passed + failed + refused))
 echo "$cases cases in $elapsed s with $jobs jobs"
 if [ -n "$table" ]; then
     # Per operator: cases, passed, failed, refused; then the refusals grouped by reason (node,
@@ -269,7 +254,6 @@ if [ -n "$table" ]; then
             END { if (n) printf "| %s | %d | %s |\n", r, n, w }' | sort -t'|' -k3,3nr
     } > "$table"
 fi
-echo "$known_failed known failures (scripts/onnx-conformance-known-failures.txt)"
 echo "$refused refused"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

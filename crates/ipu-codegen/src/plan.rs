@@ -297,6 +297,13 @@ pub fn plan_with_budgets(
     tiles: u32,
     budgets: &BTreeMap<String, u64>,
 ) -> Result<OperatorPlan, CodegenError> {
+    // Layouts cut the last axis into column groups: a value needs one.
+    if let Some(v) = graph.values().iter().find(|v| v.ty.shape.is_empty()) {
+        return Err(CodegenError::unsupported(
+            format!("%{}", v.name),
+            "rank-0 (scalar) tensors are not lowered; give the value the shape [1]",
+        ));
+    }
     if tiles == 0 || tiles > target.tiles {
         return Err(CodegenError::Options {
             message: format!(

@@ -35,6 +35,22 @@ impl Planner<'_> {
         out_dtype: &DType,
     ) -> Result<(), CodegenError> {
         let out = op.outputs[0];
+        // Blocks index each operand's batch as the output's, or as batch 0 of an unbatched
+        // operand: batch axes broadcast on both sides have no such index.
+        let batch = |v: DevValueId| split_shape(&self.values[v].shape).0;
+        let out_batch = split_shape(&out_val.ty.shape).0;
+        for (&x, side) in ins.iter().zip(["left", "right"]) {
+            if batch(x) != 1 && batch(x) != out_batch {
+                return unsupported(
+                    op,
+                    &format!(
+                        "the {side} operand {:?} broadcasts only some batch axes of {:?}; \
+                         expand it to the output's batch first",
+                        self.values[x].shape, out_val.ty.shape
+                    ),
+                );
+            }
+        }
         let mut a = ins[0];
         let mut b = ins[1];
         let in_dtype = self.values[a].dtype;
