@@ -172,7 +172,15 @@ fn run_takes_an_onnx_test_data_set_and_checks_its_expected_outputs() {
 #[test]
 fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
     let art = std::env::temp_dir().join(format!("ipu-onnx-gelu-{}", std::process::id()));
-    for name in ["gelu", "gelu_tanh", "gelu_pattern", "sqrt", "tanh", "erf", "pow"] {
+    for name in [
+        "gelu",
+        "gelu_tanh",
+        "gelu_pattern",
+        "sqrt",
+        "tanh",
+        "erf",
+        "pow",
+    ] {
         let o = ipu(&[
             "run",
             &model(name),
