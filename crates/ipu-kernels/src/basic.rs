@@ -355,15 +355,16 @@ const ERF_TAYLOR: [f32; 4] = [
 ];
 
 /// `p` of Abramowitz and Stegun 7.1.26 (`t = 1 / (1 + p |x|)`, `|error| <= 1.5e-7`).
-const ERF_AS_P: f32 = 0.327_591_1;
+const ERF_AS_P: f32 = 0.327_591_1_f64 as f32;
 
 /// `-a1 .. -a5` of Abramowitz and Stegun 7.1.26.
 const ERF_AS_NEG_A: [f32; 5] = [
-    -0.254_829_592,
-    0.284_496_736,
-    -1.421_413_741,
-    1.453_152_027,
-    -1.061_405_429,
+    // The published decimal digits, rounded to f32.
+    -0.254_829_592_f64 as f32,
+    0.284_496_736_f64 as f32,
+    -1.421_413_741_f64 as f32,
+    1.453_152_027_f64 as f32,
+    -1.061_405_429_f64 as f32,
 ];
 
 /// Register pairs of [`approx_pair`]: the operand and result, three temporaries, three
