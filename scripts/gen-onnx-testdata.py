@@ -430,12 +430,78 @@ def errors():
     # An operator no one knows, in the default domain (not checkable by onnx.checker).
     save(model("unknown_op", [helper.make_node("FancyOp", ["x"], ["y"], name="mystery")], [x], [y], check=False), "unknown_op")
     # A known operator with no device counterpart.
-    save(model("tanh", [helper.make_node("Tanh", ["x"], ["y"], name="activation")], [x], [y]), "tanh")
+    save(model("sin", [helper.make_node("Sin", ["x"], ["y"], name="activation")], [x], [y]), "sin")
     # An opset newer than the importer supports.
     save(
         model("opset_new", [helper.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y], opset=29, check=False),
         "opset_too_new",
     )
+
+
+def activations():
+    """Sqrt, Tanh, Erf, Pow (exponents 0.5 and 3) and both Gelu forms (opset 20), and the
+    erf-GELU pattern exporters write (Div by sqrt(2), Erf, Add 1, Mul, Mul 0.5); expected
+    outputs in float64 (math.erf for erf)."""
+    import math
+
+    erf = np.vectorize(math.erf)
+    shape = [3, 7]
+    x = f32(shape, 2.0)
+    x[0, :4] = [0.0, 1e-6, -1e-6, 0.25]
+    pos = np.abs(x) + np.float32(0.01)
+    io = lambda n: helper.make_tensor_value_info(n, F, shape)
+    for name, op, arg, y in [
+        ("sqrt", "Sqrt", pos, np.sqrt(d(pos))),
+        ("tanh", "Tanh", x, np.tanh(d(x))),
+        ("erf", "Erf", x, erf(d(x))),
+    ]:
+        m = model(name, [helper.make_node(op, ["x"], ["y"], name=name)], [io("x")], [io("y")])
+        save(m, name, [("x", arg)], [("y", y.astype(np.float32))])
+    # Pow with known exponents: sqrt and a cube.
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    three = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+    m = model(
+        "pow",
+        [
+            helper.make_node("Pow", ["p", "half"], ["root"], name="pow_half"),
+            helper.make_node("Pow", ["x", "three"], ["cube"], name="pow_three"),
+        ],
+        [io("p"), io("x")],
+        [io("root"), io("cube")],
+        [half, three],
+    )
+    save(m, "pow", [("p", pos), ("x", x)], [("root", np.sqrt(d(pos)).astype(np.float32)), ("cube", (d(x) ** 3).astype(np.float32))])
+    gelu_erf = 0.5 * d(x) * (1.0 + erf(d(x) / math.sqrt(2.0)))
+    gelu_tanh = 0.5 * d(x) * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (d(x) + 0.044715 * d(x) ** 3)))
+    for name, approximate, y in [("gelu", "none", gelu_erf), ("gelu_tanh", "tanh", gelu_tanh)]:
+        m = model(
+            name,
+            [helper.make_node("Gelu", ["x"], ["y"], name=name, approximate=approximate)],
+            [io("x")],
+            [io("y")],
+            opset=20,
+        )
+        save(m, name, [("x", x)], [("y", y.astype(np.float32))])
+    # The erf form as exporters write it (torch.nn.GELU before opset 20).
+    consts = [
+        numpy_helper.from_array(np.array(math.sqrt(2.0), np.float32), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+    ]
+    m = model(
+        "gelu_pattern",
+        [
+            helper.make_node("Div", ["x", "sqrt2"], ["xd"], name="gelu/Div"),
+            helper.make_node("Erf", ["xd"], ["e"], name="gelu/Erf"),
+            helper.make_node("Add", ["e", "one"], ["e1"], name="gelu/Add"),
+            helper.make_node("Mul", ["x", "e1"], ["xe"], name="gelu/Mul"),
+            helper.make_node("Mul", ["xe", "half"], ["y"], name="gelu/Mul_1"),
+        ],
+        [io("x")],
+        [io("y")],
+        consts,
+    )
+    save(m, "gelu_pattern", [("x", x)], [("y", gelu_erf.astype(np.float32))])
 
 
 def main():
@@ -451,6 +517,7 @@ def main():
     errors()
     folding()
     attention()
+    activations()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -168,3 +168,45 @@ fn run_takes_an_onnx_test_data_set_and_checks_its_expected_outputs() {
     );
     let _ = std::fs::remove_dir_all(&art);
 }
+
+#[test]
+fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
+    let art = std::env::temp_dir().join(format!("ipu-onnx-gelu-{}", std::process::id()));
+    for name in [
+        "gelu",
+        "gelu_tanh",
+        "gelu_pattern",
+        "sqrt",
+        "tanh",
+        "erf",
+        "pow",
+    ] {
+        let o = ipu(&[
+            "run",
+            &model(name),
+            "--data",
+            &data(name),
+            "--tiles",
+            "3",
+            "--artifacts",
+            art.to_str().unwrap(),
+        ]);
+        let out = stdout(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let checks: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("versus=onnx_data"))
+            .collect();
+        assert!(!checks.is_empty(), "{name}: {out}");
+        assert!(
+            checks.iter().all(|l| l.ends_with("result=PASS")),
+            "{name}: {out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&art);
+}

@@ -277,6 +277,12 @@ pub enum OpKind {
     },
     /// `e^x`.
     Exp,
+    /// `sqrt(x)` (NaN below zero, as IEEE).
+    Sqrt,
+    /// `tanh(x)`.
+    Tanh,
+    /// The error function `erf(x) = 2/sqrt(pi) * integral from 0 to x of e^(-t^2) dt`.
+    Erf,
     /// The causal mask of a block of attention scores: `x[.., i, j]` becomes `-inf` where key
     /// `key_start + j` comes after query `i`, and is kept otherwise. f32 and f16 only.
     CausalMask {
@@ -355,6 +361,9 @@ impl OpKind {
             OpKind::Max => "max",
             OpKind::Scale { .. } => "scale",
             OpKind::Exp => "exp",
+            OpKind::Sqrt => "sqrt",
+            OpKind::Tanh => "tanh",
+            OpKind::Erf => "erf",
             OpKind::CausalMask { .. } => "causal_mask",
             OpKind::ReduceMax { .. } => "reduce_max",
             OpKind::ReduceSum { .. } => "reduce_sum",

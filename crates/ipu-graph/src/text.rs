@@ -29,7 +29,7 @@
 //! | layer_norm | epsilon |
 //! | attention | scale, causal, partials |
 //! | flash_attention | scale, causal, block_q, block_k, partials |
-//! | add, sub, mul, div, max, exp | none |
+//! | add, sub, mul, div, max, exp, sqrt, tanh, erf | none |
 //!
 //! Constants are declared like inputs, with their data after `=`: an inline literal of the
 //! elements in row-major order for small ones (at most [`INLINE_CONSTANT_ELEMENTS_MAX`]
@@ -150,9 +150,15 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
         | OpKind::ReduceMax { axis }
         | OpKind::ReduceSum { axis }
         | OpKind::Softmax { axis } => vec![("axis", axis.to_string())],
-        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max | OpKind::Exp => {
-            vec![]
-        }
+        OpKind::Add
+        | OpKind::Sub
+        | OpKind::Mul
+        | OpKind::Div
+        | OpKind::Max
+        | OpKind::Exp
+        | OpKind::Sqrt
+        | OpKind::Tanh
+        | OpKind::Erf => vec![],
         OpKind::Scale { factor } => vec![("factor", fmt_f32(*factor))],
         OpKind::CausalMask { key_start } => vec![("key_start", key_start.to_string())],
         OpKind::Cast { to } => vec![("to", to.to_string())],
@@ -855,6 +861,9 @@ fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
             factor: set.f32("factor")?,
         },
         "exp" => OpKind::Exp,
+        "sqrt" => OpKind::Sqrt,
+        "tanh" => OpKind::Tanh,
+        "erf" => OpKind::Erf,
         "causal_mask" => OpKind::CausalMask {
             key_start: set.usize("key_start")?,
         },

@@ -151,6 +151,15 @@ pub enum UnOp {
     Exp,
     /// `x * factor`, computed in f32 (the factor's f32 bits are state word 3).
     Scale,
+    /// `sqrt(x)`, the f32 `sqrt` instruction.
+    Sqrt,
+    /// `tanh(x)`, computed in f32: a Taylor polynomial below `|x| = 1/4`, `1 - 2 / (e^(2|x|) +
+    /// 1)` with the sign of `x` above (`basic::approx_pair`; the reference's
+    /// `ipu_reference::unary::tanh_device` is the same sequence).
+    Tanh,
+    /// `erf(x)`, computed in f32: a Taylor polynomial below `|x| = 1/4`, Abramowitz and Stegun
+    /// 7.1.26 with the sign of `x` above (`ipu_reference::unary::erf_device`).
+    Erf,
 }
 
 /// Element types of casts.

@@ -23,14 +23,7 @@ type Outs = Result<Vec<Option<Val>>, OnnxError>;
 /// Operators with no mapping because the device has no operator for them, with the missing
 /// operator (folded all the same when every input is known, where the evaluator has it).
 const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
-    ("Sqrt", "no sqrt device operator"),
     ("Log", "no log device operator"),
-    (
-        "Tanh",
-        "no tanh device operator (2 sigmoid(2x) - 1 loses the relative accuracy of small values)",
-    ),
-    ("Erf", "no erf device operator"),
-    ("Gelu", "no erf or tanh device operator"),
     ("LogSoftmax", "no log device operator"),
     ("Softplus", "no log device operator"),
     ("Sin", "no sin device operator"),
@@ -1181,8 +1174,8 @@ pub fn convert(
         "Mul" => arithmetic(imp, node, ins, Binary::Mul, OpKind::Mul),
         "Div" => arithmetic(imp, node, ins, Binary::Div, OpKind::Div),
         "Max" | "Min" | "Sum" => variadic(imp, node, ins),
-        // Pow: folded when both are known; a known exponent 1, 2 or -1 is exact as identity,
-        // x * x and 1 / x.
+        // Pow: folded when both are known; a known exponent 1, 2, 3, -1 or 0.5 is identity,
+        // x * x, (x * x) * x, 1 / x or sqrt(x) (3 appears in the tanh form of GELU).
         "Pow" => {
             node.only_attrs(&[])?;
             let (x, e) = (req(node, ins, 0)?, req(node, ins, 1)?);
@@ -1198,10 +1191,14 @@ pub fn convert(
                     let ones = fill_like(imp, x, 1.0)?;
                     one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
                 }
-                Some(0.5) => Err(node
-                    .unsupported("exponent 0.5 needs a sqrt device operator, which there is not")),
+                Some(3.0) => {
+                    let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
+                    one(binary_op(imp, node, OpKind::Mul, &sq, x, &name)?)
+                }
+                Some(0.5) => one(unary_op(imp, node, OpKind::Sqrt, x, 0, &name)?),
                 Some(v) => Err(node.unsupported(format!(
-                    "exponent {v}: no pow device operator (exponents 1, 2 and -1 are mapped)"
+                    "exponent {v}: no pow device operator (exponents 1, 2, 3, -1 and 0.5 are \
+                     mapped)"
                 ))),
                 None => Err(node.bad_input(1, "the exponent must be a known scalar")),
             }
@@ -1294,6 +1291,28 @@ pub fn convert(
             let name = out_name(imp, node, 0);
             one(unary_op(imp, node, OpKind::Exp, x, 0, &name)?)
         }
+        "Sqrt" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Sqrt, k));
+            }
+            let name = out_name(imp, node, 0);
+            one(unary_op(imp, node, OpKind::Sqrt, x, 0, &name)?)
+        }
+        // Tanh and Erf: the graph's operations (a known input becomes a constant operand).
+        "Tanh" | "Erf" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            let kind = if op == "Tanh" {
+                OpKind::Tanh
+            } else {
+                OpKind::Erf
+            };
+            let name = out_name(imp, node, 0);
+            one(unary_op(imp, node, kind, x, 0, &name)?)
+        }
+        "Gelu" => gelu(imp, node, ins),
         // Reciprocal = 1 / x.
         "Reciprocal" => {
             node.only_attrs(&[])?;
@@ -1471,7 +1490,7 @@ pub fn convert(
         "Attention" => attention(imp, node, ins, read),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
-        | "Where" | "Not" | "Range" | "Sqrt" | "Log" | "Floor" | "Ceil" | "Round"
+        | "Where" | "Not" | "Range" | "Log" | "Floor" | "Ceil" | "Round"
             if all_known(ins).is_some() =>
         {
             node.only_attrs(&[])?;
@@ -1524,7 +1543,6 @@ pub fn convert(
                     known::select(&k[0], &k[1], &k[2])
                 }
                 "Not" => known::unary(Unary::Not, &k[0]),
-                "Sqrt" => known::unary(Unary::Sqrt, &k[0]),
                 "Log" => known::unary(Unary::Log, &k[0]),
                 "Floor" => known::unary(Unary::Floor, &k[0]),
                 "Ceil" => known::unary(Unary::Ceil, &k[0]),
@@ -1540,6 +1558,52 @@ pub fn convert(
             Err(node.unsupported("the importer has no mapping for it"))
         }
     }
+}
+
+/// `Gelu` (opset 20) by its definition in the operator specification: `approximate = "none"`
+/// is `0.5 x (1 + erf(x / sqrt(2)))`, `"tanh"` is `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715
+/// x^3)))`, each as the graph's operations in that order.
+fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&["approximate"])?;
+    let approximate = match node.attr("approximate") {
+        None => "none".to_string(),
+        Some(a) if a.r#type() == AttributeType::String => {
+            String::from_utf8_lossy(a.s()).into_owned()
+        }
+        Some(_) => return Err(node.bad_attr("approximate", "must be a string")),
+    };
+    let x = req(node, ins, 0)?;
+    let name = out_name(imp, node, 0);
+    let n = |step: &str| format!("{name}.{step}");
+    let ones = fill_like(imp, x, 1.0)?;
+    let inner = match approximate.as_str() {
+        "none" => {
+            let d = scale(imp, node, x, std::f32::consts::FRAC_1_SQRT_2, &n("scaled"))?;
+            unary_op(imp, node, OpKind::Erf, &d, 0, &n("erf"))?
+        }
+        "tanh" => {
+            let sq = binary_op(imp, node, OpKind::Mul, x, x, &n("square"))?;
+            let cube = binary_op(imp, node, OpKind::Mul, &sq, x, &n("cube"))?;
+            let c = scale(imp, node, &cube, 0.044715, &n("cube_scaled"))?;
+            let sum = binary_op(imp, node, OpKind::Add, x, &c, &n("sum"))?;
+            let factor = (2.0 / std::f64::consts::PI).sqrt() as f32;
+            let s = scale(imp, node, &sum, factor, &n("scaled"))?;
+            unary_op(imp, node, OpKind::Tanh, &s, 0, &n("tanh"))?
+        }
+        other => {
+            return Err(node.bad_attr(
+                "approximate",
+                format!("`{other}` is neither \"none\" nor \"tanh\""),
+            ));
+        }
+    };
+    let one_plus = binary_op(imp, node, OpKind::Add, &inner, &ones, &n("one_plus"))?;
+    let prod = binary_op(imp, node, OpKind::Mul, x, &one_plus, &n("product"))?;
+    imp.notes.push(format!(
+        "node `{}`: Gelu (approximate = {approximate}) by its definition",
+        node.name
+    ));
+    one(scale(imp, node, &prod, 0.5, &name)?)
 }
 
 /// `Attention` (opset 23) without mask or cache: the graph's `attention` on

@@ -171,6 +171,79 @@ fn many_small_operators() {
 }
 
 #[test]
+fn sqrt_tanh_erf_pow_and_gelu_match_numpy_in_both_precisions() {
+    for name in [
+        "sqrt",
+        "tanh",
+        "erf",
+        "pow",
+        "gelu",
+        "gelu_tanh",
+        "gelu_pattern",
+    ] {
+        let m = import_named(name, &[]).unwrap();
+        check_outputs(&m, name, Precision::Exact, 1e-6);
+        // The device's approximations are within a few 1e-7 (docs/numerics.md).
+        check_outputs(&m, name, Precision::Device, 2e-6);
+    }
+}
+
+#[test]
+fn gelu_maps_to_its_definition() {
+    let m = import_named("gelu", &[]).unwrap();
+    check_text(
+        &m,
+        expect![[r#"
+            graph gelu {
+              input %x: f32[3, 7]
+              %y.scaled = scale(%x) {factor = 0.70710677}: f32[3, 7]
+              %y.erf = erf(%y.scaled): f32[3, 7]
+              const %y.one_plus.rhs: f32[1, 1] = [1.0]
+              %y.one_plus = add(%y.erf, %y.one_plus.rhs): f32[3, 7]
+              %y.product = mul(%x, %y.one_plus): f32[3, 7]
+              %y = scale(%y.product) {factor = 0.5}: f32[3, 7]
+              output %y
+            }
+        "#]],
+    );
+    let m = import_named("gelu_tanh", &[]).unwrap();
+    check_text(
+        &m,
+        expect![[r#"
+            graph gelu_tanh {
+              input %x: f32[3, 7]
+              %y.square = mul(%x, %x): f32[3, 7]
+              %y.cube = mul(%y.square, %x): f32[3, 7]
+              %y.cube_scaled = scale(%y.cube) {factor = 0.044715}: f32[3, 7]
+              %y.sum = add(%x, %y.cube_scaled): f32[3, 7]
+              %y.scaled = scale(%y.sum) {factor = 0.7978846}: f32[3, 7]
+              %y.tanh = tanh(%y.scaled): f32[3, 7]
+              const %y.one_plus.rhs: f32[1, 1] = [1.0]
+              %y.one_plus = add(%y.tanh, %y.one_plus.rhs): f32[3, 7]
+              %y.product = mul(%x, %y.one_plus): f32[3, 7]
+              %y = scale(%y.product) {factor = 0.5}: f32[3, 7]
+              output %y
+            }
+        "#]],
+    );
+    let m = import_named("pow", &[]).unwrap();
+    check_text(
+        &m,
+        expect![[r#"
+            graph pow {
+              input %p: f32[3, 7]
+              input %x: f32[3, 7]
+              %root = sqrt(%p): f32[3, 7]
+              %cube.square = mul(%x, %x): f32[3, 7]
+              %cube = mul(%cube.square, %x): f32[3, 7]
+              output %root
+              output %cube
+            }
+        "#]],
+    );
+}
+
+#[test]
 fn f16_initializer_in_int32_data() {
     let m = import_named("f16", &[]).unwrap();
     let text = ipu_graph::print(&m.graph);
@@ -252,10 +325,10 @@ fn unknown_operator_names_the_node() {
             reason: "the importer has no mapping for it".into(),
         }
     );
-    let e = import_named("tanh", &[]).unwrap_err();
+    let e = import_named("sin", &[]).unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("node `activation`: operator Tanh (domain `ai.onnx`) is not supported: no tanh device operator"),
+            .starts_with("node `activation`: operator Sin (domain `ai.onnx`) is not supported: no sin device operator"),
         "{e}"
     );
 }

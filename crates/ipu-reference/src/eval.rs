@@ -5,7 +5,7 @@ use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
 use crate::gemm::{AmpRule, Partials, matmul_device, matmul_f64};
-use crate::{Precision, ReferenceError, Tensor, round_slice};
+use crate::{Precision, ReferenceError, Tensor, round_slice, unary};
 
 #[derive(Clone, Copy)]
 struct Ctx {
@@ -482,6 +482,20 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         OpKind::Max => binary(ins[0], ins[1], out, f32::max),
         OpKind::Scale { factor } => ins[0].0.iter().map(|&x| x * factor).collect(),
         OpKind::Exp => ins[0].0.iter().map(|&x| x.exp()).collect(),
+        // The device's `sqrt` is correctly rounded, as the exact one is.
+        OpKind::Sqrt => ins[0].0.iter().map(|&x| x.sqrt()).collect(),
+        OpKind::Tanh if device => ins[0].0.iter().map(|&x| unary::tanh_device(x)).collect(),
+        OpKind::Tanh => ins[0]
+            .0
+            .iter()
+            .map(|&x| f64::from(x).tanh() as f32)
+            .collect(),
+        OpKind::Erf if device => ins[0].0.iter().map(|&x| unary::erf_device(x)).collect(),
+        OpKind::Erf => ins[0]
+            .0
+            .iter()
+            .map(|&x| unary::erf_exact(f64::from(x)) as f32)
+            .collect(),
         OpKind::CausalMask { key_start } => {
             let (x, t) = ins[0];
             let n = t.shape.len();

@@ -26,6 +26,9 @@
 //!   dtype; `T = partials(S * scale)` with masked entries `-inf`; `P = partials(softmax_f32(T))`
 //!   along keys; `out = out_dtype(P v)` by the matmul rule;
 //! - division is `a * (1 / b)` in f32 (the device's `rcp` then `mul`);
+//! - `sqrt` is the f32 square root; `tanh` and `erf` are the device's instruction sequences
+//!   in f32 ([`unary::tanh_device`], [`unary::erf_device`]; exact: f64 `tanh` and
+//!   [`unary::erf_exact`]);
 //! - flash attention is its expansion into blocked operations (`ipu_graph::expand`, a causal
 //!   mask included), each evaluated by the rules here; the per-row blocked recipe in
 //!   `eval::flash_attention_device` is used only for a graph the expansion refuses.
@@ -40,6 +43,7 @@ mod compare;
 mod eval;
 pub mod gemm;
 mod inputs;
+pub mod unary;
 
 use ipu_graph::DType;
 use ipu_numerics::{Overflow, round_to_f16};

@@ -1,5 +1,5 @@
 //! Elementwise operations: binary arithmetic on operands of one shape, unary operations
-//! (`exp`, scale), casts (FP8 with its scale included) and the causal mask of a block of
+//! (`exp`, `sqrt`, `tanh`, `erf`, scale), casts (FP8 with its scale included) and the causal mask of a block of
 //! scores. Each result keeps its first operand's layout, so planning has one candidate; the
 //! lowering splits each tile's vectors over the workers.
 
@@ -62,7 +62,9 @@ impl Planner<'_> {
         out_val: &Value,
     ) -> Result<(), CodegenError> {
         match &op.kind {
-            OpKind::Scale { .. } | OpKind::Exp if elem(self.values[ins[0]].dtype).is_none() => {
+            OpKind::Scale { .. } | OpKind::Exp | OpKind::Sqrt | OpKind::Tanh | OpKind::Erf
+                if elem(self.values[ins[0]].dtype).is_none() =>
+            {
                 return unsupported(
                     op,
                     "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
@@ -76,6 +78,14 @@ impl Planner<'_> {
                 None,
             ),
             OpKind::Exp => self.follow(op, out_val, DevOpKind::Unary(UnOp::Exp, 1.0), ins[0], None),
+            // sqrt, tanh and erf map zero to zero: their padding stays zero.
+            OpKind::Sqrt => {
+                self.follow(op, out_val, DevOpKind::Unary(UnOp::Sqrt, 1.0), ins[0], None)
+            }
+            OpKind::Tanh => {
+                self.follow(op, out_val, DevOpKind::Unary(UnOp::Tanh, 1.0), ins[0], None)
+            }
+            OpKind::Erf => self.follow(op, out_val, DevOpKind::Unary(UnOp::Erf, 1.0), ins[0], None),
             OpKind::CausalMask { key_start } => {
                 if self.values[ins[0]].dtype != DType::F32 {
                     return unsupported(
@@ -162,7 +172,8 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `out = f(x)` per tile (`exp` clears its output's padding when something reads it).
+    /// `out = f(x)` per tile (`exp` clears its output's padding when something reads it; the
+    /// other unary operations map zero to zero).
     pub(crate) fn lower_unary(
         &mut self,
         index: usize,

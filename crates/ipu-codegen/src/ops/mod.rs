@@ -9,7 +9,7 @@
 //! | family | graph operations | device operations |
 //! |---|---|---|
 //! | [`matmul`] | `matmul` | `DevOpKind::MatMul` |
-//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `exp`, `cast`, `causal_mask` | `Binary`, `Unary`, `Cast`, `CausalMask` |
+//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `exp`, `sqrt`, `tanh`, `erf`, `cast`, `causal_mask` | `Binary`, `Unary`, `Cast`, `CausalMask` |
 //! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | `Rows` |
 //! | [`flash`] | `flash_attention` | `Flash` |
 
@@ -52,6 +52,9 @@ impl Planner<'_> {
             }
             OpKind::Scale { .. }
             | OpKind::Exp
+            | OpKind::Sqrt
+            | OpKind::Tanh
+            | OpKind::Erf
             | OpKind::CausalMask { .. }
             | OpKind::Cast { .. } => self.plan_unary(op, &ins, &out_val),
             OpKind::Reshape { .. }

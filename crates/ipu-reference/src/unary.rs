@@ -1,0 +1,171 @@
+//! `tanh` and `erf`: the exact functions (f64), and the device's instruction sequences (f32),
+//! operation by operation, as the unary kernel of `ipu-kernels` (`basic.rs`) issues them. The
+//! constants here and there are the same f32 values; the differential tests of `ipu-codegen`
+//! compare the two bit for bit. `docs/numerics.md` ("Transcendental approximations") gives
+//! the measured errors.
+//!
+//! Both device sequences have two branches computed for every lane and selected without
+//! branches (the device's lanes are independent): a short Taylor polynomial for `|x| <= T`
+//! and a formula in `exp` and `rcp` above. The selection multiplies by exact weights `w` and
+//! `1 - w` (each 0 or 1); a NaN input reaches the result through `0 * NaN`.
+
+/// The branch threshold of both functions: small enough that a few Taylor terms are accurate
+/// to far below f32 resolution, large enough that the `exp` formula does not lose relative
+/// accuracy to cancellation. A power of two, so `x / T` (the sign at `|x| > T`) is exact.
+pub const THRESHOLD: f32 = 0.25;
+
+/// Taylor coefficients of `tanh(x) = x + x^3 K3 + x^5 K5 + x^7 K7 + x^9 K9 + ...` (the series
+/// of tanh in terms of Bernoulli numbers, e.g. Abramowitz and Stegun 4.5.64): -1/3, 2/15,
+/// -17/315, 62/2835. Truncation at `|x| <= 1/4` is below `1382/155925 * 4^-10 = 8.5e-9` relative.
+pub const TANH_TAYLOR: [f32; 4] = [-1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0];
+
+/// Taylor coefficients of `erf(x) = 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + ...)`
+/// (Abramowitz and Stegun 7.1.5): `2/sqrt(pi) * [1, -1/3, 1/10, -1/42]`. Truncation at
+/// `|x| <= 1/4` is below `4^-8 / 216 = 7.1e-8` relative.
+pub const ERF_TAYLOR: [f32; 4] = [
+    std::f64::consts::FRAC_2_SQRT_PI as f32,
+    (-std::f64::consts::FRAC_2_SQRT_PI / 3.0) as f32,
+    (std::f64::consts::FRAC_2_SQRT_PI / 10.0) as f32,
+    (-std::f64::consts::FRAC_2_SQRT_PI / 42.0) as f32,
+];
+
+/// `p` of Abramowitz and Stegun 7.1.26: `erf(x) = 1 - (a1 t + ... + a5 t^5) e^(-x^2)`,
+/// `t = 1 / (1 + p x)`, `x >= 0`, `|error| <= 1.5e-7`.
+pub const ERF_AS_P: f32 = 0.327_591_1_f64 as f32;
+
+/// `-a1 .. -a5` of Abramowitz and Stegun 7.1.26 (negated: the device adds `-poly * e^(-x^2)`).
+pub const ERF_AS_NEG_A: [f32; 5] = [
+    // The published decimal digits, rounded to f32.
+    -0.254_829_592_f64 as f32,
+    0.284_496_736_f64 as f32,
+    -1.421_413_741_f64 as f32,
+    1.453_152_027_f64 as f32,
+    -1.061_405_429_f64 as f32,
+];
+
+/// The device's `tanh` of one f32 lane.
+pub fn tanh_device(x: f32) -> f32 {
+    let t = THRESHOLD;
+    let a = x.abs();
+    let c = x.min(t).max(-t);
+    let z = c * c;
+    let [k3, k5, k7, k9] = TANH_TAYLOR;
+    let q = (((z * k9 + k7) * z + k5) * z + k3) * z;
+    let s = c + c;
+    let s = s + s;
+    let p = c.mul_add(q, c);
+    let (ws, b) = select(t, a, s, p);
+    let e = a + a;
+    let e = e.exp() + 1.0;
+    let e = 1.0 / e;
+    let e = (e + e) * ws;
+    b - e
+}
+
+/// The device's `erf` of one f32 lane.
+pub fn erf_device(x: f32) -> f32 {
+    let t = THRESHOLD;
+    let a = x.abs();
+    let c = x.min(t).max(-t);
+    let z = c * c;
+    let [c0, c2, c4, c6] = ERF_TAYLOR;
+    let q = ((z * c6 + c4) * z + c2) * z + c0;
+    let s = c + c;
+    let s = s + s;
+    let p = q * c;
+    let (ws, b) = select(t, a, s, p);
+    let r = a.mul_add(ERF_AS_P, 1.0);
+    let r = 1.0 / r;
+    let e = -(a * a);
+    let e = e.exp() * ws;
+    let [n1, n2, n3, n4, n5] = ERF_AS_NEG_A;
+    let f = (((r * n5 + n4) * r + n3) * r + n2) * r + n1;
+    let f = f * r;
+    f.mul_add(e, b)
+}
+
+/// The branch selection: `w = 1` above the threshold, else 0 (a compare mask taken through
+/// `min(mask, 1)`); returns `w * sign` and `w * sign + (1 - w) * small`.
+fn select(t: f32, a: f32, sign: f32, small: f32) -> (f32, f32) {
+    let mask = if t < a { f32::from_bits(u32::MAX) } else { 0.0 };
+    let w = mask.min(1.0);
+    let ws = sign * w;
+    let v = 1.0 - w;
+    (ws, small * v + ws)
+}
+
+/// `erf` to f64 accuracy: the Maclaurin series for `|x| < 2.5` (at most ~`e^6.25` of
+/// cancellation, 1e-13 relative), and the continued fraction of `erfc` (Abramowitz and Stegun
+/// 7.1.14, `erfc(x) = e^(-x^2)/sqrt(pi) * 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + ...))))`)
+/// evaluated bottom-up at depth 80 beyond.
+pub fn erf_exact(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // sum_n (-1)^n x^(2n+1) / (n! (2n+1))
+        let z = a * a;
+        let (mut term, mut sum) = (a, a);
+        for n in 1..200 {
+            term *= -z / n as f64;
+            let add = term / (2 * n + 1) as f64;
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else if a < 30.0 {
+        let mut f = a;
+        for k in (1..=80).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
+    } else {
+        1.0
+    };
+    r.copysign(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_erf_matches_known_values() {
+        // erf(0.5), erf(1), erf(2), erf(3) to 16 digits (Abramowitz and Stegun table 7.1).
+        for (x, e) in [
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+        ] {
+            assert!(
+                (erf_exact(x) - e).abs() < 1e-14,
+                "erf({x}) = {}",
+                erf_exact(x)
+            );
+            assert!((erf_exact(-x) + e).abs() < 1e-14);
+        }
+        // The two methods agree where they meet.
+        let below = erf_exact(2.5 - 1e-12);
+        let above = erf_exact(2.5);
+        assert!((below - above).abs() < 1e-13);
+        assert_eq!(erf_exact(0.0), 0.0);
+        assert_eq!(erf_exact(f64::INFINITY), 1.0);
+    }
+
+    #[test]
+    fn device_functions_keep_zero_sign_limits_and_nan() {
+        for f in [tanh_device, erf_device] {
+            assert_eq!(f(0.0).to_bits(), 0);
+            assert_eq!(f(f32::INFINITY), 1.0);
+            assert_eq!(f(f32::NEG_INFINITY), -1.0);
+            assert!(f(f32::NAN).is_nan());
+            for x in [1e-30f32, 0.1, 0.25, 0.3, 1.0, 5.0, 20.0] {
+                assert_eq!(f(-x), -f(x), "odd at {x}");
+            }
+        }
+    }
+}

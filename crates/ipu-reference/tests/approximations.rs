@@ -1,0 +1,70 @@
+//! The accuracy of the device's `tanh` and `erf` sequences against the exact functions, over
+//! every f16 value and a dense sweep of f32 bit patterns. The printed maxima are the figures in
+//! `docs/numerics.md`:
+//!
+//! `cargo test -p ipu-reference --test approximations -- --nocapture`
+
+use ipu_reference::unary::{erf_device, erf_exact, tanh_device};
+
+/// Largest errors of `device` against `exact` over `xs`: absolute, and relative to `|exact|`
+/// where the exact result is a normal f32 (below, f32 itself has no relative accuracy).
+fn errors(
+    xs: impl Iterator<Item = f32>,
+    device: fn(f32) -> f32,
+    exact: fn(f64) -> f64,
+) -> (f64, f64, f32, f32) {
+    let (mut abs, mut rel, mut at_abs, mut at_rel) = (0.0f64, 0.0f64, 0.0f32, 0.0f32);
+    for x in xs.filter(|x| x.is_finite()) {
+        let d = f64::from(device(x));
+        let e = exact(f64::from(x));
+        let err = (d - e).abs();
+        if err > abs {
+            (abs, at_abs) = (err, x);
+        }
+        if e.abs() >= f64::from(f32::MIN_POSITIVE) && err / e.abs() > rel {
+            (rel, at_rel) = (err / e.abs(), x);
+        }
+    }
+    (abs, rel, at_abs, at_rel)
+}
+
+fn every_f16() -> impl Iterator<Item = f32> {
+    (0..=u16::MAX).map(|b| half::f16::from_bits(b).to_f32())
+}
+
+/// Every 61st f32 bit pattern of either sign (a prime stride reaches every mantissa pattern
+/// class), about 70 million points.
+fn f32_sweep() -> impl Iterator<Item = f32> {
+    (0..0x7F80_0000u32)
+        .step_by(61)
+        .flat_map(|b| [f32::from_bits(b), -f32::from_bits(b)])
+}
+
+fn check(name: &str, device: fn(f32) -> f32, exact: fn(f64) -> f64, rel_max: f64, abs_max: f64) {
+    for (set, (abs, rel, at_abs, at_rel)) in [
+        ("every f16 value", errors(every_f16(), device, exact)),
+        ("f32 sweep", errors(f32_sweep(), device, exact)),
+    ] {
+        println!(
+            "{name} over {set}: max abs error {abs:.3e} (at {at_abs:e}), max rel error {rel:.3e} (at {at_rel:e})"
+        );
+        assert!(rel <= rel_max && abs <= abs_max, "{name} over {set}");
+    }
+}
+
+#[test]
+fn tanh_is_accurate_to_a_few_f32_ulps() {
+    check("tanh", tanh_device, f64::tanh, 5e-7, 1e-7);
+}
+
+#[test]
+fn erf_is_accurate_to_the_published_bound() {
+    check("erf", erf_device, erf_exact, 2e-6, 5e-7);
+}
+
+#[test]
+fn sqrt_is_correctly_rounded() {
+    for x in f32_sweep().filter(|x| *x >= 0.0) {
+        assert_eq!(x.sqrt(), f64::from(x).sqrt() as f32);
+    }
+}
