@@ -14,6 +14,7 @@
 mod builder;
 mod constant;
 pub mod expand;
+pub mod fuse;
 mod infer;
 pub mod models;
 mod text;

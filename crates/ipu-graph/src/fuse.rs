@@ -1,0 +1,409 @@
+//! Recognising attention in the form exporters write it: `matmul(q, transpose(k))`, an
+//! optional `scale`, an optional `add` of a constant causal mask, `softmax` along the last
+//! axis and `matmul(·, v)`, whose intermediates nothing else reads, becomes one `attention`
+//! operation (the compiler then lowers it unfused or, when that pays, as `flash_attention`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, OperationId, ValueId};
+
+/// A mask value at or below this counts as masked: exporters write -10000, -1e9, the type's
+/// lowest value or -inf above the diagonal; after the softmax's subtraction of the row maximum
+/// each gives exp() = 0 in f32, as the causal mask's -inf does.
+pub const MASKED_AT_MOST: f32 = -1.0e4;
+
+/// One recognised attention.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FusedAttention {
+    /// The operations it replaces (the final matmul last), by name.
+    pub operations: Vec<String>,
+    /// The output's name (the final matmul's).
+    pub output: String,
+    /// Whether a causal mask was recognised.
+    pub causal: bool,
+}
+
+/// `graph` with every recognised attention subgraph replaced, and what was replaced.
+pub fn attention_subgraphs(graph: &Graph) -> Result<(Graph, Vec<FusedAttention>), GraphError> {
+    let mut readers: BTreeMap<ValueId, Vec<OperationId>> = BTreeMap::new();
+    for id in graph.operation_ids() {
+        for &v in &graph.operation(id).inputs {
+            readers.entry(v).or_default().push(id);
+        }
+    }
+    let only_reader = |v: ValueId, op: OperationId| {
+        !graph.outputs().contains(&v) && readers.get(&v).is_some_and(|r| r == &[op])
+    };
+    let producer = |v: ValueId| graph.value(v).producer.map(|p| (p, graph.operation(p)));
+    // Final matmul -> (q, k source, k perm to apply, v, scale, causal, partials, out, removed ops)
+    let mut found = Vec::new();
+    for id in graph.operation_ids() {
+        let sm = graph.operation(id);
+        let OpKind::Softmax { axis } = sm.kind else {
+            continue;
+        };
+        let p = sm.outputs[0];
+        if axis + 1 != graph.value(p).ty.shape.len() {
+            continue;
+        }
+        let Some(&[pv]) = readers.get(&p).map(|r| r.as_slice()) else {
+            continue;
+        };
+        let pv_op = graph.operation(pv);
+        let OpKind::MatMul { out, .. } = pv_op.kind else {
+            continue;
+        };
+        if pv_op.inputs[0] != p || graph.outputs().contains(&p) {
+            continue;
+        }
+        let mut removed = vec![id, pv];
+        let mut x = sm.inputs[0];
+        let mut causal = false;
+        if let Some((add_id, add)) = producer(x)
+            && add.kind == OpKind::Add
+            && only_reader(x, id)
+        {
+            let (s, m) = (add.inputs[0], add.inputs[1]);
+            if !is_causal_mask(graph, m, &graph.value(s).ty.shape) {
+                continue;
+            }
+            causal = true;
+            removed.push(add_id);
+            x = s;
+            if !only_reader(x, add_id) {
+                continue;
+            }
+        } else if !only_reader(x, id) {
+            continue;
+        }
+        let mut scale = 1.0f32;
+        let mut scores = x;
+        if let Some((sc_id, sc)) = producer(x)
+            && let OpKind::Scale { factor } = sc.kind
+        {
+            scale = factor;
+            removed.push(sc_id);
+            scores = sc.inputs[0];
+            if !only_reader(scores, sc_id) {
+                continue;
+            }
+        }
+        let Some((qk_id, qk)) = producer(scores) else {
+            continue;
+        };
+        let OpKind::MatMul { partials, .. } = qk.kind else {
+            continue;
+        };
+        removed.push(qk_id);
+        let (q, kt, v) = (qk.inputs[0], qk.inputs[1], pv_op.inputs[1]);
+        // k itself: kᵀ's transpose with its last two axes swapped back, or a new transpose.
+        let rank = graph.value(kt).ty.shape.len();
+        let (k_src, k_perm) = match producer(kt) {
+            Some((_, t)) if matches!(t.kind, OpKind::Transpose { .. }) => {
+                let OpKind::Transpose { perm } = &t.kind else {
+                    unreachable!()
+                };
+                let mut perm = perm.clone();
+                perm.swap(rank - 2, rank - 1);
+                (t.inputs[0], perm)
+            }
+            _ => {
+                let mut perm: Vec<usize> = (0..rank).collect();
+                perm.swap(rank - 2, rank - 1);
+                (kt, perm)
+            }
+        };
+        let (qs, vs) = (&graph.value(q).ty.shape, &graph.value(v).ty.shape);
+        let ks = graph.value(kt).ty.shape.clone();
+        let same_batch = qs.len() == rank
+            && vs.len() == rank
+            && qs[..rank - 2] == ks[..rank - 2]
+            && vs[..rank - 2] == ks[..rank - 2];
+        let (sq, sk) = (qs[rank - 2], ks[rank - 1]);
+        if rank < 3 || !same_batch || (causal && sq != sk) {
+            continue;
+        }
+        let dtypes = [q, kt, v].map(|x| graph.value(x).ty.dtype);
+        if dtypes.iter().any(|&d| d != dtypes[0]) {
+            continue;
+        }
+        found.push((
+            pv, q, k_src, k_perm, v, scale, causal, partials, out, removed,
+        ));
+    }
+    if found.is_empty() {
+        return Ok((graph.clone(), Vec::new()));
+    }
+    rebuild(graph, found)
+}
+
+/// Whether `m` is a constant whose last two axes hold 0 on and below the diagonal and at most
+/// [`MASKED_AT_MOST`] above it, broadcast over the leading axes of `scores`.
+fn is_causal_mask(graph: &Graph, m: ValueId, scores: &[usize]) -> bool {
+    let Some(c) = graph.constant(m) else {
+        return false;
+    };
+    let ty = &graph.value(m).ty;
+    let r = ty.shape.len();
+    if r < 2 || ty.shape[..r - 2].iter().any(|&d| d != 1) || scores.len() < 2 {
+        return false;
+    }
+    let (sq, sk) = (ty.shape[r - 2], ty.shape[r - 1]);
+    if sq != sk || scores[scores.len() - 2..] != [sq, sk] {
+        return false;
+    }
+    let values = crate::decode_elements(ty.dtype, c.data.bytes());
+    values.iter().enumerate().all(|(i, &x)| {
+        let (row, col) = (i / sk, i % sk);
+        if col <= row {
+            x == 0.0
+        } else {
+            x <= MASKED_AT_MOST
+        }
+    })
+}
+
+type Found = (
+    OperationId,
+    ValueId,
+    ValueId,
+    Vec<usize>,
+    ValueId,
+    f32,
+    bool,
+    DType,
+    DType,
+    Vec<OperationId>,
+);
+
+/// The graph again with each found subgraph replaced at its final matmul, and every value
+/// nothing reads any more (the old kᵀ transpose, the mask constant) left out.
+fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttention>), GraphError> {
+    let removed: BTreeSet<OperationId> = found.iter().flat_map(|f| f.9.iter().copied()).collect();
+    let at: BTreeMap<OperationId, &Found> = found.iter().map(|f| (f.0, f)).collect();
+    // What the new graph reads: walk back from the outputs through kept operations.
+    let mut needed: BTreeSet<ValueId> = graph.outputs().iter().copied().collect();
+    for id in graph.operation_ids().collect::<Vec<_>>().into_iter().rev() {
+        let op = graph.operation(id);
+        let out = op.outputs[0];
+        if !needed.contains(&out) {
+            continue;
+        }
+        if let Some(f) = at.get(&id) {
+            needed.extend([f.1, f.2, f.4]);
+        } else if !removed.contains(&id) {
+            needed.extend(op.inputs.iter().copied());
+        }
+    }
+    let mut b = GraphBuilder::new(graph.name.clone());
+    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for &v in graph.inputs() {
+        let val = graph.value(v);
+        map.insert(v, b.input(val.name.clone(), val.ty.clone()));
+    }
+    for c in graph.constants() {
+        if needed.contains(&c.value) {
+            let val = graph.value(c.value);
+            map.insert(
+                c.value,
+                b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?,
+            );
+        }
+    }
+    let mut fused = Vec::new();
+    for id in graph.operation_ids() {
+        let op = graph.operation(id);
+        let out = op.outputs[0];
+        if let Some(&&(_, q, k_src, ref perm, v, scale, causal, partials, out_dtype, ref ops)) =
+            at.get(&id)
+        {
+            let name = graph.value(out).name.clone();
+            let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+            let k = if identity {
+                map[&k_src]
+            } else {
+                b.op(
+                    format!("{name}.k"),
+                    OpKind::Transpose { perm: perm.clone() },
+                    &[map[&k_src]],
+                )?
+            };
+            let kind = OpKind::Attention {
+                scale,
+                causal,
+                partials,
+                out: out_dtype,
+            };
+            let r = b.op(name.clone(), kind, &[map[&q], k, map[&v]])?;
+            map.insert(out, r);
+            let mut ids = ops.clone();
+            ids.sort();
+            let names: Vec<String> = ids
+                .iter()
+                .map(|&o| graph.operation(o).name.clone())
+                .collect();
+            fused.push(FusedAttention {
+                operations: names,
+                output: name,
+                causal,
+            });
+            continue;
+        }
+        if removed.contains(&id) || !needed.contains(&out) {
+            continue;
+        }
+        let ins: Vec<ValueId> = op.inputs.iter().map(|i| map[i]).collect();
+        let r = b.op(graph.value(out).name.clone(), op.kind.clone(), &ins)?;
+        map.insert(out, r);
+    }
+    for &o in graph.outputs() {
+        b.output(map[&o]);
+    }
+    Ok((b.finish()?, fused))
+}
+
+/// Blocks of queries and keys of the `flash_attention` that [`as_flash`] writes.
+pub const FLASH_BLOCK: usize = 128;
+
+/// `graph` with the `attention` operations whose outputs are named in `outputs` written as
+/// `flash_attention` (same operands, scale, mask and types): the fused lowering.
+pub fn as_flash(graph: &Graph, outputs: &[String]) -> Result<Graph, GraphError> {
+    let mut b = GraphBuilder::new(graph.name.clone());
+    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for &v in graph.inputs() {
+        let val = graph.value(v);
+        map.insert(v, b.input(val.name.clone(), val.ty.clone()));
+    }
+    for c in graph.constants() {
+        let val = graph.value(c.value);
+        map.insert(
+            c.value,
+            b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?,
+        );
+    }
+    for op in graph.operations() {
+        let out = op.outputs[0];
+        let name = graph.value(out).name.clone();
+        let kind = match op.kind {
+            OpKind::Attention {
+                scale,
+                causal,
+                partials,
+                out,
+            } if outputs.contains(&name) => OpKind::FlashAttention {
+                scale,
+                causal,
+                block_q: FLASH_BLOCK,
+                block_k: FLASH_BLOCK,
+                partials,
+                out,
+            },
+            ref k => k.clone(),
+        };
+        let ins: Vec<ValueId> = op.inputs.iter().map(|i| map[i]).collect();
+        map.insert(out, b.op(name, kind, &ins)?);
+    }
+    for &o in graph.outputs() {
+        b.output(map[&o]);
+    }
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TensorType;
+
+    /// `softmax(q kᵀ / 8 [+ mask]) v` as an exporter writes it, heads split by a transpose;
+    /// `mask` is the value above the diagonal; `probs_out` also outputs the probabilities.
+    fn exported(mask: Option<f32>, probs_out: bool) -> Graph {
+        let (s, d) = (16usize, 16usize);
+        let mut b = GraphBuilder::new("attn");
+        let q = b.input("q", TensorType::new(DType::F32, [1, 2, s, d]));
+        let kh = b.input("k", TensorType::new(DType::F32, [1, s, 2, d]));
+        let v = b.input("v", TensorType::new(DType::F32, [1, 2, s, d]));
+        let kt = b
+            .op(
+                "kt",
+                OpKind::Transpose {
+                    perm: vec![0, 2, 3, 1],
+                },
+                &[kh],
+            )
+            .unwrap();
+        let mm = OpKind::MatMul {
+            partials: DType::F32,
+            out: DType::F32,
+        };
+        let sc = b.op("scores", mm.clone(), &[q, kt]).unwrap();
+        let mut x = b
+            .op("scaled", OpKind::Scale { factor: 0.125 }, &[sc])
+            .unwrap();
+        if let Some(above) = mask {
+            let values: Vec<f32> = (0..s * s)
+                .map(|i| if i % s <= i / s { 0.0 } else { above })
+                .collect();
+            let m = b
+                .constant_values("mask", TensorType::new(DType::F32, [1, 1, s, s]), &values)
+                .unwrap();
+            x = b.op("masked", OpKind::Add, &[x, m]).unwrap();
+        }
+        let p = b.op("probs", OpKind::Softmax { axis: 3 }, &[x]).unwrap();
+        let o = b.op("ctx", mm, &[p, v]).unwrap();
+        b.output(o);
+        if probs_out {
+            b.output(p);
+        }
+        b.finish().unwrap()
+    }
+
+    #[test]
+    fn the_exported_pattern_becomes_one_attention() {
+        for (mask, causal) in [
+            (None, false),
+            (Some(-10000.0), true),
+            (Some(f32::NEG_INFINITY), true),
+        ] {
+            let (g, fused) = attention_subgraphs(&exported(mask, false)).unwrap();
+            assert_eq!(fused.len(), 1, "{}", crate::print(&g));
+            assert_eq!(fused[0].causal, causal);
+            assert_eq!(fused[0].output, "ctx");
+            let kinds: Vec<&str> = g.operations().iter().map(|o| o.kind.mnemonic()).collect();
+            assert_eq!(kinds, ["transpose", "attention"], "{}", crate::print(&g));
+            // The mask constant and kᵀ are gone; k is transposed to [.., s, d].
+            assert!(g.constants().is_empty());
+            assert_eq!(
+                g.value(g.operations()[1].inputs[1]).ty.shape,
+                [1, 2, 16, 16]
+            );
+        }
+    }
+
+    #[test]
+    fn a_fused_attention_can_be_written_as_flash_attention() {
+        let (g, fused) = attention_subgraphs(&exported(Some(-10000.0), false)).unwrap();
+        let f = as_flash(&g, &[fused[0].output.clone()]).unwrap();
+        assert!(matches!(
+            f.operations()[1].kind,
+            OpKind::FlashAttention { causal: true, scale, .. } if scale == 0.125
+        ));
+    }
+
+    #[test]
+    fn intermediates_read_elsewhere_or_other_masks_are_left_alone() {
+        // The probabilities are also an output: nothing may be fused.
+        assert!(
+            attention_subgraphs(&exported(None, true))
+                .unwrap()
+                .1
+                .is_empty()
+        );
+        // A mask that is not causal (a bias) stays an add.
+        assert!(
+            attention_subgraphs(&exported(Some(-10.0), false))
+                .unwrap()
+                .1
+                .is_empty()
+        );
+    }
+}
