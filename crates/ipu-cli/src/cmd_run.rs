@@ -734,11 +734,27 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
             }
         };
         let mut checks = Vec::new();
+        let reordered = graph
+            .operations()
+            .iter()
+            .any(|o| matches!(o.kind, ipu_graph::OpKind::FlashAttention { .. }));
         for ((o, exp), &id) in outputs.iter().zip(&expected).zip(graph.outputs()) {
             let mut tol = match a.reference_precision {
                 Precision::Device => Tolerance::for_dtype(exp.dtype),
                 Precision::Exact => tolerance_versus_exact(&graph, id),
             };
+            if reordered && a.reference_precision == Precision::Device {
+                // The device merges flash attention's key blocks in another order than the
+                // expansion the reference follows: a few units of the format's last place at
+                // the largest magnitude involved, carried through what follows. The element
+                // floor is then one unit at the output's scale (docs/numerics.md).
+                let scale = exp.data.iter().fold(0.0f32, |m, x| m.max(x.abs())) as f64;
+                let unit = match exp.dtype {
+                    DType::F32 => f64::from(f32::EPSILON),
+                    _ => (2.0f64).powi(-10),
+                };
+                tol.atol = tol.atol.max(scale * unit);
+            }
             tol.atol = a.atol.unwrap_or(tol.atol);
             tol.rtol = a.rtol.unwrap_or(tol.rtol);
             tol.min_cosine = a.min_cosine.unwrap_or(tol.min_cosine);
