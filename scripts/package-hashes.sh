@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p ipu-cli
-ipu=target/release/ipu
+ipu="${CARGO_TARGET_DIR:-target}/release/ipu"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 build() {
