@@ -1,26 +1,13 @@
 //! Graph files with constants from the command line: `.npy` files beside the text are read by
 //! `ipu graph check`, `ipu graph print` and `ipu reference`, and written by `ipu graph print -o`.
 
+mod common;
+
+use common::{ipu_quiet as ipu, stderr, stdout};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use npyz::WriterBuilder as _;
-
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .env("IPU_LOG", "warn")
-        .output()
-        .expect("run ipu")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);

@@ -1,23 +1,10 @@
 //! `ipu models`, `ipu graph print|check` and `ipu reference` from the command line.
 
+mod common;
+
+use common::{ipu_quiet as ipu, stderr, stdout};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .env("IPU_LOG", "warn")
-        .output()
-        .expect("run ipu")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);

@@ -1,16 +1,11 @@
 //! `ipu asm` and `ipu disasm` end to end: assemble, disassemble, reassemble; errors with
 //! positions and byte offsets and exit status 2.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .env("IPU_LOG", "warn")
-        .output()
-        .expect("run ipu")
-}
+use common::ipu_quiet as ipu;
+
+use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ipu-isa-cli-{}-{name}", std::process::id()));

@@ -1,32 +1,19 @@
 //! Tensors in NumPy's formats and repeated calls through the real binary: `--input`,
 //! `--inputs`, `--outputs`, `--raw-fp8` and `--iterations` of `ipu run` and `ipu exec`.
 
+mod common;
+
+use common::{ipu, scratch_in, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use ipu_graph::DType;
 use ipu_numerics::{Fp8Format, Overflow};
 use npyz::WriterBuilder;
 
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .output()
-        .expect("ipu runs")
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ipu-npy-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    scratch_in("npy-cli", name)
 }
 
 fn s(p: &Path) -> &str {

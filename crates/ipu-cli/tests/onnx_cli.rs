@@ -1,24 +1,11 @@
 //! ONNX models from the command line: `ipu graph print|check` and `ipu reference` import
 //! `*.onnx` files with their `--dim` bindings; bad models exit 2 with the importer's message.
 
+mod common;
+
+use common::{ipu_quiet as ipu, stderr, stdout};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .env("IPU_LOG", "warn")
-        .output()
-        .expect("run ipu")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// A model written by scripts/gen-onnx-testdata.py.
 fn model(name: &str) -> String {

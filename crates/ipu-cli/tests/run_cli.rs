@@ -1,28 +1,14 @@
 //! `ipu build`, `ipu exec` and `ipu run` through the real binary: summary lines, reports, exit
 //! codes, and the refusals of bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .output()
-        .expect("ipu runs")
-}
+use common::{ipu, scratch_in, text};
+
+use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ipu-run-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    scratch_in("run-cli", name)
 }
 
 fn lock_args(dir: &Path) -> [String; 2] {
