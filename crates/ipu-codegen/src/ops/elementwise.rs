@@ -150,21 +150,19 @@ impl Lowerer<'_> {
             };
             let vectors = (n as u32 * eb) / 8;
             let ops = tiles.entry(tile).or_default();
-            for (v0, v1) in split(vectors, WORKERS) {
-                if v1 > v0 {
-                    ops.push(SupOp::Run(
-                        Kernel::Binary { ty, op: bop },
-                        BinaryState {
-                            a: (xb, v0 * 8),
-                            b: (yb, v0 * 8),
-                            out: (ob, v0 * 8),
-                            vectors: v1 - v0,
-                        }
-                        .into(),
-                        kernels::binary_slots(ty, bop, v1 - v0),
-                    ));
-                }
-            }
+            push_split(ops, vectors, |v0, v1| {
+                SupOp::Run(
+                    Kernel::Binary { ty, op: bop },
+                    BinaryState {
+                        a: (xb, v0 * 8),
+                        b: (yb, v0 * 8),
+                        out: (ob, v0 * 8),
+                        vectors: v1 - v0,
+                    }
+                    .into(),
+                    kernels::binary_slots(ty, bop, v1 - v0),
+                )
+            });
         }
         if bop == BinOp::Div {
             self.pad_clears(index, tiles);
@@ -193,21 +191,19 @@ impl Lowerer<'_> {
             let xb = self.value_buffer(x, tile);
             let ob = self.value_buffer(out, tile);
             let ops = tiles.entry(tile).or_default();
-            for (v0, v1) in split(n * eb / 8, WORKERS) {
-                if v1 > v0 {
-                    ops.push(SupOp::Run(
-                        Kernel::Unary { ty, op: uop },
-                        UnaryState {
-                            input: (xb, v0 * 8),
-                            out: (ob, v0 * 8),
-                            vectors: v1 - v0,
-                            factor_bits: factor.to_bits(),
-                        }
-                        .into(),
-                        kernels::unary_slots(ty, uop, v1 - v0),
-                    ));
-                }
-            }
+            push_split(ops, n * eb / 8, |v0, v1| {
+                SupOp::Run(
+                    Kernel::Unary { ty, op: uop },
+                    UnaryState {
+                        input: (xb, v0 * 8),
+                        out: (ob, v0 * 8),
+                        vectors: v1 - v0,
+                        factor_bits: factor.to_bits(),
+                    }
+                    .into(),
+                    kernels::unary_slots(ty, uop, v1 - v0),
+                )
+            });
         }
         if uop == UnOp::Exp {
             self.pad_clears(index, tiles);
@@ -235,20 +231,18 @@ impl Lowerer<'_> {
             let xb = self.value_buffer(x, tile);
             let ob = self.value_buffer(out, tile);
             let ops = tiles.entry(tile).or_default();
-            for (g0, g1) in split(n / 4, WORKERS) {
-                if g1 > g0 {
-                    ops.push(SupOp::Run(
-                        Kernel::Cast { from, to },
-                        CastState {
-                            input: (xb, g0 * 4 * from.bytes()),
-                            out: (ob, g0 * 4 * to.bytes()),
-                            groups: g1 - g0,
-                        }
-                        .into(),
-                        kernels::cast_slots(from, to, g1 - g0),
-                    ));
-                }
-            }
+            push_split(ops, n / 4, |g0, g1| {
+                SupOp::Run(
+                    Kernel::Cast { from, to },
+                    CastState {
+                        input: (xb, g0 * 4 * from.bytes()),
+                        out: (ob, g0 * 4 * to.bytes()),
+                        groups: g1 - g0,
+                    }
+                    .into(),
+                    kernels::cast_slots(from, to, g1 - g0),
+                )
+            });
         }
         Ok(())
     }
@@ -335,5 +329,15 @@ impl Lowerer<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Pushes one launch per worker's share of `units` (skipping empty shares): `launch` gets the
+/// share's first unit and one past its last.
+fn push_split(ops: &mut Vec<SupOp>, units: u32, launch: impl Fn(u32, u32) -> SupOp) {
+    for (u0, u1) in split(units, WORKERS) {
+        if u1 > u0 {
+            ops.push(launch(u0, u1));
+        }
     }
 }
