@@ -61,7 +61,7 @@ pub fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
 
 /// Reads and parses a model file; its constant files are read from the file's directory.
 pub fn load_file(path: &str) -> anyhow::Result<Graph> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let text = crate::text_input::read_text(std::path::Path::new(path))?;
     let dir = std::path::Path::new(path)
         .parent()
         .unwrap_or(std::path::Path::new("."));

@@ -65,8 +65,7 @@ fn parse_define(s: &str) -> Result<(String, i64), String> {
 
 /// `ipu asm FILE.s [-o FILE.bin]`: assembles a file into an object container.
 pub fn asm(args: AsmArgs) -> anyhow::Result<u8> {
-    let source = std::fs::read_to_string(&args.input)
-        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let source = crate::text_input::read_text(&args.input)?;
     let options = AsmOptions {
         base: args.base,
         defines: args.defines,

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context as _;
 use ipu_isa::{AsmOptions, assemble};
 use ipu_sim::bench::{BenchError, run_amp_bench};
 use ipu_sim::{Device, RunLimits, SimError};
@@ -34,8 +33,7 @@ pub struct SimArgs {
 
 /// `ipu sim FILE.s`: 0 when the program halts, 1 when it faults, 2 for bad input.
 pub fn sim(args: SimArgs) -> anyhow::Result<u8> {
-    let source = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
+    let source = crate::text_input::read_text(&args.file)?;
     let name = args.file.display().to_string();
     let object = assemble(&source, &name, &AsmOptions::default())?;
     let Some(first) = object.sections.first() else {

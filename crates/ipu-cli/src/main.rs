@@ -22,6 +22,7 @@ mod cmd_run;
 mod cmd_sim;
 mod graph_files;
 mod npy;
+mod text_input;
 
 #[derive(Parser)]
 #[command(

@@ -25,6 +25,11 @@ pub const DEFAULT_SECTION: &str = ".text";
 pub const INCLUDE_DEPTH_MAX: usize = 16;
 /// Largest `.align` argument, in bytes.
 pub const ALIGN_MAX: i64 = 1 << 16;
+/// Longest source line, in bytes: a bound on the work and the memory a line can ask for.
+pub const LINE_BYTES_MAX: usize = 4096;
+/// Deepest expression tree (nested parentheses, unary signs and chained operators, counted as
+/// the depth of the tree they build): evaluation and the tree's drop recurse to this depth.
+pub const EXPR_DEPTH_MAX: u32 = 256;
 
 /// Assembler options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -311,6 +316,8 @@ struct Parser<'a> {
     pos: usize,
     /// Byte column just past the end of the line, for "expected .. at end of line".
     end_col: usize,
+    /// Open parentheses and pending signs around the current position.
+    nesting: u32,
 }
 
 impl<'a> Parser<'a> {
@@ -328,10 +335,26 @@ impl<'a> Parser<'a> {
     }
 
     fn expr(&mut self) -> PResult<Expr> {
-        self.binary(0)
+        Ok(self.binary(0)?.0)
     }
 
-    fn binary(&mut self, level: usize) -> PResult<Expr> {
+    /// Refuses a tree deeper than [`EXPR_DEPTH_MAX`] at `col`.
+    fn deeper(&self, depth: u32, col: usize) -> PResult<u32> {
+        if depth > EXPR_DEPTH_MAX {
+            return Err((
+                col,
+                format!(
+                    "expression nested deeper than {EXPR_DEPTH_MAX} levels (parentheses, signs or chained operators)"
+                ),
+            ));
+        }
+        Ok(depth)
+    }
+
+    /// An expression whose operators bind at least as tightly as `min` (an index into
+    /// `LEVELS`, loosest first), and the depth of its tree. Precedence climbing: one frame per
+    /// operand of a tighter operator, so that parentheses cost three frames a level.
+    fn binary(&mut self, min: usize) -> PResult<(Expr, u32)> {
         const LEVELS: [&[&str]; 6] = [
             &["|"],
             &["^"],
@@ -340,51 +363,77 @@ impl<'a> Parser<'a> {
             &["+", "-"],
             &["*", "/", "%"],
         ];
-        if level == LEVELS.len() {
-            return self.unary();
-        }
-        let mut lhs = self.binary(level + 1)?;
+        let (mut lhs, mut depth) = self.unary()?;
         loop {
-            let op = match self.peek() {
-                Some(Tok::Punct(p)) if LEVELS[level].contains(p) => *p,
-                _ => return Ok(lhs),
+            let Some((op, level)) = (match self.peek() {
+                Some(Tok::Punct(p)) => LEVELS
+                    .iter()
+                    .position(|ops| ops.contains(p))
+                    .filter(|&l| l >= min)
+                    .map(|l| (*p, l)),
+                _ => None,
+            }) else {
+                return Ok((lhs, depth));
             };
             let col = self.col();
             self.pos += 1;
-            let rhs = self.binary(level + 1)?;
+            let (rhs, d) = self.binary(level + 1)?;
+            depth = self.deeper(depth.max(d) + 1, col)?;
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), col);
         }
     }
 
-    fn unary(&mut self) -> PResult<Expr> {
-        for (p, c) in [("-", '-'), ("~", '~'), ("+", '+')] {
-            if self.is_punct(p) {
-                self.pos += 1;
-                return Ok(Expr::Unary(c, Box::new(self.unary()?)));
-            }
+    /// Parses nested signs and parentheses with an explicit count, so that the parser's own
+    /// recursion is bounded by [`EXPR_DEPTH_MAX`] before it goes deeper.
+    fn unary(&mut self) -> PResult<(Expr, u32)> {
+        let mut signs = Vec::new();
+        while let Some(c) = [("-", '-'), ("~", '~'), ("+", '+')]
+            .iter()
+            .find(|(p, _)| self.is_punct(p))
+            .map(|(_, c)| *c)
+        {
+            self.deeper(self.nesting + signs.len() as u32 + 1, self.col())?;
+            signs.push(c);
+            self.pos += 1;
         }
+        let col = self.col();
+        self.nesting += signs.len() as u32;
+        let (mut e, mut depth) = self.primary()?;
+        self.nesting -= signs.len() as u32;
+        for c in signs.into_iter().rev() {
+            depth += 1;
+            e = Expr::Unary(c, Box::new(e));
+        }
+        Ok((e, self.deeper(depth, col)?))
+    }
+
+    /// A number, a symbol, `.` or a parenthesised expression.
+    fn primary(&mut self) -> PResult<(Expr, u32)> {
         let col = self.col();
         match self.peek() {
             Some(Tok::Int(v)) => {
                 self.pos += 1;
-                Ok(Expr::Num(*v))
+                Ok((Expr::Num(*v), 1))
             }
             Some(Tok::Ident(s)) if s == "." => {
                 self.pos += 1;
-                Ok(Expr::Here)
+                Ok((Expr::Here, 1))
             }
             Some(Tok::Ident(s)) => {
                 self.pos += 1;
-                Ok(Expr::Sym(s.clone(), col))
+                Ok((Expr::Sym(s.clone(), col), 1))
             }
             Some(Tok::Punct("(")) => {
+                self.nesting += 1;
+                self.deeper(self.nesting, col)?;
                 self.pos += 1;
-                let e = self.expr()?;
+                let (e, depth) = self.binary(0)?;
                 if !self.is_punct(")") {
                     return Err((self.col(), format!("expected `)`, found {}", self.found())));
                 }
                 self.pos += 1;
-                Ok(e)
+                self.nesting -= 1;
+                Ok((e, depth))
             }
             _ => Err((
                 col,
@@ -568,6 +617,7 @@ fn parse_expr_all(toks: &[Token], end_col: usize) -> PResult<Expr> {
         toks,
         pos: 0,
         end_col,
+        nesting: 0,
     };
     let e = p.expr()?;
     if p.pos != toks.len() {
@@ -758,6 +808,15 @@ impl Assembler {
     }
 
     fn line(&mut self, loc: &Loc, depth: usize) -> Result<(), AsmError> {
+        if loc.text.len() > LINE_BYTES_MAX {
+            return Err(loc.err(
+                0,
+                format!(
+                    "line is {} bytes long; the longest accepted is {LINE_BYTES_MAX}",
+                    loc.text.len()
+                ),
+            ));
+        }
         let text = strip_comment(&loc.text);
         let end_col = text.trim_end().len();
         let toks = lex(text).map_err(|(c, m)| loc.err(c, m))?;
@@ -1049,8 +1108,19 @@ impl Assembler {
                 }
                 let dir = Path::new(&*loc.file).parent().unwrap_or(Path::new(""));
                 let full = dir.join(path);
-                let source = std::fs::read_to_string(&full).map_err(|e| {
+                let bytes = std::fs::read(&full).map_err(|e| {
                     loc.err(*pcol, format!("cannot read `{}`: {e}", full.display()))
+                })?;
+                let source = String::from_utf8(bytes).map_err(|e| {
+                    let offset = e.utf8_error().valid_up_to();
+                    let line = e.as_bytes()[..offset].iter().filter(|&&b| b == b'\n').count() + 1;
+                    loc.err(
+                        *pcol,
+                        format!(
+                            "`{}` is not UTF-8 text: line {line}, byte offset {offset} does not begin a valid UTF-8 character",
+                            full.display()
+                        ),
+                    )
                 })?;
                 let name: Rc<str> = full.to_string_lossy().into();
                 self.file(&source, name, depth + 1)
