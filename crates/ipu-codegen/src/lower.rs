@@ -17,11 +17,11 @@ use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES};
 pub(crate) const WORKERS: u32 = ipu_target::WORKER_CONTEXTS;
 
 /// Host page holding the inputs.
-pub const INPUT_PAGE: u16 = 0;
+pub const INPUT_PAGE: u16 = ipu_package::INPUT_PAGE as u16;
 /// Host page holding the outputs.
-pub const OUTPUT_PAGE: u16 = 1;
+pub const OUTPUT_PAGE: u16 = ipu_package::OUTPUT_PAGE as u16;
 /// Host page holding the constants (present only when the graph has constants).
-pub const CONSTANTS_PAGE: u16 = 2;
+pub const CONSTANTS_PAGE: u16 = ipu_package::CONSTANTS_PAGE as u16;
 
 /// The lowered program and the host-exchange layout of its inputs and outputs.
 #[derive(Debug, Clone)]
@@ -154,11 +154,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     let mut page_bytes = [0u64; 3];
     let mut place = |v: DevValueId, role: TensorRole, tensors: &mut Vec<HostTensor>| {
         let val = &plan.values[v];
-        let page = match role {
-            TensorRole::Input => INPUT_PAGE,
-            TensorRole::Output => OUTPUT_PAGE,
-            TensorRole::Constant => CONSTANTS_PAGE,
-        };
+        let page = ipu_package::page_of(role) as u16;
         let bytes = (storage_elements(&val.shape, val.layout.group) * val.dtype.bytes()) as u64;
         let offset = page_bytes[page as usize];
         page_bytes[page as usize] = align8(offset + bytes);

@@ -6,15 +6,7 @@ use ipu_package::{HostTensor, split_shape, storage_elements};
 
 use crate::RuntimeError;
 
-/// Bytes of one element of `dtype` (`f32` 4, `f16` 2, the FP8 formats `f143` and `f152` 1).
-pub fn element_bytes(dtype: &str) -> Option<usize> {
-    match dtype {
-        "f32" => Some(4),
-        "f16" => Some(2),
-        "f143" | "f152" => Some(1),
-        _ => None,
-    }
-}
+pub use ipu_package::element_bytes;
 
 /// The sizes of one host tensor, checked against each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -346,9 +346,12 @@ fn unknown_names_and_wrong_sizes_are_errors_listing_what_exists() {
     assert!(e.to_string().contains("tensor \"x\""), "{e}");
     let mut p = package.clone();
     p.manifest.host_pages = vec![u64::MAX, u64::MAX];
-    p.manifest.tensors.clear();
     let e = open_err(&p);
-    assert!(matches!(e, RuntimeError::HostPagesTooLarge { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("page 0 has 18446744073709551615 bytes but its tensors end at 32"),
+        "{e}"
+    );
     let mut p = package.clone();
     p.manifest.tensors[1].dtype = "i7".into();
     let e = open_err(&p);

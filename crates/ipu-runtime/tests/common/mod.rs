@@ -212,9 +212,9 @@ pub fn package_of(
                 program("run", 2),
                 program("echo", 2),
                 program("fault", 1),
-                program("spin", 0),
+                program("spin", 1),
             ],
-            host_pages: vec![bytes, bytes],
+            host_pages: vec![bytes.next_multiple_of(8); 2],
             tensors: vec![
                 tensor("x", TensorRole::Input, 0),
                 tensor("y", TensorRole::Output, 1),
