@@ -359,6 +359,30 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
                 );
             }
             check_partials(*partials, &[(0, q.dtype), (1, k.dtype), (2, v.dtype)])?;
+            // The scores are a matmul of q and kᵀ: their operands share a class.
+            if operand_class(q.dtype) != operand_class(k.dtype) {
+                return err(
+                    Some(1),
+                    format!(
+                        "q and k dtypes {} and {} do not match (the scores are the matmul of q and kᵀ)",
+                        q.dtype, k.dtype
+                    ),
+                );
+            }
+            // The fused kernels take f32 operands throughout or none.
+            if matches!(kind, OpKind::FlashAttention { .. })
+                && let Some(i) = [q, k, v]
+                    .iter()
+                    .position(|t| (t.dtype == DType::F32) != (q.dtype == DType::F32))
+            {
+                return err(
+                    Some(i),
+                    format!(
+                        "flash attention needs q, k and v all f32 or none f32, got {}, {} and {}",
+                        q.dtype, k.dtype, v.dtype
+                    ),
+                );
+            }
             check_dtype(*out)?;
             let mut shape = q.shape.clone();
             shape[r - 1] = v.shape[r - 1];

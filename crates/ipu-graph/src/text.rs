@@ -829,8 +829,8 @@ impl AttrSet<'_, '_> {
 }
 
 const MNEMONICS: &str = "matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, \
-                         scale, exp, reduce_max, reduce_sum, softmax, cast, layer_norm, \
-                         attention, flash_attention";
+                         scale, exp, sqrt, tanh, erf, causal_mask, reduce_max, reduce_sum, \
+                         softmax, cast, layer_norm, attention, flash_attention";
 
 fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
     let kind = match set.mnemonic.as_str() {

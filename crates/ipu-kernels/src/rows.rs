@@ -158,6 +158,24 @@ fn write_row(
     c.bind(done);
 }
 
+/// The smallest normal f32: the floor of a softmax sum, so that a row whose every score is
+/// masked (`-inf`: every `exp` is 0, the sum is 0) divides 0 by it and gives zeros, the
+/// result `ipu_reference` and ONNX's Attention define for a fully masked row, instead of
+/// `0 * rcp(0)` = NaN. A row with any unmasked score has a sum of at least 1.
+const SUM_FLOOR: u32 = 0x0080_0000;
+/// The lowest finite f32: the start of a softmax row's maximum, so that a fully masked row's
+/// `x - max` is `-inf` (exp 0) rather than `-inf - -inf` = NaN.
+const MAX_START: u32 = 0xFF7F_FFFF;
+/// Issue slots of [`floor_sum`].
+const FLOOR_SUM_SLOTS: u32 = 4;
+
+/// `$a{d} = max($a{d}, SUM_FLOOR)`, through `tmp` and `$a15`.
+fn floor_sum(c: &mut Code, d: u8, tmp: MReg) {
+    li(c, tmp, SUM_FLOOR);
+    c.op(mov_a(15, tmp));
+    c.op(fbin(FType::F32, FBinOp::Max, d, d, 15));
+}
+
 /// Sets up the divisor of [`normalize_pair`] from the f32 in `$a{d}`: `rcp(d)` broadcast
 /// into `$a6:7` and `d` into `$a12:13` (`$a15` is scratch).
 fn normalize_divisor(c: &mut Code, d: u8) {
@@ -399,7 +417,7 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     c.op(alu_imm(AluOp::Shr, pairs, len, 1));
     c.op(alu_imm(AluOp::And, odd, len, 1));
     // Pass 1: the maximum, in $a8.
-    li(c, m(12), 0xFF80_0000);
+    li(c, m(12), MAX_START);
     c.op(mov_a(8, m(12)));
     c.op(alu_imm(AluOp::Add, p, inp, 0));
     fold_row(c, ty, p, pairs, odd, 8, FBinOp::Max, |_, _| {});
@@ -417,6 +435,7 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
         c.op(st32_a(9, out, 4));
     } else {
         // rcp(s) in $a6:7, s in $a12:13.
+        floor_sum(c, 9, m(12));
         normalize_divisor(c, 9);
         // Pass 3: e / s.
         let (q, row_end, tmp) = (m(15), m(12), m(10));
@@ -461,9 +480,10 @@ pub fn softmax_slots(
             + if stats {
                 2
             } else {
-                // `rcp` and broadcasts, pass 3 (`exp` and the correctly rounded division), the
-                // zeros.
-                12 + pairs * (l + 3 + DIV_PAIR_SLOTS + st)
+                // The sum's floor, `rcp` and broadcasts, pass 3 (`exp` and the correctly
+                // rounded division), the zeros.
+                12 + FLOOR_SUM_SLOTS
+                    + pairs * (l + 3 + DIV_PAIR_SLOTS + st)
                     + odd * (l + 4 + DIV_PAIR_SLOTS + st)
                     + zero_words(ty, pairs + odd, out_stride_words)
             }
@@ -620,6 +640,9 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
     c.op(ld32a(a(8), st, 0));
     c.op(ld32a(a(9), st, 4));
     c.op(bcast(10, 8));
+    if softmax {
+        floor_sum(c, 9, m(12));
+    }
     normalize_divisor(c, 9);
     write_row(c, ty, out, full, odd, zero, |c| {
         normalize_pair(c, ty, inp, softmax)
@@ -634,5 +657,5 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
 /// lane and `zero_words` words.
 pub fn row_apply_slots(ty: Elem, softmax: bool, full: u32, odd: u32, zero_words: u32) -> u32 {
     let per = pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + pair_slots(ty);
-    18 + (full + odd) * per + odd + zero_words
+    18 + FLOOR_SUM_SLOTS * softmax as u32 + (full + odd) * per + odd + zero_words
 }

@@ -87,7 +87,7 @@ impl std::fmt::Display for Precision {
 pub enum ReferenceError {
     /// The graph does not verify.
     #[error("invalid graph: {0}")]
-    Graph(#[from] ipu_graph::GraphError),
+    Graph(ipu_graph::GraphError),
     /// Wrong number of input tensors.
     #[error("graph {graph} takes {expected} inputs, got {got}")]
     InputCount {
@@ -242,5 +242,13 @@ impl Tensor {
     /// Output statistics.
     pub fn stats(&self) -> Stats {
         compare::stats(&self.data)
+    }
+}
+
+// Not `#[from]`: that would make the graph error the source as well, and error chains would
+// print it twice.
+impl From<ipu_graph::GraphError> for ReferenceError {
+    fn from(e: ipu_graph::GraphError) -> Self {
+        ReferenceError::Graph(e)
     }
 }

@@ -178,7 +178,7 @@ pub enum RuntimeError {
     },
     /// The simulated device refused a host access or a run.
     #[error("device error: {0}")]
-    Simulator(#[from] ipu_sim::SimError),
+    Simulator(ipu_sim::SimError),
     /// A configuration register written after tile images were loaded.
     #[error("tile {tile}: configuration register {register} written after loading started")]
     ConfigAfterLoad {
@@ -210,5 +210,13 @@ impl RuntimeError {
             RuntimeError::Fault { fault, .. } => Some(fault),
             _ => None,
         }
+    }
+}
+
+// Not `#[from]`: that would make the device error the source as well, and error chains would
+// print it twice.
+impl From<ipu_sim::SimError> for RuntimeError {
+    fn from(e: ipu_sim::SimError) -> Self {
+        RuntimeError::Simulator(e)
     }
 }

@@ -29,9 +29,9 @@ pub const DIM: usize = 16;
 pub enum BenchError {
     /// The kernel did not assemble.
     #[error("kernel: {0}")]
-    Asm(#[from] ipu_isa::AsmError),
+    Asm(ipu_isa::AsmError),
     /// The device faulted or rejected an access.
-    #[error("{0}")]
+    #[error(transparent)]
     Sim(#[from] SimError),
     /// The row count does not fit.
     #[error(
@@ -217,4 +217,12 @@ pub fn run_amp_bench(target: Target, tiles: u32, rows: u32) -> Result<AmpBenchPo
         run_seconds,
         total_seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+// Not `#[from]`: that would make the assembler's error the source as well, and error chains
+// would print it twice.
+impl From<ipu_isa::AsmError> for BenchError {
+    fn from(e: ipu_isa::AsmError) -> Self {
+        BenchError::Asm(e)
+    }
 }
