@@ -23,7 +23,7 @@ pub struct CompileArgs {
     #[arg(long, default_value = "gc200")]
     target: String,
     /// Use the first N tiles (default: all).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cmd_run::tile_count)]
     tiles: Option<u32>,
     /// Builds per model; the median is reported.
     #[arg(long, default_value_t = 5)]

@@ -51,12 +51,18 @@ pub struct CheckArgs {
 
 /// Splits `key=value` settings.
 pub fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    sets.iter()
-        .map(|s| match s.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-            _ => bail!("--set expects key=value, got `{s}`"),
-        })
-        .collect()
+    let mut out: Vec<(String, String)> = Vec::new();
+    for s in sets {
+        let Some((k, v)) = s.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+            bail!("--set expects key=value, got `{s}`");
+        };
+        let (k, v) = (k.trim().to_string(), v.trim().to_string());
+        if let Some((_, first)) = out.iter().find(|(key, _)| *key == k) {
+            bail!("--set {k} is given twice ({k}={first} and {k}={v}); give each parameter once");
+        }
+        out.push((k, v));
+    }
+    Ok(out)
 }
 
 /// Reads and parses a model file; its constant files are read from the file's directory.
@@ -119,10 +125,11 @@ pub fn run(c: GraphCommand) -> anyhow::Result<u8> {
             let printed = ipu_graph::print_with_files(&g);
             match a.output {
                 Some(path) => {
-                    std::fs::write(&path, &printed.text)
-                        .with_context(|| format!("writing {}", path.display()))?;
+                    // The constant files first: the graph file, written last, references them.
                     let dir = path.parent().unwrap_or(std::path::Path::new("."));
                     graph_files::write_constants(dir, &printed.files)?;
+                    crate::cmd_run::write_atomically(&path, printed.text.as_bytes())
+                        .with_context(|| format!("writing {}", path.display()))?;
                 }
                 None => {
                     if !printed.files.is_empty() {

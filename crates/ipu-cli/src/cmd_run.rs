@@ -18,7 +18,10 @@ use ipu_reference::{
     Comparison, Precision, Tensor, Tolerance, compare, evaluate, iteration_seed, make_input,
     tolerance_versus_exact,
 };
-use ipu_runtime::{CallReport, DeviceLock, LockOptions, Session, SessionOptions, SimulatorDevice};
+use ipu_runtime::{
+    CALL_CYCLES_MAX, CallLimits, CallReport, DeviceLock, LockOptions, Session, SessionOptions,
+    SimulatorDevice,
+};
 use ipu_target::{AmpMode, Target, TargetKind};
 use serde_json::json;
 use tracing::info;
@@ -38,7 +41,7 @@ pub struct CompileArgs {
     #[arg(long, default_value = "gc200")]
     target: String,
     /// Use the first N tiles (default: all of the target's).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = tile_count)]
     tiles: Option<u32>,
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -63,12 +66,17 @@ pub struct DeviceArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(ITERATIONS_MAX))
     )]
     iterations: u32,
+    /// Most tile cycles one call may take before the device stops it with a fault naming the
+    /// tile, context and pc (default: 64 times the compiler's estimate plus 2^24, at most
+    /// 2^32; 2^32 for a package without an estimate).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_cycles: Option<u64>,
     /// Device ownership lock file (default: the system temporary directory's
     /// `ipu-stack-device.lock`).
     #[arg(long)]
     lock: Option<PathBuf>,
     /// Seconds to wait for another owner of the device.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_hyphen_values = true, value_parser = seconds)]
     lock_timeout: f64,
     /// Directory for the package, profile and report of the run.
     #[arg(long)]
@@ -124,20 +132,60 @@ pub struct RunArgs {
     /// Host threads of the reference.
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Override the absolute part of every output's element tolerance.
-    #[arg(long)]
+    /// Override the absolute part of every output's element tolerance (finite, >= 0).
+    #[arg(long, allow_hyphen_values = true, value_parser = tolerance)]
     atol: Option<f64>,
-    /// Override the relative part of every output's element tolerance.
-    #[arg(long)]
+    /// Override the relative part of every output's element tolerance (finite, >= 0).
+    #[arg(long, allow_hyphen_values = true, value_parser = tolerance)]
     rtol: Option<f64>,
-    /// Override the lowest acceptable row cosine similarity.
-    #[arg(long)]
+    /// Override the lowest acceptable row cosine similarity (-1 to 1).
+    #[arg(long, allow_hyphen_values = true, value_parser = cosine)]
     min_cosine: Option<f64>,
     /// An ONNX test data set: the inputs from DIR/input_N.pb and the outputs checked against
     /// DIR/output_N.pb as well as against the host reference (the ONNX backend tests'
     /// tolerances: rtol 1e-3, atol 1e-7 for f32; wider for f16 and FP8, see docs/onnx.md).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["input", "inputs"])]
     data: Option<PathBuf>,
+}
+
+/// `--tiles`: a whole number from 1 (the target's bound is checked by the build).
+pub(crate) fn tile_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if (1..=i64::from(u32::MAX)).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!("a tile count is at least 1, not {n}")),
+        Err(_) => Err(format!("`{s}` is not a whole number of tiles")),
+    }
+}
+
+/// `--lock-timeout`: a finite number of seconds, at least 0.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(v) => Err(format!(
+            "a time is a finite number of seconds >= 0, not {v}"
+        )),
+        Err(_) => Err(format!("`{s}` is not a number of seconds")),
+    }
+}
+
+/// `--atol` and `--rtol`: a finite number, at least 0.
+fn tolerance(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(v) => Err(format!("a tolerance is a finite number >= 0, not {v}")),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
+}
+
+/// `--min-cosine`: a cosine similarity, -1 to 1.
+fn cosine(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (-1.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!(
+            "a cosine similarity is between -1 and 1, not {v} (no row could pass)"
+        )),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
 }
 
 fn target_of(name: &str) -> anyhow::Result<Target> {
@@ -148,7 +196,7 @@ fn target_of(name: &str) -> anyhow::Result<Target> {
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename
 /// (removed on failure), so a failure never leaves a partial file that looks complete.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -401,6 +449,22 @@ fn read_outputs(s: &Session<'_>, package: &Package) -> anyhow::Result<Vec<Output
     Ok(outputs)
 }
 
+/// The default cycle budget of a call: 64 times the compiler's estimate of `run` (the
+/// `final_cycles` the package records) plus 2^24, at most [`CALL_CYCLES_MAX`], which is also
+/// the budget of a package without an estimate. Generous: estimates are within tens of percent.
+fn default_max_cycles(package: &Package) -> u64 {
+    package
+        .manifest
+        .metadata
+        .get("final_cycles")
+        .and_then(|c| c.parse::<u64>().ok())
+        .map_or(CALL_CYCLES_MAX, |c| {
+            c.saturating_mul(64)
+                .saturating_add(1 << 24)
+                .min(CALL_CYCLES_MAX)
+        })
+}
+
 /// What [`execute`] calls after every iteration with its index, its inputs (in the order of
 /// the expected inputs) and the outputs it read back.
 type EachIteration<'a> = dyn FnMut(u32, &[Tensor], &[Output]) -> anyhow::Result<()> + 'a;
@@ -419,12 +483,17 @@ fn execute(
 ) -> anyhow::Result<DeviceRun> {
     let lock = open_lock(d)?;
     let device = Box::new(SimulatorDevice::new(target));
+    let cycles_max = d.max_cycles.unwrap_or_else(|| default_max_cycles(package));
+    info!(max_cycles = cycles_max, "cycle budget of every call");
     let mut s = Session::open_with(
         device,
         package,
         SessionOptions {
             ownership: Some(lock),
-            ..Default::default()
+            limits: CallLimits {
+                cycles_max,
+                ..Default::default()
+            },
         },
     )?;
     s.start_host_exchange()?;
@@ -706,6 +775,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("artifacts").join(&graph.name));
     let package_path = dir.join("model.ipuexe");
+    // An earlier run's report and profile would sit beside this run's package as if they
+    // were this run's until it writes its own: a run stopped before then leaves none.
+    for stale in [dir.join("report.json"), dir.join("execution.profile.json")] {
+        match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", stale.display()));
+            }
+            _ => {}
+        }
+    }
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&package_path, &bytes)?;

@@ -21,7 +21,7 @@ pub struct SimArgs {
     /// The assembly file.
     pub file: PathBuf,
     /// Tiles that load and run the program (tiles 0..N).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = crate::cmd_run::tile_count)]
     pub tiles: u32,
     /// The target: gc200, bow or c600.
     #[arg(long, default_value = "gc200", value_parser = parse_target)]
@@ -91,7 +91,7 @@ pub struct AmpArgs {
     #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024,2048")]
     pub rows: Vec<u32>,
     /// Tiles that run the kernel (default: every tile of the chip).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cmd_run::tile_count)]
     pub tiles: Option<u32>,
     /// Print one JSON object instead of a table.
     #[arg(long)]

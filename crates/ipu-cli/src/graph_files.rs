@@ -72,16 +72,15 @@ pub fn write_constants(dir: &Path, files: &[ConstantFile]) -> anyhow::Result<()>
                 .expect("the element types above are valid npy type strings"),
         );
         let shape: Vec<u64> = f.ty.shape.iter().map(|&d| d as u64).collect();
-        let file =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let mut w = std::io::BufWriter::new(file);
+        let mut bytes = Vec::new();
         npyz::WriteOptions::new_header_only()
             .dtype(dtype)
             .shape(&shape)
-            .writer(&mut w)
+            .writer(&mut bytes)
             .write_header_only()
             .and_then(|w| w.write_all(f.data.bytes()))
-            .and_then(|_| w.flush())
+            .with_context(|| format!("encoding {}", path.display()))?;
+        crate::cmd_run::write_atomically(&path, &bytes)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

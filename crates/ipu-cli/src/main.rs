@@ -94,6 +94,7 @@ fn main() -> ExitCode {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     let cli = Cli::parse();
     init_logging();
+    catch_interrupts();
     let result = match cli.command {
         Command::Asm(a) => cmd_isa::asm(a),
         Command::Disasm(a) => cmd_isa::disasm(a),
@@ -108,11 +109,57 @@ fn main() -> ExitCode {
         Command::Exec(a) => cmd_run::exec(a),
         Command::Run(a) => cmd_run::run(a),
     };
+    if ipu_sim::interrupted() {
+        eprintln!("{INTERRUPTED_MESSAGE}");
+        return ExitCode::from(INTERRUPTED_EXIT);
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", shorten(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }
+}
+
+/// The exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process it interrupted.
+const INTERRUPTED_EXIT: u8 = 130;
+/// The one line printed after Ctrl-C.
+const INTERRUPTED_MESSAGE: &str =
+    "error: interrupted (Ctrl-C); artifacts not yet written were not written";
+/// How long the process may take to stop after Ctrl-C before it exits where it is.
+const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Ctrl-C stops the simulated device (every tile stops within a few thousand instructions
+/// and the command returns through its error path, so nothing half-written is left: every
+/// artifact is written to a temporary name and renamed); work that does not look at the flag
+/// (compiling, the host reference) is ended after [`INTERRUPT_GRACE`].
+fn catch_interrupts() {
+    let installed = ctrlc::set_handler(|| {
+        ipu_sim::interrupt();
+        std::thread::sleep(INTERRUPT_GRACE);
+        eprintln!("{INTERRUPTED_MESSAGE}");
+        std::process::exit(i32::from(INTERRUPTED_EXIT));
+    });
+    if let Err(e) = installed {
+        tracing::warn!("Ctrl-C will end the process without cleanup: {e}");
+    }
+}
+
+/// Longest error message printed in full; a longer one (a corrupt input quoted at length) is
+/// cut in the middle.
+const MESSAGE_CHARS_MAX: usize = 2000;
+
+/// `message`, cut in the middle to at most about [`MESSAGE_CHARS_MAX`] characters.
+fn shorten(message: &str) -> String {
+    let n = message.chars().count();
+    if n <= MESSAGE_CHARS_MAX {
+        return message.to_string();
+    }
+    let head: String = message.chars().take(MESSAGE_CHARS_MAX * 3 / 4).collect();
+    let tail: String = message.chars().skip(n - MESSAGE_CHARS_MAX / 4).collect();
+    format!(
+        "{head} … ({} characters left out) … {tail}",
+        n - MESSAGE_CHARS_MAX
+    )
 }

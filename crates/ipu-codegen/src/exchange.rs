@@ -408,7 +408,10 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
                 || r.dst_addr % 4 != 0
                 || r.dst_tile_count == 0
             {
-                return bad(format!("tile {tile}: row {r:?} not word aligned or empty"));
+                return bad(format!(
+                    "tile {tile}: the row of {} bytes from {:#x} to {:#x} on tiles {}+{} is not word aligned or empty",
+                    r.bytes, r.src_addr, r.dst_addr, r.dst_tile, r.dst_tile_count
+                ));
             }
             let d = target.exchange_transfer_cycles(r.bytes);
             sends.push((r.start_cycle, r.start_cycle + d));
@@ -416,8 +419,8 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
                 let l = target.exchange_latency_cycles(tile, dst);
                 if r.start_cycle + l + d > s.horizon {
                     return bad(format!(
-                        "tile {tile}: row {r:?} ends after the horizon {}",
-                        s.horizon
+                        "tile {tile}: the row of {} bytes to tile {dst} starting at cycle {} ends after the horizon {}",
+                        r.bytes, r.start_cycle, s.horizon
                     ));
                 }
                 recv.entry(dst)

@@ -118,11 +118,15 @@ impl Layout {
         let mut at = 0;
         for p in &self.pieces {
             if p.start != at || p.end <= p.start {
-                return Err(format!("piece {p:?} does not continue at element {at}"));
+                return Err(format!(
+                    "the piece of elements {}..{} does not continue at element {at}",
+                    p.start, p.end
+                ));
             }
             if p.start % PIECE_GRAIN != 0 || (p.end % PIECE_GRAIN != 0 && p.end != total) {
                 return Err(format!(
-                    "piece {p:?} is not cut at a multiple of {PIECE_GRAIN}"
+                    "the piece of elements {}..{} is not cut at a multiple of {PIECE_GRAIN}",
+                    p.start, p.end
                 ));
             }
             at = p.end;

@@ -40,6 +40,9 @@ use ipu_package::Package;
 use ipu_target::Target;
 use tracing::{info, info_span};
 
+// A graph tensor of any rank the verifier accepts is a host tensor the package reader accepts.
+const _: () = assert!(ipu_graph::RANK_MAX == ipu_package::RANK_MAX);
+
 /// Errors of the compiler. Each names the user's operation (the graph value it computes, never
 /// an internal intermediate) and the figures a user needs; `kind` (via [`CodegenError::kind`]
 /// and the `serde` form, `{"kind": "does_not_fit", ...}`) is what tools match on.

@@ -210,7 +210,7 @@ impl TileProgram {
                         let b = get(c.buffer)?;
                         if c.offset + c.bytes > b.bytes || c.bytes % 4 != 0 || c.offset % 4 != 0 {
                             return Err(format!(
-                                "step {i}: host copy {c:?} outside {} ({} bytes)",
+                                "step {i}: host copy {c} outside {} ({} bytes)",
                                 b.name, b.bytes
                             ));
                         }
@@ -226,14 +226,14 @@ impl TileProgram {
                     for c in copies {
                         let (s, d) = (get(c.src)?, get(c.dst)?);
                         if c.src_offset + c.bytes > s.bytes || c.dst_offset + c.bytes > d.bytes {
-                            return Err(format!("step {i}: copy {c:?} outside its buffers"));
+                            return Err(format!("step {i}: copy {c} outside its buffers"));
                         }
                         if c.bytes == 0
                             || c.bytes % 4 != 0
                             || c.src_offset % 4 != 0
                             || c.dst_offset % 4 != 0
                         {
-                            return Err(format!("step {i}: copy {c:?} is not word aligned"));
+                            return Err(format!("step {i}: copy {c} is not word aligned"));
                         }
                     }
                 }
@@ -345,6 +345,31 @@ impl fmt::Display for Region {
             Region::Any => "any",
             Region::Interleaved => "interleaved",
         })
+    }
+}
+
+impl fmt::Display for Copy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} -> {} bytes={}",
+            StateWord::Addr(self.src, self.src_offset),
+            StateWord::Addr(self.dst, self.dst_offset),
+            self.bytes
+        )
+    }
+}
+
+impl fmt::Display for HostCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "page{}+{} <-> {} bytes={}",
+            self.page,
+            self.page_offset,
+            StateWord::Addr(self.buffer, self.offset),
+            self.bytes
+        )
     }
 }
 

@@ -154,6 +154,8 @@ impl fmt::Display for DType {
 /// (1472 tiles x 624 KiB, about 0.9 GiB) in bytes, so no real model is refused, while element
 /// and byte counts stay far from overflow and the host reference stays allocatable.
 pub const TENSOR_ELEMENTS_MAX: usize = 1 << 31;
+/// Largest rank of a tensor (the package's host tensors have the same bound).
+pub const RANK_MAX: usize = 16;
 
 /// A tensor type: element type and shape (row-major; an empty shape is a scalar).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -181,6 +183,13 @@ impl TensorType {
     /// Checks the dtype, that every dimension is at least 1 and the element-count limit.
     pub fn check(&self) -> Result<(), String> {
         self.dtype.check()?;
+        if self.shape.len() > RANK_MAX {
+            return Err(format!(
+                "a {} tensor of rank {}: the largest rank is {RANK_MAX}",
+                self.dtype,
+                self.shape.len()
+            ));
+        }
         if self.shape.contains(&0) {
             return Err(format!("{self} has a dimension of size 0"));
         }

@@ -563,6 +563,12 @@ impl Parser<'_> {
                 if d < 0 {
                     return self.error(dpos, format!("negative dimension {d}"));
                 }
+                if shape.len() == crate::RANK_MAX {
+                    return self.error(
+                        dpos,
+                        format!("a shape has at most {} dimensions", crate::RANK_MAX),
+                    );
+                }
                 shape.push(d as usize);
                 if self.eat_punct(']') {
                     break;
@@ -770,6 +776,18 @@ impl AttrSet<'_, '_> {
     fn usize(&mut self, key: &str) -> PResult<usize> {
         match self.take(key)? {
             (AttrValue::Int(i), _) if i >= 0 => Ok(i as usize),
+            (AttrValue::Int(i), pos) => {
+                self.bad(key, pos, &format!("a non-negative integer, not {i}"))
+            }
+            (AttrValue::Float(x), pos) if x.bytes().all(|b| b.is_ascii_digit()) => self.bad(
+                key,
+                pos,
+                &format!(
+                    "an integer no larger than {}, not {}",
+                    i64::MAX,
+                    excerpt(&x)
+                ),
+            ),
             (_, pos) => self.bad(key, pos, "a non-negative integer"),
         }
     }
@@ -926,6 +944,19 @@ fn is_relative_file_name(name: &str) -> bool {
 /// (see [`crate::Constant`]), or why they cannot be had.
 pub type Resolver<'r> = dyn FnMut(ExternalConstant<'_>) -> Result<Vec<u8>, String> + 'r;
 
+/// Longest line of the text form, in bytes (a bound on corrupt input; printed graphs keep
+/// large constants in files, so their lines are short).
+pub const LINE_BYTES_MAX: usize = 1 << 16;
+
+/// At most the first 40 characters of `s`, with `…` where it was cut: how an error quotes
+/// input.
+pub fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 /// Parses a graph from its text form; `file_name` is used in error positions. The result is
 /// verified. A constant given as a file reference is an error: use [`parse_with`].
 pub fn parse(text: &str, file_name: &str) -> Result<Graph, ParseError> {
@@ -941,6 +972,21 @@ pub fn parse_with(
     file_name: &str,
     resolve: &mut Resolver<'_>,
 ) -> Result<Graph, ParseError> {
+    if let Some((n, line)) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.len() > LINE_BYTES_MAX)
+    {
+        return Err(ParseError {
+            file: file_name.to_string(),
+            line: n + 1,
+            column: 1,
+            reason: format!(
+                "line is {} bytes long; the longest accepted is {LINE_BYTES_MAX}",
+                line.len()
+            ),
+        });
+    }
     let mut lexer = Lexer {
         chars: text.chars().peekable(),
         pos: Pos { line: 1, column: 1 },

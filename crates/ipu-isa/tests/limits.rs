@@ -21,7 +21,11 @@ fn nesting_up_to_the_bound_assembles() {
     assert_eq!(asm(&parens).unwrap(), word(7));
     let signs = format!(".word {}5", "-".repeat(n - 1));
     // An even count of minus signs: 5; odd: -5.
-    let expected = if (n - 1) % 2 == 0 { 5 } else { (-5i32) as u32 };
+    let expected = if (n - 1).is_multiple_of(2) {
+        5
+    } else {
+        (-5i32) as u32
+    };
     assert_eq!(asm(&signs).unwrap(), word(expected));
     let sum = format!(".word {}", vec!["1"; n].join("+"));
     assert_eq!(asm(&sum).unwrap(), word(n as u32));

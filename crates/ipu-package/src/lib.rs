@@ -403,6 +403,49 @@ fn validate_tensors(m: &Manifest, target: &Target) -> Result<(), PackageError> {
     Ok(())
 }
 
+/// Lays out `sections` (kind code and payload, in table order) as a package file of format
+/// `1.minor`, with every checksum: the writer's last step, public for tools that rewrite a
+/// package's sections (and for tests that make corrupt packages with valid checksums). It
+/// checks nothing; [`Package::from_bytes`] checks everything.
+pub fn pack(minor: u16, sections: &[(u32, &[u8])]) -> Vec<u8> {
+    let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];
+    out[..8].copy_from_slice(&MAGIC);
+    out[8..10].copy_from_slice(&FORMAT_MAJOR.to_le_bytes());
+    out[10..12].copy_from_slice(&minor.to_le_bytes());
+    out[12..16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
+    for (i, (kind, payload)) in sections.iter().enumerate() {
+        out.resize(align8(out.len()), 0);
+        let offset = out.len() as u64;
+        out.extend_from_slice(payload);
+        let e = HEADER_BYTES + i * SECTION_ENTRY_BYTES;
+        out[e..e + 4].copy_from_slice(&kind.to_le_bytes());
+        out[e + 8..e + 16].copy_from_slice(&offset.to_le_bytes());
+        out[e + 16..e + 24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        out[e + 24..e + 28].copy_from_slice(&crc(payload).to_le_bytes());
+    }
+    let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len();
+    let mut head = out[..table_end].to_vec();
+    head[16..20].fill(0);
+    let c = crc(&head);
+    out[16..20].copy_from_slice(&c.to_le_bytes());
+    out
+}
+
+/// The sections of a valid package file: kind code and payload, in table order (the inverse
+/// of [`pack`]; an error where [`Package::from_bytes`] would give one).
+pub fn sections(bytes: &[u8]) -> Result<Vec<(u32, Vec<u8>)>, PackageError> {
+    Package::from_bytes(bytes)?;
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    Ok((0..u32_at(12) as usize)
+        .map(|i| {
+            let e = HEADER_BYTES + SECTION_ENTRY_BYTES * i;
+            let (offset, len) = (u64_at(e + 8), u64_at(e + 16));
+            (u32_at(e), bytes[offset..offset + len].to_vec())
+        })
+        .collect())
+}
+
 fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
@@ -533,39 +576,19 @@ impl Package {
                 images.resize(align8(images.len()), 0);
             }
         }
-        let mut sections: Vec<(SectionKind, &[u8])> = vec![
-            (SectionKind::Manifest, &manifest),
-            (SectionKind::Images, &images),
-            (SectionKind::TileTable, &table),
+        let mut sections: Vec<(u32, &[u8])> = vec![
+            (SectionKind::Manifest as u32, &manifest),
+            (SectionKind::Images as u32, &images),
+            (SectionKind::TileTable as u32, &table),
         ];
         // Packages without constants stay format 1.0, readable by every 1.x reader.
         let minor = if self.constants.is_empty() {
             0
         } else {
-            sections.push((SectionKind::Constants, &self.constants));
+            sections.push((SectionKind::Constants as u32, &self.constants));
             FORMAT_MINOR
         };
-        let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];
-        out[..8].copy_from_slice(&MAGIC);
-        out[8..10].copy_from_slice(&FORMAT_MAJOR.to_le_bytes());
-        out[10..12].copy_from_slice(&minor.to_le_bytes());
-        out[12..16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
-        for (i, (kind, payload)) in sections.iter().enumerate() {
-            out.resize(align8(out.len()), 0);
-            let offset = out.len() as u64;
-            out.extend_from_slice(payload);
-            let e = HEADER_BYTES + i * SECTION_ENTRY_BYTES;
-            out[e..e + 4].copy_from_slice(&(*kind as u32).to_le_bytes());
-            out[e + 8..e + 16].copy_from_slice(&offset.to_le_bytes());
-            out[e + 16..e + 24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-            out[e + 24..e + 28].copy_from_slice(&crc(payload).to_le_bytes());
-        }
-        let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len();
-        let mut head = out[..table_end].to_vec();
-        head[16..20].fill(0);
-        let c = crc(&head);
-        out[16..20].copy_from_slice(&c.to_le_bytes());
-        Ok(out)
+        Ok(pack(minor, &sections))
     }
 
     /// Parses and validates a package. Nothing is returned unless every check passes.

@@ -65,37 +65,13 @@ fn package() -> Package {
     }
 }
 
-/// The payloads of a package's sections, by table order.
 fn sections(bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    (0..u32_at(12) as usize)
-        .map(|i| {
-            let e = 32 + 32 * i;
-            let (offset, len) = (u64_at(e + 8), u64_at(e + 16));
-            (u32_at(e), bytes[offset..offset + len].to_vec())
-        })
-        .collect()
+    ipu_package::sections(bytes).unwrap()
 }
 
-/// Writes sections as the format lays them out, with correct checksums.
 fn pack(sections: &[(u32, Vec<u8>)]) -> Vec<u8> {
-    let mut out = vec![0u8; 32 + 32 * sections.len()];
-    out[..8].copy_from_slice(b"IPUEXE\0\0");
-    out[8..10].copy_from_slice(&1u16.to_le_bytes());
-    out[12..16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
-    for (i, (kind, payload)) in sections.iter().enumerate() {
-        out.resize(out.len().div_ceil(8) * 8, 0);
-        let e = 32 + 32 * i;
-        let offset = out.len() as u64;
-        out[e..e + 4].copy_from_slice(&kind.to_le_bytes());
-        out[e + 8..e + 16].copy_from_slice(&offset.to_le_bytes());
-        out[e + 16..e + 24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        out[e + 24..e + 28].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        out.extend_from_slice(payload);
-    }
-    rechecksum_header(&mut out, sections.len());
-    out
+    let s: Vec<(u32, &[u8])> = sections.iter().map(|(k, p)| (*k, p.as_slice())).collect();
+    ipu_package::pack(0, &s)
 }
 
 fn rechecksum_header(out: &mut [u8], count: usize) {
@@ -260,7 +236,7 @@ fn bytes_outside_the_sections_are_refused() {
     // Padding between sections.
     let s = sections(&good);
     let manifest_end = 32 + 32 * 3 + s[0].1.len();
-    if manifest_end % 8 != 0 {
+    if !manifest_end.is_multiple_of(8) {
         let mut b = good.clone();
         b[manifest_end] = 1;
         let e = Package::from_bytes(&b).unwrap_err().to_string();

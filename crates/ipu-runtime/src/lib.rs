@@ -45,7 +45,8 @@ pub mod session;
 mod simulator;
 
 pub use device::{
-    CallLimits, Device, DeviceCounters, DeviceFault, ProfileMark, ProfileSample, TileCounters,
+    CALL_CYCLES_MAX, CallLimits, Device, DeviceCounters, DeviceFault, ProfileMark, ProfileSample,
+    TileCounters,
 };
 pub use error::RuntimeError;
 pub use lock::{DeviceLock, LockOptions, default_lock_path};

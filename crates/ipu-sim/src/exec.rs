@@ -1124,6 +1124,9 @@ impl Tile {
                 if time > deadline {
                     return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
                 }
+                if instrs % crate::INTERRUPT_POLL < 2 && crate::interrupted() {
+                    return Err(self.fault(cx, pc, (FaultKind::Interrupted, None)));
+                }
                 match self
                     .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
                     .map_err(|t| self.fault(cx, pc, t))?
@@ -1305,6 +1308,11 @@ impl Tile {
     }
 
     /// Runs the supervisor from its pc until it reaches a global instruction.
+    /// A fault of `kind` at the supervisor's pc, before it executes.
+    pub fn fault_here(&self, kind: FaultKind) -> Fault {
+        self.fault(Context::Supervisor, self.sup.pc, (kind, None))
+    }
+
     pub fn run_supervisor(&mut self, deadline: u64) -> Result<Arrival, Fault> {
         let mut r = self.sup;
         let start_time = self.time;
@@ -1331,6 +1339,11 @@ impl Tile {
             };
             self.counters.supervisor_instructions += n_instr;
             self.counters.supervisor_slots += d.cost as u64;
+            if self.counters.supervisor_instructions % crate::INTERRUPT_POLL < 2
+                && crate::interrupted()
+            {
+                return Err(self.fault(cx, pc, (FaultKind::Interrupted, None)));
+            }
             if let Slot::Single(i) = d.slot
                 && i.class() == Class::Supervisor
             {

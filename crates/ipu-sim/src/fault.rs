@@ -332,6 +332,8 @@ pub enum FaultKind {
     ControlInRptBody,
     /// The run exceeded its cycle limit.
     CycleLimit(u64),
+    /// The run was stopped by [`crate::interrupt`] (Ctrl-C).
+    Interrupted,
     /// A global instruction (or `halt`) reached while workers of the tile still run.
     WorkersRunning,
     /// Two workers of one `run`..`waitw` window that overlap in time touched the same bytes,
@@ -393,7 +395,11 @@ impl fmt::Display for FaultKind {
                 write!(f, "rpt count {c} exceeds {:#x}", ipu_target::RPT_COUNT_MAX)
             }
             FaultKind::ControlInRptBody => f.write_str("control flow inside an rpt body"),
-            FaultKind::CycleLimit(l) => write!(f, "run exceeded its limit of {l} cycles"),
+            FaultKind::Interrupted => f.write_str("stopped by an interrupt (Ctrl-C)"),
+            FaultKind::CycleLimit(l) => write!(
+                f,
+                "the tile reached cycle {l}, the end of the run's cycle budget (--max-cycles)"
+            ),
             FaultKind::WorkersRunning => {
                 f.write_str("global instruction while workers are still running (no waitw)")
             }

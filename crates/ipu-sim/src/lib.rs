@@ -80,6 +80,24 @@ pub const DEFAULT_PROFILE_EVERY: u32 = 1;
 /// Default limit of global steps (sync, exchange, host exchange) in one run.
 pub const DEFAULT_MAX_GLOBAL_STEPS: u32 = 1 << 20;
 
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Asks every simulation of this process to stop: each tile stops within
+/// [`INTERRUPT_POLL`] instructions with an [`FaultKind::Interrupted`] fault. Safe to call from a
+/// signal handler's thread.
+pub fn interrupt() {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`interrupt`] was called.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Instructions a tile context executes between two looks at the interrupt flag (about a
+/// millisecond of simulation).
+pub const INTERRUPT_POLL: u64 = 1 << 16;
+
 /// Bounds on a run: exceeding either is a fault, so every run terminates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunLimits {
@@ -394,7 +412,12 @@ impl Device {
             let arrivals: Vec<Result<Arrival, Fault>> = self.tiles[..n]
                 .par_iter_mut()
                 .zip(deadlines.par_iter())
-                .map(|(t, &d)| t.run_supervisor(d))
+                .map(|(t, &d)| {
+                    if interrupted() {
+                        return Err(t.fault_here(FaultKind::Interrupted));
+                    }
+                    t.run_supervisor(d)
+                })
                 .collect();
             let mut arr = Vec::with_capacity(n);
             for a in arrivals {
