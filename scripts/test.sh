@@ -8,6 +8,9 @@ command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --quiet
+# Every fuzz target briefly on the stable engine over the committed corpora (about a minute;
+# docs/robustness.md has the long campaigns).
+bash scripts/fuzz.sh --seconds 8
 # The ONNX backend node tests of the imported operators (about 20 s on 2 cores; it sets up
 # target/onnx-venv with pip on first use), with the debug `ipu` the tests built.
 cargo build --quiet -p ipu-cli

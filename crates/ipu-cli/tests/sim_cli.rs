@@ -81,7 +81,10 @@ fn sim_cycle_limit_is_a_fault() {
     let f = write("spin.s", "main:\nspin: bri spin\n");
     let o = ipu(&["sim", f.to_str().unwrap(), "--max-cycles", "600"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("reached cycle 600, the end of the run's cycle budget"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("reached cycle 600, the end of the run's cycle budget")
+    );
 }
 
 #[test]

@@ -706,7 +706,7 @@ impl Package {
             return Err(PackageError::Invalid {
                 offset: end,
                 reason: format!(
-                    "{} bytes after the last section (the file ends at its end)",
+                    "{} bytes after the last section; a package ends where its last section ends",
                     bytes.len() as u64 - end
                 ),
             });

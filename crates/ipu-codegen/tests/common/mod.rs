@@ -4,89 +4,13 @@
 
 #![allow(dead_code)]
 
-use ipu_codegen::{BuildOptions, build};
 use ipu_graph::Graph;
-use ipu_package::{Package, TensorRole};
-use ipu_reference::{Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs};
-use ipu_runtime::{Session, SimulatorDevice};
 use ipu_target::Target;
 
-/// What a run produced.
-pub struct Outcome {
-    /// Per output: its name and the comparison with the reference.
-    pub checks: Vec<(String, Comparison)>,
-    /// Cycles of the `run` call.
-    pub cycles: u64,
-    /// The package bytes.
-    pub package_bytes: Vec<u8>,
-    /// The device's outputs.
-    pub outputs: Vec<Tensor>,
-}
+pub use ipu_fuzz::diff::Outcome;
 
-impl Outcome {
-    /// Panics with the failing comparisons unless every output passed.
-    pub fn assert_pass(&self, what: &str) {
-        for (name, c) in &self.checks {
-            assert!(c.pass(), "{what}: output {name}: {c}");
-        }
-        assert!(!self.checks.is_empty(), "{what}: no outputs checked");
-    }
-
-    /// Panics unless every output equals the device-precision reference bit for bit.
-    pub fn assert_exact(&self, what: &str) {
-        self.assert_pass(what);
-        for (name, c) in &self.checks {
-            assert!(
-                c.max_abs_error == 0.0,
-                "{what}: output {name} is not exact: {c}"
-            );
-        }
-    }
-}
-
-/// Builds and runs `graph` on tiles `0..tiles` of `target` with inputs from `seed`.
+/// Builds and runs `graph` on tiles `0..tiles` of `target` with inputs from `seed`, through
+/// the package bytes and the reader, and compares with the device-precision reference.
 pub fn run(graph: &Graph, target: Target, tiles: u32, seed: u64) -> Outcome {
-    let b = build(graph, &BuildOptions { target, tiles })
-        .unwrap_or_else(|e| panic!("{}: {e}", graph.name));
-    let package_bytes = b.package.to_bytes().expect("package serialises");
-    let package = Package::from_bytes(&package_bytes).expect("package reads back");
-    assert_eq!(package, b.package, "package read back differs");
-    let inputs = make_inputs(graph, seed);
-    let mut s =
-        Session::open(Box::new(SimulatorDevice::new(target)), &package).expect("session opens");
-    s.start_host_exchange().expect("host exchange");
-    for (&v, t) in graph.inputs().iter().zip(&inputs) {
-        s.write_input(&graph.value(v).name, &t.to_bytes())
-            .expect("input written");
-    }
-    s.call("initialize").expect("initialize runs");
-    let run = s
-        .call("run")
-        .unwrap_or_else(|e| panic!("{}: run: {e}", graph.name));
-    let expected = evaluate(graph, &inputs, Precision::Device, 1).expect("reference evaluates");
-    let mut checks = Vec::new();
-    let mut outputs = Vec::new();
-    let outs: Vec<_> = package
-        .manifest
-        .tensors
-        .iter()
-        .filter(|t| t.role == TensorRole::Output)
-        .collect();
-    assert_eq!(outs.len(), expected.len());
-    for (t, exp) in outs.iter().zip(&expected) {
-        let bytes = s.read_output(&t.name).expect("output read");
-        let actual =
-            Tensor::from_bytes(exp.dtype, exp.shape.clone(), &bytes).expect("output decodes");
-        checks.push((
-            t.name.clone(),
-            compare(&actual, exp, &Tolerance::for_dtype(exp.dtype)),
-        ));
-        outputs.push(actual);
-    }
-    Outcome {
-        checks,
-        cycles: run.counters.cycles,
-        package_bytes,
-        outputs,
-    }
+    ipu_fuzz::diff::run_on_device(graph, target, tiles, seed).unwrap_or_else(|e| panic!("{e}"))
 }
