@@ -583,3 +583,16 @@ fn bad_inputs_are_errors() {
     assert!(Tensor::new(F16, vec![3], vec![0.0]).is_err());
     assert!("fast".parse::<Precision>().is_err());
 }
+
+/// A wrapped graph error is shown once: it is part of the message, not also its source, so an
+/// error chain (`{:#}` of anyhow) does not print it twice.
+#[test]
+fn a_graph_error_is_not_also_the_source() {
+    use std::error::Error as _;
+    let e = ipu_reference::ReferenceError::from(ipu_graph::GraphError::Graph {
+        graph: "g".into(),
+        reason: "the graph has no outputs".into(),
+    });
+    assert!(e.source().is_none());
+    assert_eq!(e.to_string(), "invalid graph: graph g: the graph has no outputs");
+}
