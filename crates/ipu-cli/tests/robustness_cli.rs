@@ -184,15 +184,7 @@ fn fully_masked_rows_pass_their_check() {
     let d = scratch("masked");
     let f = d.join("cm.ipug");
     std::fs::write(&f, "graph cm {\n  input %x: f32[8, 16]\n  %m = causal_mask(%x) {key_start = 2}: f32[8, 16]\n  %p = softmax(%m) {axis = 1}: f32[8, 16]\n  output %p\n}\n").unwrap();
-    let art = d.join("a");
-    let o = ipu_quiet(&[
-        "run",
-        f.to_str().unwrap(),
-        "--tiles",
-        "4",
-        "--artifacts",
-        art.to_str().unwrap(),
-    ]);
+    let o = run_small(f.to_str().unwrap(), &d.join("a"), &d.join("lock"), &[]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(out.contains("max_abs_error=0.000000e0"), "{out}");
@@ -363,6 +355,15 @@ fn a_run_past_its_cycle_budget_stops_with_tile_context_and_pc() {
     assert!(o.status.success());
 }
 
+/// `ipu run MODEL` on 4 tiles with its artifacts and lock where given, and `extra` options.
+fn run_small(model: &str, artifacts: &Path, lock: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", model, "--tiles", "4"];
+    args.extend(["--artifacts", artifacts.to_str().unwrap()]);
+    args.extend(["--lock", lock.to_str().unwrap()]);
+    args.extend(extra);
+    ipu_quiet(&args)
+}
+
 /// Starts `ipu run MODEL` in `dir` and waits until the device's `run` call has started.
 fn start_run(dir: &Path, model: &str) -> std::process::Child {
     use std::io::{BufRead, BufReader};
@@ -413,16 +414,7 @@ fn ctrl_c_stops_the_simulator_with_exit_130() {
 fn sigkill_leaves_no_complete_looking_artifact_and_no_lock() {
     let d = scratch("sigkill");
     // A report from an earlier run in the same directory.
-    let o = ipu_quiet(&[
-        "run",
-        "matmul",
-        "--tiles",
-        "4",
-        "--artifacts",
-        d.join("a").to_str().unwrap(),
-        "--lock",
-        d.join("lock").to_str().unwrap(),
-    ]);
+    let o = run_small("matmul", &d.join("a"), &d.join("lock"), &[]);
     assert!(o.status.success());
     assert!(d.join("a/report.json").exists());
     let mut child = start_run(&d, "attention-flash");
@@ -441,18 +433,12 @@ fn sigkill_leaves_no_complete_looking_artifact_and_no_lock() {
     let bytes = std::fs::read(d.join("a/model.ipuexe")).unwrap();
     ipu_package::Package::from_bytes(&bytes).expect("the package written is complete");
     // The lock does not block the next run.
-    let o = ipu_quiet(&[
-        "run",
+    let o = run_small(
         "matmul",
-        "--tiles",
-        "4",
-        "--artifacts",
-        d.join("b").to_str().unwrap(),
-        "--lock",
-        d.join("lock").to_str().unwrap(),
-        "--lock-timeout",
-        "2",
-    ]);
+        &d.join("b"),
+        &d.join("lock"),
+        &["--lock-timeout", "2"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
