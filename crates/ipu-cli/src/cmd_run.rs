@@ -581,6 +581,24 @@ fn call_json(iteration: u32, r: &CallReport) -> serde_json::Value {
     })
 }
 
+/// The report's `device` object of a `run` call: its cycles, and what simulating it cost the
+/// host (the worker instructions simulated, the call's wall-clock seconds, their ratio).
+fn device_json(r: &CallReport) -> serde_json::Value {
+    let c = &r.counters;
+    let seconds = r.host_elapsed_us as f64 / 1e6;
+    json!({
+        "name": "simulator",
+        "cycles": c.cycles,
+        "compute_cycles": c.compute_cycles,
+        "exchange_cycles": c.exchange_cycles,
+        "sync_cycles": c.sync_cycles,
+        "instructions": c.instructions,
+        "simulated_worker_instructions": c.worker_instructions,
+        "simulation_seconds": seconds,
+        "simulated_worker_instructions_per_second": (seconds > 0.0).then(|| (c.worker_instructions as f64 / seconds).round()),
+    })
+}
+
 /// The report's list of inputs and where each came from.
 fn inputs_json(expected: &[(String, TensorType)], files: &FileInputs) -> serde_json::Value {
     json!(
@@ -660,14 +678,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
         "model": package.manifest.model,
         "target": package.manifest.target,
         "package": a.package.display().to_string(),
-        "device": {
-            "name": "simulator",
-            "cycles": c.cycles,
-            "compute_cycles": c.compute_cycles,
-            "exchange_cycles": c.exchange_cycles,
-            "sync_cycles": c.sync_cycles,
-            "instructions": c.instructions,
-        },
+        "device": device_json(r.first()),
         "on_chip_cycles": c.cycles.saturating_sub(c.host_exchange_cycles),
         "host_exchange_cycles": c.host_exchange_cycles,
         "seed": a.device.seed,
@@ -932,14 +943,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         "compile_ms": compile_ms,
         "estimated_cycles": b.report.estimated_cycles,
         "final_cycles": b.report.final_cycles,
-        "device": {
-            "name": "simulator",
-            "cycles": c.cycles,
-            "compute_cycles": c.compute_cycles,
-            "exchange_cycles": c.exchange_cycles,
-            "sync_cycles": c.sync_cycles,
-            "instructions": c.instructions,
-        },
+        "device": device_json(r.first()),
         "peak_tile_bytes": {"standard": b.report.peak_standard_bytes, "interleaved": b.report.peak_interleaved_bytes},
         "package_bytes": bytes.len(),
         "checks": checks.iter().map(|(n, c)| check_json(n, c)).collect::<Vec<_>>(),

@@ -65,6 +65,9 @@ pub struct DeviceCounters {
     pub device_to_host_cycles: u64,
     /// Instructions issued, all tiles and contexts.
     pub instructions: u64,
+    /// The part of `instructions` the worker contexts issued.
+    #[serde(default)]
+    pub worker_instructions: u64,
     /// Bulk-synchronous steps the call went through (the final `halt` included).
     pub global_steps: u64,
     /// The tile whose cycles are reported (the slowest).

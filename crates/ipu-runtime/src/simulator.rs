@@ -228,6 +228,7 @@ impl Device for SimulatorDevice {
             host_to_device_cycles: r.host_to_device_cycles,
             device_to_host_cycles: r.device_to_host_cycles,
             instructions: r.instructions,
+            worker_instructions: r.worker_instructions,
             global_steps: r.global_steps as u64,
             critical_tile: r.critical_tile,
         })

@@ -1,0 +1,34 @@
+//! The run report's figures of what simulating cost the host.
+
+mod common;
+
+use common::{ipu_quiet, scratch_in};
+
+#[test]
+fn the_report_gives_simulated_instructions_seconds_and_their_ratio() {
+    let d = scratch_in("report", "sim-cost");
+    let report = d.join("r.json");
+    let o = ipu_quiet(&[
+        "run",
+        "matmul",
+        "--tiles",
+        "4",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let dev = &r["device"];
+    let n = dev["simulated_worker_instructions"].as_u64().unwrap();
+    let s = dev["simulation_seconds"].as_f64().unwrap();
+    let rate = dev["simulated_worker_instructions_per_second"]
+        .as_f64()
+        .unwrap();
+    assert!(n > 0 && n <= dev["instructions"].as_u64().unwrap());
+    assert!(s > 0.0);
+    assert!(
+        (rate - n as f64 / s).abs() <= 1.0 + 1e-6 * rate,
+        "{rate} vs {n} / {s}"
+    );
+}
