@@ -128,9 +128,10 @@ pub fn run_on_device(
     })
 }
 
-/// A value of the generated graph: its name and shape.
+/// A value of the generated graph: its name, dtype and shape.
 struct Val {
     name: String,
+    dtype: &'static str,
     shape: Vec<usize>,
 }
 
@@ -139,7 +140,152 @@ fn shape_text(shape: &[usize]) -> String {
     d.join(", ")
 }
 
-/// The text of a small random graph of one dtype, every operation's shapes valid.
+/// One generated operation: its text (without the result), the result's dtype and shape.
+type Op = (String, &'static str, Vec<usize>);
+
+/// An operation on `a` (and on another value of its type where it takes two), chosen by `u`;
+/// `pre` receives operations it needs first (a transpose for a matmul's right operand).
+fn operation(
+    u: &mut Unstructured<'_>,
+    vals: &[Val],
+    a: &Val,
+    n: usize,
+    pre: &mut String,
+) -> ArbResult<Op> {
+    let (an, dt, ash) = (a.name.as_str(), a.dtype, a.shape.clone());
+    let r = ash.len();
+    let same: Vec<&Val> = vals
+        .iter()
+        .filter(|v| v.shape == ash && v.dtype == dt)
+        .collect();
+    let b = same[u.choose_index(same.len())?].name.as_str();
+    let keep = |e: String| (e, dt, ash.clone());
+    Ok(match u.int_in_range(0..=21)? {
+        0 => keep(format!("add(%{an}, %{b})")),
+        1 => keep(format!("sub(%{an}, %{b})")),
+        2 => keep(format!("mul(%{an}, %{b})")),
+        3 => keep(format!("max(%{an}, %{b})")),
+        4 => keep(format!("div(%{an}, %{b})")),
+        5 => keep(format!("exp(%{an})")),
+        6 => keep(format!("tanh(%{an})")),
+        7 => keep(format!("erf(%{an})")),
+        8 => {
+            // sqrt of a non-negative value: of its exp.
+            let e = format!("e{n}");
+            *pre += &format!("  %{e} = exp(%{an}): {dt}[{}]\n", shape_text(&ash));
+            keep(format!("sqrt(%{e})"))
+        }
+        9 => keep(format!(
+            "scale(%{an}) {{factor = {}}}",
+            u.int_in_range(-4i32..=4)? as f32 * 0.5
+        )),
+        10 => keep(format!("softmax(%{an}) {{axis = {}}}", u.choose_index(r)?)),
+        11 => {
+            let axis = u.choose_index(r)?;
+            let mut s = ash.clone();
+            s[axis] = 1;
+            let op = *u.choose(&["reduce_sum", "reduce_max"])?;
+            (format!("{op}(%{an}) {{axis = {axis}}}"), dt, s)
+        }
+        12 if r >= 2 => {
+            let mut perm: Vec<usize> = (0..r).collect();
+            let (i, j) = (u.choose_index(r)?, u.choose_index(r)?);
+            perm.swap(i, j);
+            let s: Vec<usize> = perm.iter().map(|&p| ash[p]).collect();
+            (
+                format!("transpose(%{an}) {{perm = [{}]}}", shape_text(&perm)),
+                dt,
+                s,
+            )
+        }
+        13 if r >= 2 => {
+            // a · aᵀ over the last two axes.
+            let mut t = ash.clone();
+            t.swap(r - 2, r - 1);
+            let tn = format!("t{n}");
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(r - 2, r - 1);
+            *pre += &format!(
+                "  %{tn} = transpose(%{an}) {{perm = [{}]}}: {dt}[{}]\n",
+                shape_text(&perm),
+                shape_text(&t)
+            );
+            let mut s = ash.clone();
+            s[r - 1] = ash[r - 2];
+            let partials = *u.choose(&["f32", "f16"])?;
+            let partials = if dt == "f32" { "f32" } else { partials };
+            (
+                format!("matmul(%{an}, %{tn}) {{partials = {partials}}}"),
+                dt,
+                s,
+            )
+        }
+        14 => {
+            let axis = u.choose_index(r)?;
+            let start = u.int_in_range(0..=ash[axis] - 1)?;
+            let end = u.int_in_range(start + 1..=ash[axis])?;
+            let mut s = ash.clone();
+            s[axis] = end - start;
+            (
+                format!("slice(%{an}) {{axis = {axis}, start = {start}, end = {end}}}"),
+                dt,
+                s,
+            )
+        }
+        15 => {
+            let axis = u.choose_index(r)?;
+            let mut s = ash.clone();
+            s[axis] *= 2;
+            (format!("concat(%{an}, %{b}) {{axis = {axis}}}"), dt, s)
+        }
+        16 if r >= 2 => {
+            // The last two axes as one.
+            let mut s = ash[..r - 2].to_vec();
+            s.push(ash[r - 2] * ash[r - 1]);
+            (
+                format!("reshape(%{an}) {{shape = [{}]}}", shape_text(&s)),
+                dt,
+                s,
+            )
+        }
+        17 => {
+            let to = if dt == "f32" { "f16" } else { "f32" };
+            (format!("cast(%{an}) {{to = {to}}}"), to, ash.clone())
+        }
+        18 if r >= 2 && dt == "f32" => {
+            // Scores masked from a key offset, then their softmax: fully masked rows included.
+            let m = format!("m{n}");
+            *pre += &format!(
+                "  %{m} = causal_mask(%{an}) {{key_start = {}}}: {dt}[{}]\n",
+                u.int_in_range(0..=ash[r - 2] + 1)?,
+                shape_text(&ash)
+            );
+            keep(format!("softmax(%{m}) {{axis = {}}}", r - 1))
+        }
+        19 if r == 3 => {
+            let causal = u.arbitrary::<bool>()?;
+            let partials = if dt == "f32" {
+                "f32"
+            } else {
+                *u.choose(&["f32", "f16"])?
+            };
+            keep(format!(
+                "attention(%{an}, %{b}, %{b}) {{scale = 0.25, causal = {causal}, partials = {partials}}}"
+            ))
+        }
+        20 if r == 3 => {
+            let causal = u.arbitrary::<bool>()?;
+            let bq = *u.choose(&[1usize, 4, 16, 128])?;
+            let bk = *u.choose(&[1usize, 4, 16, 128])?;
+            keep(format!(
+                "flash_attention(%{an}, %{b}, %{b}) {{scale = 0.5, causal = {causal}, block_q = {bq}, block_k = {bk}, partials = f32}}"
+            ))
+        }
+        _ => keep(format!("layer_norm(%{an}) {{epsilon = 0.00001}}")),
+    })
+}
+
+/// The text of a small random graph, every operation's types valid, and a tile count.
 fn generate(u: &mut Unstructured<'_>) -> ArbResult<(String, u32)> {
     let dtype = *u.choose(&["f32", "f16"])?;
     let tiles = *u.choose(&[1u32, 2, 3, 4, 7, 16])?;
@@ -154,72 +300,22 @@ fn generate(u: &mut Unstructured<'_>) -> ArbResult<(String, u32)> {
         body += &format!("  input %{name}: {dtype}[{}]\n", shape_text(&shape));
         vals.push(Val {
             name,
+            dtype,
             shape: shape.clone(),
         });
     }
-    let ops = u.int_in_range(1..=5)?;
-    for n in 0..ops {
-        let a = u.choose_index(vals.len())?;
-        let (an, ash) = (vals[a].name.clone(), vals[a].shape.clone());
-        let r = ash.len();
+    for n in 0..u.int_in_range(1..=5)? {
+        let a = &vals[u.choose_index(vals.len())?];
+        let mut pre = String::new();
+        let (expr, dt, shape) = operation(u, &vals, a, n, &mut pre)?;
         let out = format!("v{n}");
-        let same: Vec<usize> = (0..vals.len()).filter(|&i| vals[i].shape == ash).collect();
-        let b = vals[same[u.choose_index(same.len())?]].name.clone();
-        let (expr, shape) = match u.int_in_range(0..=11)? {
-            0 => (format!("add(%{an}, %{b})"), ash.clone()),
-            1 => (format!("sub(%{an}, %{b})"), ash.clone()),
-            2 => (format!("mul(%{an}, %{b})"), ash.clone()),
-            3 => (format!("max(%{an}, %{b})"), ash.clone()),
-            4 => (format!("exp(%{an})"), ash.clone()),
-            5 => (format!("tanh(%{an})"), ash.clone()),
-            6 => (
-                format!(
-                    "scale(%{an}) {{factor = {}}}",
-                    u.int_in_range(-4i32..=4)? as f32 * 0.5
-                ),
-                ash.clone(),
-            ),
-            7 => (format!("softmax(%{an}) {{axis = {}}}", r - 1), ash.clone()),
-            8 => {
-                let axis = u.choose_index(r)?;
-                let mut s = ash.clone();
-                s[axis] = 1;
-                let op = *u.choose(&["reduce_sum", "reduce_max"])?;
-                (format!("{op}(%{an}) {{axis = {axis}}}"), s)
-            }
-            9 if r >= 2 => {
-                let mut perm: Vec<usize> = (0..r).collect();
-                perm.swap(r - 2, r - 1);
-                let mut s = ash.clone();
-                s.swap(r - 2, r - 1);
-                (
-                    format!("transpose(%{an}) {{perm = [{}]}}", shape_text(&perm)),
-                    s,
-                )
-            }
-            10 if r >= 2 => {
-                // x · xᵀ-like: the operand times a fresh constant-free transpose of itself.
-                let mut t = ash.clone();
-                t.swap(r - 2, r - 1);
-                let tn = format!("t{n}");
-                let mut perm: Vec<usize> = (0..r).collect();
-                perm.swap(r - 2, r - 1);
-                body += &format!(
-                    "  %{tn} = transpose(%{an}) {{perm = [{}]}}: {dtype}[{}]\n",
-                    shape_text(&perm),
-                    shape_text(&t)
-                );
-                let mut s = ash.clone();
-                s[r - 1] = ash[r - 2];
-                (format!("matmul(%{an}, %{tn}) {{partials = f32}}"), s)
-            }
-            _ => (
-                format!("layer_norm(%{an}) {{epsilon = 0.00001}}"),
-                ash.clone(),
-            ),
-        };
-        body += &format!("  %{out} = {expr}: {dtype}[{}]\n", shape_text(&shape));
-        vals.push(Val { name: out, shape });
+        body += &pre;
+        body += &format!("  %{out} = {expr}: {dt}[{}]\n", shape_text(&shape));
+        vals.push(Val {
+            name: out,
+            dtype: dt,
+            shape,
+        });
     }
     let last = &vals[vals.len() - 1].name;
     body += &format!("  output %{last}\n");
