@@ -631,9 +631,16 @@ impl Graph {
                 reason: "is neither a graph input, a constant nor produced by an operation".into(),
             });
         }
-        for &o in &self.outputs {
+        for (n, &o) in self.outputs.iter().enumerate() {
             if o.0 as usize >= self.values.len() {
                 return Err(graph_err(format!("output {o} does not exist")));
+            }
+            // Outputs are named host tensors: each value once.
+            if self.outputs[..n].contains(&o) {
+                return Err(GraphError::Value {
+                    value: self.values[o.0 as usize].name.clone(),
+                    reason: "is listed as an output twice".into(),
+                });
             }
         }
         Ok(())

@@ -71,3 +71,14 @@ fn the_unknown_operation_error_lists_every_operation() {
         assert!(e.contains(op), "{op} missing: {e}");
     }
 }
+
+#[test]
+fn a_value_listed_as_an_output_twice_is_refused() {
+    let e = parse(
+        "graph t {\n  input %x: f32[4]\n  %y = exp(%x): f32[4]\n  output %y\n  output %y\n}\n",
+        "t.ipug",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("value %y: is listed as an output twice"), "{e}");
+}
