@@ -374,13 +374,13 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
             values.len()
         ));
     }
-    // Reading to the end lets an archive check the entry's checksum.
+    // Reading to the end lets an archive check the entry's checksum; one byte past the data is
+    // enough to refuse trailing bytes (a compressed entry could expand to gigabytes).
     let mut rest = Vec::new();
-    r.read_to_end(&mut rest).map_err(data)?;
+    r.by_ref().take(1).read_to_end(&mut rest).map_err(data)?;
     if !rest.is_empty() {
         return Err(format!(
-            "the file is corrupt: {} bytes follow the data of {given}",
-            rest.len()
+            "the file is corrupt: bytes follow the data of {given}"
         ));
     }
     if order == Order::Fortran {

@@ -463,3 +463,46 @@ fn sigkill_during_build_leaves_no_package_or_a_complete_one() {
         }
     }
 }
+
+#[test]
+fn an_npz_entry_that_expands_past_its_array_is_refused_without_reading_it_all() {
+    // `a` of matmul m=k=n=4 is f16[4, 4]: a valid header and 32 bytes, then 32 MiB of zeros
+    // that deflate to a few hundred kilobytes.
+    let header = "{'descr': '<f2', 'fortran_order': False, 'shape': (4, 4), }";
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    let header = format!("{header}{}\n", " ".repeat(pad));
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header.as_bytes());
+    npy.extend_from_slice(&[0; 32]);
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .large_file(true);
+    zip.start_file("a.npy", options).unwrap();
+    std::io::Write::write_all(&mut zip, &npy).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..32 {
+        std::io::Write::write_all(&mut zip, &zeros).unwrap();
+    }
+    let bytes = zip.finish().unwrap().into_inner();
+    assert!(bytes.len() < 2 << 20, "{}", bytes.len());
+    let d = scratch("bomb");
+    let f = d.join("bomb.npz");
+    std::fs::write(&f, bytes).unwrap();
+    refused(
+        &[
+            "run",
+            "matmul",
+            "--set",
+            "m=4",
+            "--set",
+            "k=4",
+            "--set",
+            "n=4",
+            "--inputs",
+            f.to_str().unwrap(),
+        ],
+        &["input \"a\"", "bytes follow the 32 bytes of data"],
+    );
+}
