@@ -70,6 +70,8 @@ enum BenchCommand {
     Amp(cmd_sim::AmpArgs),
     /// Compile time per model (median of several builds).
     Compile(cmd_bench::CompileArgs),
+    /// Simulator speed: instructions per second on three workloads, on 1 and 2 threads.
+    Sim(cmd_bench::SimArgs),
 }
 
 fn init_logging() {
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cmd_sim::sim(a),
         Command::Bench(BenchCommand::Amp(a)) => cmd_sim::amp(a),
         Command::Bench(BenchCommand::Compile(a)) => cmd_bench::compile(a),
+        Command::Bench(BenchCommand::Sim(a)) => cmd_bench::sim(a),
         Command::Numerics(c) => cmd_numerics::run(c),
         Command::Models(a) => cmd_graph::models(a),
         Command::Graph(c) => cmd_graph::run(c),

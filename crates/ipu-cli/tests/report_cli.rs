@@ -32,3 +32,31 @@ fn the_report_gives_simulated_instructions_seconds_and_their_ratio() {
         "{rate} vs {n} / {s}"
     );
 }
+
+#[test]
+fn bench_sim_prints_one_json_object_of_rows_per_thread_count() {
+    let o = ipu_quiet(&[
+        "bench",
+        "sim",
+        "--only",
+        "typed",
+        "--runs",
+        "1",
+        "--threads",
+        "1,2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, threads) in rows.iter().zip([1, 2]) {
+        assert_eq!(row["model"], "typed-attention-small-fp8");
+        assert_eq!(row["threads"], threads);
+        assert!(row["instructions"].as_u64().unwrap() > 0);
+        assert!(row["seconds"].as_f64().unwrap() > 0.0);
+        assert!(row["instructions_per_second"].as_f64().unwrap() > 0.0);
+    }
+    // The same instructions on any thread count.
+    assert_eq!(rows[0]["instructions"], rows[1]["instructions"]);
+}
