@@ -94,8 +94,17 @@ pub fn compile(a: CompileArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// The workloads of `ipu bench sim`: a name, the built-in model, its settings and its tiles.
-const SIM_WORKLOADS: &[(&str, &str, &[(&str, &str)], Option<u32>)] = &[
+/// A workload of `ipu bench sim`: a name, the built-in model, its settings and its tiles
+/// (default: all).
+type Workload = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    Option<u32>,
+);
+
+/// The workloads of `ipu bench sim`.
+const SIM_WORKLOADS: &[Workload] = &[
     ("attention-flash", "attention-flash", &[], None),
     (
         "matmul-2048",
