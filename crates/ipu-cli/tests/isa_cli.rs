@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::ipu_quiet as ipu;
+use common::{ipu_quiet as ipu, succeeded};
 
 use std::path::{Path, PathBuf};
 
@@ -36,21 +36,11 @@ fn asm_then_disasm_then_asm_gives_the_same_binary() {
     let bin = dir.join("p.bin");
     std::fs::write(&src, PROGRAM).unwrap();
     let out = ipu(&["asm", s(&src), "-o", s(&bin)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("sections=2"));
 
     let out = ipu(&["disasm", s(&bin)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("main:"), "{text}");
     assert!(text.contains("brnzdec $m2, loop"), "{text}");
@@ -64,12 +54,7 @@ fn asm_then_disasm_then_asm_gives_the_same_binary() {
     let bin2 = dir.join("p2.bin");
     std::fs::write(&src2, &text).unwrap();
     let out = ipu(&["asm", s(&src2), "-o", s(&bin2)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(std::fs::read(&bin).unwrap(), std::fs::read(&bin2).unwrap());
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -94,12 +79,7 @@ fn asm_errors_give_file_line_column_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(":1:12: immediate 2097152"));
     let out = ipu(&["asm", s(&src), "-D", "N=0x20", "-o", s(&dir.join("ok.bin"))]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     std::fs::remove_dir_all(&dir).ok();
 }
 
