@@ -86,6 +86,14 @@ pub(crate) fn split_staggered(n: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// What lowering one device operation gives: the copies of its exchange step and every
+/// tile's supervisor operations in its compute step.
+#[derive(Default)]
+pub(crate) struct OpSteps {
+    pub(crate) tiles: BTreeMap<u32, Vec<SupOp>>,
+    pub(crate) copies: Vec<Copy>,
+}
+
 /// One strided copy (`Kernel::Copy2d`): `rows` rows of `segs` segments of `seg_bytes` bytes,
 /// segment `j` of row `i` from `src + i src_row + j src_seg` to `dst + i dst_row + j dst_seg`
 /// (byte strides), its rows split over `parts` workers. 64-bit words when the segments allow.
@@ -100,6 +108,45 @@ pub(crate) struct Copy2d {
 }
 
 impl Copy2d {
+    /// `[group][row][segment]` at `src` to rows of `groups` segments at `dst`.
+    pub(crate) fn groups_to_rows(
+        src: (BufferId, u32),
+        dst: (BufferId, u32),
+        rows: u32,
+        groups: u32,
+        seg_bytes: u32,
+    ) -> Copy2d {
+        Copy2d {
+            src,
+            dst,
+            rows,
+            segs: groups,
+            seg_bytes,
+            src_strides: (seg_bytes, rows * seg_bytes),
+            dst_strides: (groups * seg_bytes, seg_bytes),
+        }
+    }
+
+    /// Rows of `row_bytes` at `src`, each `groups` segments, to `[group][row][segment]` at
+    /// `dst`.
+    pub(crate) fn rows_to_groups(
+        src: (BufferId, u32),
+        dst: (BufferId, u32),
+        (rows, row_bytes): (u32, u32),
+        groups: u32,
+        seg_bytes: u32,
+    ) -> Copy2d {
+        Copy2d {
+            src,
+            dst,
+            rows,
+            segs: groups,
+            seg_bytes,
+            src_strides: (row_bytes, seg_bytes),
+            dst_strides: (seg_bytes, rows * seg_bytes),
+        }
+    }
+
     pub(crate) fn push(&self, parts: u32, ops: &mut Vec<SupOp>) {
         let wide = self.seg_bytes.is_multiple_of(8);
         let words = self.seg_bytes / if wide { 8 } else { 4 };
@@ -265,6 +312,13 @@ impl Lowerer<'_> {
     }
 
     /// The buffer holding `v`'s pieces on `tile`.
+    /// A scratch buffer on `tile` in any region: `bytes` rounded up to 8, and the slack the
+    /// kernels may read past its end.
+    pub(crate) fn scratch_buffer(&mut self, tile: u32, bytes: u32, name: String) -> BufferId {
+        let bytes = align8(bytes as u64) as u32 + OVERREAD_BYTES;
+        self.prog.buffer(tile, bytes, Region::Any, name)
+    }
+
     pub(crate) fn value_buffer(&mut self, v: DevValueId, tile: u32) -> BufferId {
         if let Some(b) = self.value_buffers.get(&(v, tile)) {
             return *b;

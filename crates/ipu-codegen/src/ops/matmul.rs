@@ -300,8 +300,7 @@ impl Lowerer<'_> {
         mode: AmpMode,
         blocks: &[crate::plan::Block],
         k_chunks: usize,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         let name = op.name.clone();
@@ -457,9 +456,9 @@ impl Lowerer<'_> {
                 t.extend(ops);
             }
             if chunk + 1 == chunks {
-                copies.extend(step_copies);
+                steps.copies.extend(step_copies);
                 for (tile, ops) in step_tiles {
-                    tiles.entry(tile).or_default().extend(ops);
+                    steps.tiles.entry(tile).or_default().extend(ops);
                 }
             } else {
                 // An earlier chunk: its own exchange and compute steps.
