@@ -94,6 +94,14 @@ pub(crate) struct OpSteps {
     pub(crate) copies: Vec<Copy>,
 }
 
+/// The direction of a [`Copy2d::regroup`].
+pub(crate) enum Regroup {
+    /// From `[group][row][segment]` to whole rows.
+    ToRows,
+    /// From whole rows to `[group][row][segment]`.
+    ToGroups,
+}
+
 /// One strided copy (`Kernel::Copy2d`): `rows` rows of `segs` segments of `seg_bytes` bytes,
 /// segment `j` of row `i` from `src + i src_row + j src_seg` to `dst + i dst_row + j dst_seg`
 /// (byte strides), its rows split over `parts` workers. 64-bit words when the segments allow.
@@ -108,42 +116,30 @@ pub(crate) struct Copy2d {
 }
 
 impl Copy2d {
-    /// `[group][row][segment]` at `src` to rows of `groups` segments at `dst`.
-    pub(crate) fn groups_to_rows(
-        src: (BufferId, u32),
-        dst: (BufferId, u32),
-        rows: u32,
-        groups: u32,
-        seg_bytes: u32,
-    ) -> Copy2d {
-        Copy2d {
-            src,
-            dst,
-            rows,
-            segs: groups,
-            seg_bytes,
-            src_strides: (seg_bytes, rows * seg_bytes),
-            dst_strides: (groups * seg_bytes, seg_bytes),
-        }
-    }
-
-    /// Rows of `row_bytes` at `src`, each `groups` segments, to `[group][row][segment]` at
-    /// `dst`.
-    pub(crate) fn rows_to_groups(
+    /// The copy between rows of `row_bytes`, each `groups` segments, and the grouped form
+    /// `[group][row][segment]`, in the direction `to`.
+    pub(crate) fn regroup(
+        to: Regroup,
         src: (BufferId, u32),
         dst: (BufferId, u32),
         (rows, row_bytes): (u32, u32),
         groups: u32,
         seg_bytes: u32,
     ) -> Copy2d {
+        let in_rows = (row_bytes, seg_bytes);
+        let grouped = (seg_bytes, rows * seg_bytes);
+        let (src_strides, dst_strides) = match to {
+            Regroup::ToRows => (grouped, in_rows),
+            Regroup::ToGroups => (in_rows, grouped),
+        };
         Copy2d {
             src,
             dst,
             rows,
             segs: groups,
             seg_bytes,
-            src_strides: (row_bytes, seg_bytes),
-            dst_strides: (seg_bytes, rows * seg_bytes),
+            src_strides,
+            dst_strides,
         }
     }
 
@@ -197,9 +193,10 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     };
     let mut tensors = Vec::new();
     // Host pages: inputs in page 0, outputs in page 1, constants in page 2, each tensor
-    // 8-byte aligned.
+    // 8-byte aligned. `place` gives a tensor's offset in its page and its host copies (to the
+    // host for outputs).
     let mut page_bytes = [0u64; 3];
-    let mut place = |v: DevValueId, role: TensorRole, tensors: &mut Vec<HostTensor>| {
+    let mut place = |l: &mut Lowerer, v: DevValueId, role: TensorRole, tensors: &mut Vec<_>| {
         let val = &plan.values[v];
         let page = match role {
             TensorRole::Input => INPUT_PAGE,
@@ -220,7 +217,13 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
             offset,
             bytes,
         });
-        offset
+        let to_host = role == TensorRole::Output;
+        let copies: Vec<(HostCopy, bool)> = l
+            .host_copies(v, offset, page)
+            .into_iter()
+            .map(|c| (c, to_host))
+            .collect();
+        (offset, copies)
     };
     // `initialize`: the constants, once, into buffers that stay for every call.
     let mut constants_page = Vec::new();
@@ -229,13 +232,9 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         let mut placed = Vec::new();
         for (v, data) in &plan.constants {
             l.prog.origin = plan.values[*v].origin.clone();
-            let base = place(*v, TensorRole::Constant, &mut tensors);
+            let (base, host) = place(&mut l, *v, TensorRole::Constant, &mut tensors);
             placed.push((*v, base, data));
-            copies.extend(
-                l.host_copies(*v, base, CONSTANTS_PAGE)
-                    .into_iter()
-                    .map(|c| (c, false)),
-            );
+            copies.extend(host);
         }
         let page_size = tensors
             .iter()
@@ -263,12 +262,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     }
     let mut host_in = Vec::new();
     for &v in &plan.inputs {
-        let base = place(v, TensorRole::Input, &mut tensors);
-        host_in.extend(
-            l.host_copies(v, base, INPUT_PAGE)
-                .into_iter()
-                .map(|c| (c, false)),
-        );
+        host_in.extend(place(&mut l, v, TensorRole::Input, &mut tensors).1);
     }
     l.prog.steps.push(Step::Host {
         name: "inputs".into(),
@@ -281,12 +275,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     l.prog.origin = "host exchange".into();
     let mut host_out = Vec::new();
     for &v in &plan.outputs {
-        let base = place(v, TensorRole::Output, &mut tensors);
-        host_out.extend(
-            l.host_copies(v, base, OUTPUT_PAGE)
-                .into_iter()
-                .map(|c| (c, true)),
-        );
+        host_out.extend(place(&mut l, v, TensorRole::Output, &mut tensors).1);
     }
     l.prog.steps.push(Step::Host {
         name: "outputs".into(),

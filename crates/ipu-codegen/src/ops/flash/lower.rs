@@ -525,11 +525,8 @@ impl Lowerer<'_> {
                 let typed = if g.inputs[x] == g.a {
                     src
                 } else {
-                    let buf = self.scratch_buffer(
-                        tile,
-                        (elems * ab) as u32,
-                        format!("stage:{name}.home{x}.a"),
-                    );
+                    let buf =
+                        self.scratch_buffer(tile, elems * ab, format!("stage:{name}.home{x}.a"));
                     for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
                         if g1 > g0 {
                             ops.push(SupOp::Run(
@@ -551,11 +548,8 @@ impl Lowerer<'_> {
                     0 if g.prescale() => {
                         // q * scale, exact for a power of two: the scores arrive scaled.
                         let ty = g.a_elem();
-                        let qs = self.scratch_buffer(
-                            tile,
-                            (elems * ab) as u32,
-                            format!("stage:{name}.q_scaled"),
-                        );
+                        let qs =
+                            self.scratch_buffer(tile, elems * ab, format!("stage:{name}.q_scaled"));
                         for (v0, v1) in split(elems * ab / 8, WORKERS) {
                             if v1 > v0 {
                                 ops.push(SupOp::Run(
@@ -625,13 +619,11 @@ impl Lowerer<'_> {
                             typed
                         } else {
                             // Regroup [dv / hg][n][hg] into [dv / cols][n][cols] (64-bit words).
-                            let va = self.scratch_buffer(
-                                tile,
-                                (elems * ab) as u32,
-                                format!("stage:{name}.va"),
-                            );
+                            let va =
+                                self.scratch_buffer(tile, elems * ab, format!("stage:{name}.va"));
                             for j in 0..g.dv / hg {
-                                Copy2d::rows_to_groups(
+                                Copy2d::regroup(
+                                    Regroup::ToGroups,
                                     (typed, (j * n * hg) as u32 * ab),
                                     (va, (j * (hg / cols) * n * cols) as u32 * ab),
                                     (n as u32, hg as u32 * ab),
@@ -794,7 +786,7 @@ impl Lowerer<'_> {
                 &mut item_copies,
                 0,
                 q_runs,
-                &q_home,
+                q_home,
                 q,
                 (g.d / kb, kb, g.rows),
             );
@@ -814,7 +806,7 @@ impl Lowerer<'_> {
                 &mut item_copies,
                 2,
                 v_runs,
-                &v_home,
+                v_home,
                 v,
                 (g.dv / cols, cols, nkk),
             );

@@ -419,8 +419,15 @@ impl<'a> Lowerer<'a> {
             ops.push(SupOp::WaitW);
             let seg_bytes = (gx * eb) as u32;
             let row_bytes = groups as u32 * seg_bytes;
-            Copy2d::groups_to_rows((a_buf, 0), (b_buf, 0), n as u32, groups as u32, seg_bytes)
-                .push(WORKERS, ops);
+            Copy2d::regroup(
+                Regroup::ToRows,
+                (a_buf, 0),
+                (b_buf, 0),
+                (n as u32, row_bytes),
+                groups as u32,
+                seg_bytes,
+            )
+            .push(WORKERS, ops);
             return (b_buf, 0, row_bytes);
         }
         let bytes = (n * cp * eb) as u32;
@@ -662,8 +669,15 @@ impl<'a> Lowerer<'a> {
                 ops.push(SupOp::WaitW);
                 let seg_bytes = (go * eb) as u32;
                 let rows = (n_rows as u32, o_row);
-                Copy2d::rows_to_groups((wb, 0), (ob, 0), rows, o_groups as u32, seg_bytes)
-                    .push(WORKERS, ops);
+                Copy2d::regroup(
+                    Regroup::ToGroups,
+                    (wb, 0),
+                    (ob, 0),
+                    rows,
+                    o_groups as u32,
+                    seg_bytes,
+                )
+                .push(WORKERS, ops);
             }
         }
         Ok(())
