@@ -60,14 +60,7 @@ fn constants_reach_the_device_and_match_the_reference() {
 #[test]
 fn the_package_carries_the_constants_and_initialize_moves_them() {
     let g = linear(DType::F16, 8, 16, 16);
-    let b = build(
-        &g,
-        &BuildOptions {
-            target: Target::gc200(),
-            tiles: 2,
-        },
-    )
-    .unwrap();
+    let b = build(&g, &common::gc200(2)).unwrap();
     let m = &b.package.manifest;
     let constants: Vec<_> = m
         .tensors

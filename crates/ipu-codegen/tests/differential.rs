@@ -168,24 +168,21 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
         ("f152", false, 48, 1, 5),
         ("f152", true, 40, 1, 5),
     ] {
-        let g = ipu_graph::models::build(
+        let (seq_text, heads_text) = (seq.to_string(), heads.to_string());
+        let causal_text = causal.to_string();
+        let g = common::model(
             "attention-flash",
             &[
-                ("seq".to_string(), seq.to_string()),
-                ("heads".to_string(), heads.to_string()),
-                ("head_dim".to_string(), "64".to_string()),
-                ("dtype".to_string(), dtype.to_string()),
-                ("causal".to_string(), causal.to_string()),
+                ("seq", &seq_text),
+                ("heads", &heads_text),
+                ("head_dim", "64"),
+                ("dtype", dtype),
+                ("causal", &causal_text),
             ],
-        )
-        .unwrap();
+        );
         let what =
             format!("flash {dtype} causal={causal} seq={seq} heads={heads} on {tiles} tiles");
-        let out = common::run(&g, Target::gc200(), tiles, 6);
-        out.assert_pass(&what);
-        for (name, c) in &out.checks {
-            assert!(c.max_abs_error <= 2e-3, "{what}: {name}: {c}");
-        }
+        common::run(&g, Target::gc200(), tiles, 6).assert_within(&what, 2e-3);
     }
 }
 
@@ -198,11 +195,8 @@ fn flash_attention_with_batch_dims_and_other_key_and_value_shapes() {
     );
     // Few tiles take several blocks in turn.
     for tiles in [5, 37] {
-        let out = common::run(&g, Target::gc200(), tiles, 4);
-        out.assert_pass(&format!("cross attention on {tiles} tiles"));
-        for (name, c) in &out.checks {
-            assert!(c.max_abs_error <= 2e-3, "{name}: {c}");
-        }
+        let what = format!("cross attention on {tiles} tiles");
+        common::run(&g, Target::gc200(), tiles, 4).assert_within(&what, 2e-3);
     }
 }
 
@@ -221,14 +215,7 @@ fn matmul_split_into_serial_k_chunks_is_still_exact() {
     // 8 x 20000 x 8 in f32 on 13 tiles: every block needs all 640 KB of weights, which only
     // fit a tile in several k chunks.
     let g = matmul(8, 20000, 8, "f32", "f32", "f32");
-    let b = ipu_codegen::build(
-        &g,
-        &ipu_codegen::BuildOptions {
-            target: Target::gc200(),
-            tiles: 13,
-        },
-    )
-    .unwrap();
+    let b = ipu_codegen::build(&g, &common::gc200(13)).unwrap();
     assert!(
         b.report.program_text.contains("c.k0"),
         "expected serial k chunks:\n{}",

@@ -153,14 +153,7 @@ fn fp8_operands_are_refused_with_a_reason() {
         let y = g.op("y", kind.clone(), &[x]).unwrap();
         g.output(y);
         let g = g.finish().unwrap();
-        let err = ipu_codegen::build(
-            &g,
-            &ipu_codegen::BuildOptions {
-                target: Target::gc200(),
-                tiles: 4,
-            },
-        )
-        .expect_err("FP8 is refused");
+        let err = ipu_codegen::build(&g, &common::gc200(4)).expect_err("FP8 is refused");
         let text = err.to_string();
         assert!(
             text.contains("%y") && text.contains(kind.mnemonic()) && text.contains("FP8"),

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use ipu_codegen::{BuildOptions, build};
+use ipu_codegen::{BuildOptions, CodegenError, build};
 use ipu_graph::Graph;
 use ipu_package::{Package, TensorRole};
 use ipu_reference::{Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs};
@@ -34,14 +34,56 @@ impl Outcome {
 
     /// Panics unless every output equals the device-precision reference bit for bit.
     pub fn assert_exact(&self, what: &str) {
+        self.assert_within(what, 0.0);
+    }
+
+    /// Panics unless every output passed and is within `max_abs_error` of the reference.
+    pub fn assert_within(&self, what: &str, max_abs_error: f64) {
         self.assert_pass(what);
         for (name, c) in &self.checks {
             assert!(
-                c.max_abs_error == 0.0,
-                "{what}: output {name} is not exact: {c}"
+                c.max_abs_error <= max_abs_error,
+                "{what}: output {name} is not within {max_abs_error}: {c}"
             );
         }
     }
+}
+
+/// Options building for tiles `0..tiles` of the GC200.
+pub fn gc200(tiles: u32) -> BuildOptions {
+    let target = Target::gc200();
+    BuildOptions { target, tiles }
+}
+
+/// The built-in model `name` with the parameters `kv`.
+pub fn model(name: &str, kv: &[(&str, &str)]) -> Graph {
+    let params: Vec<(String, String)> = kv
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ipu_graph::models::build(name, &params).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The refusal of building `graph` on `tiles` tiles of the GC200, which must be a
+/// `DoesNotFit` blamed on the user's operation `op`, needing more bytes than are available;
+/// with the tile it names and its detail.
+pub fn does_not_fit(graph: &Graph, tiles: u32, op: &str) -> (CodegenError, Option<u32>, String) {
+    let e = build(graph, &gc200(tiles)).unwrap_err();
+    let CodegenError::DoesNotFit {
+        op: blamed,
+        tile,
+        need_bytes,
+        available_bytes,
+        detail,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(blamed.as_deref(), Some(op), "{e}");
+    assert!(need_bytes > available_bytes, "{e}");
+    let (tile, detail) = (*tile, detail.clone());
+    (e, tile, detail)
 }
 
 /// Builds and runs `graph` on tiles `0..tiles` of `target` with inputs from `seed`.
