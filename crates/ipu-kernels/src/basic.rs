@@ -180,16 +180,13 @@ pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
                     }
                     Elem::F16 => {
                         // Widen each half to f32v2, divide, narrow.
-                        c.op(conv(ConvOp::F16v2ToF32v2, 4, 0));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 1));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 2));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 10, 3));
+                        widen4(c, 4, 0);
+                        widen4(c, 8, 2);
                         c.op(fun(FType::F32v2, FUnOp::Rcp, 8, 8));
                         c.op(fun(FType::F32v2, FUnOp::Rcp, 10, 10));
                         c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
                         c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 10));
-                        c.op(conv(ConvOp::F32v2ToF16v2, 4, 4));
-                        c.op(conv(ConvOp::F32v2ToF16v2, 5, 6));
+                        narrow4(c, 4, 4);
                     }
                 }
                 c.op(st64step(ap(4), m(3), 8));
@@ -237,12 +234,10 @@ pub(crate) fn unary(c: &mut Code, ty: Elem, op: UnOp) {
                 c.op(f32_op(4, 0));
             }
             Elem::F16 => {
-                c.op(conv(ConvOp::F16v2ToF32v2, 4, 0));
-                c.op(conv(ConvOp::F16v2ToF32v2, 6, 1));
+                widen4(c, 4, 0);
                 c.op(f32_op(4, 4));
                 c.op(f32_op(6, 6));
-                c.op(conv(ConvOp::F32v2ToF16v2, 4, 4));
-                c.op(conv(ConvOp::F32v2ToF16v2, 5, 6));
+                narrow4(c, 4, 4);
             }
         }
         c.op(st64step(ap(4), m(2), 8));
@@ -541,16 +536,14 @@ pub(crate) fn cast(c: &mut Code, from: CastType, to: CastType) {
         match (from, to) {
             (CastType::F32, CastType::F32) | (CastType::F16, CastType::F16) => {}
             (CastType::F32, _) => {
-                c.op(conv(ConvOp::F32v2ToF16v2, 4, 0));
-                c.op(conv(ConvOp::F32v2ToF16v2, 5, 2));
+                narrow4(c, 4, 0);
             }
             _ => {}
         }
         match to {
             CastType::F32 => {
                 if !matches!(from, CastType::F32) {
-                    c.op(conv(ConvOp::F16v2ToF32v2, 0, 4));
-                    c.op(conv(ConvOp::F16v2ToF32v2, 2, 5));
+                    widen4(c, 0, 4);
                 }
                 c.op(st64step(ap(0), m(2), 8));
                 c.op(st64step(ap(2), m(2), 8));

@@ -38,8 +38,7 @@ fn ld4(c: &mut Code, ty: Elem, dst: u8, ptr: MReg) {
         }
         Elem::F16 => {
             c.op(ld64step(ap(12), ptr, 8));
-            c.op(conv(ConvOp::F16v2ToF32v2, dst, 12));
-            c.op(conv(ConvOp::F16v2ToF32v2, dst + 2, 13));
+            widen4(c, dst, 12);
         }
     }
 }
@@ -53,8 +52,7 @@ fn st4(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
             c.op(st64step(ap(src + 2), ptr, 8));
         }
         Elem::F16 => {
-            c.op(conv(ConvOp::F32v2ToF16v2, 12, src));
-            c.op(conv(ConvOp::F32v2ToF16v2, 13, src + 2));
+            narrow4(c, 12, src);
             c.op(st64step(ap(12), ptr, 8));
         }
     }
@@ -172,8 +170,7 @@ pub fn flash_softmax(
     }
     c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass1);
     if s_ty == Elem::F16 {
-        c.op(conv(ConvOp::F16v2ToF32v2, 0, 4));
-        c.op(conv(ConvOp::F16v2ToF32v2, 2, 5));
+        widen4(c, 0, 4);
         c.op(fbin(FType::F32v2, FBinOp::Max, 4, 0, 2));
     }
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
@@ -299,9 +296,7 @@ pub fn flash_softmax(
     c.op(alu_imm(AluOp::Add, s, s, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, p, p, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups.
@@ -366,12 +361,10 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
             }
             Elem::F16 => {
                 c.op(ld64_at(12, po, 0));
-                c.op(conv(ConvOp::F16v2ToF32v2, 4, 12));
-                c.op(conv(ConvOp::F16v2ToF32v2, 6, 13));
+                widen4(c, 4, 12);
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 8));
-                c.op(conv(ConvOp::F32v2ToF16v2, 12, 4));
-                c.op(conv(ConvOp::F32v2ToF16v2, 13, 6));
+                narrow4(c, 12, 4);
                 c.op(st64step(ap(12), po, 8));
             }
         }
@@ -380,9 +373,7 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
     c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
     c.op(alu_imm(AluOp::Add, o, o, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Merges the partial results of `J` key blocks for some rows and normalises them:
@@ -492,8 +483,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
                             p1: sp,
                         });
                         c.op(ld64step(ap(14), sp, 8));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                        widen4(c, 6, 12);
                     }
                 }
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
@@ -544,9 +534,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     c.branch(Instr::Brnzdec { a: g, target: 0 }, og);
     c.op(alu_imm(AluOp::Add, ro, ro, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, out, out, run_bytes as i16));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of [`flash_rescale`] over `rows` rows of `groups` groups.
