@@ -94,6 +94,28 @@ pub(crate) struct OpSteps {
     pub(crate) copies: Vec<Copy>,
 }
 
+/// A launch of the AMP kernel on `rows` rows of `input` into `out`, adding the partials at
+/// `partials` when there are any.
+pub(crate) fn amp_run(
+    input: (BufferId, u32),
+    partials: Option<(BufferId, u32)>,
+    out: (BufferId, u32),
+    rows: u32,
+) -> SupOp {
+    let state = AmpState {
+        input,
+        partials: match partials {
+            Some((buffer, offset)) => StateWord::Addr(buffer, offset),
+            None => StateWord::Const(0),
+        },
+        out,
+        rows,
+    };
+    let partials = partials.is_some();
+    let slots = kernels::amp_slots(rows, partials);
+    SupOp::Run(Kernel::Amp { partials }, state.into(), slots)
+}
+
 /// The direction of a [`Copy2d::regroup`].
 pub(crate) enum Regroup {
     /// From `[group][row][segment]` to whole rows.

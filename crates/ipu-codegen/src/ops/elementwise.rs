@@ -43,13 +43,7 @@ impl Planner<'_> {
             return self.plan_broadcast(op, bop, ins, out_val);
         }
         let layout = self.values[x].layout.clone();
-        let r = self.add_value(
-            out_val.name.clone(),
-            out_val.ty.dtype,
-            out_val.ty.shape.clone(),
-            Some(out),
-            layout,
-        );
+        let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
         self.push_simple(op.name.clone(), DevOpKind::Binary(bop), vec![x, y], r);
         Ok(())
     }
@@ -134,12 +128,7 @@ impl Lowerer<'_> {
                 self.value_buffer(y, tile)
             } else {
                 let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{}.b", op.name));
-                let want: Vec<(usize, usize, usize)> = out_layout
-                    .pieces
-                    .iter()
-                    .filter(|p| p.tile == tile)
-                    .map(|p| (p.start, p.end, p.local))
-                    .collect();
+                let want = out_layout.ranges_on(tile);
                 let c = self.gather(y, tile, out_layout.group, &want, st);
                 steps.copies.extend(c);
                 st

@@ -18,8 +18,7 @@ use crate::lower::*;
 use crate::plan::*;
 use crate::program::*;
 use crate::{CodegenError, MemoryRegion};
-use ipu_kernels::state::*;
-use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES};
+use ipu_kernels::{self as kernels, OVERREAD_BYTES};
 
 use crate::cost::estimate;
 
@@ -69,13 +68,7 @@ impl Planner<'_> {
             self.rename(c, out_val.name.clone(), out);
         } else {
             let layout = self.values[c].layout.clone();
-            let r = self.add_value(
-                out_val.name.clone(),
-                *out_dtype,
-                out_val.ty.shape.clone(),
-                Some(out),
-                layout,
-            );
+            let r = self.add_graph_value(out, out_val, *out_dtype, layout);
             self.push_simple(format!("{}.cast", op.name), DevOpKind::Cast, vec![c], r);
         }
         Ok(())
@@ -426,23 +419,12 @@ impl Lowerer<'_> {
                         };
                         for (r0, r1) in split_staggered(bm as u32) {
                             if r1 > r0 {
-                                ops.push(SupOp::Run(
-                                    Kernel::Amp { partials: kk > 0 },
-                                    AmpState {
-                                        input: (
-                                            a_st,
-                                            ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes,
-                                        ),
-                                        partials: if kk > 0 {
-                                            StateWord::Addr(src, c_off + r0 * out_row_bytes)
-                                        } else {
-                                            StateWord::Const(0)
-                                        },
-                                        out: (dst, c_off + r0 * out_row_bytes),
-                                        rows: r1 - r0,
-                                    }
-                                    .into(),
-                                    kernels::amp_slots(r1 - r0, kk > 0),
+                                let a_row = ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes;
+                                ops.push(amp_run(
+                                    (a_st, a_row),
+                                    (kk > 0).then_some((src, c_off + r0 * out_row_bytes)),
+                                    (dst, c_off + r0 * out_row_bytes),
+                                    r1 - r0,
                                 ));
                             }
                         }

@@ -98,20 +98,11 @@ fn amp_rounds(
                 for &(r0, r1) in &parts {
                     if r1 > r0 {
                         let partials = kk > 0 || accumulate;
-                        ops.push(SupOp::Run(
-                            Kernel::Amp { partials },
-                            AmpState {
-                                input: (input, (kk as u32 * r_total + r0) * GRB),
-                                partials: if partials {
-                                    StateWord::Addr(src, src_off + r0 * GRB)
-                                } else {
-                                    StateWord::Const(0)
-                                },
-                                out: (dst, dst_off + r0 * GRB),
-                                rows: r1 - r0,
-                            }
-                            .into(),
-                            kernels::amp_slots(r1 - r0, partials),
+                        ops.push(amp_run(
+                            (input, (kk as u32 * r_total + r0) * GRB),
+                            partials.then_some((src, src_off + r0 * GRB)),
+                            (dst, dst_off + r0 * GRB),
+                            r1 - r0,
                         ));
                     }
                 }
@@ -486,12 +477,7 @@ impl Lowerer<'_> {
                         Region::Any,
                         format!("stage:{name}.home{x}"),
                     );
-                    let want: Vec<(usize, usize, usize)> = layout
-                        .pieces
-                        .iter()
-                        .filter(|p| p.tile == tile)
-                        .map(|p| (p.start, p.end, p.local))
-                        .collect();
+                    let want = layout.ranges_on(tile);
                     home_copies.extend(self.gather(v, tile, hgs[x], &want, st));
                     st
                 };
