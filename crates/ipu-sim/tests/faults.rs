@@ -55,6 +55,18 @@ fn faults_at_bad(src: &str, kind: FaultKind, ctx: Context, addr: Option<u32>) ->
     f
 }
 
+/// [`faults_at_bad`] of `body` run on worker 0.
+#[track_caller]
+fn worker_faults(body: &str, kind: FaultKind, addr: Option<u32>) -> Fault {
+    faults_at_bad(&worker(body), kind, Context::Worker(0), addr)
+}
+
+/// [`faults_at_bad`] of the supervisor's program `src`.
+#[track_caller]
+fn supervisor_faults(src: &str, kind: FaultKind, addr: Option<u32>) -> Fault {
+    faults_at_bad(src, kind, Context::Supervisor, addr)
+}
+
 /// A race with worker 0, by two writes or a write and a read.
 fn race(both_write: bool) -> FaultKind {
     FaultKind::WorkerRace {
@@ -65,10 +77,9 @@ fn race(both_write: bool) -> FaultKind {
 
 #[test]
 fn out_of_range_access() {
-    let f = faults_at_bad(
-        &worker(" setzi $m1, 0x40000\nbad: ld32 $m2, $m1, 0"),
+    let f = worker_faults(
+        " setzi $m1, 0x40000\nbad: ld32 $m2, $m1, 0",
         FaultKind::OutOfRange { bytes: 4 },
-        Context::Worker(0),
         Some(0x40000),
     );
     assert_eq!(f.instruction, "ld32 $m2, $m1, 0");
@@ -79,10 +90,9 @@ fn out_of_range_access() {
 
 #[test]
 fn misaligned_access() {
-    faults_at_bad(
-        &worker(" li $m1, 0x80004\nbad: ld64 $a0:1, $m1, 0"),
+    worker_faults(
+        " li $m1, 0x80004\nbad: ld64 $a0:1, $m1, 0",
         FaultKind::Misaligned { align: 8 },
-        Context::Worker(0),
         Some(0x80004),
     );
     let (f, _) = fault(&worker(" li $m1, 0x80001\n ldz16 $m3, $m1, 0"));
@@ -91,10 +101,9 @@ fn misaligned_access() {
 
 #[test]
 fn ld128_outside_interleaved_memory() {
-    faults_at_bad(
-        &worker(" li $m1, 0x70000\nbad: ld128 $a0:3, $m1, 0"),
+    worker_faults(
+        " li $m1, 0x70000\nbad: ld128 $a0:3, $m1, 0",
         FaultKind::NotInterleaved,
-        Context::Worker(0),
         Some(0x70000),
     );
 }
@@ -140,10 +149,9 @@ bad: .word {}, {}",
 
 #[test]
 fn sub_word_store() {
-    faults_at_bad(
-        &worker(" li $m1, 0x80000\nbad: st8 $m2, $m1, 3"),
+    worker_faults(
+        " li $m1, 0x80000\nbad: st8 $m2, $m1, 3",
         FaultKind::SubWordStore,
-        Context::Worker(0),
         Some(0x80003),
     );
     let (f, _) = fault(&worker(" li $m1, 0x80000\n st16 $m2, $m1, 2"));
@@ -163,48 +171,31 @@ fn fp8_amp_on_a_target_without_it() {
 
 #[test]
 fn supervisor_only_on_a_worker_and_worker_only_on_the_supervisor() {
-    faults_at_bad(
-        &worker("bad: sync"),
-        FaultKind::SupervisorOnly,
-        Context::Worker(0),
-        None,
-    );
-    faults_at_bad(
-        "main:\nbad: exit\n",
-        FaultKind::WorkerOnly,
-        Context::Supervisor,
-        None,
-    );
+    worker_faults("bad: sync", FaultKind::SupervisorOnly, None);
+    supervisor_faults("main:\nbad: exit\n", FaultKind::WorkerOnly, None);
 }
 
 #[test]
 fn run_entry_outside_executable_memory() {
-    faults_at_bad(
+    supervisor_faults(
         "main:\n li $m1, 0x90000\nbad: run $m1, $m2\n halt\n",
         FaultKind::RunEntryNotExecutable,
-        Context::Supervisor,
         Some(0x90000),
     );
 }
 
 #[test]
 fn rpt_count_over_the_limit() {
-    faults_at_bad(
-        &worker(" li $m1, 0x10000\nbad: rpt $m1, 1\n nop"),
+    worker_faults(
+        " li $m1, 0x10000\nbad: rpt $m1, 1\n nop",
         FaultKind::RptCountTooLarge(0x10000),
-        Context::Worker(0),
         None,
     );
 }
 
 #[test]
 fn control_flow_inside_an_rpt_body() {
-    faults_at_bad(
-        &worker(" rpt 2, 1\nbad: bri w"),
-        FaultKind::ControlInRptBody,
-        Context::Worker(0),
-        None,
-    );
+    worker_faults(" rpt 2, 1\nbad: bri w", FaultKind::ControlInRptBody, None);
 }
 
 #[test]
@@ -233,7 +224,7 @@ fn step_limit() {
 #[test]
 fn global_instruction_while_workers_run() {
     let src = "main:\n setzi $m1, w\n run $m1, $m2\nbad: sync\n halt\n .align 8\nw:\n rpt 100, 1\n nop\n exit\n";
-    faults_at_bad(src, FaultKind::WorkersRunning, Context::Supervisor, None);
+    supervisor_faults(src, FaultKind::WorkersRunning, None);
 }
 
 #[test]
@@ -275,24 +266,22 @@ fn tiles_reaching_different_global_instructions() {
 #[test]
 fn amp_faults() {
     // amp before ampcfg.
-    faults_at_bad(
-        &worker("bad: amp $a0:1, $a2:3, $a4:5, 0"),
+    worker_faults(
+        "bad: amp $a0:1, $a2:3, $a4:5, 0",
         FaultKind::AmpNotConfigured,
-        Context::Worker(0),
         None,
     );
     // ampw outside interleaved memory, misaligned.
-    faults_at_bad(
+    supervisor_faults(
         "main:\n ampcfg f16f16\n li $m1, 0x70000\nbad: ampw $m1\n halt\n",
         FaultKind::NotInterleaved,
-        Context::Supervisor,
         Some(0x70000),
     );
     let (f, _) = fault("main:\n ampcfg f16f16\n li $m1, 0x80008\n ampw $m1\n halt\n");
     assert_eq!(f.kind, FaultKind::Misaligned { align: 16 });
     // Changing the AMP while workers run.
     let src = "main:\n setzi $m1, w\n run $m1, $m2\nbad: ampcfg f16f32\n waitw\n halt\n .align 8\nw:\n rpt 10, 1\n nop\n exit\n";
-    faults_at_bad(src, FaultKind::AmpBusy, Context::Supervisor, None);
+    supervisor_faults(src, FaultKind::AmpBusy, None);
 }
 
 #[test]
@@ -320,7 +309,7 @@ fn faults_on_a_later_tile_name_that_tile() {
 fn supervisor_touching_what_a_running_worker_writes() {
     // The supervisor reads the worker's output before waitw.
     let src = "main:\n li $m5, 0x80010\n setzi $m1, w\n run $m1, $m2\nbad: ld32 $m6, $m5, 0\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
-    let f = faults_at_bad(src, race(false), Context::Supervisor, Some(0x80010));
+    let f = supervisor_faults(src, race(false), Some(0x80010));
     assert_eq!(f.instruction, "ld32 $m6, $m5, 0");
     // After waitw, or before the run, it is fine.
     let ok = "main:\n li $m5, 0x80010\n st32 $m5, $m5, 0\n setzi $m1, w\n run $m1, $m2\n waitw\n ld32 $m6, $m5, 0\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
