@@ -224,19 +224,22 @@ type GemmKernel<T> = unsafe fn(
     isize,
 );
 
-/// Row-major `c[m,n] = a[m,k] b[k,n]` through `kernel`, rows split over `threads`; the callers
-/// check the slice lengths.
+/// Row-major `c[m,n] = a[m,k] b[k,n]` through `kernel`, rows split over `threads`, after
+/// checking the slice lengths.
 fn gemm_rows<T>(
     kernel: GemmKernel<T>,
     a: &[T],
     b: &[T],
     c: &mut [T],
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
     threads: usize,
 ) where
     T: Copy + Send + Sync + From<f32>,
 {
+    assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
+    if m == 0 || n == 0 {
+        return;
+    }
     for_row_chunks(c, n, threads, |row0, chunk| {
         let rows = chunk.len() / n.max(1);
         // SAFETY: the pointers cover rows*k, k*n and rows*n elements with the given row-major
@@ -271,11 +274,7 @@ pub fn matmul_f64(
     (m, k, n): (usize, usize, usize),
     threads: usize,
 ) {
-    debug_assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
-    if m == 0 || n == 0 {
-        return;
-    }
-    gemm_rows(matrixmultiply::dgemm, a, b, c, k, n, threads);
+    gemm_rows(matrixmultiply::dgemm, a, b, c, (m, k, n), threads);
 }
 
 /// f32 `c[m,n] = a[m,k] b[k,n]` through `matrixmultiply::sgemm`, rows split over `threads`
@@ -287,8 +286,7 @@ pub fn sgemm(
     (m, k, n): (usize, usize, usize),
     threads: usize,
 ) {
-    assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
-    gemm_rows(matrixmultiply::sgemm, a, b, c, k, n, threads);
+    gemm_rows(matrixmultiply::sgemm, a, b, c, (m, k, n), threads);
 }
 
 #[cfg(test)]
