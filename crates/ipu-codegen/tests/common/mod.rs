@@ -49,6 +49,15 @@ impl Outcome {
     }
 }
 
+/// Runs `graph` on the GC200 on each of `tiles` tile counts with inputs from `seed`: every
+/// output within `max_abs_error` of the reference (`0.0`: bit for bit).
+pub fn run_within(graph: &Graph, tiles: &[u32], seed: u64, what: &str, max_abs_error: f64) {
+    for &t in tiles {
+        run(graph, Target::gc200(), t, seed)
+            .assert_within(&format!("{what} on {t} tiles"), max_abs_error);
+    }
+}
+
 /// Options building for tiles `0..tiles` of the GC200.
 pub fn gc200(tiles: u32) -> BuildOptions {
     let target = Target::gc200();
