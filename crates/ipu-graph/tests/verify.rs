@@ -275,6 +275,14 @@ fn small() -> (GraphBuilder, ValueId, ValueId) {
     (b, a, w)
 }
 
+/// [`small`] with `%c = exp(%a)` as its output, not verified.
+fn exp_of_a() -> (ipu_graph::Graph, ValueId) {
+    let (mut b, a, _) = small();
+    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
+    b.output(c);
+    (b.finish_unverified(), c)
+}
+
 #[test]
 fn builder_errors_name_operation_and_operand() {
     let (mut b, a, w) = small();
@@ -344,10 +352,7 @@ fn verifier_rejects_malformed_graphs() {
     );
 
     // An operation with two results, and a wrong producer link.
-    let (mut b, a, _) = small();
-    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
-    b.output(c);
-    let mut g = b.finish_unverified();
+    let (mut g, c) = exp_of_a();
     let (values, ops, _, _) = g.parts_mut();
     values.push(Value {
         name: "c2".into(),
@@ -362,10 +367,7 @@ fn verifier_rejects_malformed_graphs() {
         g.verify().unwrap_err().to_string(),
         "operation %c (exp): has 2 results, expected 1"
     );
-    let (mut b, a, _) = small();
-    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
-    b.output(c);
-    let mut g = b.finish_unverified();
+    let (mut g, c) = exp_of_a();
     g.parts_mut().0[c.0 as usize].producer = Some(OperationId(7));
     assert!(
         g.verify()
