@@ -282,27 +282,22 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         });
         l.prog.init_steps = 1;
     }
-    let mut host_in = Vec::new();
-    for &v in &plan.inputs {
-        host_in.extend(place(&mut l, v, TensorRole::Input, &mut tensors).1);
-    }
-    l.prog.steps.push(Step::Host {
-        name: "inputs".into(),
-        copies: host_in,
-    });
+    // The host step moving the tensors of `values` in `role`.
+    let mut host_step = |l: &mut Lowerer, name: &str, values: &[DevValueId], role: TensorRole| {
+        let mut copies = Vec::new();
+        for &v in values {
+            copies.extend(place(l, v, role, &mut tensors).1);
+        }
+        let name = name.into();
+        l.prog.steps.push(Step::Host { name, copies });
+    };
+    host_step(&mut l, "inputs", &plan.inputs, TensorRole::Input);
     for (i, op) in plan.ops.iter().enumerate() {
         l.prog.origin = op.origin.clone();
         l.lower_op(i)?;
     }
     l.prog.origin = "host exchange".into();
-    let mut host_out = Vec::new();
-    for &v in &plan.outputs {
-        host_out.extend(place(&mut l, v, TensorRole::Output, &mut tensors).1);
-    }
-    l.prog.steps.push(Step::Host {
-        name: "outputs".into(),
-        copies: host_out,
-    });
+    host_step(&mut l, "outputs", &plan.outputs, TensorRole::Output);
     // The constants page exists only with constants: other packages keep two pages.
     let pages = if plan.constants.is_empty() { 2 } else { 3 };
     l.prog.pages = page_bytes[..pages].to_vec();

@@ -88,10 +88,7 @@ fn flash_attention_package_bytes_do_not_depend_on_the_thread_count() {
             .num_threads(threads)
             .build()
             .unwrap()
-            .install(|| build(&g, &opts).unwrap())
-            .package
-            .to_bytes()
-            .unwrap()
+            .install(|| common::package_bytes(&g, &opts))
     };
     assert_eq!(with(1), with(2));
 }

@@ -261,7 +261,9 @@ fn typed_attention_builds_deterministically() {
         &[("seq", "32"), ("heads", "2"), ("head_dim", "16")],
     );
     let opts = common::gc200(13);
-    let a = build(&g, &opts).unwrap().package.to_bytes().unwrap();
-    let b = build(&g, &opts).unwrap().package.to_bytes().unwrap();
+    let (a, b) = (
+        common::package_bytes(&g, &opts),
+        common::package_bytes(&g, &opts),
+    );
     assert!(a == b, "two builds of the same graph differ");
 }

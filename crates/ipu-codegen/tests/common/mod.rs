@@ -58,6 +58,12 @@ pub fn run_within(graph: &Graph, tiles: &[u32], seed: u64, what: &str, max_abs_e
     }
 }
 
+/// The bytes of the package `graph` builds into with `opts`.
+pub fn package_bytes(graph: &Graph, opts: &BuildOptions) -> Vec<u8> {
+    let b = build(graph, opts).unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+    b.package.to_bytes().expect("package serialises")
+}
+
 /// Options building for tiles `0..tiles` of the GC200.
 pub fn gc200(tiles: u32) -> BuildOptions {
     let target = Target::gc200();
