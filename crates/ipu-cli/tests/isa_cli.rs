@@ -17,6 +17,18 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Writes `text` to `DIR/NAME.s` and assembles it into `DIR/NAME.bin`, which must succeed;
+/// the binary's path and what `ipu asm` printed.
+fn assemble(dir: &Path, name: &str, text: &str) -> (PathBuf, String) {
+    let (src, bin) = (
+        dir.join(format!("{name}.s")),
+        dir.join(format!("{name}.bin")),
+    );
+    std::fs::write(&src, text).unwrap();
+    let (out, _) = succeeded(&ipu(&["asm", s(&src), "-o", s(&bin)]));
+    (bin, out)
+}
+
 const PROGRAM: &str = r#"
         .section code, 0x4C000
 main:   setzi $m1, table
@@ -32,12 +44,8 @@ table:  .word 3, 0x12345678
 #[test]
 fn asm_then_disasm_then_asm_gives_the_same_binary() {
     let dir = scratch("roundtrip");
-    let src = dir.join("p.s");
-    let bin = dir.join("p.bin");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let out = ipu(&["asm", s(&src), "-o", s(&bin)]);
-    succeeded(&out);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sections=2"));
+    let (bin, out) = assemble(&dir, "p", PROGRAM);
+    assert!(out.contains("sections=2"));
 
     let out = ipu(&["disasm", s(&bin)]);
     succeeded(&out);
@@ -50,11 +58,7 @@ fn asm_then_disasm_then_asm_gives_the_same_binary() {
     );
     assert!(text.contains("# 0004c000: 02180000"), "{text}");
 
-    let src2 = dir.join("p2.s");
-    let bin2 = dir.join("p2.bin");
-    std::fs::write(&src2, &text).unwrap();
-    let out = ipu(&["asm", s(&src2), "-o", s(&bin2)]);
-    succeeded(&out);
+    let (bin2, _) = assemble(&dir, "p2", &text);
     assert_eq!(std::fs::read(&bin).unwrap(), std::fs::read(&bin2).unwrap());
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -86,10 +90,7 @@ fn asm_errors_give_file_line_column_and_exit_2() {
 #[test]
 fn disasm_reports_a_corrupt_binary_with_the_byte_offset_and_exit_2() {
     let dir = scratch("corrupt");
-    let src = dir.join("p.s");
-    let bin = dir.join("p.bin");
-    std::fs::write(&src, PROGRAM).unwrap();
-    assert_eq!(ipu(&["asm", s(&src), "-o", s(&bin)]).status.code(), Some(0));
+    let (bin, _) = assemble(&dir, "p", PROGRAM);
     let good = std::fs::read(&bin).unwrap();
 
     let mut bad = good.clone();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ipu_quiet as ipu, refused, stderr, stdout};
+use common::{ipu_quiet as ipu, refused, stdout, succeeded};
 
 use std::path::PathBuf;
 
@@ -21,7 +21,7 @@ fn model(name: &str) -> String {
 fn graph_print_imports_with_dimension_bindings() {
     let m = model("head_split");
     let o = ipu(&["graph", "print", &m, "--dim", "batch=2", "--dim", "seq=3"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    succeeded(&o);
     assert_eq!(
         stdout(&o),
         "graph head_split {\n  input %x: f32[2, 3, 8]\n  \
@@ -40,13 +40,13 @@ fn graph_print_imports_with_dimension_bindings() {
 #[test]
 fn graph_check_and_reference_take_onnx_models() {
     let o = ipu(&["graph", "check", &model("linear_external")]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    succeeded(&o);
     assert_eq!(
         stdout(&o),
         "graph=linear_external operations=2 values=5 inputs=1 outputs=1 result=ok\n"
     );
     let o = ipu(&["reference", &model("mix"), "--precision", "exact"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    succeeded(&o);
     let s = stdout(&o);
     assert!(
         s.contains("output=y precision=exact dtype=f32 shape=[2,8]"),

@@ -66,3 +66,14 @@ pub fn refused(o: &Output, needle: &str) -> String {
     assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
     err
 }
+
+/// Asserts that for each of `prefixes` some line of `text` starts with it.
+#[track_caller]
+pub fn assert_line_starts(text: &str, prefixes: &[&str]) {
+    for prefix in prefixes {
+        assert!(
+            text.lines().any(|l| l.starts_with(prefix)),
+            "no line starts with {prefix} in\n{text}"
+        );
+    }
+}
