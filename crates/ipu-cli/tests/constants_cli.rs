@@ -51,10 +51,9 @@ fn constant_files_are_read_beside_the_text() {
     let dir = linear_dir("constants-read");
     let file = dir.join("linear.ipug");
     let file = file.to_str().unwrap();
-    let o = ipu(&["graph", "check", file]);
-    succeeded(&o);
+    let (out, _) = succeeded(&ipu(&["graph", "check", file]));
     assert_eq!(
-        stdout(&o),
+        out,
         "graph=linear operations=2 values=5 inputs=1 outputs=1 result=ok\n"
     );
     let o = ipu(&["reference", file, "--precision", "exact"]);

@@ -35,6 +35,15 @@ fn run_matmul(d: &Path, extra: &[&str]) -> Output {
     ipu(&args)
 }
 
+/// `ipu run` of the small matmul as [`run_matmul`] for `iterations` iterations, which must
+/// succeed: its standard output and error.
+fn iterate(d: &Path, iterations: u32, extra: &[&str]) -> (String, String) {
+    let iterations = iterations.to_string();
+    let mut args = vec!["--iterations", &iterations];
+    args.extend(extra);
+    succeeded(&run_matmul(d, &args))
+}
+
 /// `ipu exec` of `package` with the lock `lock`, then `extra`.
 fn exec(package: &Path, lock: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["exec", s(package), "--lock", s(lock)];
@@ -293,17 +302,7 @@ fn iterations_call_initialize_once_and_run_each_time() {
     let d = scratch("iterations");
     let report = d.join("report.json");
     let last = d.join("last");
-    let (out, err) = succeeded(&run_matmul(
-        &d,
-        &[
-            "--iterations",
-            "3",
-            "--report",
-            s(&report),
-            "--outputs",
-            s(&last),
-        ],
-    ));
+    let (out, err) = iterate(&d, 3, &["--report", s(&report), "--outputs", s(&last)]);
     assert_eq!(err.matches("call=\"initialize\"").count(), 1, "{err}");
     assert_eq!(err.matches("call=\"run\"").count(), 3, "{err}");
     // Every iteration is checked: three times the 45 elements of c.
@@ -347,17 +346,7 @@ fn iterations_call_initialize_once_and_run_each_time() {
     )
     .unwrap();
     let files = d.join("files");
-    let (_, err) = succeeded(&run_matmul(
-        &d,
-        &[
-            "--iterations",
-            "2",
-            "--inputs",
-            s(&archive),
-            "--outputs",
-            s(&files),
-        ],
-    ));
+    let (_, err) = iterate(&d, 2, &["--inputs", s(&archive), "--outputs", s(&files)]);
     assert_eq!(err.matches("call=\"run\"").count(), 2, "{err}");
     assert_eq!(c_bytes(&files), c_first);
 

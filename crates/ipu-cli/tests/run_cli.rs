@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ipu, read_json, scratch_in, succeeded, text};
+use common::{assert_contains, ipu, read_json, scratch_in, succeeded, text};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -60,13 +60,17 @@ fn run_passes_with_summary_lines_and_report() {
             &l1,
         ],
     ));
-    assert!(out.contains("numericalTest=PASS"), "{out}");
-    assert!(out.contains("device=simulator deviceTest=PASS"), "{out}");
-    assert!(
-        err.contains("package build phase finished phase=\"place_storage\""),
-        "{err}"
+    assert_contains(
+        &out,
+        &["numericalTest=PASS", "device=simulator deviceTest=PASS"],
     );
-    assert!(err.contains("acquired hardware ownership"), "{err}");
+    assert_contains(
+        &err,
+        &[
+            "package build phase finished phase=\"place_storage\"",
+            "acquired hardware ownership",
+        ],
+    );
     let j = read_json(&report);
     for key in [
         "model",

@@ -77,3 +77,11 @@ pub fn assert_line_starts(text: &str, prefixes: &[&str]) {
         );
     }
 }
+
+/// Asserts that `text` contains each of `needles`.
+#[track_caller]
+pub fn assert_contains(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} missing in\n{text}");
+    }
+}
