@@ -97,35 +97,12 @@ fn data_movement_inference() {
         t(F16, &[6, 4])
     );
     let (_, r) = bad(OpKind::Reshape { shape: vec![5, 4] }, &[x.clone()]);
+    let slice = |axis, start, end| OpKind::Slice { axis, start, end };
     assert!(r.contains("20 elements but f16[2, 3, 4] has 24"), "{r}");
-    assert_eq!(
-        ok(
-            OpKind::Slice {
-                axis: 1,
-                start: 1,
-                end: 3
-            },
-            &[x.clone()]
-        ),
-        t(F16, &[2, 2, 4])
-    );
-    let (_, r) = bad(
-        OpKind::Slice {
-            axis: 1,
-            start: 2,
-            end: 4,
-        },
-        &[x.clone()],
-    );
+    assert_eq!(ok(slice(1, 1, 3), &[x.clone()]), t(F16, &[2, 2, 4]));
+    let (_, r) = bad(slice(1, 2, 4), &[x.clone()]);
     assert!(r.contains("outside 0..3"), "{r}");
-    let (o, r) = bad(
-        OpKind::Slice {
-            axis: 3,
-            start: 0,
-            end: 1,
-        },
-        &[x.clone()],
-    );
+    let (o, r) = bad(slice(3, 0, 1), &[x.clone()]);
     assert_eq!(o, Some(0));
     assert!(r.contains("axis 3 out of range"), "{r}");
     assert_eq!(
