@@ -459,6 +459,24 @@ pub fn loop_counts(c: &mut Code, counts: &[MReg], end: Label) {
 /// binds `end` and ends the worker.
 pub fn close_rows_and_exit(c: &mut Code, rows: MReg, row: Label, end: Label) {
     c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    exit_at(c, end);
+}
+
+/// A new label `end` that a zero `count` branches to, for [`exit_at`] to bind.
+pub fn exit_if_zero(c: &mut Code, count: MReg) -> Label {
+    let end = c.label();
+    c.branch(
+        Instr::Brz {
+            a: count,
+            target: 0,
+        },
+        end,
+    );
+    end
+}
+
+/// Binds `end` and ends the worker there.
+pub fn exit_at(c: &mut Code, end: Label) {
     c.bind(end);
     c.op(Instr::Exit);
 }

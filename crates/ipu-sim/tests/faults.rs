@@ -67,6 +67,17 @@ fn supervisor_faults(src: &str, kind: FaultKind, addr: Option<u32>) -> Fault {
     faults_at_bad(src, kind, Context::Supervisor, addr)
 }
 
+/// Runs `src` on `tiles` GC200 tiles, which must end without a fault.
+fn runs_clean(tiles: u32, src: &str) {
+    let (mut d, o) = common::load(Target::gc200(), tiles, src);
+    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+}
+
+/// The kind of fault `body` makes on worker 0.
+fn worker_fault_kind(body: &str) -> FaultKind {
+    fault(&worker(body)).0.kind
+}
+
 /// A race with worker 0, by two writes or a write and a read.
 fn race(both_write: bool) -> FaultKind {
     FaultKind::WorkerRace {
@@ -84,8 +95,10 @@ fn out_of_range_access() {
     );
     assert_eq!(f.instruction, "ld32 $m2, $m1, 0");
     // Just past the end of memory.
-    let (f, _) = fault(&worker(" li $m1, 0xE7FFC\n ld64 $a0:1, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::OutOfRange { bytes: 8 });
+    assert_eq!(
+        worker_fault_kind(" li $m1, 0xE7FFC\n ld64 $a0:1, $m1, 0"),
+        FaultKind::OutOfRange { bytes: 8 }
+    );
 }
 
 #[test]
@@ -95,8 +108,10 @@ fn misaligned_access() {
         FaultKind::Misaligned { align: 8 },
         Some(0x80004),
     );
-    let (f, _) = fault(&worker(" li $m1, 0x80001\n ldz16 $m3, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::Misaligned { align: 2 });
+    assert_eq!(
+        worker_fault_kind(" li $m1, 0x80001\n ldz16 $m3, $m1, 0"),
+        FaultKind::Misaligned { align: 2 }
+    );
 }
 
 #[test]
@@ -154,8 +169,10 @@ fn sub_word_store() {
         FaultKind::SubWordStore,
         Some(0x80003),
     );
-    let (f, _) = fault(&worker(" li $m1, 0x80000\n st16 $m2, $m1, 2"));
-    assert_eq!(f.kind, FaultKind::SubWordStore);
+    assert_eq!(
+        worker_fault_kind(" li $m1, 0x80000\n st16 $m2, $m1, 2"),
+        FaultKind::SubWordStore
+    );
 }
 
 #[test]
@@ -240,8 +257,7 @@ fn workers_of_one_phase_writing_the_same_word() {
     assert_eq!(f.address, Some(0x80010));
     // Disjoint words are fine; so are workers separated by waitw.
     let ok = "main:\n setzi $m1, w\n setzi $m2, 0\n run $m1, $m2\n waitw\n run $m1, $m2\n setzi $m2, 4\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n add $m3, $m3, $m0\n st32 $m3, $m3, 0\n exit\n";
-    let (mut d, o) = common::load(Target::gc200(), 1, ok);
-    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    runs_clean(1, ok);
 }
 
 #[test]
@@ -295,8 +311,7 @@ fn bad_exchange_table() {
 fn faults_on_a_later_tile_name_that_tile() {
     let src = "main:\n get $m1, tileid\n shl $m1, $m1, 2\n li $m2, 0x80001\n add $m2, $m2, $m1\n sync\n ld32 $m3, $m2, 3\n halt\n";
     // Tile 0 reads 0x80004 (fine), tile 1 reads 0x80008 (fine)... all aligned: no fault.
-    let (mut d, o) = common::load(Target::gc200(), 4, src);
-    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    runs_clean(4, src);
     let src = "main:\n get $m1, tileid\n li $m2, 0x80000\n add $m2, $m2, $m1\n sync\nbad: ld32 $m3, $m2, 0\n halt\n";
     let (f, s) = fault_with(Target::gc200(), 4, src, RunLimits::default());
     assert_eq!(
@@ -313,8 +328,7 @@ fn supervisor_touching_what_a_running_worker_writes() {
     assert_eq!(f.instruction, "ld32 $m6, $m5, 0");
     // After waitw, or before the run, it is fine.
     let ok = "main:\n li $m5, 0x80010\n st32 $m5, $m5, 0\n setzi $m1, w\n run $m1, $m2\n waitw\n ld32 $m6, $m5, 0\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
-    let (mut d, o) = common::load(Target::gc200(), 1, ok);
-    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    runs_clean(1, ok);
 }
 
 #[test]
