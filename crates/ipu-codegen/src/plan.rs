@@ -19,8 +19,8 @@ use ipu_target::{
     WORKER_CONTEXTS,
 };
 
-use crate::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
+use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
 pub use crate::ops::rows::{GatherKind, RowOp};
@@ -448,6 +448,25 @@ impl Planner<'_> {
                 })
             })
             .sum()
+    }
+
+    /// The planning refusal of the current operation: the busiest tile of the closest mapping
+    /// needs `need_bytes` of `region`, where `available_bytes` are free.
+    pub(crate) fn does_not_fit(
+        &self,
+        region: MemoryRegion,
+        need_bytes: u64,
+        available_bytes: u64,
+        detail: String,
+    ) -> CodegenError {
+        CodegenError::DoesNotFit {
+            op: Some(self.origin.clone()),
+            tile: None,
+            region,
+            need_bytes,
+            available_bytes,
+            detail,
+        }
     }
 
     /// A device value for the graph value `id` (`val`) as `dtype`, in `layout`.

@@ -182,31 +182,27 @@ impl Planner<'_> {
                 Some((over_total, over_interleaved, mem, pm, pn))
                     if over_total >= over_interleaved =>
                 {
-                    CodegenError::DoesNotFit {
-                        op: Some(self.origin.clone()),
-                        tile: None,
-                        region: MemoryRegion::Any,
-                        need_bytes: mem,
-                        available_bytes: available,
-                        detail: format!(
+                    self.does_not_fit(
+                        MemoryRegion::Any,
+                        mem,
+                        available,
+                        format!(
                             "its matmul has no tile mapping that fits on {tiles} tiles; the closest \
                              split (rows/{pm} x column-groups/{pn}) is counted, with \
                              {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} \
                              held by other live values"
                         ),
-                    }
+                    )
                 }
-                Some((_, over_interleaved, _, pm, pn)) => CodegenError::DoesNotFit {
-                    op: Some(self.origin.clone()),
-                    tile: None,
-                    region: MemoryRegion::Interleaved,
-                    need_bytes: interleaved + over_interleaved,
-                    available_bytes: interleaved,
-                    detail: format!(
+                Some((_, over_interleaved, _, pm, pn)) => self.does_not_fit(
+                    MemoryRegion::Interleaved,
+                    interleaved + over_interleaved,
+                    interleaved,
+                    format!(
                         "its matmul has no tile mapping that fits on {tiles} tiles; the weights of \
                          the closest split (rows/{pm} x column-groups/{pn}) are counted"
                     ),
-                },
+                ),
                 None => CodegenError::unsupported(
                     self.origin.clone(),
                     format!("its matmul: {examined} tile mappings examined, none usable"),

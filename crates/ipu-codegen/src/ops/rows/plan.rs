@@ -269,19 +269,17 @@ impl Planner<'_> {
             .saturating_sub(other_live)
             .min(self.budget().unwrap_or(u64::MAX));
         if bytes > avail {
-            return Err(CodegenError::DoesNotFit {
-                op: Some(self.origin.clone()),
-                tile: None,
-                region: MemoryRegion::Any,
-                need_bytes: bytes,
-                available_bytes: avail,
-                detail: format!(
+            return Err(self.does_not_fit(
+                MemoryRegion::Any,
+                bytes,
+                avail,
+                format!(
                     "the busiest tile's output rows and staged operands of a {} step, with \
                      {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} held by \
                      other live values",
                     kind.step_name()
                 ),
-            });
+            ));
         }
         let slot = BARREL_SLOT_CYCLES as u64;
         // The busiest tile's rows over six workers, costed with the kernels' slot models;
@@ -748,20 +746,18 @@ impl Planner<'_> {
         let per_tile = (2 * score_bytes).div_ceil(self.tiles as u64);
         let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
         if per_tile > avail {
-            return Err(CodegenError::DoesNotFit {
-                op: Some(self.origin.clone()),
-                tile: None,
-                region: MemoryRegion::Any,
-                need_bytes: per_tile,
-                available_bytes: avail,
-                detail: format!(
+            return Err(self.does_not_fit(
+                MemoryRegion::Any,
+                per_tile,
+                avail,
+                format!(
                     "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
                      (scores and scaled scores) over {} tiles, with {SUPPORT_RESERVE_BYTES} \
                      bytes reserved per tile (flash_attention keeps no whole score matrix)",
                     crate::plan::dtype_name(partials),
                     self.tiles
                 ),
-            });
+            ));
         }
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
