@@ -260,6 +260,15 @@ pub(crate) fn exchange(
     let mut last_dst: Option<(u32, u32, usize, u32)> = None; // tile, end, row, sender
     let mut last_src: Option<(u32, u32, usize)> = None; // tile, end, row
     for &(t, s, e, is_dst, row, peer) in &ranges {
+        // Range `range` on tile `t` from `s` on overlaps the earlier range `overlaps`.
+        let hazard = |tiles: &mut [Tile], range, overlaps| {
+            let why = ExchangeFault::MemoryHazard {
+                tile: t,
+                range,
+                overlaps,
+            };
+            bad(tiles, t as usize, Some(s), why)
+        };
         if let Some((lt, le, lrow, lpeer)) = last_dst
             && lt == t
             && s < le
@@ -269,32 +278,16 @@ pub(crate) fn exchange(
             } else {
                 RowSide::Source
             };
-            return bad(
-                tiles,
-                t as usize,
-                Some(s),
-                ExchangeFault::MemoryHazard {
-                    tile: t,
-                    range: (peer, row, side),
-                    overlaps: (lpeer, lrow, RowSide::Destination),
-                },
-            );
+            let overlaps = (lpeer, lrow, RowSide::Destination);
+            return hazard(tiles, (peer, row, side), overlaps);
         }
         if is_dst
             && let Some((lt, le, lrow)) = last_src
             && lt == t
             && s < le
         {
-            return bad(
-                tiles,
-                t as usize,
-                Some(s),
-                ExchangeFault::MemoryHazard {
-                    tile: t,
-                    range: (peer, row, RowSide::Destination),
-                    overlaps: (t, lrow, RowSide::Source),
-                },
-            );
+            let overlaps = (t, lrow, RowSide::Source);
+            return hazard(tiles, (peer, row, RowSide::Destination), overlaps);
         }
         if is_dst {
             if last_dst.is_none_or(|(lt, le, _, _)| lt != t || e > le) {
