@@ -402,13 +402,8 @@ fn sync_advances_every_tile_to_the_slowest_plus_the_sync_cost() {
 
 #[test]
 fn random_permutation_exchanges_move_every_byte() {
-    let mut seed = 0x0123_4567_89AB_CDEFu64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = Rng(0x0123_4567_89AB_CDEF);
+    let mut next = move || rng.next();
     for _ in 0..20 {
         let n = 2 + (next() % 15) as usize;
         // A random permutation: tile t sends to perm[t].
