@@ -469,6 +469,20 @@ impl Planner<'_> {
         }
     }
 
+    /// [`Planner::does_not_fit`] in any region when `need_bytes` exceed `available_bytes`.
+    pub(crate) fn fits_any(
+        &self,
+        need_bytes: u64,
+        available_bytes: u64,
+        detail: impl FnOnce() -> String,
+    ) -> Result<(), CodegenError> {
+        if need_bytes > available_bytes {
+            let region = MemoryRegion::Any;
+            return Err(self.does_not_fit(region, need_bytes, available_bytes, detail()));
+        }
+        Ok(())
+    }
+
     /// A device value for the graph value `id` (`val`) as `dtype`, in `layout`.
     pub(crate) fn add_graph_value(
         &mut self,
