@@ -380,6 +380,11 @@ pub fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
     Instr::Alu { op, d, a, b }
 }
 /// `alu` with an immediate.
+/// `$mD = $mS`, as `add $mD, $mS, 0`.
+pub fn mov_m(d: MReg, s: MReg) -> Instr {
+    alu_imm(AluOp::Add, d, s, 0)
+}
+
 pub fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
     Instr::AluImm { op, d, a, imm }
 }

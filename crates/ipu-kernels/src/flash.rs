@@ -133,12 +133,12 @@ pub fn flash_softmax(
     // Pointer advances per super-group, after walking 32 bytes of each group.
     c.op(alu(AluOp::Add, adv_s, stride, stride));
     if s_groups == 1 {
-        c.op(alu_imm(AluOp::Add, adv_s, stride, 0));
+        c.op(mov_m(adv_s, stride));
     }
     c.op(alu_imm(AluOp::Sub, adv_s, adv_s, GROUP_ROW_BYTES as i16));
     c.op(alu(AluOp::Add, adv_p, stride, stride));
     if p_groups == 1 {
-        c.op(alu_imm(AluOp::Add, adv_p, stride, 0));
+        c.op(mov_m(adv_p, stride));
     }
     c.op(alu_imm(AluOp::Sub, adv_p, adv_p, GROUP_ROW_BYTES as i16));
     // $a8:9 = scale pair.
@@ -155,7 +155,7 @@ pub fn flash_softmax(
     c.op(mov_a(4, tmp));
     c.op(mov_a(5, tmp));
     group_pointers(c, [ps0, ps1], s, stride, s_groups);
-    c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
+    c.op(mov_m(cnt, sgroups));
     let v = s_ty.vector_type();
     let pass1 = c.label();
     c.bind(pass1);
@@ -201,7 +201,7 @@ pub fn flash_softmax(
     c.op(mov_a(11, tmp));
     group_pointers(c, [ps0, ps1], s, stride, s_groups);
     group_pointers(c, [pp0, pp1], p, stride, p_groups);
-    c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
+    c.op(mov_m(cnt, sgroups));
     let pass2 = c.label();
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
@@ -348,8 +348,8 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
     c.bind(row);
     c.op(ld32a(a(0), st, 8));
     c.op(bcast(8, 0));
-    c.op(alu_imm(AluOp::Add, po, o, 0));
-    c.op(alu_imm(AluOp::Add, g, groups, 0));
+    c.op(mov_m(po, o));
+    c.op(mov_m(g, groups));
     let group = c.label();
     c.bind(group);
     for _ in 0..4 {
@@ -403,7 +403,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         m(0),
         FlashCombineState::SOURCES_OFFSET as i16,
     ));
-    c.op(alu_imm(AluOp::Add, cnt, nsrc, 0));
+    c.op(mov_m(cnt, nsrc));
     let pass_a = c.label();
     c.bind(pass_a);
     c.op(ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16));
@@ -441,13 +441,13 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         c.op(fun(FType::F32, FUnOp::Exp, 0, 0));
         c.op(fbin(FType::F32, FBinOp::Mac, 5, 0, 1));
         c.op(bcast(2, 0));
-        c.op(alu_imm(AluOp::Add, pa, scratch, 0));
+        c.op(mov_m(pa, scratch));
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
-        c.op(alu_imm(AluOp::Add, sp, scratch, 0));
+        c.op(mov_m(sp, scratch));
         c.op(setzi(g, groups - 1));
         let group = c.label();
         c.bind(group);
-        c.op(alu_imm(AluOp::Add, po, base, 0));
+        c.op(mov_m(po, base));
         // Four elements per unit: 16 bytes of f32, 8 of f16.
         let units = GROUP_ROW_BYTES / if p_ty == Elem::F32 { 16 } else { 8 };
         for _ in 0..units {
@@ -515,8 +515,8 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     // Pass C: out = scratch * (1 / L).
     c.op(fun(FType::F32, FUnOp::Rcp, 0, 5));
     c.op(bcast(2, 0));
-    c.op(alu_imm(AluOp::Add, pa, scratch, 0));
-    c.op(alu_imm(AluOp::Add, po, out, 0));
+    c.op(mov_m(pa, scratch));
+    c.op(mov_m(po, out));
     let out_bytes = if out_ty == Elem::F32 { 4 } else { 2 };
     let run_bytes = gout * out_bytes;
     c.op(alu_imm(AluOp::Sub, tmp, ogs, run_bytes as i16));

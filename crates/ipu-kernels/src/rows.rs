@@ -51,6 +51,12 @@ fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     }
 }
 
+/// Stores a row's two statistics, `$a{first}` and `$a{second}`, as the words at `out`.
+fn store_stats(c: &mut Code, out: MReg, first: u8, second: u8) {
+    c.op(st32_a(first, out, 0));
+    c.op(st32_a(second, out, 4));
+}
+
 /// Slots of [`ld_pair`] and of [`st_pair`], the same: one 64-bit move for f32, a 32-bit move
 /// and a conversion for f16.
 fn pair_slots(ty: Elem) -> u32 {
@@ -178,8 +184,8 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     loop_counts(c, &[rows], end);
     c.bind(row);
     let (p, q) = (m(8), m(9));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
-    c.op(alu_imm(AluOp::Add, q, out, 0));
+    c.op(mov_m(p, inp));
+    c.op(mov_m(q, out));
     let per_word = 4 / bytes;
     let width = match bytes {
         1 => Width::B8,
@@ -230,7 +236,7 @@ pub fn row_reduce(c: &mut Code, ty: Elem, max: bool) {
     c.op(setzi(zero, 0));
     let op = if max { FBinOp::Max } else { FBinOp::Add };
     c.bind(row);
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     c.op(mov_a(8, init));
     fold_row(c, ty, p, pairs, odd, 8, op, |_, _| {});
     emit_scalar_row(c, ty, out, zero);
@@ -293,8 +299,8 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
         c.op(fun(FType::F32, FUnOp::Rcp, 15, 15));
         c.op(bcast(6, 15));
     }
-    c.op(alu_imm(AluOp::Add, p, x, 0));
-    c.op(alu_imm(AluOp::Add, q, out, 0));
+    c.op(mov_m(p, x));
+    c.op(mov_m(q, out));
     c.op(alu(AluOp::Add, row_end, out, stride));
     let body = |c: &mut Code| {
         ld_pair(c, ty, p, 2);
@@ -383,27 +389,26 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     // Pass 1: the maximum, in $a8.
     li(c, m(12), 0xFF80_0000);
     c.op(mov_a(8, m(12)));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 8, FBinOp::Max, |_, _| {});
     c.op(bcast(10, 8));
     // Pass 2: the sum of exp(x - max) in index order, in $a9.
     c.op(mov_a(9, zero));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 9, FBinOp::Add, |c, t| {
         c.op(fbin(t, FBinOp::Sub, 0, 0, 10));
         c.op(fun(t, FUnOp::Exp, 0, 0));
     });
     if stats {
         // The row's maximum and sum, for `row_apply`.
-        c.op(st32_a(8, out, 0));
-        c.op(st32_a(9, out, 4));
+        store_stats(c, out, 8, 9);
     } else {
         // rcp(s) in $a6:7, s in $a12:13.
         normalize_divisor(c, 9);
         // Pass 3: e / s.
         let (q, row_end, tmp) = (m(15), m(12), m(10));
-        c.op(alu_imm(AluOp::Add, p, inp, 0));
-        c.op(alu_imm(AluOp::Add, q, out, 0));
+        c.op(mov_m(p, inp));
+        c.op(mov_m(q, out));
         write_row(c, ty, q, pairs, odd, zero, |c| {
             normalize_pair(c, ty, p, true)
         });
@@ -484,13 +489,13 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     c.op(fun(s, FUnOp::Rcp, 15, 3));
     // Pass 1: sum in $a14, then the mean in $a9 and broadcast in $a10:11.
     c.op(mov_a(14, zero));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 14, FBinOp::Add, |_, _| {});
     div(c, FType::F32, 9, 14, 15, 3, 8);
     c.op(bcast(10, 9));
     // Pass 2: sum of squared deviations in $a14; var = that / n; inv = sqrt(var + eps).
     c.op(mov_a(14, zero));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 14, FBinOp::Add, |c, t| {
         c.op(fbin(t, FBinOp::Sub, 0, 0, 10));
         c.op(fbin(t, FBinOp::Mul, 0, 0, 0));
@@ -501,14 +506,13 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     c.op(fun(s, FUnOp::Sqrt, 9, 9));
     if stats {
         // The row's mean and sqrt(var + epsilon), for `row_apply`.
-        c.op(st32_a(10, out, 0));
-        c.op(st32_a(9, out, 4));
+        store_stats(c, out, 10, 9);
     } else {
         // inv in $a12:13, rcp(inv) in $a6:7.
         normalize_divisor(c, 9);
         // Pass 3: (x - mean) / inv.
-        c.op(alu_imm(AluOp::Add, p, inp, 0));
-        c.op(alu_imm(AluOp::Add, q, out, 0));
+        c.op(mov_m(p, inp));
+        c.op(mov_m(q, out));
         c.op(alu(AluOp::Add, row_end, out, out_stride));
         write_row(c, ty, q, pairs, odd, zero, |c| {
             normalize_pair(c, ty, p, false)
@@ -560,12 +564,12 @@ pub fn copy2d(c: &mut Code, wide: bool) {
     c.branch(Instr::Brz { a: segs, target: 0 }, end);
     c.op(alu_imm(AluOp::Sub, rows, rows, 1));
     c.bind(row);
-    c.op(alu_imm(AluOp::Add, s, src, 0));
-    c.op(alu_imm(AluOp::Add, d, dst, 0));
+    c.op(mov_m(s, src));
+    c.op(mov_m(d, dst));
     c.op(alu_imm(AluOp::Sub, left, segs, 1));
     c.bind(seg);
-    c.op(alu_imm(AluOp::Add, p, s, 0));
-    c.op(alu_imm(AluOp::Add, q, d, 0));
+    c.op(mov_m(p, s));
+    c.op(mov_m(q, d));
     rpt(c, words, |c| {
         if wide {
             c.op(ld64step(ap(0), p, 8));
