@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ipu_quiet as ipu, stderr, stdout};
+use common::{ipu_quiet as ipu, stderr, stdout, succeeded};
 
 use std::path::{Path, PathBuf};
 
@@ -51,21 +51,20 @@ fn constant_files_are_read_beside_the_text() {
     let dir = linear_dir("constants-read");
     let file = dir.join("linear.ipug");
     let file = file.to_str().unwrap();
-    let o = ipu(&["graph", "check", file]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (out, _) = succeeded(&ipu(&["graph", "check", file]));
     assert_eq!(
-        stdout(&o),
+        out,
         "graph=linear operations=2 values=5 inputs=1 outputs=1 result=ok\n"
     );
     let o = ipu(&["reference", file, "--precision", "exact"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    succeeded(&o);
     assert!(stdout(&o).contains("output=y precision=exact dtype=f32 shape=[2,24]"));
     // Printed with -o, the text and its files read back the same.
     let out = dir.join("out");
     std::fs::create_dir_all(&out).unwrap();
     let printed = out.join("again.ipug");
     let o = ipu(&["graph", "print", file, "-o", printed.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    succeeded(&o);
     assert_eq!(std::fs::read_to_string(&printed).unwrap(), LINEAR);
     assert_eq!(
         std::fs::read(out.join("w.npy")).unwrap(),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::ipu_quiet as ipu;
+use common::{assert_contains, ipu_quiet as ipu, succeeded};
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +15,18 @@ fn scratch(name: &str) -> PathBuf {
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// Writes `text` to `DIR/NAME.s` and assembles it into `DIR/NAME.bin`, which must succeed;
+/// the binary's path and what `ipu asm` printed.
+fn assemble(dir: &Path, name: &str, text: &str) -> (PathBuf, String) {
+    let (src, bin) = (
+        dir.join(format!("{name}.s")),
+        dir.join(format!("{name}.bin")),
+    );
+    std::fs::write(&src, text).unwrap();
+    let (out, _) = succeeded(&ipu(&["asm", s(&src), "-o", s(&bin)]));
+    (bin, out)
 }
 
 const PROGRAM: &str = r#"
@@ -32,44 +44,23 @@ table:  .word 3, 0x12345678
 #[test]
 fn asm_then_disasm_then_asm_gives_the_same_binary() {
     let dir = scratch("roundtrip");
-    let src = dir.join("p.s");
-    let bin = dir.join("p.bin");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let out = ipu(&["asm", s(&src), "-o", s(&bin)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sections=2"));
+    let (bin, out) = assemble(&dir, "p", PROGRAM);
+    assert!(out.contains("sections=2"));
 
     let out = ipu(&["disasm", s(&bin)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("main:"), "{text}");
-    assert!(text.contains("brnzdec $m2, loop"), "{text}");
-    assert!(
-        text.contains("{ add $m3, $m3, 1 ; f32add $a0, $a0, $a1 }"),
-        "{text}"
+    assert_contains(
+        &text,
+        &[
+            "main:",
+            "brnzdec $m2, loop",
+            "{ add $m3, $m3, 1 ; f32add $a0, $a0, $a1 }",
+            "# 0004c000: 02180000",
+        ],
     );
-    assert!(text.contains("# 0004c000: 02180000"), "{text}");
 
-    let src2 = dir.join("p2.s");
-    let bin2 = dir.join("p2.bin");
-    std::fs::write(&src2, &text).unwrap();
-    let out = ipu(&["asm", s(&src2), "-o", s(&bin2)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (bin2, _) = assemble(&dir, "p2", &text);
     assert_eq!(std::fs::read(&bin).unwrap(), std::fs::read(&bin2).unwrap());
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -94,22 +85,14 @@ fn asm_errors_give_file_line_column_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(":1:12: immediate 2097152"));
     let out = ipu(&["asm", s(&src), "-D", "N=0x20", "-o", s(&dir.join("ok.bin"))]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn disasm_reports_a_corrupt_binary_with_the_byte_offset_and_exit_2() {
     let dir = scratch("corrupt");
-    let src = dir.join("p.s");
-    let bin = dir.join("p.bin");
-    std::fs::write(&src, PROGRAM).unwrap();
-    assert_eq!(ipu(&["asm", s(&src), "-o", s(&bin)]).status.code(), Some(0));
+    let (bin, _) = assemble(&dir, "p", PROGRAM);
     let good = std::fs::read(&bin).unwrap();
 
     let mut bad = good.clone();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ipu, scratch_in, text};
+use common::{ipu, read_json, scratch_in, succeeded, text};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -33,6 +33,27 @@ fn run_matmul(d: &Path, extra: &[&str]) -> Output {
     args.extend(["--lock", s(&lock), "--artifacts", s(&art)]);
     args.extend(extra);
     ipu(&args)
+}
+
+/// `ipu run` of the small matmul as [`run_matmul`] for `iterations` iterations, which must
+/// succeed: its standard output and error.
+fn iterate(d: &Path, iterations: u32, extra: &[&str]) -> (String, String) {
+    let iterations = iterations.to_string();
+    let mut args = vec!["--iterations", &iterations];
+    args.extend(extra);
+    succeeded(&run_matmul(d, &args))
+}
+
+/// `ipu exec` of `package` with the lock `lock`, then `extra`.
+fn exec(package: &Path, lock: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["exec", s(package), "--lock", s(lock)];
+    args.extend(extra);
+    ipu(&args)
+}
+
+/// The bytes of the output `c` written into `dir`.
+fn c_bytes(dir: &Path) -> Vec<u8> {
+    std::fs::read(dir.join("c.npy")).unwrap()
 }
 
 /// The inputs `ipu run` generates for the small matmul from `seed` (iteration 0).
@@ -105,9 +126,7 @@ fn files_in(dir: &Path) -> Vec<String> {
 fn input_files_holding_the_generated_inputs_give_the_same_outputs() {
     let d = scratch("same");
     let generated = d.join("generated");
-    let o = run_matmul(&d, &["--outputs", s(&generated)]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let (_, err) = succeeded(&run_matmul(&d, &["--outputs", s(&generated)]));
     assert!(
         err.contains("inputs generated from the seed inputs=a, b"),
         "{err}"
@@ -124,67 +143,54 @@ fn input_files_holding_the_generated_inputs_give_the_same_outputs() {
     std::fs::write(&b, npz(&[("b", f16_npy(&inputs[1]))])).unwrap();
     let from_files = d.join("from-files");
     let a_arg = format!("a={}", a.display());
-    let o = run_matmul(
-        &d,
-        &[
-            "--input",
-            &a_arg,
-            "--inputs",
-            s(&b),
-            "--outputs",
-            s(&from_files),
-        ],
-    );
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
-    assert!(out.contains("numericalTest=PASS"), "{out}");
+    let from_a_and_b = |outputs: &Path| {
+        let (out, err) = succeeded(&run_matmul(
+            &d,
+            &[
+                "--input",
+                &a_arg,
+                "--inputs",
+                s(&b),
+                "--outputs",
+                s(outputs),
+            ],
+        ));
+        assert!(out.contains("numericalTest=PASS"), "{out}");
+        err
+    };
+    let err = from_a_and_b(&from_files);
     assert!(err.contains("input read from file input=a"), "{err}");
     assert!(err.contains("input read from file input=b"), "{err}");
     assert!(!err.contains("inputs generated"), "{err}");
-    let same = std::fs::read(generated.join("c.npy")).unwrap();
-    assert_eq!(std::fs::read(from_files.join("c.npy")).unwrap(), same);
+    let same = c_bytes(&generated);
+    assert_eq!(c_bytes(&from_files), same);
 
     // Other inputs in the files change the outputs, and the reference follows them: the check
     // still passes.
     let other = matmul_inputs(7);
     std::fs::write(&a, f16_npy(&other[0])).unwrap();
     let changed = d.join("changed");
-    let o = run_matmul(
-        &d,
-        &[
-            "--input",
-            &a_arg,
-            "--inputs",
-            s(&b),
-            "--outputs",
-            s(&changed),
-        ],
-    );
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
-    assert!(out.contains("numericalTest=PASS"), "{out}");
-    assert_ne!(std::fs::read(changed.join("c.npy")).unwrap(), same);
+    from_a_and_b(&changed);
+    assert_ne!(c_bytes(&changed), same);
 
     // `ipu exec` of the package `run` wrote, on the first inputs: the same outputs again.
     std::fs::write(&a, f16_npy(&inputs[0])).unwrap();
     let package = d.join("artifacts").join("model.ipuexe");
     let exec_out = d.join("exec");
     let lock = d.join("device.lock");
-    let o = ipu(&[
-        "exec",
-        s(&package),
-        "--lock",
-        s(&lock),
-        "--input",
-        &a_arg,
-        "--inputs",
-        s(&b),
-        "--outputs",
-        s(&exec_out),
-    ]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
-    assert_eq!(std::fs::read(exec_out.join("c.npy")).unwrap(), same);
+    succeeded(&exec(
+        &package,
+        &lock,
+        &[
+            "--input",
+            &a_arg,
+            "--inputs",
+            s(&b),
+            "--outputs",
+            s(&exec_out),
+        ],
+    ));
+    assert_eq!(c_bytes(&exec_out), same);
 }
 
 #[test]
@@ -276,16 +282,11 @@ fn bad_input_files_exit_2_naming_the_input_and_leave_nothing_behind() {
     assert_eq!(ipu(&build).status.code(), Some(0));
     let lock = d.join("device.lock");
     let outputs = d.join("exec-outputs");
-    let o = ipu(&[
-        "exec",
-        s(&package),
-        "--lock",
-        s(&lock),
-        "--input",
-        &wrong_shape,
-        "--outputs",
-        s(&outputs),
-    ]);
+    let o = exec(
+        &package,
+        &lock,
+        &["--input", &wrong_shape, "--outputs", s(&outputs)],
+    );
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -301,26 +302,13 @@ fn iterations_call_initialize_once_and_run_each_time() {
     let d = scratch("iterations");
     let report = d.join("report.json");
     let last = d.join("last");
-    let o = run_matmul(
-        &d,
-        &[
-            "--iterations",
-            "3",
-            "--report",
-            s(&report),
-            "--outputs",
-            s(&last),
-        ],
-    );
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let (out, err) = iterate(&d, 3, &["--report", s(&report), "--outputs", s(&last)]);
     assert_eq!(err.matches("call=\"initialize\"").count(), 1, "{err}");
     assert_eq!(err.matches("call=\"run\"").count(), 3, "{err}");
     // Every iteration is checked: three times the 45 elements of c.
     assert!(out.contains("numericalChecks=135 "), "{out}");
     assert_eq!(out.matches("result=PASS").count(), 3 + 1, "{out}");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let j = read_json(&report);
     assert_eq!(j["iterations"], 3);
     let per = j["per_iteration"].as_array().unwrap();
     assert_eq!(per.len(), 3);
@@ -345,10 +333,9 @@ fn iterations_call_initialize_once_and_run_each_time() {
 
     // Generated inputs are fresh in every iteration: the last outputs are not the first's.
     let first = d.join("first");
-    let o = run_matmul(&d, &["--outputs", s(&first)]);
-    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
-    let c_first = std::fs::read(first.join("c.npy")).unwrap();
-    assert_ne!(std::fs::read(last.join("c.npy")).unwrap(), c_first);
+    succeeded(&run_matmul(&d, &["--outputs", s(&first)]));
+    let c_first = c_bytes(&first);
+    assert_ne!(c_bytes(&last), c_first);
 
     // Inputs from files are the same in every iteration.
     let inputs = matmul_inputs(0);
@@ -359,42 +346,22 @@ fn iterations_call_initialize_once_and_run_each_time() {
     )
     .unwrap();
     let files = d.join("files");
-    let o = run_matmul(
-        &d,
-        &[
-            "--iterations",
-            "2",
-            "--inputs",
-            s(&archive),
-            "--outputs",
-            s(&files),
-        ],
-    );
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let (_, err) = iterate(&d, 2, &["--inputs", s(&archive), "--outputs", s(&files)]);
     assert_eq!(err.matches("call=\"run\"").count(), 2, "{err}");
-    assert_eq!(std::fs::read(files.join("c.npy")).unwrap(), c_first);
+    assert_eq!(c_bytes(&files), c_first);
 
     // `ipu exec` repeats the same way and reports every iteration.
     let package = d.join("artifacts").join("model.ipuexe");
     let (lock, exec_report) = (d.join("device.lock"), d.join("exec.json"));
-    let o = ipu(&[
-        "exec",
-        s(&package),
-        "--lock",
-        s(&lock),
-        "--iterations",
-        "2",
-        "--report",
-        s(&exec_report),
-    ]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let (out, err) = succeeded(&exec(
+        &package,
+        &lock,
+        &["--iterations", "2", "--report", s(&exec_report)],
+    ));
     assert_eq!(err.matches("call=\"initialize\"").count(), 1, "{err}");
     assert_eq!(err.matches("call=\"run\"").count(), 2, "{err}");
     assert!(out.contains("iteration=1 cycles="), "{out}");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&exec_report).unwrap()).unwrap();
+    let j = read_json(&exec_report);
     assert_eq!(j["iterations"], 2);
     assert_eq!(j["per_iteration"][1]["cycles"], per[1]["cycles"]);
 }
@@ -444,9 +411,7 @@ fn fp8_inputs_are_encoded_and_fp8_outputs_written_as_float32() {
             s(out),
         ];
         args.extend(extra);
-        let o = ipu(&args);
-        let (stdout, err) = text(&o);
-        assert_eq!(o.status.code(), Some(0), "{stdout}\n{err}");
+        let (stdout, _) = succeeded(&ipu(&args));
         assert!(stdout.contains("numericalTest=PASS"), "{stdout}");
     };
     let from_values = d.join("from-values");

@@ -3,9 +3,10 @@
 
 mod common;
 
-use common::{ipu, scratch_in, text};
+use common::{assert_contains, ipu, read_json, scratch_in, succeeded, text};
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 fn scratch(name: &str) -> PathBuf {
     scratch_in("run-cli", name)
@@ -18,40 +19,59 @@ fn lock_args(dir: &Path) -> [String; 2] {
     ]
 }
 
+/// `ipu COMMAND MODEL`, each of `sets` as `--set`, `--tiles TILES`, then `extra`.
+fn ipu_model(command: &str, model: &str, sets: &[&str], tiles: &str, extra: &[&str]) -> Output {
+    let mut args = vec![command, model];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    args.extend(["--tiles", tiles]);
+    args.extend(extra);
+    ipu(&args)
+}
+
+/// `ipu build` of `model` into `package`, which must succeed.
+fn build(package: &Path, model: &str, sets: &[&str], tiles: &str) {
+    succeeded(&ipu_model(
+        "build",
+        model,
+        sets,
+        tiles,
+        &["-o", package.to_str().unwrap()],
+    ));
+}
+
 #[test]
 fn run_passes_with_summary_lines_and_report() {
     let d = scratch("run");
     let report = d.join("report.json");
     let [l0, l1] = lock_args(&d);
-    let o = ipu(&[
+    let (out, err) = succeeded(&ipu_model(
         "run",
         "matmul",
-        "--set",
-        "m=9",
-        "--set",
-        "k=21",
-        "--set",
-        "n=5",
-        "--tiles",
+        &["m=9", "k=21", "n=5"],
         "4",
-        "--artifacts",
-        d.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-        &l0,
-        &l1,
-    ]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
-    assert!(out.contains("numericalTest=PASS"), "{out}");
-    assert!(out.contains("device=simulator deviceTest=PASS"), "{out}");
-    assert!(
-        err.contains("package build phase finished phase=\"place_storage\""),
-        "{err}"
+        &[
+            "--artifacts",
+            d.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+            &l0,
+            &l1,
+        ],
+    ));
+    assert_contains(
+        &out,
+        &["numericalTest=PASS", "device=simulator deviceTest=PASS"],
     );
-    assert!(err.contains("acquired hardware ownership"), "{err}");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_contains(
+        &err,
+        &[
+            "package build phase finished phase=\"place_storage\"",
+            "acquired hardware ownership",
+        ],
+    );
+    let j = read_json(&report);
     for key in [
         "model",
         "target",
@@ -79,28 +99,24 @@ fn a_failing_check_exits_1() {
     let d = scratch("fail");
     let [l0, l1] = lock_args(&d);
     // Against the exact reference with zero tolerance, f16 rounding must show.
-    let o = ipu(&[
+    let o = ipu_model(
         "run",
         "matmul",
-        "--set",
-        "m=8",
-        "--set",
-        "k=40",
-        "--set",
-        "n=8",
-        "--tiles",
+        &["m=8", "k=40", "n=8"],
         "2",
-        "--reference-precision",
-        "exact",
-        "--atol",
-        "0",
-        "--rtol",
-        "0",
-        "--artifacts",
-        d.to_str().unwrap(),
-        &l0,
-        &l1,
-    ]);
+        &[
+            "--reference-precision",
+            "exact",
+            "--atol",
+            "0",
+            "--rtol",
+            "0",
+            "--artifacts",
+            d.to_str().unwrap(),
+            &l0,
+            &l1,
+        ],
+    );
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
     assert!(
@@ -113,19 +129,7 @@ fn a_failing_check_exits_1() {
 fn build_then_exec_and_refusals() {
     let d = scratch("exec");
     let pkg = d.join("m.ipuexe");
-    let o = ipu(&[
-        "build",
-        "mlp",
-        "--set",
-        "batch=6",
-        "--set",
-        "width=24",
-        "--tiles",
-        "8",
-        "-o",
-        pkg.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    build(&pkg, "mlp", &["batch=6", "width=24"], "8");
     let [l0, l1] = lock_args(&d);
     let o = ipu(&[
         "exec",
@@ -135,8 +139,7 @@ fn build_then_exec_and_refusals() {
         &l0,
         &l1,
     ]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let (out, _) = succeeded(&o);
     assert!(
         out.contains("device=simulator") && d.join("out").read_dir().unwrap().count() == 1,
         "{out}"
@@ -177,21 +180,7 @@ fn build_then_exec_and_refusals() {
 fn a_held_lock_is_refused_after_the_timeout() {
     let d = scratch("lock");
     let pkg = d.join("m.ipuexe");
-    let o = ipu(&[
-        "build",
-        "matmul",
-        "--set",
-        "m=4",
-        "--set",
-        "k=4",
-        "--set",
-        "n=4",
-        "--tiles",
-        "1",
-        "-o",
-        pkg.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    build(&pkg, "matmul", &["m=4", "k=4", "n=4"], "1");
     let lock = d.join("device.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -219,24 +208,18 @@ fn a_model_that_does_not_fit_is_refused_at_build() {
     let d = scratch("fit");
     let pkg = d.join("big.ipuexe");
     let report = d.join("report.json");
-    let o = ipu(&[
+    let o = ipu_model(
         "build",
         "matmul",
-        "--set",
-        "m=4096",
-        "--set",
-        "k=65536",
-        "--set",
-        "n=64",
-        "--set",
-        "dtype=f32",
-        "--tiles",
+        &["m=4096", "k=65536", "n=64", "dtype=f32"],
         "1",
-        "-o",
-        pkg.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
+        &[
+            "-o",
+            pkg.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -245,7 +228,7 @@ fn a_model_that_does_not_fit_is_refused_at_build() {
     );
     assert!(!pkg.exists(), "no package may be left behind");
     // The refusal's report carries the typed error: its kind and figures, the user's operation.
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let j = read_json(&report);
     let e = &j["error"];
     assert_eq!(e["kind"], "does_not_fit", "{j}");
     assert_eq!(e["op"], "%c", "{j}");

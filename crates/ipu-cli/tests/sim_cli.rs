@@ -1,15 +1,11 @@
 //! `ipu sim` and `ipu bench amp` end to end: counters, faults (exit 1), assembly errors
 //! (file:line:column, exit 2), the benchmark's JSON.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn ipu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ipu"))
-        .args(args)
-        .output()
-        .expect("ipu runs")
-}
+use common::{assert_line_starts, ipu, stdout, succeeded};
+
+use std::path::PathBuf;
 
 fn write(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ipu-sim-cli-{}", std::process::id()));
@@ -17,10 +13,6 @@ fn write(name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]
@@ -37,21 +29,18 @@ fn sim_prints_counters() {
         "--target",
         "bow",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
-    let s = stdout(&o);
-    for key in [
-        "cycles=",
-        "compute_cycles=",
-        "exchange_cycles=0",
-        "sync_cycles=",
-        "instructions=",
-        "device=simulator",
-    ] {
-        assert!(
-            s.lines().any(|l| l.starts_with(key)),
-            "missing {key} in\n{s}"
-        );
-    }
+    let (s, _) = succeeded(&o);
+    assert_line_starts(
+        &s,
+        &[
+            "cycles=",
+            "compute_cycles=",
+            "exchange_cycles=0",
+            "sync_cycles=",
+            "instructions=",
+            "device=simulator",
+        ],
+    );
     // Supervisor: setzi, run, waitw; the worker runs 12 slots from cycle 6: waitw ends at 78;
     // then the sync (90).
     assert!(s.contains("\ncycles=168\n"), "{s}");

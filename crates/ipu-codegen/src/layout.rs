@@ -76,6 +76,16 @@ impl Layout {
         Layout::from_ranges(group, ranges)
     }
 
+    /// The pieces on `tile` as `(start, end, local)`: the wanted ranges of a gather that
+    /// copies this layout's part on `tile` into a buffer of its local order.
+    pub fn ranges_on(&self, tile: u32) -> Vec<(usize, usize, usize)> {
+        self.pieces
+            .iter()
+            .filter(|p| p.tile == tile)
+            .map(|p| (p.start, p.end, p.local))
+            .collect()
+    }
+
     /// Elements of the value held on `tile`.
     pub fn elements_on(&self, tile: u32) -> usize {
         self.pieces

@@ -86,6 +86,44 @@ pub(crate) fn split_staggered(n: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// What lowering one device operation gives: the copies of its exchange step and every
+/// tile's supervisor operations in its compute step.
+#[derive(Default)]
+pub(crate) struct OpSteps {
+    pub(crate) tiles: BTreeMap<u32, Vec<SupOp>>,
+    pub(crate) copies: Vec<Copy>,
+}
+
+/// A launch of the AMP kernel on `rows` rows of `input` into `out`, adding the partials at
+/// `partials` when there are any.
+pub(crate) fn amp_run(
+    input: (BufferId, u32),
+    partials: Option<(BufferId, u32)>,
+    out: (BufferId, u32),
+    rows: u32,
+) -> SupOp {
+    let state = AmpState {
+        input,
+        partials: match partials {
+            Some((buffer, offset)) => StateWord::Addr(buffer, offset),
+            None => StateWord::Const(0),
+        },
+        out,
+        rows,
+    };
+    let partials = partials.is_some();
+    let slots = kernels::amp_slots(rows, partials);
+    SupOp::Run(Kernel::Amp { partials }, state.into(), slots)
+}
+
+/// The direction of a [`Copy2d::regroup`].
+pub(crate) enum Regroup {
+    /// From `[group][row][segment]` to whole rows.
+    ToRows,
+    /// From whole rows to `[group][row][segment]`.
+    ToGroups,
+}
+
 /// One strided copy (`Kernel::Copy2d`): `rows` rows of `segs` segments of `seg_bytes` bytes,
 /// segment `j` of row `i` from `src + i src_row + j src_seg` to `dst + i dst_row + j dst_seg`
 /// (byte strides), its rows split over `parts` workers. 64-bit words when the segments allow.
@@ -100,6 +138,33 @@ pub(crate) struct Copy2d {
 }
 
 impl Copy2d {
+    /// The copy between rows of `row_bytes`, each `groups` segments, and the grouped form
+    /// `[group][row][segment]`, in the direction `to`.
+    pub(crate) fn regroup(
+        to: Regroup,
+        src: (BufferId, u32),
+        dst: (BufferId, u32),
+        (rows, row_bytes): (u32, u32),
+        groups: u32,
+        seg_bytes: u32,
+    ) -> Copy2d {
+        let in_rows = (row_bytes, seg_bytes);
+        let grouped = (seg_bytes, rows * seg_bytes);
+        let (src_strides, dst_strides) = match to {
+            Regroup::ToRows => (grouped, in_rows),
+            Regroup::ToGroups => (in_rows, grouped),
+        };
+        Copy2d {
+            src,
+            dst,
+            rows,
+            segs: groups,
+            seg_bytes,
+            src_strides,
+            dst_strides,
+        }
+    }
+
     pub(crate) fn push(&self, parts: u32, ops: &mut Vec<SupOp>) {
         let wide = self.seg_bytes.is_multiple_of(8);
         let words = self.seg_bytes / if wide { 8 } else { 4 };
@@ -150,9 +215,10 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     };
     let mut tensors = Vec::new();
     // Host pages: inputs in page 0, outputs in page 1, constants in page 2, each tensor
-    // 8-byte aligned.
+    // 8-byte aligned. `place` gives a tensor's offset in its page and its host copies (to the
+    // host for outputs).
     let mut page_bytes = [0u64; 3];
-    let mut place = |v: DevValueId, role: TensorRole, tensors: &mut Vec<HostTensor>| {
+    let mut place = |l: &mut Lowerer, v: DevValueId, role: TensorRole, tensors: &mut Vec<_>| {
         let val = &plan.values[v];
         let page = ipu_package::page_of(role) as u16;
         let bytes = (storage_elements(&val.shape, val.layout.group) * val.dtype.bytes()) as u64;
@@ -169,7 +235,13 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
             offset,
             bytes,
         });
-        offset
+        let to_host = role == TensorRole::Output;
+        let copies: Vec<(HostCopy, bool)> = l
+            .host_copies(v, offset, page)
+            .into_iter()
+            .map(|c| (c, to_host))
+            .collect();
+        (offset, copies)
     };
     // `initialize`: the constants, once, into buffers that stay for every call.
     let mut constants_page = Vec::new();
@@ -178,13 +250,9 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         let mut placed = Vec::new();
         for (v, data) in &plan.constants {
             l.prog.origin = plan.values[*v].origin.clone();
-            let base = place(*v, TensorRole::Constant, &mut tensors);
+            let (base, host) = place(&mut l, *v, TensorRole::Constant, &mut tensors);
             placed.push((*v, base, data));
-            copies.extend(
-                l.host_copies(*v, base, CONSTANTS_PAGE)
-                    .into_iter()
-                    .map(|c| (c, false)),
-            );
+            copies.extend(host);
         }
         let page_size = tensors
             .iter()
@@ -210,37 +278,22 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         });
         l.prog.init_steps = 1;
     }
-    let mut host_in = Vec::new();
-    for &v in &plan.inputs {
-        let base = place(v, TensorRole::Input, &mut tensors);
-        host_in.extend(
-            l.host_copies(v, base, INPUT_PAGE)
-                .into_iter()
-                .map(|c| (c, false)),
-        );
-    }
-    l.prog.steps.push(Step::Host {
-        name: "inputs".into(),
-        copies: host_in,
-    });
+    // The host step moving the tensors of `values` in `role`.
+    let mut host_step = |l: &mut Lowerer, name: &str, values: &[DevValueId], role: TensorRole| {
+        let mut copies = Vec::new();
+        for &v in values {
+            copies.extend(place(l, v, role, &mut tensors).1);
+        }
+        let name = name.into();
+        l.prog.steps.push(Step::Host { name, copies });
+    };
+    host_step(&mut l, "inputs", &plan.inputs, TensorRole::Input);
     for (i, op) in plan.ops.iter().enumerate() {
         l.prog.origin = op.origin.clone();
         l.lower_op(i)?;
     }
     l.prog.origin = "host exchange".into();
-    let mut host_out = Vec::new();
-    for &v in &plan.outputs {
-        let base = place(v, TensorRole::Output, &mut tensors);
-        host_out.extend(
-            l.host_copies(v, base, OUTPUT_PAGE)
-                .into_iter()
-                .map(|c| (c, true)),
-        );
-    }
-    l.prog.steps.push(Step::Host {
-        name: "outputs".into(),
-        copies: host_out,
-    });
+    host_step(&mut l, "outputs", &plan.outputs, TensorRole::Output);
     // The constants page exists only with constants: other packages keep two pages.
     let pages = if plan.constants.is_empty() { 2 } else { 3 };
     l.prog.pages = page_bytes[..pages].to_vec();
@@ -261,6 +314,13 @@ impl Lowerer<'_> {
     }
 
     /// The buffer holding `v`'s pieces on `tile`.
+    /// A scratch buffer on `tile` in any region: `bytes` rounded up to 8, and the slack the
+    /// kernels may read past its end.
+    pub(crate) fn scratch_buffer(&mut self, tile: u32, bytes: u32, name: String) -> BufferId {
+        let bytes = align8(bytes as u64) as u32 + OVERREAD_BYTES;
+        self.prog.buffer(tile, bytes, Region::Any, name)
+    }
+
     pub(crate) fn value_buffer(&mut self, v: DevValueId, tile: u32) -> BufferId {
         if let Some(b) = self.value_buffers.get(&(v, tile)) {
             return *b;

@@ -13,14 +13,14 @@
 
 use std::collections::BTreeMap;
 
-use ipu_graph::{DType, Graph, OpKind, ValueId};
+use ipu_graph::{DType, Graph, OpKind, Value, ValueId};
 use ipu_target::{
     AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target,
     WORKER_CONTEXTS,
 };
 
-use crate::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
+use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
 pub use crate::ops::rows::{GatherKind, RowOp};
@@ -325,36 +325,21 @@ pub fn plan_with_budgets(
         op_index: 0,
         budgets: budgets.clone(),
     };
-    let mut inputs = Vec::new();
-    for &v in graph.inputs() {
+    // Inputs, and constants laid out like them (`initialize` writes those onto the tiles once).
+    let host_value = |p: &mut Planner, v: ValueId| {
         let val = graph.value(v);
         let group = input_group(graph, v).unwrap_or_else(|| default_group(val.ty.dtype));
         let layout = Layout::balanced(&val.ty.shape, group, tiles);
         p.origin = format!("%{}", val.name);
-        let id = p.add_value(
-            val.name.clone(),
-            val.ty.dtype,
-            val.ty.shape.clone(),
-            Some(v),
-            layout,
-        );
-        inputs.push(id);
+        p.add_graph_value(v, val, val.ty.dtype, layout)
+    };
+    let mut inputs = Vec::new();
+    for &v in graph.inputs() {
+        inputs.push(host_value(&mut p, v));
     }
-    // Constants are laid out like inputs; `initialize` writes them onto the tiles once.
     let mut constants = Vec::new();
     for c in graph.constants() {
-        let val = graph.value(c.value);
-        let group = input_group(graph, c.value).unwrap_or_else(|| default_group(val.ty.dtype));
-        let layout = Layout::balanced(&val.ty.shape, group, tiles);
-        p.origin = format!("%{}", val.name);
-        let id = p.add_value(
-            val.name.clone(),
-            val.ty.dtype,
-            val.ty.shape.clone(),
-            Some(c.value),
-            layout,
-        );
-        constants.push((id, c.data.clone()));
+        constants.push((host_value(&mut p, c.value), c.data.clone()));
     }
     for (i, op) in graph.operations().iter().enumerate() {
         p.origin = format!("%{}", op.name);
@@ -465,6 +450,56 @@ impl Planner<'_> {
             .sum()
     }
 
+    /// The planning refusal of the current operation: the busiest tile of the closest mapping
+    /// needs `need_bytes` of `region`, where `available_bytes` are free.
+    pub(crate) fn does_not_fit(
+        &self,
+        region: MemoryRegion,
+        need_bytes: u64,
+        available_bytes: u64,
+        detail: String,
+    ) -> CodegenError {
+        CodegenError::DoesNotFit {
+            op: Some(self.origin.clone()),
+            tile: None,
+            region,
+            need_bytes,
+            available_bytes,
+            detail,
+        }
+    }
+
+    /// [`Planner::does_not_fit`] in any region when `need_bytes` exceed `available_bytes`.
+    pub(crate) fn fits_any(
+        &self,
+        need_bytes: u64,
+        available_bytes: u64,
+        detail: impl FnOnce() -> String,
+    ) -> Result<(), CodegenError> {
+        if need_bytes > available_bytes {
+            let region = MemoryRegion::Any;
+            return Err(self.does_not_fit(region, need_bytes, available_bytes, detail()));
+        }
+        Ok(())
+    }
+
+    /// A device value for the graph value `id` (`val`) as `dtype`, in `layout`.
+    pub(crate) fn add_graph_value(
+        &mut self,
+        id: ValueId,
+        val: &Value,
+        dtype: DType,
+        layout: Layout,
+    ) -> DevValueId {
+        self.add_value(
+            val.name.clone(),
+            dtype,
+            val.ty.shape.clone(),
+            Some(id),
+            layout,
+        )
+    }
+
     pub(crate) fn add_value(
         &mut self,
         name: String,
@@ -500,13 +535,7 @@ impl Planner<'_> {
     ) {
         let layout = self.values[x].layout.clone();
         let dtype = dtype.unwrap_or(out_val.ty.dtype);
-        let r = self.add_value(
-            out_val.name.clone(),
-            dtype,
-            out_val.ty.shape.clone(),
-            Some(op.outputs[0]),
-            layout,
-        );
+        let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
         self.push_simple(op.name.clone(), kind, vec![x], r);
     }
 

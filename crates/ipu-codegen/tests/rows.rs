@@ -6,8 +6,8 @@
 
 mod common;
 
-use ipu_codegen::{BuildOptions, CodegenError, build};
-use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, models};
+use ipu_codegen::{CodegenError, build};
+use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType};
 use ipu_target::Target;
 
 const F32: DType = DType::F32;
@@ -33,14 +33,10 @@ fn check_with(g: &Graph, tiles: &[u32], what: &str, exact: bool) {
     for &t in tiles {
         let o = common::run(g, Target::gc200(), t, 7);
         let what = format!("{what} on {t} tiles");
-        o.assert_pass(&what);
         if exact {
-            for (name, c) in &o.checks {
-                assert_eq!(
-                    c.max_abs_error, 0.0,
-                    "{what}: output {name} not bit-exact: {c}"
-                );
-            }
+            o.assert_exact(&what);
+        } else {
+            o.assert_pass(&what);
         }
     }
 }
@@ -48,12 +44,6 @@ fn check_with(g: &Graph, tiles: &[u32], what: &str, exact: bool) {
 /// [`check_with`], bit-exact.
 fn check(g: &Graph, tiles: &[u32], what: &str) {
     check_with(g, tiles, what, true);
-}
-
-fn params(kv: &[(&str, &str)]) -> Vec<(String, String)> {
-    kv.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 #[test]
@@ -129,14 +119,7 @@ fn reshapes_slices_and_concats_move_runs() {
 #[test]
 fn unaligned_reshape_is_refused_at_planning() {
     let g = single(OpKind::Reshape { shape: vec![5, 3] }, &[(F16, &[3, 5])]);
-    let e = build(
-        &g,
-        &BuildOptions {
-            target: Target::gc200(),
-            tiles: 4,
-        },
-    )
-    .unwrap_err();
+    let e = build(&g, &common::gc200(4)).unwrap_err();
     let CodegenError::Unsupported { op, reason } = &e else {
         panic!("{e}");
     };
@@ -217,17 +200,16 @@ fn softmax_and_layer_norm_along_rows() {
 fn attention_expands_over_dtypes_and_masks() {
     for dtype in ["f32", "f16", "f143", "f152"] {
         for causal in ["false", "true"] {
-            let g = models::build(
+            let g = common::model(
                 "attention",
-                &params(&[
+                &[
                     ("seq", "21"),
                     ("heads", "2"),
                     ("head_dim", "16"),
                     ("dtype", dtype),
                     ("causal", causal),
-                ]),
-            )
-            .unwrap();
+                ],
+            );
             // f16 attention has f32 partials: the reference forms the probabilities-times-v
             // product in the f16 x f16 -> f32 AMP order (K block 16), while the device's
             // probabilities are f32 and take the f32 AMP mode (K block 8); the two f32 sums
@@ -240,72 +222,44 @@ fn attention_expands_over_dtypes_and_masks() {
             );
         }
     }
-    let g = models::build(
+    let g = common::model(
         "attention",
-        &params(&[
+        &[
             ("seq", "64"),
             ("heads", "3"),
             ("head_dim", "64"),
             ("causal", "true"),
-        ]),
-    )
-    .unwrap();
+        ],
+    );
     check_with(&g, &[64], "attention seq 64 causal", false);
 }
 
 #[test]
 fn typed_attention_small_fp8_runs() {
-    let g = models::build(
+    let g = common::model(
         "typed-attention-small-fp8",
-        &params(&[("seq", "24"), ("heads", "2"), ("head_dim", "16")]),
-    )
-    .unwrap();
+        &[("seq", "24"), ("heads", "2"), ("head_dim", "16")],
+    );
     check(&g, &[1, 13, 64], "typed-attention-small-fp8 small");
 }
 
 #[test]
 fn attention_too_large_for_the_chip_is_refused_at_planning() {
-    let g = models::build(
+    let g = common::model(
         "attention",
-        &params(&[("seq", "4096"), ("heads", "16"), ("dtype", "f32")]),
-    )
-    .unwrap();
-    let e = build(
-        &g,
-        &BuildOptions {
-            target: Target::gc200(),
-            tiles: 1472,
-        },
-    )
-    .unwrap_err();
-    let CodegenError::DoesNotFit {
-        op,
-        need_bytes,
-        available_bytes,
-        detail,
-        ..
-    } = &e
-    else {
-        panic!("{e}");
-    };
-    assert_eq!(op.as_deref(), Some("%out"));
-    assert!(need_bytes > available_bytes);
+        &[("seq", "4096"), ("heads", "16"), ("dtype", "f32")],
+    );
+    let (e, _, detail) = common::does_not_fit(&g, 1472, "%out");
     assert!(detail.contains("score matrix"), "{e}");
     assert!(e.to_string().contains("bytes over"), "{e}");
 }
 
 #[test]
 fn typed_attention_builds_deterministically() {
-    let g = models::build(
+    let g = common::model(
         "typed-attention-small-fp8",
-        &params(&[("seq", "32"), ("heads", "2"), ("head_dim", "16")]),
-    )
-    .unwrap();
-    let opts = BuildOptions {
-        target: Target::gc200(),
-        tiles: 13,
-    };
-    let a = build(&g, &opts).unwrap().package.to_bytes().unwrap();
-    let b = build(&g, &opts).unwrap().package.to_bytes().unwrap();
-    assert!(a == b, "two builds of the same graph differ");
+        &[("seq", "32"), ("heads", "2"), ("head_dim", "16")],
+    );
+    let bytes = || common::package_bytes(&g, &common::gc200(13));
+    assert!(bytes() == bytes(), "two builds of the same graph differ");
 }

@@ -5,8 +5,13 @@
 
 mod common;
 
-use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType};
+use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, ValueId};
 use ipu_target::Target;
+
+/// `factor x` as the operation `name`.
+fn scale(g: &mut GraphBuilder, name: &str, factor: f32, x: ValueId) -> ValueId {
+    g.op(name, OpKind::Scale { factor }, &[x]).unwrap()
+}
 
 /// Special arguments: signed zeros, subnormal and tiny values, both sides of the branch
 /// threshold 1/4, the ranges where tanh and erf saturate, huge values and infinities.
@@ -92,55 +97,30 @@ fn gelu_forms_are_bit_exact() {
         let ty = TensorType::new(dtype, [9, 30]);
         let mut g = GraphBuilder::new("gelu");
         let x = g.input("x", ty.clone());
-        let x3 = g.op("x3", OpKind::Scale { factor: 3.0 }, &[x]).unwrap();
+        let x3 = scale(&mut g, "x3", 3.0, x);
         let ones = g
             .constant_values("ones", TensorType::new(dtype, [1, 30]), &[1.0; 30])
             .unwrap();
         // 0.5 x (1 + erf(x / sqrt(2)))
-        let d = g
-            .op(
-                "d",
-                OpKind::Scale {
-                    factor: std::f32::consts::FRAC_1_SQRT_2,
-                },
-                &[x3],
-            )
-            .unwrap();
+        let d = scale(&mut g, "d", std::f32::consts::FRAC_1_SQRT_2, x3);
         let e = g.op("e", OpKind::Erf, &[d]).unwrap();
         let e1 = g.op("e1", OpKind::Add, &[e, ones]).unwrap();
         let m = g.op("m", OpKind::Mul, &[x3, e1]).unwrap();
-        let erf_gelu = g
-            .op("erf_gelu", OpKind::Scale { factor: 0.5 }, &[m])
-            .unwrap();
+        let erf_gelu = scale(&mut g, "erf_gelu", 0.5, m);
         // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
         let sq = g.op("sq", OpKind::Mul, &[erf_gelu, erf_gelu]).unwrap();
         let cube = g.op("cube", OpKind::Mul, &[sq, erf_gelu]).unwrap();
-        let c = g
-            .op("c", OpKind::Scale { factor: 0.044715 }, &[cube])
-            .unwrap();
+        let c = scale(&mut g, "c", 0.044715, cube);
         let inner = g.op("inner", OpKind::Add, &[erf_gelu, c]).unwrap();
-        let s = g
-            .op(
-                "s",
-                OpKind::Scale {
-                    factor: (2.0 / std::f32::consts::PI).sqrt(),
-                },
-                &[inner],
-            )
-            .unwrap();
+        let s = scale(&mut g, "s", (2.0 / std::f32::consts::PI).sqrt(), inner);
         let t = g.op("t", OpKind::Tanh, &[s]).unwrap();
         let t1 = g.op("t1", OpKind::Add, &[t, ones]).unwrap();
         let m2 = g.op("m2", OpKind::Mul, &[erf_gelu, t1]).unwrap();
-        let tanh_gelu = g
-            .op("tanh_gelu", OpKind::Scale { factor: 0.5 }, &[m2])
-            .unwrap();
+        let tanh_gelu = scale(&mut g, "tanh_gelu", 0.5, m2);
         g.output(erf_gelu);
         g.output(tanh_gelu);
         let g = g.finish().unwrap();
-        for tiles in [1, 7] {
-            common::run(&g, Target::gc200(), tiles, 23)
-                .assert_exact(&format!("gelu {dtype} on {tiles} tiles"));
-        }
+        common::run_within(&g, &[1, 7], 23, &format!("gelu {dtype}"), 0.0);
     }
 }
 
@@ -153,14 +133,7 @@ fn fp8_operands_are_refused_with_a_reason() {
         let y = g.op("y", kind.clone(), &[x]).unwrap();
         g.output(y);
         let g = g.finish().unwrap();
-        let err = ipu_codegen::build(
-            &g,
-            &ipu_codegen::BuildOptions {
-                target: Target::gc200(),
-                tiles: 4,
-            },
-        )
-        .expect_err("FP8 is refused");
+        let err = ipu_codegen::build(&g, &common::gc200(4)).expect_err("FP8 is refused");
         let text = err.to_string();
         assert!(
             text.contains("%y") && text.contains(kind.mnemonic()) && text.contains("FP8"),

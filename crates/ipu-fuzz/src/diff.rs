@@ -38,11 +38,16 @@ impl Outcome {
 
     /// Panics unless every output equals the device-precision reference bit for bit.
     pub fn assert_exact(&self, what: &str) {
+        self.assert_within(what, 0.0);
+    }
+
+    /// Panics unless every output passed and is within `max_abs_error` of the reference.
+    pub fn assert_within(&self, what: &str, max_abs_error: f64) {
         self.assert_pass(what);
         for (name, c) in &self.checks {
             assert!(
-                c.max_abs_error == 0.0,
-                "{what}: output {name} is not exact: {c}"
+                c.max_abs_error <= max_abs_error,
+                "{what}: output {name} is not within {max_abs_error}: {c}"
             );
         }
     }

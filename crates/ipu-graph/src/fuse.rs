@@ -195,21 +195,7 @@ fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttentio
             needed.extend(op.inputs.iter().copied());
         }
     }
-    let mut b = GraphBuilder::new(graph.name.clone());
-    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
-    for &v in graph.inputs() {
-        let val = graph.value(v);
-        map.insert(v, b.input(val.name.clone(), val.ty.clone()));
-    }
-    for c in graph.constants() {
-        if needed.contains(&c.value) {
-            let val = graph.value(c.value);
-            map.insert(
-                c.value,
-                b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?,
-            );
-        }
-    }
+    let (mut b, mut map) = builder_with_sources(graph, |c| needed.contains(&c))?;
     let mut fused = Vec::new();
     for id in graph.operation_ids() {
         let op = graph.operation(id);
@@ -262,25 +248,35 @@ fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttentio
     Ok((b.finish()?, fused))
 }
 
+/// A builder of a new form of `graph` holding its inputs and the constants `keep` accepts, and
+/// the map from `graph`'s values to the builder's.
+fn builder_with_sources(
+    graph: &Graph,
+    keep: impl Fn(ValueId) -> bool,
+) -> Result<(GraphBuilder, BTreeMap<ValueId, ValueId>), GraphError> {
+    let mut b = GraphBuilder::new(graph.name.clone());
+    let mut map = BTreeMap::new();
+    for &v in graph.inputs() {
+        let val = graph.value(v);
+        map.insert(v, b.input(val.name.clone(), val.ty.clone()));
+    }
+    for c in graph.constants() {
+        if keep(c.value) {
+            let val = graph.value(c.value);
+            let id = b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?;
+            map.insert(c.value, id);
+        }
+    }
+    Ok((b, map))
+}
+
 /// Blocks of queries and keys of the `flash_attention` that [`as_flash`] writes.
 pub const FLASH_BLOCK: usize = 128;
 
 /// `graph` with the `attention` operations whose outputs are named in `outputs` written as
 /// `flash_attention` (same operands, scale, mask and types): the fused lowering.
 pub fn as_flash(graph: &Graph, outputs: &[String]) -> Result<Graph, GraphError> {
-    let mut b = GraphBuilder::new(graph.name.clone());
-    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
-    for &v in graph.inputs() {
-        let val = graph.value(v);
-        map.insert(v, b.input(val.name.clone(), val.ty.clone()));
-    }
-    for c in graph.constants() {
-        let val = graph.value(c.value);
-        map.insert(
-            c.value,
-            b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?,
-        );
-    }
+    let (mut b, mut map) = builder_with_sources(graph, |_| true)?;
     for op in graph.operations() {
         let out = op.outputs[0];
         let name = graph.value(out).name.clone();

@@ -82,149 +82,65 @@ pub enum ModelError {
     },
 }
 
-const DTYPE_HELP: &str = "element type: f32, f16, f143 or f152";
+/// A parameter entry of [`MODELS`].
+const fn param(key: &'static str, default: &'static str, help: &'static str) -> ParamInfo {
+    ParamInfo { key, default, help }
+}
+
+const DTYPE: ParamInfo = param("dtype", "f16", "element type: f32, f16, f143 or f152");
+const HEADS: ParamInfo = param("heads", "4", "attention heads");
+const HEAD_DIM: ParamInfo = param("head_dim", "64", "dimension per head");
+const CAUSAL: ParamInfo = param("causal", "false", "causal mask (true/false)");
 
 const MODELS: &[ModelInfo] = &[
     ModelInfo {
         name: "matmul",
         description: "c = a[m,k] x b[k,n] (f32 partials; FP8 operands use f16 partials, f16 output)",
         params: &[
-            ParamInfo {
-                key: "m",
-                default: "256",
-                help: "rows of a",
-            },
-            ParamInfo {
-                key: "k",
-                default: "256",
-                help: "inner dimension",
-            },
-            ParamInfo {
-                key: "n",
-                default: "256",
-                help: "columns of b",
-            },
-            ParamInfo {
-                key: "dtype",
-                default: "f16",
-                help: DTYPE_HELP,
-            },
+            param("m", "256", "rows of a"),
+            param("k", "256", "inner dimension"),
+            param("n", "256", "columns of b"),
+            DTYPE,
         ],
     },
     ModelInfo {
         name: "mlp",
         description: "depth layers of h = matmul(x, w) / sqrt(width), then leaky ReLU max(h, 0.01 h), on x[batch,width]",
         params: &[
-            ParamInfo {
-                key: "batch",
-                default: "64",
-                help: "rows of x",
-            },
-            ParamInfo {
-                key: "width",
-                default: "256",
-                help: "features per layer",
-            },
-            ParamInfo {
-                key: "depth",
-                default: "2",
-                help: "number of layers",
-            },
-            ParamInfo {
-                key: "dtype",
-                default: "f16",
-                help: DTYPE_HELP,
-            },
+            param("batch", "64", "rows of x"),
+            param("width", "256", "features per layer"),
+            param("depth", "2", "number of layers"),
+            DTYPE,
         ],
     },
     ModelInfo {
         name: "attention",
         description: "one attention operation on q,k,v[heads,seq,head_dim]",
         params: &[
-            ParamInfo {
-                key: "seq",
-                default: "128",
-                help: "sequence length",
-            },
-            ParamInfo {
-                key: "heads",
-                default: "4",
-                help: "attention heads",
-            },
-            ParamInfo {
-                key: "head_dim",
-                default: "64",
-                help: "dimension per head",
-            },
-            ParamInfo {
-                key: "dtype",
-                default: "f16",
-                help: DTYPE_HELP,
-            },
-            ParamInfo {
-                key: "causal",
-                default: "false",
-                help: "causal mask (true/false)",
-            },
+            param("seq", "128", "sequence length"),
+            HEADS,
+            HEAD_DIM,
+            DTYPE,
+            CAUSAL,
         ],
     },
     ModelInfo {
         name: "attention-flash",
         description: "one fused flash_attention operation sized for the whole chip (f32 partials)",
         params: &[
-            ParamInfo {
-                key: "seq",
-                default: "2048",
-                help: "sequence length",
-            },
-            ParamInfo {
-                key: "heads",
-                default: "4",
-                help: "attention heads",
-            },
-            ParamInfo {
-                key: "head_dim",
-                default: "64",
-                help: "dimension per head",
-            },
-            ParamInfo {
-                key: "dtype",
-                default: "f16",
-                help: DTYPE_HELP,
-            },
-            ParamInfo {
-                key: "causal",
-                default: "false",
-                help: "causal mask (true/false)",
-            },
-            ParamInfo {
-                key: "block",
-                default: "128",
-                help: "query and key block size",
-            },
+            param("seq", "2048", "sequence length"),
+            HEADS,
+            HEAD_DIM,
+            DTYPE,
+            CAUSAL,
+            param("block", "128", "query and key block size"),
         ],
     },
     ModelInfo {
         name: "typed-attention-small-fp8",
         description: "F143 attention block with f16 partials, output projection, residual and \
                       layer norm (24 operations), sized for 64 tiles",
-        params: &[
-            ParamInfo {
-                key: "seq",
-                default: "128",
-                help: "sequence length",
-            },
-            ParamInfo {
-                key: "heads",
-                default: "4",
-                help: "attention heads",
-            },
-            ParamInfo {
-                key: "head_dim",
-                default: "64",
-                help: "dimension per head",
-            },
-        ],
+        params: &[param("seq", "128", "sequence length"), HEADS, HEAD_DIM],
     },
 ];
 

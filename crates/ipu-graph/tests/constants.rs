@@ -3,9 +3,12 @@
 //! pattern and every FP8 code) and its errors. Update the inline snapshots with
 //! `UPDATE_EXPECT=1 cargo test -p ipu-graph`.
 
+mod common;
+
+use common::check_error;
 use std::collections::BTreeMap;
 
-use expect_test::{Expect, expect};
+use expect_test::expect;
 use ipu_graph::{
     ConstantFile, DType, Graph, GraphBuilder, INLINE_CONSTANT_ELEMENTS_MAX, OpKind, TensorType,
     parse, parse_with, print, print_with_files,
@@ -170,11 +173,6 @@ fn every_fp8_code_and_f16_pattern_round_trips() {
             );
         }
     }
-}
-
-fn check_error(text: &str, expect: Expect) {
-    let err = parse(text, "bad.ipug").expect_err("the text is invalid");
-    expect.assert_eq(&err.to_string());
 }
 
 fn model(line: &str) -> String {

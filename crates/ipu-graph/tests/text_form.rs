@@ -1,7 +1,10 @@
 //! The text form: golden prints, exact round trips of every built-in, and parse errors with
 //! their positions. Update the inline snapshots with `UPDATE_EXPECT=1 cargo test -p ipu-graph`.
 
-use expect_test::{Expect, expect};
+mod common;
+
+use common::check_error;
+use expect_test::expect;
 use ipu_graph::{DType, models, parse, print};
 
 fn built(name: &str, params: &[(&str, &str)]) -> ipu_graph::Graph {
@@ -196,11 +199,6 @@ graph every-op {   // trailing comment
     assert_eq!(g.outputs().len(), 8);
     let again = parse(&print(&g), "printed.ipug").unwrap();
     assert_eq!(again, g);
-}
-
-fn check_error(text: &str, expect: Expect) {
-    let err = parse(text, "bad.ipug").expect_err("the text is invalid");
-    expect.assert_eq(&err.to_string());
 }
 
 fn model(body: &str) -> String {

@@ -97,35 +97,12 @@ fn data_movement_inference() {
         t(F16, &[6, 4])
     );
     let (_, r) = bad(OpKind::Reshape { shape: vec![5, 4] }, &[x.clone()]);
+    let slice = |axis, start, end| OpKind::Slice { axis, start, end };
     assert!(r.contains("20 elements but f16[2, 3, 4] has 24"), "{r}");
-    assert_eq!(
-        ok(
-            OpKind::Slice {
-                axis: 1,
-                start: 1,
-                end: 3
-            },
-            &[x.clone()]
-        ),
-        t(F16, &[2, 2, 4])
-    );
-    let (_, r) = bad(
-        OpKind::Slice {
-            axis: 1,
-            start: 2,
-            end: 4,
-        },
-        &[x.clone()],
-    );
+    assert_eq!(ok(slice(1, 1, 3), &[x.clone()]), t(F16, &[2, 2, 4]));
+    let (_, r) = bad(slice(1, 2, 4), &[x.clone()]);
     assert!(r.contains("outside 0..3"), "{r}");
-    let (o, r) = bad(
-        OpKind::Slice {
-            axis: 3,
-            start: 0,
-            end: 1,
-        },
-        &[x.clone()],
-    );
+    let (o, r) = bad(slice(3, 0, 1), &[x.clone()]);
     assert_eq!(o, Some(0));
     assert!(r.contains("axis 3 out of range"), "{r}");
     assert_eq!(
@@ -275,6 +252,14 @@ fn small() -> (GraphBuilder, ValueId, ValueId) {
     (b, a, w)
 }
 
+/// [`small`] with `%c = exp(%a)` as its output, not verified.
+fn exp_of_a() -> (ipu_graph::Graph, ValueId) {
+    let (mut b, a, _) = small();
+    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
+    b.output(c);
+    (b.finish_unverified(), c)
+}
+
 #[test]
 fn builder_errors_name_operation_and_operand() {
     let (mut b, a, w) = small();
@@ -344,10 +329,7 @@ fn verifier_rejects_malformed_graphs() {
     );
 
     // An operation with two results, and a wrong producer link.
-    let (mut b, a, _) = small();
-    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
-    b.output(c);
-    let mut g = b.finish_unverified();
+    let (mut g, c) = exp_of_a();
     let (values, ops, _, _) = g.parts_mut();
     values.push(Value {
         name: "c2".into(),
@@ -362,10 +344,7 @@ fn verifier_rejects_malformed_graphs() {
         g.verify().unwrap_err().to_string(),
         "operation %c (exp): has 2 results, expected 1"
     );
-    let (mut b, a, _) = small();
-    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
-    b.output(c);
-    let mut g = b.finish_unverified();
+    let (mut g, c) = exp_of_a();
     g.parts_mut().0[c.0 as usize].producer = Some(OperationId(7));
     assert!(
         g.verify()

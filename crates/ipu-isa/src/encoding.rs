@@ -280,14 +280,23 @@ fn aty(field: &'static str, index: u8, pair: bool) -> Result<u32, EncodeError> {
     check_reg(field, index, if pair { 2 } else { 1 })
 }
 
+/// The refusal of `value` for `field`, whose range is `min..=max`.
+fn out_of_range(field: &'static str, value: i64, (min, max): (i64, i64)) -> EncodeError {
+    EncodeError::ImmediateOutOfRange {
+        field,
+        value,
+        min,
+        max,
+    }
+}
+
 fn target_field(target: u32) -> Result<u32, EncodeError> {
     if target >= TARGET_LIMIT {
-        return Err(EncodeError::ImmediateOutOfRange {
-            field: "target",
-            value: target as i64,
-            min: 0,
-            max: (TARGET_LIMIT - 4) as i64,
-        });
+        return Err(out_of_range(
+            "target",
+            target as i64,
+            (0, (TARGET_LIMIT - 4) as i64),
+        ));
     }
     if !target.is_multiple_of(4) {
         return Err(EncodeError::MisalignedTarget { target });
@@ -376,12 +385,11 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         }
         Setzi { d, imm } => {
             if imm >= SETZI_LIMIT {
-                return Err(EncodeError::ImmediateOutOfRange {
-                    field: "setzi immediate",
-                    value: imm as i64,
-                    min: 0,
-                    max: (SETZI_LIMIT - 1) as i64,
-                });
+                return Err(out_of_range(
+                    "setzi immediate",
+                    imm as i64,
+                    (0, (SETZI_LIMIT - 1) as i64),
+                ));
             }
             op(SETZI) | m("d", d)? << R1 | imm
         }
@@ -447,12 +455,11 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         Rpti { count, body } => op(RPTI) | (count as u32) << 8 | rpt_body(body)?,
         SetFp8 { format, scale } => {
             if !(FP8_SCALE_MIN..=FP8_SCALE_MAX).contains(&scale) {
-                return Err(EncodeError::ImmediateOutOfRange {
-                    field: "FP8 scale",
-                    value: scale as i64,
-                    min: FP8_SCALE_MIN as i64,
-                    max: FP8_SCALE_MAX as i64,
-                });
+                return Err(out_of_range(
+                    "FP8 scale",
+                    scale as i64,
+                    (FP8_SCALE_MIN as i64, FP8_SCALE_MAX as i64),
+                ));
             }
             let f = match format {
                 Fp8Format::F143 => 0,
@@ -495,12 +502,11 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         }
         Amp { d, a, p, phase } => {
             if phase >= AMP_PHASES {
-                return Err(EncodeError::ImmediateOutOfRange {
-                    field: "AMP phase",
-                    value: phase as i64,
-                    min: 0,
-                    max: (AMP_PHASES - 1) as i64,
-                });
+                return Err(out_of_range(
+                    "AMP phase",
+                    phase as i64,
+                    (0, (AMP_PHASES - 1) as i64),
+                ));
             }
             op(AMP) | a2("d", d)? << R1 | a2("a", a)? << R2 | a2("p", p)? << R3 | phase as u32
         }
@@ -532,12 +538,7 @@ fn pair_code(ty: FType, codes: [u32; 2], instr: &'static str) -> Result<u32, Enc
 
 fn rpt_body(body: u8) -> Result<u32, EncodeError> {
     if body == 0 {
-        return Err(EncodeError::ImmediateOutOfRange {
-            field: "rpt body",
-            value: 0,
-            min: 1,
-            max: RPT_BODY_MAX as i64,
-        });
+        return Err(out_of_range("rpt body", 0, (1, RPT_BODY_MAX as i64)));
     }
     Ok(body as u32)
 }

@@ -315,29 +315,16 @@ fn specific_words_are_rejected_with_the_reason() {
         mode: AddrMode::Offset(8),
     })
     .unwrap();
-    assert!(matches!(
-        decode(ld64 | 1 << 20),
-        Err(DecodeError::InvalidField { .. })
-    ));
+    let invalid_field = |w| matches!(decode(w), Err(DecodeError::InvalidField { .. }));
+    let undefined = |w| matches!(decode(w), Err(DecodeError::Undefined { .. }));
+    assert!(invalid_field(ld64 | 1 << 20));
     // An undefined float operation and conversion.
-    assert!(matches!(
-        decode(0x5000_000F),
-        Err(DecodeError::Undefined { .. })
-    ));
-    assert!(matches!(
-        decode(0x5A00_0008),
-        Err(DecodeError::Undefined { .. })
-    ));
+    assert!(undefined(0x5000_000F));
+    assert!(undefined(0x5A00_0008));
     // `rpt` with a zero body.
-    assert!(matches!(
-        decode(0x4600_0000),
-        Err(DecodeError::InvalidField { .. })
-    ));
+    assert!(invalid_field(0x4600_0000));
     // A misaligned branch target.
-    assert!(matches!(
-        decode(0x4100_0002),
-        Err(DecodeError::InvalidField { .. })
-    ));
+    assert!(invalid_field(0x4100_0002));
 }
 
 #[test]

@@ -31,8 +31,7 @@ pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
     } else {
         load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
     }
-    let end = c.label();
-    c.branch(Instr::Brz { a: m(4), target: 0 }, end);
+    let end = exit_if_zero(c, m(4));
     if !partials {
         // $a12:13 = 0: the partials-in of a first pass.
         c.op(setzi(m(7), 0));
@@ -96,8 +95,7 @@ pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
         c.bundle(st64step(out, m(3), 8), amp_op(phase));
     }
     c.op(st64step(out, m(3), 8));
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Extra issue slots of the [`Kernel::AmpAll`] prologue (finding the worker's rows), beside
@@ -125,8 +123,7 @@ pub fn amp_all_slots(rows: u32, partials: bool) -> u32 {
 
 pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
     load_state(c, BinaryState::WORDS); // m1 a, m2 b, m3 out, m4 vectors
-    let end = c.label();
-    c.branch(Instr::Brz { a: m(4), target: 0 }, end);
+    let end = exit_if_zero(c, m(4));
     match op.float_op() {
         Some(fop) => {
             // Software-pipelined: one slot per vector.
@@ -180,24 +177,20 @@ pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
                     }
                     Elem::F16 => {
                         // Widen each half to f32v2, divide, narrow.
-                        c.op(conv(ConvOp::F16v2ToF32v2, 4, 0));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 1));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 2));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 10, 3));
+                        widen4(c, 4, 0);
+                        widen4(c, 8, 2);
                         c.op(fun(FType::F32v2, FUnOp::Rcp, 8, 8));
                         c.op(fun(FType::F32v2, FUnOp::Rcp, 10, 10));
                         c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
                         c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 10));
-                        c.op(conv(ConvOp::F32v2ToF16v2, 4, 4));
-                        c.op(conv(ConvOp::F32v2ToF16v2, 5, 6));
+                        narrow4(c, 4, 4);
                     }
                 }
                 c.op(st64step(ap(4), m(3), 8));
             });
         }
     }
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Issue slots of a binary kernel over `vectors` vectors on one worker.
@@ -220,8 +213,7 @@ pub(crate) fn unary(c: &mut Code, ty: Elem, op: UnOp) {
         return unary_approx(c, ty, op);
     }
     load_state(c, UnaryState::WORDS); // m1 in, m2 out, m3 vectors, m4 factor bits
-    let end = c.label();
-    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    let end = exit_if_zero(c, m(3));
     c.op(Instr::MovToA { d: a(12), a: m(4) });
     c.op(Instr::MovToA { d: a(13), a: m(4) });
     let f32_op = |d: u8, s: u8| match op {
@@ -237,18 +229,15 @@ pub(crate) fn unary(c: &mut Code, ty: Elem, op: UnOp) {
                 c.op(f32_op(4, 0));
             }
             Elem::F16 => {
-                c.op(conv(ConvOp::F16v2ToF32v2, 4, 0));
-                c.op(conv(ConvOp::F16v2ToF32v2, 6, 1));
+                widen4(c, 4, 0);
                 c.op(f32_op(4, 4));
                 c.op(f32_op(6, 6));
-                c.op(conv(ConvOp::F32v2ToF16v2, 4, 4));
-                c.op(conv(ConvOp::F32v2ToF16v2, 5, 6));
+                narrow4(c, 4, 4);
             }
         }
         c.op(st64step(ap(4), m(2), 8));
     });
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Issue slots of a unary kernel over `vectors` vectors on one worker.
@@ -293,8 +282,7 @@ fn instr_slots(seq: &[Instr]) -> u32 {
 /// (f32: one vector; f16: each f16v2 half, widened) goes through [`approx_pair`] in `$a0:1`.
 fn unary_approx(c: &mut Code, ty: Elem, op: UnOp) {
     load_state(c, UnaryState::WORDS); // m1 in, m2 out, m3 vectors
-    let end = c.label();
-    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    let end = exit_if_zero(c, m(3));
     for i in approx_setup(op) {
         c.op(i);
     }
@@ -319,8 +307,7 @@ fn unary_approx(c: &mut Code, ty: Elem, op: UnOp) {
             }
         }
     });
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// The branch threshold of `tanh` and `erf`: a Taylor polynomial at `|x| <= 1/4`, a formula
@@ -518,8 +505,7 @@ fn fp8_format(t: CastType) -> Option<(Fp8Format, i8)> {
 /// Casts process groups of 4 elements: 16, 8 or 4 bytes in, likewise out.
 pub(crate) fn cast(c: &mut Code, from: CastType, to: CastType) {
     load_state(c, CastState::WORDS); // m1 in, m2 out, m3 groups of 4
-    let end = c.label();
-    c.branch(Instr::Brz { a: m(3), target: 0 }, end);
+    let end = exit_if_zero(c, m(3));
     if let Some((format, scale)) = fp8_format(from).or(fp8_format(to)) {
         c.op(Instr::SetFp8 { format, scale });
     }
@@ -541,16 +527,14 @@ pub(crate) fn cast(c: &mut Code, from: CastType, to: CastType) {
         match (from, to) {
             (CastType::F32, CastType::F32) | (CastType::F16, CastType::F16) => {}
             (CastType::F32, _) => {
-                c.op(conv(ConvOp::F32v2ToF16v2, 4, 0));
-                c.op(conv(ConvOp::F32v2ToF16v2, 5, 2));
+                narrow4(c, 4, 0);
             }
             _ => {}
         }
         match to {
             CastType::F32 => {
                 if !matches!(from, CastType::F32) {
-                    c.op(conv(ConvOp::F16v2ToF32v2, 0, 4));
-                    c.op(conv(ConvOp::F16v2ToF32v2, 2, 5));
+                    widen4(c, 0, 4);
                 }
                 c.op(st64step(ap(0), m(2), 8));
                 c.op(st64step(ap(2), m(2), 8));
@@ -564,8 +548,7 @@ pub(crate) fn cast(c: &mut Code, from: CastType, to: CastType) {
             }
         }
     });
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Issue slots of a cast over `groups` groups of 4 elements on one worker.
@@ -592,8 +575,7 @@ pub fn cast_slots(from: CastType, to: CastType, groups: u32) -> u32 {
 
 pub(crate) fn zero(c: &mut Code) {
     load_state(c, ZeroState::WORDS); // m1 out, m2 words
-    let end = c.label();
-    c.branch(Instr::Brz { a: m(2), target: 0 }, end);
+    let end = exit_if_zero(c, m(2));
     c.op(setzi(m(7), 0));
     rpt(c, m(2), |c| {
         c.op(Instr::Store {
@@ -603,8 +585,7 @@ pub(crate) fn zero(c: &mut Code) {
             mode: ipu_isa::AddrMode::PostInc(4),
         });
     });
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Issue slots of a zero fill of `words` 32-bit words on one worker.
@@ -690,8 +671,7 @@ pub(crate) fn mask_rows(c: &mut Code, half: bool) {
     });
     c.op(alu(AluOp::Add, m(4), m(4), m(13)));
     c.branch(Instr::Brnzdec { a: m(3), target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Issue slots of a causal mask ([`Kernel::MaskRows`], or [`Kernel::MaskRowsF16`] with
@@ -763,8 +743,7 @@ pub(crate) fn pad_clear(c: &mut Code) {
     });
     c.op(alu(AluOp::Add, m(1), m(1), m(3)));
     c.branch(Instr::Brnzdec { a: m(2), target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    exit_at(c, end);
 }
 
 /// Issue slots of a pad clear of `rows` rows with `full` whole words each.

@@ -363,11 +363,28 @@ pub fn setzi(d: MReg, imm: u32) -> Instr {
     Instr::Setzi { d, imm }
 }
 
+/// Widens the four halves in `$a{s}`, `$a{s+1}` to the f32v2 pairs `$a{d}:..`, `$a{d+2}:..`.
+pub fn widen4(c: &mut Code, d: u8, s: u8) {
+    c.op(conv(ConvOp::F16v2ToF32v2, d, s));
+    c.op(conv(ConvOp::F16v2ToF32v2, d + 2, s + 1));
+}
+
+/// Narrows the f32v2 pairs `$a{s}:..`, `$a{s+2}:..` to four halves in `$a{d}`, `$a{d+1}`.
+pub fn narrow4(c: &mut Code, d: u8, s: u8) {
+    c.op(conv(ConvOp::F32v2ToF16v2, d, s));
+    c.op(conv(ConvOp::F32v2ToF16v2, d + 1, s + 2));
+}
+
 /// `alu` register-register integer operation.
 pub fn alu(op: AluOp, d: MReg, a: MReg, b: MReg) -> Instr {
     Instr::Alu { op, d, a, b }
 }
 /// `alu` with an immediate.
+/// `$mD = $mS`, as `add $mD, $mS, 0`.
+pub fn mov_m(d: MReg, s: MReg) -> Instr {
+    alu_imm(AluOp::Add, d, s, 0)
+}
+
 pub fn alu_imm(op: AluOp, d: MReg, a: MReg, imm: i16) -> Instr {
     Instr::AluImm { op, d, a, imm }
 }
@@ -442,6 +459,31 @@ pub fn loop_counts(c: &mut Code, counts: &[MReg], end: Label) {
     for &count in counts {
         c.op(alu_imm(AluOp::Sub, count, count, 1));
     }
+}
+/// Closes a loop over `rows` rows begun at `row` (counted as [`loop_counts`] sets up), then
+/// binds `end` and ends the worker.
+pub fn close_rows_and_exit(c: &mut Code, rows: MReg, row: Label, end: Label) {
+    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
+    exit_at(c, end);
+}
+
+/// A new label `end` that a zero `count` branches to, for [`exit_at`] to bind.
+pub fn exit_if_zero(c: &mut Code, count: MReg) -> Label {
+    let end = c.label();
+    c.branch(
+        Instr::Brz {
+            a: count,
+            target: 0,
+        },
+        end,
+    );
+    end
+}
+
+/// Binds `end` and ends the worker there.
+pub fn exit_at(c: &mut Code, end: Label) {
+    c.bind(end);
+    c.op(Instr::Exit);
 }
 /// An `rpt` over the single instructions `body` emits; returns the body's slot count.
 pub fn rpt(c: &mut Code, count: MReg, body: impl FnOnce(&mut Code)) -> u32 {

@@ -38,8 +38,7 @@ fn ld4(c: &mut Code, ty: Elem, dst: u8, ptr: MReg) {
         }
         Elem::F16 => {
             c.op(ld64step(ap(12), ptr, 8));
-            c.op(conv(ConvOp::F16v2ToF32v2, dst, 12));
-            c.op(conv(ConvOp::F16v2ToF32v2, dst + 2, 13));
+            widen4(c, dst, 12);
         }
     }
 }
@@ -53,8 +52,7 @@ fn st4(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
             c.op(st64step(ap(src + 2), ptr, 8));
         }
         Elem::F16 => {
-            c.op(conv(ConvOp::F32v2ToF16v2, 12, src));
-            c.op(conv(ConvOp::F32v2ToF16v2, 13, src + 2));
+            narrow4(c, 12, src);
             c.op(st64step(ap(12), ptr, 8));
         }
     }
@@ -135,12 +133,12 @@ pub fn flash_softmax(
     // Pointer advances per super-group, after walking 32 bytes of each group.
     c.op(alu(AluOp::Add, adv_s, stride, stride));
     if s_groups == 1 {
-        c.op(alu_imm(AluOp::Add, adv_s, stride, 0));
+        c.op(mov_m(adv_s, stride));
     }
     c.op(alu_imm(AluOp::Sub, adv_s, adv_s, GROUP_ROW_BYTES as i16));
     c.op(alu(AluOp::Add, adv_p, stride, stride));
     if p_groups == 1 {
-        c.op(alu_imm(AluOp::Add, adv_p, stride, 0));
+        c.op(mov_m(adv_p, stride));
     }
     c.op(alu_imm(AluOp::Sub, adv_p, adv_p, GROUP_ROW_BYTES as i16));
     // $a8:9 = scale pair.
@@ -157,7 +155,7 @@ pub fn flash_softmax(
     c.op(mov_a(4, tmp));
     c.op(mov_a(5, tmp));
     group_pointers(c, [ps0, ps1], s, stride, s_groups);
-    c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
+    c.op(mov_m(cnt, sgroups));
     let v = s_ty.vector_type();
     let pass1 = c.label();
     c.bind(pass1);
@@ -172,8 +170,7 @@ pub fn flash_softmax(
     }
     c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass1);
     if s_ty == Elem::F16 {
-        c.op(conv(ConvOp::F16v2ToF32v2, 0, 4));
-        c.op(conv(ConvOp::F16v2ToF32v2, 2, 5));
+        widen4(c, 0, 4);
         c.op(fbin(FType::F32v2, FBinOp::Max, 4, 0, 2));
     }
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
@@ -204,7 +201,7 @@ pub fn flash_softmax(
     c.op(mov_a(11, tmp));
     group_pointers(c, [ps0, ps1], s, stride, s_groups);
     group_pointers(c, [pp0, pp1], p, stride, p_groups);
-    c.op(alu_imm(AluOp::Add, cnt, sgroups, 0));
+    c.op(mov_m(cnt, sgroups));
     let pass2 = c.label();
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
@@ -299,9 +296,7 @@ pub fn flash_softmax(
     c.op(alu_imm(AluOp::Add, s, s, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, p, p, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups.
@@ -353,8 +348,8 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
     c.bind(row);
     c.op(ld32a(a(0), st, 8));
     c.op(bcast(8, 0));
-    c.op(alu_imm(AluOp::Add, po, o, 0));
-    c.op(alu_imm(AluOp::Add, g, groups, 0));
+    c.op(mov_m(po, o));
+    c.op(mov_m(g, groups));
     let group = c.label();
     c.bind(group);
     for _ in 0..4 {
@@ -366,12 +361,10 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
             }
             Elem::F16 => {
                 c.op(ld64_at(12, po, 0));
-                c.op(conv(ConvOp::F16v2ToF32v2, 4, 12));
-                c.op(conv(ConvOp::F16v2ToF32v2, 6, 13));
+                widen4(c, 4, 12);
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 4, 4, 8));
                 c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 8));
-                c.op(conv(ConvOp::F32v2ToF16v2, 12, 4));
-                c.op(conv(ConvOp::F32v2ToF16v2, 13, 6));
+                narrow4(c, 12, 4);
                 c.op(st64step(ap(12), po, 8));
             }
         }
@@ -380,9 +373,7 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
     c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
     c.op(alu_imm(AluOp::Add, o, o, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Merges the partial results of `J` key blocks for some rows and normalises them:
@@ -412,7 +403,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         m(0),
         FlashCombineState::SOURCES_OFFSET as i16,
     ));
-    c.op(alu_imm(AluOp::Add, cnt, nsrc, 0));
+    c.op(mov_m(cnt, nsrc));
     let pass_a = c.label();
     c.bind(pass_a);
     c.op(ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16));
@@ -450,13 +441,13 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         c.op(fun(FType::F32, FUnOp::Exp, 0, 0));
         c.op(fbin(FType::F32, FBinOp::Mac, 5, 0, 1));
         c.op(bcast(2, 0));
-        c.op(alu_imm(AluOp::Add, pa, scratch, 0));
+        c.op(mov_m(pa, scratch));
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
-        c.op(alu_imm(AluOp::Add, sp, scratch, 0));
+        c.op(mov_m(sp, scratch));
         c.op(setzi(g, groups - 1));
         let group = c.label();
         c.bind(group);
-        c.op(alu_imm(AluOp::Add, po, base, 0));
+        c.op(mov_m(po, base));
         // Four elements per unit: 16 bytes of f32, 8 of f16.
         let units = GROUP_ROW_BYTES / if p_ty == Elem::F32 { 16 } else { 8 };
         for _ in 0..units {
@@ -492,8 +483,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
                             p1: sp,
                         });
                         c.op(ld64step(ap(14), sp, 8));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 6, 12));
-                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                        widen4(c, 6, 12);
                     }
                 }
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
@@ -525,8 +515,8 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     // Pass C: out = scratch * (1 / L).
     c.op(fun(FType::F32, FUnOp::Rcp, 0, 5));
     c.op(bcast(2, 0));
-    c.op(alu_imm(AluOp::Add, pa, scratch, 0));
-    c.op(alu_imm(AluOp::Add, po, out, 0));
+    c.op(mov_m(pa, scratch));
+    c.op(mov_m(po, out));
     let out_bytes = if out_ty == Elem::F32 { 4 } else { 2 };
     let run_bytes = gout * out_bytes;
     c.op(alu_imm(AluOp::Sub, tmp, ogs, run_bytes as i16));
@@ -544,9 +534,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     c.branch(Instr::Brnzdec { a: g, target: 0 }, og);
     c.op(alu_imm(AluOp::Add, ro, ro, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, out, out, run_bytes as i16));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of [`flash_rescale`] over `rows` rows of `groups` groups.

@@ -51,6 +51,12 @@ fn st_pair(c: &mut Code, ty: Elem, src: u8, ptr: MReg) {
     }
 }
 
+/// Stores a row's two statistics, `$a{first}` and `$a{second}`, as the words at `out`.
+fn store_stats(c: &mut Code, out: MReg, first: u8, second: u8) {
+    c.op(st32_a(first, out, 0));
+    c.op(st32_a(second, out, 4));
+}
+
 /// Slots of [`ld_pair`] and of [`st_pair`], the same: one 64-bit move for f32, a 32-bit move
 /// and a conversion for f16.
 fn pair_slots(ty: Elem) -> u32 {
@@ -79,30 +85,18 @@ fn zero_to(c: &mut Code, ptr: MReg, row_end: MReg, zero: MReg, tmp: MReg) {
     });
 }
 
-/// Emits the f32v2 division `q = n / d` (pairs), correctly rounded: `r` holds `rcp(d)` and
-/// `dd` holds `d` (pairs); `t` is a scratch pair; `n` is overwritten with the residual.
-fn div_pair(c: &mut Code, q: u8, n: u8, r: u8, dd: u8, t: u8) {
-    let v = FType::F32v2;
-    c.op(fbin(v, FBinOp::Mul, q, n, r));
-    c.op(fun(v, FUnOp::Neg, t, q));
-    c.op(fbin(v, FBinOp::Mac, n, t, dd));
-    c.op(fbin(v, FBinOp::Mac, q, n, r));
+/// Emits the division `q = n / d` in `ty` (f32v2 pairs or one f32), correctly rounded: `r`
+/// holds `rcp(d)` and `d` holds `d`; `t` is scratch; `n` is overwritten with the residual.
+fn div(c: &mut Code, ty: FType, q: u8, n: u8, r: u8, d: u8, t: u8) {
+    // DIV_SLOTS instructions.
+    c.op(fbin(ty, FBinOp::Mul, q, n, r));
+    c.op(fun(ty, FUnOp::Neg, t, q));
+    c.op(fbin(ty, FBinOp::Mac, n, t, d));
+    c.op(fbin(ty, FBinOp::Mac, q, n, r));
 }
 
-/// Slots of [`div_pair`].
-const DIV_PAIR_SLOTS: u32 = 4;
-/// Slots of [`div_scalar`].
-const DIV_SCALAR_SLOTS: u32 = 4;
-
-/// Scalar f32 division `q = n / d` with `r = rcp(d)`; `n` is overwritten; `t` scratch.
-fn div_scalar(c: &mut Code, q: u8, n: u8, r: u8, d: u8, t: u8) {
-    // DIV_SCALAR_SLOTS instructions.
-    let s = FType::F32;
-    c.op(fbin(s, FBinOp::Mul, q, n, r));
-    c.op(fun(s, FUnOp::Neg, t, q));
-    c.op(fbin(s, FBinOp::Mac, n, t, d));
-    c.op(fbin(s, FBinOp::Mac, q, n, r));
-}
+/// Slots of [`div`], on pairs or on one f32.
+const DIV_SLOTS: u32 = 4;
 
 /// Folds a row into the f32 accumulator `$a{acc}` with `op`, in index order: `pairs` pairs
 /// loaded from `ptr` (advancing it), then, when `odd` is nonzero, the valid lane of one last
@@ -194,7 +188,7 @@ fn normalize_pair(c: &mut Code, ty: Elem, ptr: MReg, exp: bool) {
     if exp {
         c.op(fun(v, FUnOp::Exp, 0, 0));
     }
-    div_pair(c, 4, 0, 6, 12, 8);
+    div(c, FType::F32v2, 4, 0, 6, 12, 8);
 }
 
 /// Transpose of a staged block of `bytes`-byte elements: output row `j` (of `rows`) takes
@@ -208,8 +202,8 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     loop_counts(c, &[rows], end);
     c.bind(row);
     let (p, q) = (m(8), m(9));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
-    c.op(alu_imm(AluOp::Add, q, out, 0));
+    c.op(mov_m(p, inp));
+    c.op(mov_m(q, out));
     let per_word = 4 / bytes;
     let width = match bytes {
         1 => Width::B8,
@@ -235,9 +229,7 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     });
     c.op(alu_imm(AluOp::Add, inp, inp, bytes as i16));
     c.op(alu(AluOp::Add, out, out, out_stride));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of a transpose of `rows` output rows of `words` words each.
@@ -262,14 +254,12 @@ pub fn row_reduce(c: &mut Code, ty: Elem, max: bool) {
     c.op(setzi(zero, 0));
     let op = if max { FBinOp::Max } else { FBinOp::Add };
     c.bind(row);
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     c.op(mov_a(8, init));
     fold_row(c, ty, p, pairs, odd, 8, op, |_, _| {});
     emit_scalar_row(c, ty, out, zero);
     c.op(alu(AluOp::Add, inp, inp, stride));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Writes `$a8` (f32) as one element of `ty` followed by three zero elements at `out`
@@ -327,8 +317,8 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
         c.op(fun(FType::F32, FUnOp::Rcp, 15, 15));
         c.op(bcast(6, 15));
     }
-    c.op(alu_imm(AluOp::Add, p, x, 0));
-    c.op(alu_imm(AluOp::Add, q, out, 0));
+    c.op(mov_m(p, x));
+    c.op(mov_m(q, out));
     c.op(alu(AluOp::Add, row_end, out, stride));
     let body = |c: &mut Code| {
         ld_pair(c, ty, p, 2);
@@ -356,9 +346,7 @@ pub fn row_scalar(c: &mut Code, ty: Elem, op: BinOp, reversed: bool) {
     c.op(alu(AluOp::Add, x, x, stride));
     c.op(alu(AluOp::Add, out, out, stride));
     c.op(alu(AluOp::Add, y, y, ystride));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Words of zeros a row kernel writes after `pairs` pairs of `ty` up to a stride of
@@ -419,28 +407,27 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     // Pass 1: the maximum, in $a8.
     li(c, m(12), MAX_START);
     c.op(mov_a(8, m(12)));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 8, FBinOp::Max, |_, _| {});
     c.op(bcast(10, 8));
     // Pass 2: the sum of exp(x - max) in index order, in $a9.
     c.op(mov_a(9, zero));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 9, FBinOp::Add, |c, t| {
         c.op(fbin(t, FBinOp::Sub, 0, 0, 10));
         c.op(fun(t, FUnOp::Exp, 0, 0));
     });
     if stats {
         // The row's maximum and sum, for `row_apply`.
-        c.op(st32_a(8, out, 0));
-        c.op(st32_a(9, out, 4));
+        store_stats(c, out, 8, 9);
     } else {
         // rcp(s) in $a6:7, s in $a12:13.
         floor_sum(c, 9, m(12));
         normalize_divisor(c, 9);
         // Pass 3: e / s.
         let (q, row_end, tmp) = (m(15), m(12), m(10));
-        c.op(alu_imm(AluOp::Add, p, inp, 0));
-        c.op(alu_imm(AluOp::Add, q, out, 0));
+        c.op(mov_m(p, inp));
+        c.op(mov_m(q, out));
         write_row(c, ty, q, pairs, odd, zero, |c| {
             normalize_pair(c, ty, p, true)
         });
@@ -450,9 +437,17 @@ pub fn softmax(c: &mut Code, ty: Elem, stats: bool) {
     c.op(alu(AluOp::Add, inp, inp, stride));
     c.op(alu(AluOp::Add, out, out, out_stride));
     c.op(alu(AluOp::Add, l0, l0, dl));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
+}
+
+/// Slots of the normalising pass of [`softmax`] and [`layer_norm`]: `rcp` and broadcasts,
+/// then per pair (and per last lane, one more) the load, `extra` slots, the correctly rounded
+/// division and the store, then the zeros up to `out_stride_words`.
+fn normalize_pass_slots(ty: Elem, extra: u32, pairs: u32, odd: u32, out_stride_words: u32) -> u32 {
+    let (l, st) = (pair_slots(ty), pair_slots(ty));
+    12 + pairs * (l + extra + DIV_SLOTS + st)
+        + odd * (l + extra + 1 + DIV_SLOTS + st)
+        + zero_words(ty, pairs + odd, out_stride_words)
 }
 
 /// Issue slots of [`softmax`] over `rows` rows of `cols` columns, row `r` valid up to
@@ -470,7 +465,7 @@ pub fn softmax_slots(
     if rows == 0 {
         return SoftmaxState::WORDS as u32 + 2;
     }
-    let (l, st) = (pair_slots(ty), pair_slots(ty));
+    let l = pair_slots(ty);
     let row = |len: u32| {
         let (pairs, odd) = (len / 2, len % 2);
         // The length, pass 1 (maximum; `exp` costs two slots), pass 2 (sum), the loop.
@@ -480,12 +475,9 @@ pub fn softmax_slots(
             + if stats {
                 2
             } else {
-                // The sum's floor, `rcp` and broadcasts, pass 3 (`exp` and the correctly
-                // rounded division), the zeros.
-                12 + FLOOR_SUM_SLOTS
-                    + pairs * (l + 3 + DIV_PAIR_SLOTS + st)
-                    + odd * (l + 4 + DIV_PAIR_SLOTS + st)
-                    + zero_words(ty, pairs + odd, out_stride_words)
+                // The sum's floor; pass 3: `exp` (two slots) after the subtraction, then the
+                // division.
+                FLOOR_SUM_SLOTS + normalize_pass_slots(ty, 3, pairs, odd, out_stride_words)
             }
     };
     let mut total = SoftmaxState::WORDS as u32 + 4;
@@ -517,31 +509,30 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     c.op(fun(s, FUnOp::Rcp, 15, 3));
     // Pass 1: sum in $a14, then the mean in $a9 and broadcast in $a10:11.
     c.op(mov_a(14, zero));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 14, FBinOp::Add, |_, _| {});
-    div_scalar(c, 9, 14, 15, 3, 8);
+    div(c, FType::F32, 9, 14, 15, 3, 8);
     c.op(bcast(10, 9));
     // Pass 2: sum of squared deviations in $a14; var = that / n; inv = sqrt(var + eps).
     c.op(mov_a(14, zero));
-    c.op(alu_imm(AluOp::Add, p, inp, 0));
+    c.op(mov_m(p, inp));
     fold_row(c, ty, p, pairs, odd, 14, FBinOp::Add, |c, t| {
         c.op(fbin(t, FBinOp::Sub, 0, 0, 10));
         c.op(fbin(t, FBinOp::Mul, 0, 0, 0));
     });
-    div_scalar(c, 9, 14, 15, 3, 8); // var in $a9
+    div(c, FType::F32, 9, 14, 15, 3, 8); // var in $a9
     c.op(mov_a(8, eps));
     c.op(fbin(s, FBinOp::Add, 9, 9, 8));
     c.op(fun(s, FUnOp::Sqrt, 9, 9));
     if stats {
         // The row's mean and sqrt(var + epsilon), for `row_apply`.
-        c.op(st32_a(10, out, 0));
-        c.op(st32_a(9, out, 4));
+        store_stats(c, out, 10, 9);
     } else {
         // inv in $a12:13, rcp(inv) in $a6:7.
         normalize_divisor(c, 9);
         // Pass 3: (x - mean) / inv.
-        c.op(alu_imm(AluOp::Add, p, inp, 0));
-        c.op(alu_imm(AluOp::Add, q, out, 0));
+        c.op(mov_m(p, inp));
+        c.op(mov_m(q, out));
         c.op(alu(AluOp::Add, row_end, out, out_stride));
         write_row(c, ty, q, pairs, odd, zero, |c| {
             normalize_pair(c, ty, p, false)
@@ -550,9 +541,7 @@ pub fn layer_norm(c: &mut Code, ty: Elem, stats: bool) {
     }
     c.op(alu(AluOp::Add, inp, inp, stride));
     c.op(alu(AluOp::Add, out, out, out_stride));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of [`layer_norm`] over `rows` rows of `cols` columns with `out_stride_words`
@@ -561,21 +550,19 @@ pub fn layer_norm_slots(ty: Elem, stats: bool, rows: u32, cols: u32, out_stride_
     if rows == 0 {
         return LayerNormState::WORDS as u32 + 2;
     }
-    let (l, st) = (pair_slots(ty), pair_slots(ty));
+    let l = pair_slots(ty);
     let (pairs, odd) = (cols / 2, cols % 2);
     // `n` and its `rcp`, pass 1 (sum, mean), pass 2 (variance, `sqrt(var + epsilon)`), the loop.
     let passes = 3
-        + (5 + DIV_SCALAR_SLOTS + pairs * (l + 2) + odd * (l + 1))
-        + (8 + DIV_SCALAR_SLOTS + pairs * (l + 4) + odd * (l + 3))
+        + (5 + DIV_SLOTS + pairs * (l + 2) + odd * (l + 1))
+        + (8 + DIV_SLOTS + pairs * (l + 4) + odd * (l + 3))
         + 3;
     let per_row = passes
         + if stats {
             2
         } else {
-            // `rcp` and broadcasts, pass 3 (the correctly rounded division), the zeros.
-            12 + pairs * (l + 1 + DIV_PAIR_SLOTS + st)
-                + odd * (l + 2 + DIV_PAIR_SLOTS + st)
-                + zero_words(ty, pairs + odd, out_stride_words)
+            // Pass 3: the subtraction, then the division.
+            normalize_pass_slots(ty, 1, pairs, odd, out_stride_words)
         };
     LayerNormState::WORDS as u32 + 6 + rows * per_row
 }
@@ -597,12 +584,12 @@ pub fn copy2d(c: &mut Code, wide: bool) {
     c.branch(Instr::Brz { a: segs, target: 0 }, end);
     c.op(alu_imm(AluOp::Sub, rows, rows, 1));
     c.bind(row);
-    c.op(alu_imm(AluOp::Add, s, src, 0));
-    c.op(alu_imm(AluOp::Add, d, dst, 0));
+    c.op(mov_m(s, src));
+    c.op(mov_m(d, dst));
     c.op(alu_imm(AluOp::Sub, left, segs, 1));
     c.bind(seg);
-    c.op(alu_imm(AluOp::Add, p, s, 0));
-    c.op(alu_imm(AluOp::Add, q, d, 0));
+    c.op(mov_m(p, s));
+    c.op(mov_m(q, d));
     rpt(c, words, |c| {
         if wide {
             c.op(ld64step(ap(0), p, 8));
@@ -617,9 +604,7 @@ pub fn copy2d(c: &mut Code, wide: bool) {
     c.branch(Instr::Brnzdec { a: left, target: 0 }, seg);
     c.op(alu(AluOp::Add, src, src, src_row));
     c.op(alu(AluOp::Add, dst, dst, dst_row));
-    c.branch(Instr::Brnzdec { a: rows, target: 0 }, row);
-    c.bind(end);
-    c.op(Instr::Exit);
+    close_rows_and_exit(c, rows, row, end);
 }
 
 /// Issue slots of [`copy2d`].
@@ -656,6 +641,6 @@ pub fn row_apply(c: &mut Code, ty: Elem, softmax: bool) {
 /// Issue slots of [`row_apply`] over `full` full pairs, `odd` (0 or 1) pairs with one valid
 /// lane and `zero_words` words.
 pub fn row_apply_slots(ty: Elem, softmax: bool, full: u32, odd: u32, zero_words: u32) -> u32 {
-    let per = pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_PAIR_SLOTS + pair_slots(ty);
+    let per = pair_slots(ty) + 1 + 2 * softmax as u32 + DIV_SLOTS + pair_slots(ty);
     18 + FLOOR_SUM_SLOTS * softmax as u32 + (full + odd) * per + odd + zero_words
 }

@@ -129,31 +129,18 @@ impl Fp8Format {
     }
 
     fn layout(self) -> Layout {
-        match self {
-            Fp8Format::F143 => Layout {
-                exponent_bits: 4,
-                mantissa_bits: 3,
-                bias: 8,
-                specials: Specials::Fnuz,
-            },
-            Fp8Format::F152 => Layout {
-                exponent_bits: 5,
-                mantissa_bits: 2,
-                bias: 16,
-                specials: Specials::Fnuz,
-            },
-            Fp8Format::E4M3FN => Layout {
-                exponent_bits: 4,
-                mantissa_bits: 3,
-                bias: 7,
-                specials: Specials::Fn,
-            },
-            Fp8Format::E5M2 => Layout {
-                exponent_bits: 5,
-                mantissa_bits: 2,
-                bias: 15,
-                specials: Specials::Ieee,
-            },
+        // Exponent bits, explicit mantissa bits, bias, special values.
+        let (exponent_bits, mantissa_bits, bias, specials) = match self {
+            Fp8Format::F143 => (4, 3, 8, Specials::Fnuz),
+            Fp8Format::F152 => (5, 2, 16, Specials::Fnuz),
+            Fp8Format::E4M3FN => (4, 3, 7, Specials::Fn),
+            Fp8Format::E5M2 => (5, 2, 15, Specials::Ieee),
+        };
+        Layout {
+            exponent_bits,
+            mantissa_bits,
+            bias,
+            specials,
         }
     }
 

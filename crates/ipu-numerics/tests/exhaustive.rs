@@ -2,6 +2,8 @@
 //! neighbouring codes (ties to even), the f32 values just above and below each midpoint, at
 //! several scales and both overflow modes; stochastic rounding; f16 rounding.
 
+mod common;
+
 use ipu_numerics::{
     Fp8Format, Overflow, SCALE_MAX, SCALE_MIN, StochasticRounder, decode, encode, encode_f16,
     encode_stochastic, f16_bits, f16_value, quantize, round_to_f16,
@@ -129,26 +131,15 @@ fn values_beyond_the_largest_code_round_then_overflow() {
                 (f32::MAX, true),
             ] {
                 let want = if overflows { nan_or_inf } else { max_code };
-                assert_eq!(
-                    encode(format, x, scale, Overflow::Nan),
-                    want,
-                    "{format} scale {scale} x={x:e}"
-                );
-                assert_eq!(
-                    encode(format, x, scale, Overflow::Saturate),
-                    max_code,
-                    "{format} scale {scale} x={x:e}"
-                );
+                let what = format!("{format} scale {scale} x={x:e}");
+                common::assert_codes(format, x, scale, (want, max_code), &what);
                 let neg_want = if overflows {
                     encode(format, f32::NEG_INFINITY, scale, Overflow::Nan)
                 } else {
                     max_code | 0x80
                 };
-                assert_eq!(encode(format, -x, scale, Overflow::Nan), neg_want);
-                assert_eq!(
-                    encode(format, -x, scale, Overflow::Saturate),
-                    max_code | 0x80
-                );
+                let codes = (neg_want, max_code | 0x80);
+                common::assert_codes(format, -x, scale, codes, &format!("-{what}"));
             }
         }
     }

@@ -2,6 +2,8 @@
 //! `scripts/gen_fp8_golden.py` generates (the file headers name the ml_dtypes version). Python is
 //! not needed to run these tests.
 
+mod common;
+
 use ipu_numerics::{Fp8Format, Overflow, decode, encode, f16_bits, f16_value};
 
 const DECODE: &str = include_str!("data/fp8_decode.txt");
@@ -111,16 +113,8 @@ fn round_to_nearest_encoding_agrees_with_ml_dtypes() {
                     continue;
                 }
                 let y = y as f32;
-                assert_eq!(
-                    encode(format, y, scale, Overflow::Nan),
-                    want_nan,
-                    "line {line}: {format} scale {scale}"
-                );
-                assert_eq!(
-                    encode(format, y, scale, Overflow::Saturate),
-                    want_sat,
-                    "line {line}: {format} scale {scale}"
-                );
+                let what = format!("line {line}: {format} scale {scale}");
+                common::assert_codes(format, y, scale, (want_nan, want_sat), &what);
                 scaled += 1;
             }
         }

@@ -40,7 +40,7 @@ fn main() {
         .collect();
     let mut c = vec![0.0f32; size * size];
     for threads in [1, 2] {
-        let s = best_seconds(|| gemm::sgemm(&a, &b, &mut c, (size, size, size), threads));
+        let s = best_seconds(|| gemm::gemm::<f32>(&a, &b, &mut c, (size, size, size), threads));
         println!(
             "gemm=sgemm m={size} k={size} n={size} dtype=f32 threads={threads} seconds={s:.4} gflops={:.2}",
             flops / s / 1e9

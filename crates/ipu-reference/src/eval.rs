@@ -4,7 +4,7 @@
 use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
-use crate::gemm::{AmpRule, Partials, matmul_device, matmul_f64};
+use crate::gemm::{AmpRule, Partials, gemm, matmul_device};
 use crate::{Precision, ReferenceError, Tensor, round_slice, unary};
 
 #[derive(Clone, Copy)]
@@ -318,7 +318,7 @@ fn matmul(
             let a64: Vec<f64> = am.iter().map(|&x| f64::from(x)).collect();
             let b64: Vec<f64> = bm.iter().map(|&x| f64::from(x)).collect();
             let mut c64 = vec![0.0f64; m * n];
-            matmul_f64(&a64, &b64, &mut c64, (m, k, n), ctx.threads);
+            gemm(&a64, &b64, &mut c64, (m, k, n), ctx.threads);
             cm.iter_mut().zip(&c64).for_each(|(c, &v)| *c = v as f32);
         }
     }
@@ -406,7 +406,7 @@ fn attention(
             let q64: Vec<f64> = qm.iter().map(|&x| f64::from(x)).collect();
             let kt64: Vec<f64> = kt.iter().map(|&x| f64::from(x)).collect();
             let mut s = vec![0.0f64; sq * sk];
-            matmul_f64(&q64, &kt64, &mut s, (sq, d, sk), ctx.threads);
+            gemm(&q64, &kt64, &mut s, (sq, d, sk), ctx.threads);
             for i in 0..sq {
                 let row = &mut s[i * sk..(i + 1) * sk];
                 let mut mx = f64::NEG_INFINITY;
@@ -433,7 +433,7 @@ fn attention(
             }
             let v64: Vec<f64> = vm.iter().map(|&x| f64::from(x)).collect();
             let mut o64 = vec![0.0f64; sq * dv];
-            matmul_f64(&s, &v64, &mut o64, (sq, sk, dv), ctx.threads);
+            gemm(&s, &v64, &mut o64, (sq, sk, dv), ctx.threads);
             om.iter_mut().zip(&o64).for_each(|(o, &x)| *o = x as f32);
         }
     }

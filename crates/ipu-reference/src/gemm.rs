@@ -207,7 +207,7 @@ pub fn matmul_device(
 
 /// A `matrixmultiply` kernel (`sgemm`, `dgemm`): `c = alpha a b + beta c` over `m x k` and
 /// `k x n` operands, each matrix given by a pointer and its row and column strides.
-type GemmKernel<T> = unsafe fn(
+pub type GemmKernel<T> = unsafe fn(
     usize,
     usize,
     usize,
@@ -224,25 +224,40 @@ type GemmKernel<T> = unsafe fn(
     isize,
 );
 
-/// Row-major `c[m,n] = a[m,k] b[k,n]` through `kernel`, rows split over `threads`; the callers
-/// check the slice lengths.
-fn gemm_rows<T>(
-    kernel: GemmKernel<T>,
+/// An element type `matrixmultiply` multiplies: f64 (`dgemm`, for the exact reference) and
+/// f32 (`sgemm`, the raw BLAS speed figure of docs/perf.md).
+pub trait GemmElement: Copy + Send + Sync + From<f32> {
+    /// The type's `matrixmultiply` kernel.
+    const KERNEL: GemmKernel<Self>;
+}
+
+impl GemmElement for f64 {
+    const KERNEL: GemmKernel<f64> = matrixmultiply::dgemm;
+}
+
+impl GemmElement for f32 {
+    const KERNEL: GemmKernel<f32> = matrixmultiply::sgemm;
+}
+
+/// Row-major `c[m,n] = a[m,k] b[k,n]` through the element type's `matrixmultiply` kernel
+/// (exact in f64), rows split over `threads`.
+pub fn gemm<T: GemmElement>(
     a: &[T],
     b: &[T],
     c: &mut [T],
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
     threads: usize,
-) where
-    T: Copy + Send + Sync + From<f32>,
-{
+) {
+    assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
+    if m == 0 || n == 0 {
+        return;
+    }
     for_row_chunks(c, n, threads, |row0, chunk| {
         let rows = chunk.len() / n.max(1);
         // SAFETY: the pointers cover rows*k, k*n and rows*n elements with the given row-major
         // strides, and `chunk` is exclusively borrowed.
         unsafe {
-            kernel(
+            T::KERNEL(
                 rows,
                 k,
                 n,
@@ -260,35 +275,6 @@ fn gemm_rows<T>(
             );
         }
     });
-}
-
-/// Exact `c[m,n] = a[m,k] b[k,n]` in f64 through `matrixmultiply::dgemm`, rows split over
-/// `threads`.
-pub fn matmul_f64(
-    a: &[f64],
-    b: &[f64],
-    c: &mut [f64],
-    (m, k, n): (usize, usize, usize),
-    threads: usize,
-) {
-    debug_assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
-    if m == 0 || n == 0 {
-        return;
-    }
-    gemm_rows(matrixmultiply::dgemm, a, b, c, k, n, threads);
-}
-
-/// f32 `c[m,n] = a[m,k] b[k,n]` through `matrixmultiply::sgemm`, rows split over `threads`
-/// (the raw BLAS speed figure of docs/perf.md).
-pub fn sgemm(
-    a: &[f32],
-    b: &[f32],
-    c: &mut [f32],
-    (m, k, n): (usize, usize, usize),
-    threads: usize,
-) {
-    assert_eq!((a.len(), b.len(), c.len()), (m * k, k * n, m * n));
-    gemm_rows(matrixmultiply::sgemm, a, b, c, k, n, threads);
 }
 
 #[cfg(test)]

@@ -190,21 +190,7 @@ impl Tensor {
     /// element at the dtype's scale. Values not representable in the dtype are rounded as
     /// [`round_to_dtype`] does.
     pub fn to_bytes(&self) -> Vec<u8> {
-        match self.dtype {
-            DType::F32 => self.data.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            DType::F16 => self
-                .data
-                .iter()
-                .flat_map(|&x| ipu_numerics::f16_bits(x).to_le_bytes())
-                .collect(),
-            DType::F143 { scale } | DType::F152 { scale } => {
-                let format = self.dtype.fp8_format().expect("FP8 dtype");
-                self.data
-                    .iter()
-                    .map(|&x| ipu_numerics::encode(format, x, i32::from(scale), Overflow::Saturate))
-                    .collect()
-            }
-        }
+        ipu_graph::encode_elements(self.dtype, &self.data)
     }
 
     /// Reads a tensor from its device layout (see [`Tensor::to_bytes`]).
@@ -221,21 +207,7 @@ impl Tensor {
                 reason: format!("{} bytes, expected {expected}", bytes.len()),
             });
         }
-        let data = match dtype {
-            DType::F32 => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            DType::F16 => bytes
-                .chunks_exact(2)
-                .map(|c| ipu_numerics::f16_value(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            DType::F143 { scale } | DType::F152 { scale } => {
-                let table =
-                    ipu_numerics::decode_table(dtype.fp8_format().expect("FP8"), i32::from(scale));
-                bytes.iter().map(|&b| table[b as usize]).collect()
-            }
-        };
+        let data = ipu_graph::decode_elements(dtype, bytes);
         Ok(Tensor { dtype, shape, data })
     }
 

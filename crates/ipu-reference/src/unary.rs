@@ -45,16 +45,11 @@ pub const ERF_AS_NEG_A: [f32; 5] = [
 
 /// The device's `tanh` of one f32 lane.
 pub fn tanh_device(x: f32) -> f32 {
-    let t = THRESHOLD;
-    let a = x.abs();
-    let c = x.min(t).max(-t);
-    let z = c * c;
+    let (a, c, z, s) = clamped(x);
     let [k3, k5, k7, k9] = TANH_TAYLOR;
     let q = (((z * k9 + k7) * z + k5) * z + k3) * z;
-    let s = c + c;
-    let s = s + s;
     let p = c.mul_add(q, c);
-    let (ws, b) = select(t, a, s, p);
+    let (ws, b) = select(THRESHOLD, a, s, p);
     let e = a + a;
     let e = e.exp() + 1.0;
     let e = 1.0 / e;
@@ -64,16 +59,11 @@ pub fn tanh_device(x: f32) -> f32 {
 
 /// The device's `erf` of one f32 lane.
 pub fn erf_device(x: f32) -> f32 {
-    let t = THRESHOLD;
-    let a = x.abs();
-    let c = x.min(t).max(-t);
-    let z = c * c;
+    let (a, c, z, s) = clamped(x);
     let [c0, c2, c4, c6] = ERF_TAYLOR;
     let q = ((z * c6 + c4) * z + c2) * z + c0;
-    let s = c + c;
-    let s = s + s;
     let p = q * c;
-    let (ws, b) = select(t, a, s, p);
+    let (ws, b) = select(THRESHOLD, a, s, p);
     let r = a.mul_add(ERF_AS_P, 1.0);
     let r = 1.0 / r;
     let e = -(a * a);
@@ -82,6 +72,15 @@ pub fn erf_device(x: f32) -> f32 {
     let f = (((r * n5 + n4) * r + n3) * r + n2) * r + n1;
     let f = f * r;
     f.mul_add(e, b)
+}
+
+/// What both approximations start from: `|x|`, `x` clamped to the threshold, its square, and
+/// four times the clamped `x` (the sign operand of [`select`], two additions as on the device).
+fn clamped(x: f32) -> (f32, f32, f32, f32) {
+    let t = THRESHOLD;
+    let c = x.min(t).max(-t);
+    let s = c + c;
+    (x.abs(), c, c * c, s + s)
 }
 
 /// The branch selection: `w = 1` above the threshold, else 0 (a compare mask taken through

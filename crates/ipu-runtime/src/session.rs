@@ -185,24 +185,23 @@ impl<'p> Session<'p> {
 
     fn program_index(&self, name: &str) -> Result<usize, RuntimeError> {
         let programs = &self.package.manifest.programs;
-        programs
-            .iter()
-            .position(|p| p.name == name)
-            .ok_or_else(|| RuntimeError::UnknownProgram {
-                name: name.into(),
-                known: names(programs.iter().map(|p| p.name.as_str())),
-            })
+        position_by_name(
+            programs,
+            name,
+            |p| &p.name,
+            |name, known| RuntimeError::UnknownProgram { name, known },
+        )
     }
 
     fn tensor(&self, name: &str) -> Result<&'p HostTensor, RuntimeError> {
         let tensors = &self.package.manifest.tensors;
-        tensors
-            .iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| RuntimeError::UnknownTensor {
-                name: name.into(),
-                known: names(tensors.iter().map(|t| t.name.as_str())),
-            })
+        let i = position_by_name(
+            tensors,
+            name,
+            |t| &t.name,
+            |name, known| RuntimeError::UnknownTensor { name, known },
+        )?;
+        Ok(&tensors[i])
     }
 
     /// Attaches host pages of the manifest's sizes: zeroed, but for the constants page, which
@@ -355,4 +354,18 @@ impl<'p> Session<'p> {
         profile.write(path)?;
         Ok(profile)
     }
+}
+
+/// The position of the item of `items` called `name`, or the error `unknown` makes of the name
+/// and the known names.
+fn position_by_name<T>(
+    items: &[T],
+    name: &str,
+    item_name: impl Fn(&T) -> &str,
+    unknown: impl FnOnce(String, String) -> RuntimeError,
+) -> Result<usize, RuntimeError> {
+    items
+        .iter()
+        .position(|item| item_name(item) == name)
+        .ok_or_else(|| unknown(name.into(), names(items.iter().map(&item_name))))
 }

@@ -35,6 +35,11 @@ impl std::fmt::Debug for SimulatorDevice {
 }
 
 impl SimulatorDevice {
+    /// What `read` gives of the loaded device; nothing before a package is loaded.
+    fn read_loaded<T>(&self, read: impl FnOnce(&ipu_sim::Device) -> Vec<T>) -> Vec<T> {
+        self.sim.as_ref().map(read).unwrap_or_default()
+    }
+
     /// A simulated device of `target`, unconfigured.
     pub fn new(target: Target) -> SimulatorDevice {
         SimulatorDevice {
@@ -240,42 +245,35 @@ impl Device for SimulatorDevice {
     }
 
     fn counters(&self) -> Vec<TileCounters> {
-        let Some(sim) = &self.sim else {
-            return Vec::new();
-        };
-        let n = sim.active_tiles() as usize;
-        sim.counters()[..n]
-            .iter()
-            .enumerate()
-            .map(|(t, c)| tile_counters(t as u32, c))
-            .collect()
+        self.read_loaded(|sim| {
+            let n = sim.active_tiles() as usize;
+            sim.counters()[..n]
+                .iter()
+                .enumerate()
+                .map(|(t, c)| tile_counters(t as u32, c))
+                .collect()
+        })
     }
 
     fn profile_samples(&self) -> Vec<ProfileSample> {
-        let Some(sim) = &self.sim else {
-            return Vec::new();
-        };
-        sim.profile()
-            .iter()
-            .map(|r| ProfileSample {
+        self.read_loaded(|sim| {
+            let sample = |r: &ipu_sim::ProfileRecord| ProfileSample {
                 step: r.step,
                 kind: r.kind.to_string(),
                 counters: tile_counters(r.tile, &r.counters),
-            })
-            .collect()
+            };
+            sim.profile().iter().map(sample).collect()
+        })
     }
 
     fn profile_marks(&self) -> Vec<ProfileMark> {
-        let Some(sim) = &self.sim else {
-            return Vec::new();
-        };
-        sim.marks()
-            .iter()
-            .map(|m| ProfileMark {
+        self.read_loaded(|sim| {
+            let mark = |m: &ipu_sim::ProfileMark| ProfileMark {
                 tile: m.tile,
                 cycle: m.cycle,
                 id: m.id,
-            })
-            .collect()
+            };
+            sim.marks().iter().map(mark).collect()
+        })
     }
 }

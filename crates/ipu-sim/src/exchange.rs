@@ -8,7 +8,7 @@
 //! Not modelled: the 2x receive bandwidth of a tile pair receiving identical data (a multicast
 //! occupies each destination's port for the full transfer).
 
-use ipu_isa::tables::{ExchangeRow, ExchangeTable, HostDirection, HostTable};
+use ipu_isa::tables::{ExchangeRow, ExchangeTable, HostDirection, HostTable, TableError};
 use ipu_target::Target;
 
 use crate::exec::{Arrival, Tile};
@@ -26,73 +26,59 @@ fn fault(tile: &mut Tile, arrival: &Arrival, addr: Option<u32>, kind: FaultKind)
     }
 }
 
+/// How one kind of table is read: its header's size, its length from the header, its parser.
+struct TableFormat<T> {
+    header: u32,
+    len_of: fn(&[u8]) -> Result<usize, TableError>,
+    parse: fn(&[u8]) -> Result<T, TableError>,
+}
+
+const EXCHANGE_TABLES: TableFormat<ExchangeTable> = TableFormat {
+    header: ipu_isa::tables::EXCHANGE_HEADER_BYTES,
+    len_of: ExchangeTable::byte_len_from_header,
+    parse: ExchangeTable::from_bytes,
+};
+
+const HOST_TABLES: TableFormat<HostTable> = TableFormat {
+    header: ipu_isa::tables::HOST_HEADER_BYTES,
+    len_of: HostTable::byte_len_from_header,
+    parse: HostTable::from_bytes,
+};
+
 /// [`read_table`] for every active tile, in tile order; the first fault stops the read.
 fn read_tables<T>(
     tiles: &mut [Tile],
     arrivals: &[Arrival],
-    header: u32,
-    len_of: impl Fn(&[u8]) -> Result<usize, ipu_isa::tables::TableError>,
-    parse: impl Fn(&[u8]) -> Result<T, ipu_isa::tables::TableError>,
+    format: &TableFormat<T>,
 ) -> Result<Vec<T>, Fault> {
     tiles
         .iter_mut()
         .zip(arrivals)
-        .map(|(t, a)| read_table(t, a, header, &len_of, &parse))
+        .map(|(t, a)| read_table(t, a, format))
         .collect()
 }
 
-fn read_table<T>(
-    tile: &mut Tile,
-    arrival: &Arrival,
-    header: u32,
-    len_of: impl Fn(&[u8]) -> Result<usize, ipu_isa::tables::TableError>,
-    parse: impl Fn(&[u8]) -> Result<T, ipu_isa::tables::TableError>,
-) -> Result<T, Fault> {
+fn read_table<T>(tile: &mut Tile, arrival: &Arrival, format: &TableFormat<T>) -> Result<T, Fault> {
     let addr = arrival.operand;
+    let bad = |tile: &mut Tile, kind| fault(tile, arrival, Some(addr), kind);
+    let bad_table = |tile: &mut Tile, e: TableError| bad(tile, FaultKind::BadTable(e.to_string()));
+    let header = format.header;
     if !addr.is_multiple_of(4) {
-        return Err(fault(
-            tile,
-            arrival,
-            Some(addr),
-            FaultKind::Misaligned { align: 4 },
-        ));
+        return Err(bad(tile, FaultKind::Misaligned { align: 4 }));
     }
     if !tile.mem.contains(addr, header) {
-        return Err(fault(
-            tile,
-            arrival,
-            Some(addr),
-            FaultKind::OutOfRange { bytes: header },
-        ));
+        return Err(bad(tile, FaultKind::OutOfRange { bytes: header }));
     }
     let mut h = vec![0u8; header as usize];
     tile.mem.read_into(addr, &mut h);
-    let len = len_of(&h).map_err(|e| {
-        fault(
-            tile,
-            arrival,
-            Some(addr),
-            FaultKind::BadTable(e.to_string()),
-        )
-    })?;
+    let len = (format.len_of)(&h).map_err(|e| bad_table(tile, e))?;
     if len > u32::MAX as usize || !tile.mem.contains(addr, len as u32) {
-        return Err(fault(
-            tile,
-            arrival,
-            Some(addr),
-            FaultKind::BadTable(format!("table of {len} bytes runs past tile memory")),
-        ));
+        let why = format!("table of {len} bytes runs past tile memory");
+        return Err(bad(tile, FaultKind::BadTable(why)));
     }
     let mut b = vec![0u8; len];
     tile.mem.read_into(addr, &mut b);
-    parse(&b).map_err(|e| {
-        fault(
-            tile,
-            arrival,
-            Some(addr),
-            FaultKind::BadTable(e.to_string()),
-        )
-    })
+    (format.parse)(&b).map_err(|e| bad_table(tile, e))
 }
 
 /// One scheduled transfer into one destination.
@@ -113,13 +99,7 @@ pub(crate) fn exchange(
     target: &Target,
 ) -> Result<u64, Fault> {
     let active = tiles.len() as u32;
-    let tables = read_tables(
-        tiles,
-        arrivals,
-        ipu_isa::tables::EXCHANGE_HEADER_BYTES,
-        ExchangeTable::byte_len_from_header,
-        ExchangeTable::from_bytes,
-    )?;
+    let tables = read_tables(tiles, arrivals, &EXCHANGE_TABLES)?;
     let horizon = tables.first().map(|t| t.horizon_cycles).unwrap_or(0);
     // Repeated rows stand for their single sends; every check and move works on those.
     let sends_of: Vec<Vec<ExchangeRow>> = tables.iter().map(|t| t.sends()).collect();
@@ -280,6 +260,15 @@ pub(crate) fn exchange(
     let mut last_dst: Option<(u32, u32, usize, u32)> = None; // tile, end, row, sender
     let mut last_src: Option<(u32, u32, usize)> = None; // tile, end, row
     for &(t, s, e, is_dst, row, peer) in &ranges {
+        // Range `range` on tile `t` from `s` on overlaps the earlier range `overlaps`.
+        let hazard = |tiles: &mut [Tile], range, overlaps| {
+            let why = ExchangeFault::MemoryHazard {
+                tile: t,
+                range,
+                overlaps,
+            };
+            bad(tiles, t as usize, Some(s), why)
+        };
         if let Some((lt, le, lrow, lpeer)) = last_dst
             && lt == t
             && s < le
@@ -289,32 +278,16 @@ pub(crate) fn exchange(
             } else {
                 RowSide::Source
             };
-            return bad(
-                tiles,
-                t as usize,
-                Some(s),
-                ExchangeFault::MemoryHazard {
-                    tile: t,
-                    range: (peer, row, side),
-                    overlaps: (lpeer, lrow, RowSide::Destination),
-                },
-            );
+            let overlaps = (lpeer, lrow, RowSide::Destination);
+            return hazard(tiles, (peer, row, side), overlaps);
         }
         if is_dst
             && let Some((lt, le, lrow)) = last_src
             && lt == t
             && s < le
         {
-            return bad(
-                tiles,
-                t as usize,
-                Some(s),
-                ExchangeFault::MemoryHazard {
-                    tile: t,
-                    range: (peer, row, RowSide::Destination),
-                    overlaps: (t, lrow, RowSide::Source),
-                },
-            );
+            let overlaps = (t, lrow, RowSide::Source);
+            return hazard(tiles, (peer, row, RowSide::Destination), overlaps);
         }
         if is_dst {
             if last_dst.is_none_or(|(lt, le, _, _)| lt != t || e > le) {
@@ -362,13 +335,7 @@ pub(crate) fn host_exchange(
     pages: &mut [Vec<u8>],
     target: &Target,
 ) -> Result<HostBytes, Fault> {
-    let tables = read_tables(
-        tiles,
-        arrivals,
-        ipu_isa::tables::HOST_HEADER_BYTES,
-        HostTable::byte_len_from_header,
-        HostTable::from_bytes,
-    )?;
+    let tables = read_tables(tiles, arrivals, &HOST_TABLES)?;
     let mut total = HostBytes::default();
     for (t, table) in tables.iter().enumerate() {
         for (i, row) in table.rows.iter().enumerate() {

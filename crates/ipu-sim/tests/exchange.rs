@@ -193,16 +193,10 @@ fn bad_rows_are_rejected() {
     let bad = |r: ExchangeRow, want: ExchangeFault| {
         rejected(&[table(1000, vec![r]), table(1000, vec![])], 0, want)
     };
-    let side = RowSide::Source;
-    bad(
-        row(0x80002, 0x88000, 4, 0, 1, 1),
-        E::Misaligned { row: 0, side },
-    );
-    let side = RowSide::Destination;
-    bad(
-        row(0x80000, 0x88001, 4, 0, 1, 1),
-        E::Misaligned { row: 0, side },
-    );
+    let (source, destination) = (RowSide::Source, RowSide::Destination);
+    let misaligned = |side| E::Misaligned { row: 0, side };
+    bad(row(0x80002, 0x88000, 4, 0, 1, 1), misaligned(source));
+    bad(row(0x80000, 0x88001, 4, 0, 1, 1), misaligned(destination));
     bad(
         row(0x80000, 0x88000, 6, 0, 1, 1),
         E::RowBytes { row: 0, bytes: 6 },
@@ -211,25 +205,13 @@ fn bad_rows_are_rejected() {
         row(0x80000, 0x88000, 0, 0, 1, 1),
         E::RowBytes { row: 0, bytes: 0 },
     );
-    let (row0, bytes) = (0, 8);
-    let side = RowSide::Source;
-    bad(
-        row(0xE7FFC, 0x88000, 8, 0, 1, 1),
-        E::OutOfRange {
-            row: row0,
-            side,
-            bytes,
-        },
-    );
-    let side = RowSide::Destination;
-    bad(
-        row(0x80000, 0x40000, 8, 0, 1, 1),
-        E::OutOfRange {
-            row: row0,
-            side,
-            bytes,
-        },
-    );
+    let out_of_range = |side| E::OutOfRange {
+        row: 0,
+        side,
+        bytes: 8,
+    };
+    bad(row(0xE7FFC, 0x88000, 8, 0, 1, 1), out_of_range(source));
+    bad(row(0x80000, 0x40000, 8, 0, 1, 1), out_of_range(destination));
     let inactive = |first, end| E::InactiveDestinations {
         row: 0,
         first,
@@ -242,39 +224,39 @@ fn bad_rows_are_rejected() {
 }
 
 #[test]
-fn overlapping_destinations_are_rejected() {
-    let t = vec![
-        table(200, vec![row(0x80000, 0x88000, 16, 0, 2, 1)]),
-        table(200, vec![row(0x80000, 0x88008, 16, 50, 2, 1)]),
-        table(200, vec![]),
+fn overlapping_destinations_and_writes_into_memory_the_phase_reads_are_rejected() {
+    use RowSide::{Destination, Source};
+    let cases = [
+        // Two senders write overlapping bytes on tile 2.
+        (
+            vec![
+                table(200, vec![row(0x80000, 0x88000, 16, 0, 2, 1)]),
+                table(200, vec![row(0x80000, 0x88008, 16, 50, 2, 1)]),
+                table(200, vec![]),
+            ],
+            2,
+            (1, 0, Destination),
+            (0, 0, Destination),
+        ),
+        // Tile 1 sends from 0x80000 while tile 0 writes into 0x80008 on tile 1.
+        (
+            vec![
+                table(200, vec![row(0x80000, 0x80008, 16, 0, 1, 1)]),
+                table(200, vec![row(0x80000, 0x88000, 16, 0, 0, 1)]),
+            ],
+            1,
+            (0, 0, Destination),
+            (1, 0, Source),
+        ),
     ];
-    rejected(
-        &t,
-        2,
-        ExchangeFault::MemoryHazard {
-            tile: 2,
-            range: (1, 0, RowSide::Destination),
-            overlaps: (0, 0, RowSide::Destination),
-        },
-    );
-}
-
-#[test]
-fn writing_memory_the_phase_reads_is_rejected() {
-    // Tile 1 sends from 0x80000 while tile 0 writes into 0x80008 on tile 1.
-    let t = vec![
-        table(200, vec![row(0x80000, 0x80008, 16, 0, 1, 1)]),
-        table(200, vec![row(0x80000, 0x88000, 16, 0, 0, 1)]),
-    ];
-    rejected(
-        &t,
-        1,
-        ExchangeFault::MemoryHazard {
-            tile: 1,
-            range: (0, 0, RowSide::Destination),
-            overlaps: (1, 0, RowSide::Source),
-        },
-    );
+    for (tables, tile, range, overlaps) in cases {
+        let want = ExchangeFault::MemoryHazard {
+            tile,
+            range,
+            overlaps,
+        };
+        rejected(&tables, tile, want);
+    }
 }
 
 #[test]
@@ -391,22 +373,11 @@ fn host_exchange_checks_pages_and_memory() {
             page_bytes: 8,
         },
     );
-    case(
-        HostRow {
-            tile_addr: 0x80002,
-            ..r
-        },
-        vec![vec![0; 16]],
-        H::Unaligned { row: 0, bytes: 16 },
-    );
-    case(
-        HostRow {
-            tile_addr: 0xE7FF8,
-            ..r
-        },
-        vec![vec![0; 16]],
-        H::OutOfRange { row: 0, bytes: 16 },
-    );
+    let at = |tile_addr| HostRow { tile_addr, ..r };
+    let unaligned = H::Unaligned { row: 0, bytes: 16 };
+    case(at(0x80002), vec![vec![0; 16]], unaligned);
+    let out_of_range = H::OutOfRange { row: 0, bytes: 16 };
+    case(at(0xE7FF8), vec![vec![0; 16]], out_of_range);
 }
 
 #[test]
@@ -431,13 +402,8 @@ fn sync_advances_every_tile_to_the_slowest_plus_the_sync_cost() {
 
 #[test]
 fn random_permutation_exchanges_move_every_byte() {
-    let mut seed = 0x0123_4567_89AB_CDEFu64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = Rng(0x0123_4567_89AB_CDEF);
+    let mut next = move || rng.next();
     for _ in 0..20 {
         let n = 2 + (next() % 15) as usize;
         // A random permutation: tile t sends to perm[t].

@@ -45,31 +45,82 @@ fn check(f: &Fault, ctx: Context, pc: u32, addr: Option<u32>) {
     );
 }
 
+/// The fault of `src` on one GC200 tile: of `kind`, in `ctx` at the instruction labelled
+/// `bad`, at `addr`.
+#[track_caller]
+fn faults_at_bad(src: &str, kind: FaultKind, ctx: Context, addr: Option<u32>) -> Fault {
+    let (f, s) = fault(src);
+    assert_eq!(f.kind, kind);
+    check(&f, ctx, s["bad"], addr);
+    f
+}
+
+/// [`faults_at_bad`] of `body` run on worker 0.
+#[track_caller]
+fn worker_faults(body: &str, kind: FaultKind, addr: Option<u32>) -> Fault {
+    faults_at_bad(&worker(body), kind, Context::Worker(0), addr)
+}
+
+/// [`faults_at_bad`] of the supervisor's program `src`.
+#[track_caller]
+fn supervisor_faults(src: &str, kind: FaultKind, addr: Option<u32>) -> Fault {
+    faults_at_bad(src, kind, Context::Supervisor, addr)
+}
+
+/// Runs `src` on `tiles` GC200 tiles, which must end without a fault.
+fn runs_clean(tiles: u32, src: &str) {
+    let (mut d, o) = common::load(Target::gc200(), tiles, src);
+    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+}
+
+/// The kind of fault `body` makes on worker 0.
+fn worker_fault_kind(body: &str) -> FaultKind {
+    fault(&worker(body)).0.kind
+}
+
+/// A race with worker 0, by two writes or a write and a read.
+fn race(both_write: bool) -> FaultKind {
+    FaultKind::WorkerRace {
+        other: 0,
+        both_write,
+    }
+}
+
 #[test]
 fn out_of_range_access() {
-    let (f, s) = fault(&worker(" setzi $m1, 0x40000\nbad: ld32 $m2, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::OutOfRange { bytes: 4 });
-    check(&f, Context::Worker(0), s["bad"], Some(0x40000));
+    let f = worker_faults(
+        " setzi $m1, 0x40000\nbad: ld32 $m2, $m1, 0",
+        FaultKind::OutOfRange { bytes: 4 },
+        Some(0x40000),
+    );
     assert_eq!(f.instruction, "ld32 $m2, $m1, 0");
     // Just past the end of memory.
-    let (f, _) = fault(&worker(" li $m1, 0xE7FFC\n ld64 $a0:1, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::OutOfRange { bytes: 8 });
+    assert_eq!(
+        worker_fault_kind(" li $m1, 0xE7FFC\n ld64 $a0:1, $m1, 0"),
+        FaultKind::OutOfRange { bytes: 8 }
+    );
 }
 
 #[test]
 fn misaligned_access() {
-    let (f, s) = fault(&worker(" li $m1, 0x80004\nbad: ld64 $a0:1, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::Misaligned { align: 8 });
-    check(&f, Context::Worker(0), s["bad"], Some(0x80004));
-    let (f, _) = fault(&worker(" li $m1, 0x80001\n ldz16 $m3, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::Misaligned { align: 2 });
+    worker_faults(
+        " li $m1, 0x80004\nbad: ld64 $a0:1, $m1, 0",
+        FaultKind::Misaligned { align: 8 },
+        Some(0x80004),
+    );
+    assert_eq!(
+        worker_fault_kind(" li $m1, 0x80001\n ldz16 $m3, $m1, 0"),
+        FaultKind::Misaligned { align: 2 }
+    );
 }
 
 #[test]
 fn ld128_outside_interleaved_memory() {
-    let (f, s) = fault(&worker(" li $m1, 0x70000\nbad: ld128 $a0:3, $m1, 0"));
-    assert_eq!(f.kind, FaultKind::NotInterleaved);
-    check(&f, Context::Worker(0), s["bad"], Some(0x70000));
+    worker_faults(
+        " li $m1, 0x70000\nbad: ld128 $a0:3, $m1, 0",
+        FaultKind::NotInterleaved,
+        Some(0x70000),
+    );
 }
 
 #[test]
@@ -113,11 +164,15 @@ bad: .word {}, {}",
 
 #[test]
 fn sub_word_store() {
-    let (f, s) = fault(&worker(" li $m1, 0x80000\nbad: st8 $m2, $m1, 3"));
-    assert_eq!(f.kind, FaultKind::SubWordStore);
-    check(&f, Context::Worker(0), s["bad"], Some(0x80003));
-    let (f, _) = fault(&worker(" li $m1, 0x80000\n st16 $m2, $m1, 2"));
-    assert_eq!(f.kind, FaultKind::SubWordStore);
+    worker_faults(
+        " li $m1, 0x80000\nbad: st8 $m2, $m1, 3",
+        FaultKind::SubWordStore,
+        Some(0x80003),
+    );
+    assert_eq!(
+        worker_fault_kind(" li $m1, 0x80000\n st16 $m2, $m1, 2"),
+        FaultKind::SubWordStore
+    );
 }
 
 #[test]
@@ -133,33 +188,31 @@ fn fp8_amp_on_a_target_without_it() {
 
 #[test]
 fn supervisor_only_on_a_worker_and_worker_only_on_the_supervisor() {
-    let (f, s) = fault(&worker("bad: sync"));
-    assert_eq!(f.kind, FaultKind::SupervisorOnly);
-    check(&f, Context::Worker(0), s["bad"], None);
-    let (f, s) = fault("main:\nbad: exit\n");
-    assert_eq!(f.kind, FaultKind::WorkerOnly);
-    check(&f, Context::Supervisor, s["bad"], None);
+    worker_faults("bad: sync", FaultKind::SupervisorOnly, None);
+    supervisor_faults("main:\nbad: exit\n", FaultKind::WorkerOnly, None);
 }
 
 #[test]
 fn run_entry_outside_executable_memory() {
-    let (f, s) = fault("main:\n li $m1, 0x90000\nbad: run $m1, $m2\n halt\n");
-    assert_eq!(f.kind, FaultKind::RunEntryNotExecutable);
-    check(&f, Context::Supervisor, s["bad"], Some(0x90000));
+    supervisor_faults(
+        "main:\n li $m1, 0x90000\nbad: run $m1, $m2\n halt\n",
+        FaultKind::RunEntryNotExecutable,
+        Some(0x90000),
+    );
 }
 
 #[test]
 fn rpt_count_over_the_limit() {
-    let (f, s) = fault(&worker(" li $m1, 0x10000\nbad: rpt $m1, 1\n nop"));
-    assert_eq!(f.kind, FaultKind::RptCountTooLarge(0x10000));
-    check(&f, Context::Worker(0), s["bad"], None);
+    worker_faults(
+        " li $m1, 0x10000\nbad: rpt $m1, 1\n nop",
+        FaultKind::RptCountTooLarge(0x10000),
+        None,
+    );
 }
 
 #[test]
 fn control_flow_inside_an_rpt_body() {
-    let (f, s) = fault(&worker(" rpt 2, 1\nbad: bri w"));
-    assert_eq!(f.kind, FaultKind::ControlInRptBody);
-    check(&f, Context::Worker(0), s["bad"], None);
+    worker_faults(" rpt 2, 1\nbad: bri w", FaultKind::ControlInRptBody, None);
 }
 
 #[test]
@@ -188,38 +241,23 @@ fn step_limit() {
 #[test]
 fn global_instruction_while_workers_run() {
     let src = "main:\n setzi $m1, w\n run $m1, $m2\nbad: sync\n halt\n .align 8\nw:\n rpt 100, 1\n nop\n exit\n";
-    let (f, s) = fault(src);
-    assert_eq!(f.kind, FaultKind::WorkersRunning);
-    check(&f, Context::Supervisor, s["bad"], None);
+    supervisor_faults(src, FaultKind::WorkersRunning, None);
 }
 
 #[test]
 fn workers_of_one_phase_writing_the_same_word() {
     let src = "main:\n setzi $m1, w\n run $m1, $m2\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
     let (f, s) = fault(src);
-    assert_eq!(
-        f.kind,
-        FaultKind::WorkerRace {
-            other: 0,
-            both_write: true
-        }
-    );
+    assert_eq!(f.kind, race(true));
     check(&f, Context::Worker(1), s["w"], Some(0x80010));
     // Reading what another worker of the phase writes.
     let src = "main:\n setzi $m1, w\n setzi $m2, 0\n run $m1, $m2\n setzi $m2, 1\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n brz $m0, rd\n st32 $m3, $m3, 0\n exit\nrd:\n ld32 $m4, $m3, 0\n exit\n";
     let (f, _) = fault(src);
-    assert_eq!(
-        f.kind,
-        FaultKind::WorkerRace {
-            other: 0,
-            both_write: false
-        }
-    );
+    assert_eq!(f.kind, race(false));
     assert_eq!(f.address, Some(0x80010));
     // Disjoint words are fine; so are workers separated by waitw.
     let ok = "main:\n setzi $m1, w\n setzi $m2, 0\n run $m1, $m2\n waitw\n run $m1, $m2\n setzi $m2, 4\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n add $m3, $m3, $m0\n st32 $m3, $m3, 0\n exit\n";
-    let (mut d, o) = common::load(Target::gc200(), 1, ok);
-    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    runs_clean(1, ok);
 }
 
 #[test]
@@ -244,20 +282,22 @@ fn tiles_reaching_different_global_instructions() {
 #[test]
 fn amp_faults() {
     // amp before ampcfg.
-    let (f, s) = fault(&worker("bad: amp $a0:1, $a2:3, $a4:5, 0"));
-    assert_eq!(f.kind, FaultKind::AmpNotConfigured);
-    check(&f, Context::Worker(0), s["bad"], None);
+    worker_faults(
+        "bad: amp $a0:1, $a2:3, $a4:5, 0",
+        FaultKind::AmpNotConfigured,
+        None,
+    );
     // ampw outside interleaved memory, misaligned.
-    let (f, s) = fault("main:\n ampcfg f16f16\n li $m1, 0x70000\nbad: ampw $m1\n halt\n");
-    assert_eq!(f.kind, FaultKind::NotInterleaved);
-    check(&f, Context::Supervisor, s["bad"], Some(0x70000));
+    supervisor_faults(
+        "main:\n ampcfg f16f16\n li $m1, 0x70000\nbad: ampw $m1\n halt\n",
+        FaultKind::NotInterleaved,
+        Some(0x70000),
+    );
     let (f, _) = fault("main:\n ampcfg f16f16\n li $m1, 0x80008\n ampw $m1\n halt\n");
     assert_eq!(f.kind, FaultKind::Misaligned { align: 16 });
     // Changing the AMP while workers run.
     let src = "main:\n setzi $m1, w\n run $m1, $m2\nbad: ampcfg f16f32\n waitw\n halt\n .align 8\nw:\n rpt 10, 1\n nop\n exit\n";
-    let (f, s) = fault(src);
-    assert_eq!(f.kind, FaultKind::AmpBusy);
-    check(&f, Context::Supervisor, s["bad"], None);
+    supervisor_faults(src, FaultKind::AmpBusy, None);
 }
 
 #[test]
@@ -271,8 +311,7 @@ fn bad_exchange_table() {
 fn faults_on_a_later_tile_name_that_tile() {
     let src = "main:\n get $m1, tileid\n shl $m1, $m1, 2\n li $m2, 0x80001\n add $m2, $m2, $m1\n sync\n ld32 $m3, $m2, 3\n halt\n";
     // Tile 0 reads 0x80004 (fine), tile 1 reads 0x80008 (fine)... all aligned: no fault.
-    let (mut d, o) = common::load(Target::gc200(), 4, src);
-    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    runs_clean(4, src);
     let src = "main:\n get $m1, tileid\n li $m2, 0x80000\n add $m2, $m2, $m1\n sync\nbad: ld32 $m3, $m2, 0\n halt\n";
     let (f, s) = fault_with(Target::gc200(), 4, src, RunLimits::default());
     assert_eq!(
@@ -285,20 +324,11 @@ fn faults_on_a_later_tile_name_that_tile() {
 fn supervisor_touching_what_a_running_worker_writes() {
     // The supervisor reads the worker's output before waitw.
     let src = "main:\n li $m5, 0x80010\n setzi $m1, w\n run $m1, $m2\nbad: ld32 $m6, $m5, 0\n waitw\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
-    let (f, s) = fault(src);
-    assert_eq!(
-        f.kind,
-        FaultKind::WorkerRace {
-            other: 0,
-            both_write: false
-        }
-    );
-    check(&f, Context::Supervisor, s["bad"], Some(0x80010));
+    let f = supervisor_faults(src, race(false), Some(0x80010));
     assert_eq!(f.instruction, "ld32 $m6, $m5, 0");
     // After waitw, or before the run, it is fine.
     let ok = "main:\n li $m5, 0x80010\n st32 $m5, $m5, 0\n setzi $m1, w\n run $m1, $m2\n waitw\n ld32 $m6, $m5, 0\n halt\n .align 8\nw:\n li $m3, 0x80010\n st32 $m3, $m3, 0\n exit\n";
-    let (mut d, o) = common::load(Target::gc200(), 1, ok);
-    d.run(o.symbols["main"], &RunLimits::default()).unwrap();
+    runs_clean(1, ok);
 }
 
 #[test]

@@ -45,3 +45,43 @@ pub fn scratch_in(suite: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// Standard output and standard error as text, after asserting that `ipu` exited with 0.
+pub fn succeeded(o: &Output) -> (String, String) {
+    let (out, err) = text(o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    (out, err)
+}
+
+/// A JSON file (a report) read and parsed.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Standard error as text, after asserting that `ipu` refused with exit code 2 saying `needle`.
+pub fn refused(o: &Output, needle: &str) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+    err
+}
+
+/// Asserts that for each of `prefixes` some line of `text` starts with it.
+#[track_caller]
+pub fn assert_line_starts(text: &str, prefixes: &[&str]) {
+    for prefix in prefixes {
+        assert!(
+            text.lines().any(|l| l.starts_with(prefix)),
+            "no line starts with {prefix} in\n{text}"
+        );
+    }
+}
+
+/// Asserts that `text` contains each of `needles`.
+#[track_caller]
+pub fn assert_contains(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} missing in\n{text}");
+    }
+}

@@ -14,7 +14,7 @@ use crate::lower::*;
 use crate::plan::*;
 use crate::program::*;
 use ipu_kernels::state::*;
-use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES, UnOp};
+use ipu_kernels::{self as kernels, BinOp, Kernel, UnOp};
 
 impl Planner<'_> {
     /// Binary elementwise operations; operands of other shapes broadcast as row operations.
@@ -43,13 +43,7 @@ impl Planner<'_> {
             return self.plan_broadcast(op, bop, ins, out_val);
         }
         let layout = self.values[x].layout.clone();
-        let r = self.add_value(
-            out_val.name.clone(),
-            out_val.ty.dtype,
-            out_val.ty.shape.clone(),
-            Some(out),
-            layout,
-        );
+        let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
         self.push_simple(op.name.clone(), DevOpKind::Binary(bop), vec![x, y], r);
         Ok(())
     }
@@ -116,8 +110,7 @@ impl Lowerer<'_> {
         &mut self,
         index: usize,
         bop: BinOp,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         let out = op.output;
@@ -134,22 +127,14 @@ impl Lowerer<'_> {
             let yb = if same {
                 self.value_buffer(y, tile)
             } else {
-                let bytes = align8((n * eb as usize) as u64) as u32 + OVERREAD_BYTES;
-                let st = self
-                    .prog
-                    .buffer(tile, bytes, Region::Any, format!("stage:{}.b", op.name));
-                let want: Vec<(usize, usize, usize)> = out_layout
-                    .pieces
-                    .iter()
-                    .filter(|p| p.tile == tile)
-                    .map(|p| (p.start, p.end, p.local))
-                    .collect();
+                let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{}.b", op.name));
+                let want = out_layout.ranges_on(tile);
                 let c = self.gather(y, tile, out_layout.group, &want, st);
-                copies.extend(c);
+                steps.copies.extend(c);
                 st
             };
             let vectors = (n as u32 * eb) / 8;
-            let ops = tiles.entry(tile).or_default();
+            let ops = steps.tiles.entry(tile).or_default();
             push_split(ops, vectors, |v0, v1| {
                 SupOp::Run(
                     Kernel::Binary { ty, op: bop },
@@ -165,7 +150,7 @@ impl Lowerer<'_> {
             });
         }
         if bop == BinOp::Div {
-            self.pad_clears(index, tiles);
+            self.pad_clears(index, &mut steps.tiles);
         }
         Ok(())
     }
@@ -179,19 +164,14 @@ impl Lowerer<'_> {
         factor: f32,
         tiles: &mut BTreeMap<u32, Vec<SupOp>>,
     ) -> Result<(), CodegenError> {
-        let op = &self.plan.ops[index];
-        let out = op.output;
-        let out_layout = self.plan.values[out].layout.clone();
-        let per_tile = out_layout.elements_per_tile();
-        let x = op.inputs[0];
+        let x = self.plan.ops[index].inputs[0];
         let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
         let eb = self.eb(x);
-        for tile in out_layout.tiles() {
-            let n = per_tile[&tile] as u32;
-            let xb = self.value_buffer(x, tile);
-            let ob = self.value_buffer(out, tile);
-            let ops = tiles.entry(tile).or_default();
-            push_split(ops, n * eb / 8, |v0, v1| {
+        self.split_per_tile(
+            index,
+            tiles,
+            |n| n * eb / 8,
+            |xb, ob, v0, v1| {
                 SupOp::Run(
                     Kernel::Unary { ty, op: uop },
                     UnaryState {
@@ -203,8 +183,8 @@ impl Lowerer<'_> {
                     .into(),
                     kernels::unary_slots(ty, uop, v1 - v0),
                 )
-            });
-        }
+            },
+        );
         if uop == UnOp::Exp {
             self.pad_clears(index, tiles);
         }
@@ -218,20 +198,15 @@ impl Lowerer<'_> {
         tiles: &mut BTreeMap<u32, Vec<SupOp>>,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
-        let out = op.output;
-        let out_layout = self.plan.values[out].layout.clone();
-        let per_tile = out_layout.elements_per_tile();
-        let x = op.inputs[0];
         let (from, to) = (
-            cast_type(self.plan.values[x].dtype),
-            cast_type(self.plan.values[out].dtype),
+            cast_type(self.plan.values[op.inputs[0]].dtype),
+            cast_type(self.plan.values[op.output].dtype),
         );
-        for tile in out_layout.tiles() {
-            let n = per_tile[&tile] as u32;
-            let xb = self.value_buffer(x, tile);
-            let ob = self.value_buffer(out, tile);
-            let ops = tiles.entry(tile).or_default();
-            push_split(ops, n / 4, |g0, g1| {
+        self.split_per_tile(
+            index,
+            tiles,
+            |n| n / 4,
+            |xb, ob, g0, g1| {
                 SupOp::Run(
                     Kernel::Cast { from, to },
                     CastState {
@@ -242,9 +217,32 @@ impl Lowerer<'_> {
                     .into(),
                     kernels::cast_slots(from, to, g1 - g0),
                 )
-            });
-        }
+            },
+        );
         Ok(())
+    }
+
+    /// For every tile of the output of the one-operand operation `index`: its `n` elements as
+    /// `units(n)` units split over the workers, `run(x, out, u0, u1)` the launch of units
+    /// `u0..u1` on the operand's and the output's buffers.
+    fn split_per_tile(
+        &mut self,
+        index: usize,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+        units: impl Fn(u32) -> u32,
+        run: impl Fn(BufferId, BufferId, u32, u32) -> SupOp,
+    ) {
+        let op = &self.plan.ops[index];
+        let (x, out) = (op.inputs[0], op.output);
+        let out_layout = &self.plan.values[out].layout;
+        let per_tile = out_layout.elements_per_tile();
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile] as u32;
+            let xb = self.value_buffer(x, tile);
+            let ob = self.value_buffer(out, tile);
+            let ops = tiles.entry(tile).or_default();
+            push_split(ops, units(n), |u0, u1| run(xb, ob, u0, u1));
+        }
     }
 
     /// Masked copies: every piece of the output is cut at column-group boundaries into runs of

@@ -18,8 +18,7 @@ use crate::lower::*;
 use crate::plan::*;
 use crate::program::*;
 use crate::{CodegenError, MemoryRegion};
-use ipu_kernels::state::*;
-use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES};
+use ipu_kernels::{self as kernels, OVERREAD_BYTES};
 
 use crate::cost::estimate;
 
@@ -69,13 +68,7 @@ impl Planner<'_> {
             self.rename(c, out_val.name.clone(), out);
         } else {
             let layout = self.values[c].layout.clone();
-            let r = self.add_value(
-                out_val.name.clone(),
-                *out_dtype,
-                out_val.ty.shape.clone(),
-                Some(out),
-                layout,
-            );
+            let r = self.add_graph_value(out, out_val, *out_dtype, layout);
             self.push_simple(format!("{}.cast", op.name), DevOpKind::Cast, vec![c], r);
         }
         Ok(())
@@ -189,31 +182,27 @@ impl Planner<'_> {
                 Some((over_total, over_interleaved, mem, pm, pn))
                     if over_total >= over_interleaved =>
                 {
-                    CodegenError::DoesNotFit {
-                        op: Some(self.origin.clone()),
-                        tile: None,
-                        region: MemoryRegion::Any,
-                        need_bytes: mem,
-                        available_bytes: available,
-                        detail: format!(
+                    self.does_not_fit(
+                        MemoryRegion::Any,
+                        mem,
+                        available,
+                        format!(
                             "its matmul has no tile mapping that fits on {tiles} tiles; the closest \
                              split (rows/{pm} x column-groups/{pn}) is counted, with \
                              {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} \
                              held by other live values"
                         ),
-                    }
+                    )
                 }
-                Some((_, over_interleaved, _, pm, pn)) => CodegenError::DoesNotFit {
-                    op: Some(self.origin.clone()),
-                    tile: None,
-                    region: MemoryRegion::Interleaved,
-                    need_bytes: interleaved + over_interleaved,
-                    available_bytes: interleaved,
-                    detail: format!(
+                Some((_, over_interleaved, _, pm, pn)) => self.does_not_fit(
+                    MemoryRegion::Interleaved,
+                    interleaved + over_interleaved,
+                    interleaved,
+                    format!(
                         "its matmul has no tile mapping that fits on {tiles} tiles; the weights of \
                          the closest split (rows/{pm} x column-groups/{pn}) are counted"
                     ),
-                },
+                ),
                 None => CodegenError::unsupported(
                     self.origin.clone(),
                     format!("its matmul: {examined} tile mappings examined, none usable"),
@@ -300,8 +289,7 @@ impl Lowerer<'_> {
         mode: AmpMode,
         blocks: &[crate::plan::Block],
         k_chunks: usize,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         let name = op.name.clone();
@@ -427,23 +415,12 @@ impl Lowerer<'_> {
                         };
                         for (r0, r1) in split_staggered(bm as u32) {
                             if r1 > r0 {
-                                ops.push(SupOp::Run(
-                                    Kernel::Amp { partials: kk > 0 },
-                                    AmpState {
-                                        input: (
-                                            a_st,
-                                            ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes,
-                                        ),
-                                        partials: if kk > 0 {
-                                            StateWord::Addr(src, c_off + r0 * out_row_bytes)
-                                        } else {
-                                            StateWord::Const(0)
-                                        },
-                                        out: (dst, c_off + r0 * out_row_bytes),
-                                        rows: r1 - r0,
-                                    }
-                                    .into(),
-                                    kernels::amp_slots(r1 - r0, kk > 0),
+                                let a_row = ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes;
+                                ops.push(amp_run(
+                                    (a_st, a_row),
+                                    (kk > 0).then_some((src, c_off + r0 * out_row_bytes)),
+                                    (dst, c_off + r0 * out_row_bytes),
+                                    r1 - r0,
                                 ));
                             }
                         }
@@ -457,9 +434,9 @@ impl Lowerer<'_> {
                 t.extend(ops);
             }
             if chunk + 1 == chunks {
-                copies.extend(step_copies);
+                steps.copies.extend(step_copies);
                 for (tile, ops) in step_tiles {
-                    tiles.entry(tile).or_default().extend(ops);
+                    steps.tiles.entry(tile).or_default().extend(ops);
                 }
             } else {
                 // An earlier chunk: its own exchange and compute steps.

@@ -18,15 +18,13 @@ pub mod flash;
 pub mod matmul;
 pub mod rows;
 
-use std::collections::BTreeMap;
-
 use ipu_graph::{OpKind, Operation};
 
 use crate::CodegenError;
 use crate::cost::estimate;
-use crate::lower::Lowerer;
+use crate::lower::{Lowerer, OpSteps};
 use crate::plan::{DevOpKind, DevValueId, Planner};
-use crate::program::{Copy, Step, SupOp};
+use crate::program::{Step, SupOp};
 
 /// The refusal of `op`: its graph operation's name and kind, and why.
 pub(crate) fn unsupported<T>(op: &Operation, what: &str) -> Result<T, CodegenError> {
@@ -85,8 +83,7 @@ impl Lowerer<'_> {
         if matches!(op.kind, DevOpKind::Flash(_)) {
             return self.lower_flash(index);
         }
-        let mut tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
-        let mut copies: Vec<Copy> = Vec::new();
+        let mut steps = OpSteps::default();
         match &op.kind {
             DevOpKind::MatMul {
                 mode,
@@ -94,19 +91,22 @@ impl Lowerer<'_> {
                 k_chunks,
                 ..
             } => {
-                self.lower_matmul(index, *mode, blocks, *k_chunks, &mut tiles, &mut copies)?;
+                self.lower_matmul(index, *mode, blocks, *k_chunks, &mut steps)?;
             }
             DevOpKind::Rows(rop) => {
-                self.lower_rows(index, rop, &mut tiles, &mut copies)?;
+                self.lower_rows(index, rop, &mut steps)?;
             }
-            DevOpKind::Binary(bop) => self.lower_binary(index, *bop, &mut tiles, &mut copies)?,
-            DevOpKind::Unary(uop, factor) => self.lower_unary(index, *uop, *factor, &mut tiles)?,
+            DevOpKind::Binary(bop) => self.lower_binary(index, *bop, &mut steps)?,
+            DevOpKind::Unary(uop, factor) => {
+                self.lower_unary(index, *uop, *factor, &mut steps.tiles)?
+            }
             DevOpKind::CausalMask { key_start } => {
-                self.lower_causal_mask(index, *key_start, &mut tiles)?;
+                self.lower_causal_mask(index, *key_start, &mut steps.tiles)?;
             }
-            DevOpKind::Cast => self.lower_cast(index, &mut tiles)?,
+            DevOpKind::Cast => self.lower_cast(index, &mut steps.tiles)?,
             DevOpKind::Flash(_) => unreachable!("lowered above"),
         }
+        let OpSteps { mut tiles, copies } = steps;
         let name = op.name.clone();
         if !copies.is_empty() {
             self.prog.steps.push(Step::Exchange {

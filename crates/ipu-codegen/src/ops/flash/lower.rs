@@ -98,20 +98,11 @@ fn amp_rounds(
                 for &(r0, r1) in &parts {
                     if r1 > r0 {
                         let partials = kk > 0 || accumulate;
-                        ops.push(SupOp::Run(
-                            Kernel::Amp { partials },
-                            AmpState {
-                                input: (input, (kk as u32 * r_total + r0) * GRB),
-                                partials: if partials {
-                                    StateWord::Addr(src, src_off + r0 * GRB)
-                                } else {
-                                    StateWord::Const(0)
-                                },
-                                out: (dst, dst_off + r0 * GRB),
-                                rows: r1 - r0,
-                            }
-                            .into(),
-                            kernels::amp_slots(r1 - r0, partials),
+                        ops.push(amp_run(
+                            (input, (kk as u32 * r_total + r0) * GRB),
+                            partials.then_some((src, src_off + r0 * GRB)),
+                            (dst, dst_off + r0 * GRB),
+                            r1 - r0,
                         ));
                     }
                 }
@@ -486,12 +477,7 @@ impl Lowerer<'_> {
                         Region::Any,
                         format!("stage:{name}.home{x}"),
                     );
-                    let want: Vec<(usize, usize, usize)> = layout
-                        .pieces
-                        .iter()
-                        .filter(|p| p.tile == tile)
-                        .map(|p| (p.start, p.end, p.local))
-                        .collect();
+                    let want = layout.ranges_on(tile);
                     home_copies.extend(self.gather(v, tile, hgs[x], &want, st));
                     st
                 };
@@ -525,12 +511,8 @@ impl Lowerer<'_> {
                 let typed = if g.inputs[x] == g.a {
                     src
                 } else {
-                    let buf = self.prog.buffer(
-                        tile,
-                        align8((elems * ab) as u64) as u32 + OVERREAD_BYTES,
-                        Region::Any,
-                        format!("stage:{name}.home{x}.a"),
-                    );
+                    let buf =
+                        self.scratch_buffer(tile, elems * ab, format!("stage:{name}.home{x}.a"));
                     for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
                         if g1 > g0 {
                             ops.push(SupOp::Run(
@@ -552,12 +534,8 @@ impl Lowerer<'_> {
                     0 if g.prescale() => {
                         // q * scale, exact for a power of two: the scores arrive scaled.
                         let ty = g.a_elem();
-                        let qs = self.prog.buffer(
-                            tile,
-                            align8((elems * ab) as u64) as u32 + OVERREAD_BYTES,
-                            Region::Any,
-                            format!("stage:{name}.q_scaled"),
-                        );
+                        let qs =
+                            self.scratch_buffer(tile, elems * ab, format!("stage:{name}.q_scaled"));
                         for (v0, v1) in split(elems * ab / 8, WORKERS) {
                             if v1 > v0 {
                                 ops.push(SupOp::Run(
@@ -627,22 +605,17 @@ impl Lowerer<'_> {
                             typed
                         } else {
                             // Regroup [dv / hg][n][hg] into [dv / cols][n][cols] (64-bit words).
-                            let va = self.prog.buffer(
-                                tile,
-                                align8((elems * ab) as u64) as u32 + OVERREAD_BYTES,
-                                Region::Any,
-                                format!("stage:{name}.va"),
-                            );
+                            let va =
+                                self.scratch_buffer(tile, elems * ab, format!("stage:{name}.va"));
                             for j in 0..g.dv / hg {
-                                Copy2d {
-                                    src: (typed, (j * n * hg) as u32 * ab),
-                                    dst: (va, (j * (hg / cols) * n * cols) as u32 * ab),
-                                    rows: n as u32,
-                                    segs: (hg / cols) as u32,
-                                    seg_bytes: cols as u32 * ab,
-                                    src_strides: (hg as u32 * ab, cols as u32 * ab),
-                                    dst_strides: (cols as u32 * ab, (n * cols) as u32 * ab),
-                                }
+                                Copy2d::regroup(
+                                    Regroup::ToGroups,
+                                    (typed, (j * n * hg) as u32 * ab),
+                                    (va, (j * (hg / cols) * n * cols) as u32 * ab),
+                                    (n as u32, hg as u32 * ab),
+                                    (hg / cols) as u32,
+                                    cols as u32 * ab,
+                                )
                                 .push(1, ops);
                             }
                             ops.push(SupOp::WaitW);
@@ -768,21 +741,41 @@ impl Lowerer<'_> {
                 part,
             });
             let mut item_copies = Vec::new();
+            // The positions `start..end` of operand `x` from their homes to `dst`, both stored
+            // as `[groups][positions][width]` (`dst_positions` positions from `start`).
+            let grouped_runs =
+                |copies: &mut Vec<Copy>,
+                 x: usize,
+                 (start, end): (usize, usize),
+                 home: &BTreeMap<u32, BufferId>,
+                 dst: BufferId,
+                 (groups, width, dst_positions): (usize, usize, usize)| {
+                    for (hi, pos, run) in fp.home_runs(x, it.batch, start, end) {
+                        let h = fp.homes[x][hi];
+                        let n = fp.home_positions[x][&h.tile];
+                        for dg in 0..groups {
+                            copies.push(Copy {
+                                src: home[&h.tile],
+                                src_offset: ((dg * n + h.local + pos - h.s0) * width) as u32 * ab,
+                                dst,
+                                dst_offset: ((dg * dst_positions + pos - start) * width) as u32
+                                    * ab,
+                                bytes: (run * width) as u32 * ab,
+                            });
+                        }
+                    }
+                };
             // q rows, kᵀ groups and v rows, from their homes.
             let (rows, keys) = (fp.valid_rows(i), fp.valid_keys(i));
-            for (hi, pos, run) in fp.home_runs(0, it.batch, it.q0, it.q0 + rows) {
-                let h = fp.homes[0][hi];
-                let n = fp.home_positions[0][&h.tile];
-                for dg in 0..g.d / kb {
-                    item_copies.push(Copy {
-                        src: q_home[&h.tile],
-                        src_offset: ((dg * n + h.local + pos - h.s0) * kb) as u32 * ab,
-                        dst: q,
-                        dst_offset: ((dg * g.rows + pos - it.q0) * kb) as u32 * ab,
-                        bytes: (run * kb) as u32 * ab,
-                    });
-                }
-            }
+            let q_runs = (it.q0, it.q0 + rows);
+            grouped_runs(
+                &mut item_copies,
+                0,
+                q_runs,
+                q_home,
+                q,
+                (g.d / kb, kb, g.rows),
+            );
             for (hi, pos, run) in fp.home_runs(1, it.batch, it.k0, it.k0 + keys) {
                 let h = fp.homes[1][hi];
                 let g0 = kt_first[hi] + (pos - h.s0) / cols;
@@ -794,19 +787,15 @@ impl Lowerer<'_> {
                     bytes: (run.div_ceil(cols) * g.d * cols) as u32 * ab,
                 });
             }
-            for (hi, pos, run) in fp.home_runs(2, it.batch, it.k0, it.k0 + keys) {
-                let h = fp.homes[2][hi];
-                let n = fp.home_positions[2][&h.tile];
-                for dg in 0..g.dv / cols {
-                    item_copies.push(Copy {
-                        src: v_home[&h.tile],
-                        src_offset: ((dg * n + h.local + pos - h.s0) * cols) as u32 * ab,
-                        dst: v,
-                        dst_offset: ((dg * nkk + pos - it.k0) * cols) as u32 * ab,
-                        bytes: (run * cols) as u32 * ab,
-                    });
-                }
-            }
+            let v_runs = (it.k0, it.k0 + keys);
+            grouped_runs(
+                &mut item_copies,
+                2,
+                v_runs,
+                v_home,
+                v,
+                (g.dv / cols, cols, nkk),
+            );
             let mut ops = Vec::new();
             self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, &mut ops);
             self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &item_copies, &mut ops);

@@ -908,13 +908,7 @@ impl Planner<'_> {
                 self.values[v].layout = fp.home_layout(x, hgs[x]);
             }
         }
-        let r = self.add_value(
-            out_val.name.clone(),
-            out_dtype,
-            out_val.ty.shape.clone(),
-            Some(op.outputs[0]),
-            fp.output_layout(),
-        );
+        let r = self.add_graph_value(op.outputs[0], out_val, out_dtype, fp.output_layout());
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name: op.name.clone(),

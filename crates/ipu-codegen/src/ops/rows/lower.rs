@@ -2,18 +2,16 @@
 //! on-tile transposes of staged blocks, and row kernels over operands staged in the row
 //! layout.
 
-use std::collections::BTreeMap;
-
 use ipu_package::split_shape;
 
 use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows};
 use crate::CodegenError;
 use crate::lower::*;
-use crate::plan::{DevValueId, elem};
+use crate::plan::{DevOp, DevValue, DevValueId, elem};
 use crate::program::*;
 use ipu_kernels::rows as row_kernels;
 use ipu_kernels::state::*;
-use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES};
+use ipu_kernels::{self as kernels, BinOp, Elem, Kernel, OVERREAD_BYTES};
 
 /// The storage ranges holding columns `c0..c1` of flattened row `row` of a value of `shape`
 /// stored in column group `group`; `c0` is a multiple of 4 and `c1` is rounded up to one (the
@@ -186,33 +184,38 @@ fn piece_rows(layout: &crate::layout::Layout) -> Vec<(u32, usize, usize, usize)>
         .collect()
 }
 
-impl Lowerer<'_> {
+impl<'a> Lowerer<'a> {
     /// Lowers the row operation `index`.
     pub(crate) fn lower_rows(
         &mut self,
         index: usize,
         rop: &RowOp,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         match rop {
-            RowOp::Gather(kind) => self.lower_gather(index, kind, tiles, copies),
+            RowOp::Gather(kind) => self.lower_gather(index, kind, steps),
             RowOp::Transpose { batch, rows, cols } => {
-                self.lower_transpose(index, *batch, *rows, *cols, tiles, copies)
+                self.lower_transpose(index, *batch, *rows, *cols, steps)
             }
             RowOp::Reduce { .. } | RowOp::Softmax { .. } | RowOp::LayerNorm { .. } => {
-                self.lower_row_kernel(index, rop, tiles, copies)
+                self.lower_row_kernel(index, rop, steps)
             }
-            RowOp::Broadcast(bop) => self.lower_broadcast(index, *bop, tiles, copies),
+            RowOp::Broadcast(bop) => self.lower_broadcast(index, *bop, steps),
         }
+    }
+
+    /// Row operation `index`, its first operand and its result.
+    fn operand_and_result(&self, index: usize) -> (&'a DevOp, &'a DevValue, &'a DevValue) {
+        let plan = self.plan;
+        let op = &plan.ops[index];
+        (op, &plan.values[op.inputs[0]], &plan.values[op.output])
     }
 
     fn lower_gather(
         &mut self,
         index: usize,
         kind: &GatherKind,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let plan = self.plan;
         let op = &plan.ops[index];
@@ -246,9 +249,9 @@ impl Lowerer<'_> {
             let bytes = ((local + (r1 - r0) * cp) * eb) as u32;
             self.zero_gaps(ob, bytes, &cps, &mut ops);
             if !ops.is_empty() {
-                tiles.entry(tile).or_default().extend(ops);
+                steps.tiles.entry(tile).or_default().extend(ops);
             }
-            copies.extend(cps);
+            steps.copies.extend(cps);
         }
         Ok(())
     }
@@ -259,14 +262,10 @@ impl Lowerer<'_> {
         _batch: usize,
         rows: usize,
         cols: usize,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
-        let plan = self.plan;
-        let op = &plan.ops[index];
+        let (op, xv, ov) = self.operand_and_result(index);
         let (x, out) = (op.inputs[0], op.output);
-        let xv = &plan.values[x];
-        let ov = &plan.values[out];
         let eb = xv.dtype.bytes();
         let ci = *xv.shape.last().expect("rank >= 2");
         let co = *ov.shape.last().expect("rank >= 2");
@@ -292,12 +291,7 @@ impl Lowerer<'_> {
                 let c1w = (c1.div_ceil(4) * 4).min(cols.div_ceil(4) * 4);
                 let w = c1w - c0w;
                 let st_bytes = (rp * w * eb) as u32;
-                let st = self.prog.buffer(
-                    tile,
-                    align8(st_bytes as u64) as u32 + OVERREAD_BYTES,
-                    Region::Any,
-                    format!("stage:{}.t", op.name),
-                );
+                let st = self.scratch_buffer(tile, st_bytes, format!("stage:{}.t", op.name));
                 let mut want = Vec::new();
                 let bb = b - 1;
                 for r in 0..rows {
@@ -323,7 +317,7 @@ impl Lowerer<'_> {
                 }
                 let cps = self.gather(x, tile, xv.layout.group, &want, st);
                 self.zero_gaps(st, st_bytes, &cps, &mut zero_ops);
-                copies.extend(cps);
+                steps.copies.extend(cps);
                 // Output rows over the workers; with fewer rows than workers, each row's words
                 // are shared out too.
                 let n_out = (c1 - c0) as u32;
@@ -357,7 +351,7 @@ impl Lowerer<'_> {
                     }
                 }
             }
-            let ops = tiles.entry(tile).or_default();
+            let ops = steps.tiles.entry(tile).or_default();
             if !zero_ops.is_empty() {
                 ops.extend(zero_ops);
                 ops.push(SupOp::WaitW);
@@ -409,12 +403,7 @@ impl Lowerer<'_> {
         let n = in_rows.len();
         if grouped && groups > 1 {
             let bytes = (groups * n * gx * eb) as u32;
-            let a_buf = self.prog.buffer(
-                tile,
-                align8(bytes as u64) as u32 + OVERREAD_BYTES,
-                Region::Any,
-                format!("stage:{what}.groups"),
-            );
+            let a_buf = self.scratch_buffer(tile, bytes, format!("stage:{what}.groups"));
             let mut want = Vec::new();
             for j in 0..groups {
                 for (k, &r) in in_rows.iter().enumerate() {
@@ -426,34 +415,23 @@ impl Lowerer<'_> {
             let cps = self.gather(v, tile, gx, &want, a_buf);
             self.zero_gaps(a_buf, bytes, &cps, ops);
             copies.extend(cps);
-            let b_buf = self.prog.buffer(
-                tile,
-                align8(bytes as u64) as u32 + OVERREAD_BYTES,
-                Region::Any,
-                format!("stage:{what}.rows"),
-            );
+            let b_buf = self.scratch_buffer(tile, bytes, format!("stage:{what}.rows"));
             ops.push(SupOp::WaitW);
             let seg_bytes = (gx * eb) as u32;
             let row_bytes = groups as u32 * seg_bytes;
-            Copy2d {
-                src: (a_buf, 0),
-                dst: (b_buf, 0),
-                rows: n as u32,
-                segs: groups as u32,
+            Copy2d::regroup(
+                Regroup::ToRows,
+                (a_buf, 0),
+                (b_buf, 0),
+                (n as u32, row_bytes),
+                groups as u32,
                 seg_bytes,
-                src_strides: (seg_bytes, n as u32 * seg_bytes),
-                dst_strides: (row_bytes, seg_bytes),
-            }
+            )
             .push(WORKERS, ops);
             return (b_buf, 0, row_bytes);
         }
         let bytes = (n * cp * eb) as u32;
-        let st = self.prog.buffer(
-            tile,
-            align8(bytes as u64) as u32 + OVERREAD_BYTES,
-            Region::Any,
-            format!("stage:{what}"),
-        );
+        let st = self.scratch_buffer(tile, bytes, format!("stage:{what}"));
         let mut want = Vec::new();
         for (k, &r) in in_rows.iter().enumerate() {
             let mut d = k * cp;
@@ -472,14 +450,10 @@ impl Lowerer<'_> {
         &mut self,
         index: usize,
         rop: &RowOp,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
-        let plan = self.plan;
-        let op = &plan.ops[index];
+        let (op, xv, ov) = self.operand_and_result(index);
         let (x, out) = (op.inputs[0], op.output);
-        let xv = &plan.values[x];
-        let ov = &plan.values[out];
         let ty = elem(xv.dtype).expect("planned on f32/f16");
         let eb = xv.dtype.bytes();
         let c = *xv.shape.last().unwrap_or(&1);
@@ -493,8 +467,9 @@ impl Lowerer<'_> {
         } else {
             1
         };
-        let x_in_rows = xv.layout == row_layout(&xv.shape, plan.tiles_used, 1);
-        for (tile, r0, r1) in tile_rows(row_count(&ov.shape), plan.tiles_used) {
+        let tiles_used = self.plan.tiles_used;
+        let x_in_rows = xv.layout == row_layout(&xv.shape, tiles_used, 1);
+        for (tile, r0, r1) in tile_rows(row_count(&ov.shape), tiles_used) {
             let rows: Vec<usize> = (r0..r1).collect();
             let n_rows = r1 - r0;
             let mut zero_ops = Vec::new();
@@ -505,7 +480,7 @@ impl Lowerer<'_> {
                 x_in_rows,
                 true,
                 &op.name,
-                copies,
+                &mut steps.copies,
                 &mut zero_ops,
             );
             let ob = self.value_buffer(out, tile);
@@ -514,12 +489,7 @@ impl Lowerer<'_> {
                 ob
             } else {
                 let bytes = n_rows as u32 * o_row;
-                self.prog.buffer(
-                    tile,
-                    align8(bytes as u64) as u32 + OVERREAD_BYTES,
-                    Region::Any,
-                    format!("stage:{}.out", op.name),
-                )
+                self.scratch_buffer(tile, bytes, format!("stage:{}.out", op.name))
             };
             let mut vertices: Vec<(usize, usize)> = Vec::new();
             for (a, b) in split((r1 - r0) as u32, WORKERS) {
@@ -549,7 +519,7 @@ impl Lowerer<'_> {
             } else {
                 None
             };
-            let ops = tiles.entry(tile).or_default();
+            let ops = steps.tiles.entry(tile).or_default();
             if !zero_ops.is_empty() {
                 ops.extend(zero_ops);
                 ops.push(SupOp::WaitW);
@@ -698,15 +668,15 @@ impl Lowerer<'_> {
                 // Scratch rows to the grouped layout: [group][row][go] on this tile.
                 ops.push(SupOp::WaitW);
                 let seg_bytes = (go * eb) as u32;
-                Copy2d {
-                    src: (wb, 0),
-                    dst: (ob, 0),
-                    rows: n_rows as u32,
-                    segs: o_groups as u32,
+                let rows = (n_rows as u32, o_row);
+                Copy2d::regroup(
+                    Regroup::ToGroups,
+                    (wb, 0),
+                    (ob, 0),
+                    rows,
+                    o_groups as u32,
                     seg_bytes,
-                    src_strides: (o_row, seg_bytes),
-                    dst_strides: (seg_bytes, n_rows as u32 * seg_bytes),
-                }
+                )
                 .push(WORKERS, ops);
             }
         }
@@ -717,8 +687,7 @@ impl Lowerer<'_> {
         &mut self,
         index: usize,
         bop: BinOp,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-        copies: &mut Vec<Copy>,
+        steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let plan = self.plan;
         let op = &plan.ops[index];
@@ -767,13 +736,13 @@ impl Lowerer<'_> {
                     identity,
                     false,
                     &op.name,
-                    copies,
+                    &mut steps.copies,
                     &mut zero_ops,
                 ));
             }
             let ob = self.value_buffer(out, tile);
             let o_off = (local * eb) as u32;
-            let ops = tiles.entry(tile).or_default();
+            let ops = steps.tiles.entry(tile).or_default();
             if !zero_ops.is_empty() {
                 ops.extend(zero_ops);
                 ops.push(SupOp::WaitW);
@@ -791,11 +760,6 @@ impl Lowerer<'_> {
                     if rows < WORKERS {
                         // Fewer rows than workers: each row's columns are shared out in pairs;
                         // the last part of a row also writes its padding.
-                        let kernel = Kernel::RowScalar {
-                            ty,
-                            op: bop,
-                            reversed,
-                        };
                         let pair_bytes = 2 * eb as u32;
                         for k in 0..rows {
                             for (pa, pb) in split(cpo as u32 / 2, WORKERS / rows) {
@@ -806,8 +770,10 @@ impl Lowerer<'_> {
                                 let cols = (2 * pb).min(co as u32).saturating_sub(c0);
                                 let part = (pb - pa) * pair_bytes;
                                 let at = k * stride + pa * pair_bytes;
-                                ops.push(SupOp::Run(
-                                    kernel,
+                                ops.push(row_scalar(
+                                    ty,
+                                    bop,
+                                    reversed,
                                     RowScalarState {
                                         x: (xb, xo + at),
                                         y: (yb, yo + k * 4 * eb as u32),
@@ -816,16 +782,7 @@ impl Lowerer<'_> {
                                         stride: part,
                                         columns: cols,
                                         y_stride: 4 * eb as u32,
-                                    }
-                                    .into(),
-                                    row_kernels::row_scalar_slots(
-                                        ty,
-                                        bop,
-                                        reversed,
-                                        1,
-                                        cols,
-                                        part / 4,
-                                    ),
+                                    },
                                 ));
                             }
                         }
@@ -834,12 +791,10 @@ impl Lowerer<'_> {
                         if b <= a {
                             continue;
                         }
-                        ops.push(SupOp::Run(
-                            Kernel::RowScalar {
-                                ty,
-                                op: bop,
-                                reversed,
-                            },
+                        ops.push(row_scalar(
+                            ty,
+                            bop,
+                            reversed,
                             RowScalarState {
                                 x: (xb, xo + a * stride),
                                 y: (yb, yo + a * 4 * eb as u32),
@@ -848,16 +803,7 @@ impl Lowerer<'_> {
                                 stride,
                                 columns: co as u32,
                                 y_stride: 4 * eb as u32,
-                            }
-                            .into(),
-                            row_kernels::row_scalar_slots(
-                                ty,
-                                bop,
-                                reversed,
-                                b - a,
-                                co as u32,
-                                stride / 4,
-                            ),
+                            },
                         ));
                     }
                 }
@@ -884,8 +830,21 @@ impl Lowerer<'_> {
             }
         }
         if bop == BinOp::Div && !scalar.iter().any(|&s| s) {
-            self.pad_clears(index, tiles);
+            self.pad_clears(index, &mut steps.tiles);
         }
         Ok(())
     }
+}
+
+/// A `RowScalar` launch on `state`'s rows, with its cycle model.
+fn row_scalar(ty: Elem, op: BinOp, reversed: bool, state: RowScalarState) -> SupOp {
+    let slots = row_kernels::row_scalar_slots(
+        ty,
+        op,
+        reversed,
+        state.rows,
+        state.columns,
+        state.stride / 4,
+    );
+    SupOp::Run(Kernel::RowScalar { ty, op, reversed }, state.into(), slots)
 }

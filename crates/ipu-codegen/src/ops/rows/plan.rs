@@ -22,7 +22,6 @@ use ipu_target::{
 };
 
 use crate::CodegenError;
-use crate::MemoryRegion;
 use crate::layout::{Layout, PIECE_GRAIN};
 use crate::plan::*;
 use ipu_kernels::{self as kernels, BinOp, UnOp};
@@ -268,21 +267,14 @@ impl Planner<'_> {
         let avail = (self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES)
             .saturating_sub(other_live)
             .min(self.budget().unwrap_or(u64::MAX));
-        if bytes > avail {
-            return Err(CodegenError::DoesNotFit {
-                op: Some(self.origin.clone()),
-                tile: None,
-                region: MemoryRegion::Any,
-                need_bytes: bytes,
-                available_bytes: avail,
-                detail: format!(
-                    "the busiest tile's output rows and staged operands of a {} step, with \
-                     {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} held by \
-                     other live values",
-                    kind.step_name()
-                ),
-            });
-        }
+        self.fits_any(bytes, avail, || {
+            format!(
+                "the busiest tile's output rows and staged operands of a {} step, with \
+                 {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} held by \
+                 other live values",
+                kind.step_name()
+            )
+        })?;
         let slot = BARREL_SLOT_CYCLES as u64;
         // The busiest tile's rows over six workers, costed with the kernels' slot models;
         // moving operands costs a word per cycle on the receiving port.
@@ -726,17 +718,14 @@ impl Planner<'_> {
             v = self.cast_to(v, DType::F16, &format!("{name}.v_f16"));
         }
         let op_dtype = self.values[q].dtype;
-        let Some(mode) = matmul_mode(op_dtype, partials) else {
-            return self.refuse(
-                name,
-                "attention",
-                format!(
-                    "partials {} with {} operands have no AMP mode",
-                    crate::plan::dtype_name(partials),
-                    crate::plan::dtype_name(in_dtype)
-                ),
-            );
+        // The AMP mode of a product of `operands` in the partials type, or the refusal `why`.
+        let amp_mode = |this: &Self, operands: DType, why: String| {
+            let mode = matmul_mode(operands, partials);
+            mode.map_or_else(|| this.refuse(name, "attention", why), Ok)
         };
+        let (partials_name, in_name) = (dtype_name(partials), dtype_name(in_dtype));
+        let why = format!("partials {partials_name} with {in_name} operands have no AMP mode");
+        let mode = amp_mode(self, op_dtype, why)?;
         let qs = self.values[q].shape.clone();
         let ks = self.values[k].shape.clone();
         let r = qs.len();
@@ -747,22 +736,15 @@ impl Planner<'_> {
         let score_bytes = (batch * sq * sk * partials.bytes()) as u64;
         let per_tile = (2 * score_bytes).div_ceil(self.tiles as u64);
         let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
-        if per_tile > avail {
-            return Err(CodegenError::DoesNotFit {
-                op: Some(self.origin.clone()),
-                tile: None,
-                region: MemoryRegion::Any,
-                need_bytes: per_tile,
-                available_bytes: avail,
-                detail: format!(
-                    "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
-                     (scores and scaled scores) over {} tiles, with {SUPPORT_RESERVE_BYTES} \
-                     bytes reserved per tile (flash_attention keeps no whole score matrix)",
-                    crate::plan::dtype_name(partials),
-                    self.tiles
-                ),
-            });
-        }
+        self.fits_any(per_tile, avail, || {
+            format!(
+                "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
+                 (scores and scaled scores) over {} tiles, with {SUPPORT_RESERVE_BYTES} \
+                 bytes reserved per tile (flash_attention keeps no whole score matrix)",
+                crate::plan::dtype_name(partials),
+                self.tiles
+            )
+        })?;
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
         let kt = self.plan_transpose(&format!("{name}.k_t"), k, &perm, None)?;
@@ -797,16 +779,8 @@ impl Planner<'_> {
             partials,
             &format!("{name}.v_{}", crate::plan::dtype_name(partials)),
         );
-        let Some(mode2) = matmul_mode(partials, partials) else {
-            return self.refuse(
-                name,
-                "attention",
-                format!(
-                    "no AMP mode for {} probabilities",
-                    crate::plan::dtype_name(partials)
-                ),
-            );
-        };
+        let why = format!("no AMP mode for {partials_name} probabilities");
+        let mode2 = amp_mode(self, partials, why)?;
         let oshape = out_val.ty.shape.clone();
         let o = self.plan_matmul(&format!("{name}.context"), mode2, p, v2, partials, &oshape)?;
         let out = op.outputs[0];
