@@ -5,7 +5,7 @@
 #
 # stable (the default, what CI runs): the `ipu-fuzz` mutation loop, seeded and without
 #   instrumentation, over the committed corpora in fuzz/corpus/TARGET, N seconds a target
-#   (default 8: about a minute for all seven).
+#   (default 8: about a minute for all eight).
 # libfuzzer: cargo-fuzz (installed with `cargo install cargo-fuzz --locked` if missing) with
 #   `--sanitizer none` on the stable toolchain, coverage guided, N seconds a target (default
 #   600); it grows a working corpus in fuzz/target/corpus/TARGET from the committed one.
@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     *) TARGETS+=("$1"); shift ;;
   esac
 done
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(graph_text graph_diff package asm disasm sim onnx)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(graph_text graph_diff package manifest asm disasm sim onnx)
 
 failed=0
 case "$ENGINE" in

@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, FuzzTarget)] = &[
     ("graph_text", graph_text),
     ("graph_diff", diff::graph_diff),
     ("package", package),
+    ("manifest", manifest),
     ("asm", asm),
     ("disasm", disasm),
     ("sim", sim),
@@ -97,6 +98,46 @@ pub fn package(data: &[u8]) -> Result<(), Finding> {
         }
     }
     Ok(())
+}
+
+/// The tile images and table of a small package (a two-input graph on 2 tiles), built once.
+fn base_package() -> &'static [(u32, Vec<u8>)] {
+    static BASE: std::sync::OnceLock<Vec<(u32, Vec<u8>)>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let g = ipu_graph::parse(
+            "graph m {\n  input %a: f32[4, 8]\n  input %b: f32[4, 8]\n  %c = add(%a, %b): f32[4, 8]\n  %d = exp(%c): f32[4, 8]\n  output %d\n}\n",
+            "m.ipug",
+        )
+        .expect("the base graph parses");
+        let b = ipu_codegen::build(
+            &g,
+            &ipu_codegen::BuildOptions {
+                target: Target::gc200(),
+                tiles: 2,
+            },
+        )
+        .expect("the base graph builds");
+        let bytes = b.package.to_bytes().expect("the base package serialises");
+        ipu_package::sections(&bytes).expect("the base package reads back")
+    })
+}
+
+/// Structure-aware package input: the bytes are a manifest (JSON) put into a small valid
+/// package with every checksum recomputed, so that mutations reach the manifest's checks
+/// instead of stopping at a checksum; what the reader accepts is executed as in [`package`].
+pub fn manifest(data: &[u8]) -> Result<(), Finding> {
+    let base = base_package();
+    let sections: Vec<(u32, &[u8])> = base
+        .iter()
+        .map(|(kind, payload)| {
+            if *kind == 1 {
+                (1, data)
+            } else {
+                (*kind, payload.as_slice())
+            }
+        })
+        .collect();
+    package(&ipu_package::pack(0, &sections))
 }
 
 /// The assembler, with the default options.
