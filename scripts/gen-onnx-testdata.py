@@ -504,6 +504,34 @@ def activations():
     save(m, "gelu_pattern", [("x", x)], [("y", gelu_erf.astype(np.float32))])
 
 
+def layer_norm_axis():
+    """LayerNormalization (opset 17) over the last two axes of a 3-D input (axis 1), with the
+    Mean and InvStdDev outputs read."""
+    x, g, b = f32((2, 3, 4), 2.0), f32((3, 4)), f32((3, 4))
+    m = model(
+        "layer_norm_axis",
+        [
+            helper.make_node(
+                "LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv"], name="ln", axis=1, epsilon=1e-3
+            )
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+        [
+            helper.make_tensor_value_info("y", F, [2, 3, 4]),
+            helper.make_tensor_value_info("mean", F, [2, 1, 1]),
+            helper.make_tensor_value_info("inv", F, [2, 1, 1]),
+        ],
+        [numpy_helper.from_array(g, "g"), numpy_helper.from_array(b, "b")],
+    )
+    xd = d(x)
+    mean = xd.mean(axis=(1, 2), keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=(1, 2), keepdims=True)
+    inv = 1 / np.sqrt(var + 1e-3)
+    y = (xd - mean) * inv * d(g) + d(b)
+    outs = [("y", y), ("mean", mean), ("inv", inv)]
+    save(m, "layer_norm_axis", [("x", x)], [(n, a.astype(np.float32)) for n, a in outs])
+
+
 def main():
     linear()
     linear_external()
@@ -518,6 +546,7 @@ def main():
     folding()
     attention()
     activations()
+    layer_norm_axis()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

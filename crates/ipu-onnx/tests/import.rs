@@ -158,6 +158,19 @@ fn layer_normalization_with_scale_and_bias() {
 }
 
 #[test]
+fn layer_normalization_over_two_axes_with_its_statistics() {
+    let m = import_named("layer_norm_axis", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // The function body: reductions per normalised axis, the statistics as graph outputs.
+    assert!(!text.contains("layer_norm("), "{text}");
+    assert!(text.contains("reduce_sum(%x) {axis = 1}"), "{text}");
+    assert!(text.contains("output %mean"), "{text}");
+    assert!(text.contains("output %inv"), "{text}");
+    check_outputs(&m, "layer_norm_axis", Precision::Exact, 1e-5);
+    check_outputs(&m, "layer_norm_axis", Precision::Device, 1e-5);
+}
+
+#[test]
 fn many_small_operators() {
     let m = import_named("mix", &[]).unwrap();
     check_outputs(&m, "mix", Precision::Exact, 1e-5);
