@@ -532,6 +532,88 @@ def layer_norm_axis():
     save(m, "layer_norm_axis", [("x", x)], [(n, a.astype(np.float32)) for n, a in outs])
 
 
+def attention_unfused():
+    """Attention (opset 23) in the forms the graph's attention does not take: a past cache
+    (present outputs read), causal with more keys than queries (the frontier offset by the
+    past length), a soft cap, a run-time float mask with a fully masked row (output 0), and
+    the post-softmax scores (qk_matmul_output_mode 3); then a constant boolean mask."""
+    b, h, sq, past, new, dh = 1, 2, 3, 2, 3, 4
+    q, k, v = f32((b, h, sq, dh)), f32((b, h, new, dh)), f32((b, h, new, dh))
+    pk, pv = f32((b, h, past, dh)), f32((b, h, past, dh))
+    skv = past + new
+    mask = f32((sq, skv), 0.5)
+    mask[1, :] = -np.inf
+    softcap = 2.0
+    m = model(
+        "attention_unfused",
+        [
+            helper.make_node(
+                "Attention",
+                ["q", "k", "v", "mask", "past_k", "past_v"],
+                ["y", "present_k", "present_v", "probs"],
+                name="attn",
+                is_causal=1,
+                softcap=softcap,
+                qk_matmul_output_mode=3,
+            )
+        ],
+        [
+            helper.make_tensor_value_info("q", F, list(q.shape)),
+            helper.make_tensor_value_info("k", F, list(k.shape)),
+            helper.make_tensor_value_info("v", F, list(v.shape)),
+            helper.make_tensor_value_info("mask", F, list(mask.shape)),
+            helper.make_tensor_value_info("past_k", F, list(pk.shape)),
+            helper.make_tensor_value_info("past_v", F, list(pv.shape)),
+        ],
+        [
+            helper.make_tensor_value_info("y", F, [b, h, sq, dh]),
+            helper.make_tensor_value_info("present_k", F, [b, h, skv, dh]),
+            helper.make_tensor_value_info("present_v", F, [b, h, skv, dh]),
+            helper.make_tensor_value_info("probs", F, [b, h, sq, skv]),
+        ],
+        opset=23,
+    )
+    kk = np.concatenate([d(pk), d(k)], axis=2)
+    vv = np.concatenate([d(pv), d(v)], axis=2)
+    s = d(q) @ np.swapaxes(kk, -1, -2) / np.sqrt(dh)
+    s = softcap * np.tanh(s / softcap)
+    i, j = np.arange(sq)[:, None], np.arange(skv)[None, :]
+    bias = np.where(j <= i + past, 0.0, -np.inf) + d(mask)
+    s = s + bias
+    row_max = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isneginf(row_max), 0.0, row_max))
+    total = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(total == 0, 1.0, total)
+    y = p @ vv
+    outs = [("y", y), ("present_k", kk), ("present_v", vv), ("probs", p)]
+    save(
+        m,
+        "attention_unfused",
+        [("q", q), ("k", k), ("v", v), ("mask", mask), ("past_k", pk), ("past_v", pv)],
+        [(n, a.astype(np.float32)) for n, a in outs],
+    )
+
+    sk = 4
+    q, k, v = f32((b, h, sq, dh)), f32((b, h, sk, dh)), f32((b, h, sk, dh))
+    keep = np.array([[True, True, False, True], [False, True, True, True], [True, False, False, False]])
+    m = model(
+        "attention_bool_mask",
+        [helper.make_node("Attention", ["q", "k", "v", "keep"], ["y"], name="attn")],
+        [
+            helper.make_tensor_value_info("q", F, list(q.shape)),
+            helper.make_tensor_value_info("k", F, list(k.shape)),
+            helper.make_tensor_value_info("v", F, list(v.shape)),
+        ],
+        [helper.make_tensor_value_info("y", F, [b, h, sq, dh])],
+        [numpy_helper.from_array(keep, "keep")],
+        opset=23,
+    )
+    s = d(q) @ np.swapaxes(d(k), -1, -2) / np.sqrt(dh) + np.where(keep, 0.0, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    y = (e / e.sum(axis=-1, keepdims=True)) @ d(v)
+    save(m, "attention_bool_mask", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+
 def main():
     linear()
     linear_external()
@@ -547,6 +629,7 @@ def main():
     attention()
     activations()
     layer_norm_axis()
+    attention_unfused()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

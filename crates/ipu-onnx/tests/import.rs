@@ -603,3 +603,31 @@ fn external_data_outside_the_model_directory_is_refused() {
          inside the model's directory"
     );
 }
+
+#[test]
+fn attention_with_cache_softcap_offset_causal_and_mask_is_unfused() {
+    let m = import_named("attention_unfused", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // No fused attention: the cache concatenated, the cap through tanh, the softmax written
+    // out (the run-time mask may mask a row entirely).
+    assert!(!text.contains("attention("), "{text}");
+    assert!(text.contains("concat(%past_k, %k) {axis = 2}"), "{text}");
+    assert!(text.contains("tanh("), "{text}");
+    assert!(!text.contains("softmax("), "{text}");
+    check_outputs(&m, "attention_unfused", Precision::Exact, 1e-5);
+    check_outputs(&m, "attention_unfused", Precision::Device, 1e-5);
+    // The fully masked row (query 1) gives zeros, not NaN.
+    let inputs = test_tensors("attention_unfused", "input");
+    let y = &evaluate(&m.graph, &inputs, Precision::Device, 1).unwrap()[0];
+    assert!(y.data[4..8].iter().all(|&x| x == 0.0), "{:?}", y.data);
+}
+
+#[test]
+fn attention_with_a_constant_boolean_mask() {
+    let m = import_named("attention_bool_mask", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // No row is masked entirely, so the softmax is the graph's.
+    assert!(text.contains("softmax("), "{text}");
+    check_outputs(&m, "attention_bool_mask", Precision::Exact, 1e-5);
+    check_outputs(&m, "attention_bool_mask", Precision::Device, 1e-5);
+}
