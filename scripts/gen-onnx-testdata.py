@@ -614,6 +614,18 @@ def attention_unfused():
     save(m, "attention_bool_mask", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
 
 
+def matmul_partial_broadcast():
+    """MatMul whose operands broadcast different batch axes ([3, 1] against [1, 2])."""
+    a, b = f32((3, 1, 2, 4)), f32((1, 2, 4, 3))
+    m = model(
+        "matmul_bcast",
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+        [helper.make_tensor_value_info("a", F, list(a.shape)), helper.make_tensor_value_info("b", F, list(b.shape))],
+        [helper.make_tensor_value_info("y", F, [3, 2, 2, 3])],
+    )
+    save(m, "matmul_bcast", [("a", a), ("b", b)], [("y", (d(a) @ d(b)).astype(np.float32))])
+
+
 def main():
     linear()
     linear_external()
@@ -630,6 +642,7 @@ def main():
     activations()
     layer_norm_axis()
     attention_unfused()
+    matmul_partial_broadcast()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

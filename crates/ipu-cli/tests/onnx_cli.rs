@@ -202,7 +202,8 @@ fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
 fn expanded_layer_norm_and_attention_forms_match_their_data_sets_on_the_device() {
     // LayerNormalization over two axes with its statistics read, and Attention with a
     // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
-    // post-softmax scores; then a constant boolean mask.
+    // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
+    // different batch axes.
     for name in [
         "layer_norm_axis",
         "attention_unfused",

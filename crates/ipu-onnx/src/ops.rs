@@ -643,13 +643,64 @@ fn matmul(
         }
         out_shape = Some(s);
     }
+    // The device's matmul broadcasts an operand's batch only as a whole (all of it or none):
+    // an operand broadcasting some batch axes but not others is expanded along those first
+    // (copies concatenated).
+    let (sa2, sb2) = (imp.shape(&a2), imp.shape(&b2));
+    let rank = sa2.len().max(sb2.len());
+    let Some(batch) = crate::known::broadcast_shapes(&sa2[..sa2.len() - 2], &sb2[..sb2.len() - 2])
+    else {
+        return matmul_product(imp, node, &a2, &b2, dtype, out_shape, name);
+    };
+    let total: usize = batch.iter().product();
+    let mut operands = Vec::new();
+    for (v, s, label) in [(&a2, &sa2, "lhs"), (&b2, &sb2, "rhs")] {
+        let own: usize = s[..s.len() - 2].iter().product();
+        let mut v = v.clone();
+        if own != 1 && own != total {
+            v = to_rank(imp, node, &v, rank, &format!("{name}.{label}_rank"))?;
+            for (axis, &n) in batch.iter().enumerate() {
+                if imp.shape(&v)[axis] == 1 && n > 1 {
+                    let id = imp.data(node, 0, &v, &format!("{name}.{label}"))?;
+                    v = Val::Graph(imp.op(
+                        node,
+                        &format!("{name}.{label}_expanded{axis}"),
+                        OpKind::Concat { axis },
+                        &vec![id; n],
+                    )?);
+                }
+            }
+        }
+        operands.push(v);
+    }
+    matmul_product(
+        imp,
+        node,
+        &operands[0],
+        &operands[1],
+        dtype,
+        out_shape,
+        name,
+    )
+}
+
+/// The graph's matmul of `a` and `b`, reshaped to `out_shape` if given.
+fn matmul_product(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    a2: &Val,
+    b2: &Val,
+    dtype: DType,
+    out_shape: Option<Vec<usize>>,
+    name: &str,
+) -> Result<Val, OnnxError> {
     let product = if out_shape.is_some() {
         format!("{name}.product")
     } else {
         name.to_string()
     };
-    let x = imp.data(node, 0, &a2, &format!("{name}.lhs"))?;
-    let y = imp.data(node, 1, &b2, &format!("{name}.rhs"))?;
+    let x = imp.data(node, 0, a2, &format!("{name}.lhs"))?;
+    let y = imp.data(node, 1, b2, &format!("{name}.rhs"))?;
     let kind = OpKind::MatMul {
         partials: DType::F32,
         out: dtype,

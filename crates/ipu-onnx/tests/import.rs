@@ -631,3 +631,20 @@ fn attention_with_a_constant_boolean_mask() {
     check_outputs(&m, "attention_bool_mask", Precision::Exact, 1e-5);
     check_outputs(&m, "attention_bool_mask", Precision::Device, 1e-5);
 }
+
+#[test]
+fn matmul_operands_broadcasting_different_batch_axes_are_expanded() {
+    let m = import_named("matmul_bcast", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // Each operand's size-1 batch axis is filled with copies; the matmul then has equal
+    // batches.
+    assert!(
+        text.contains("concat(%a, %a) {axis = 1}: f32[3, 2, 2, 4]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("concat(%b, %b, %b) {axis = 0}: f32[3, 2, 4, 3]"),
+        "{text}"
+    );
+    check_outputs(&m, "matmul_bcast", Precision::Exact, 1e-5);
+}
