@@ -626,6 +626,20 @@ def matmul_partial_broadcast():
     save(m, "matmul_bcast", [("a", a), ("b", b)], [("y", (d(a) @ d(b)).astype(np.float32))])
 
 
+def log():
+    """Log (opset 13) of positive values spanning many binades, 1 among them."""
+    x = np.exp(f32((3, 7), 8.0)).astype(np.float32)
+    x[0, 0] = 1.0
+    m = model(
+        "log",
+        [helper.make_node("Log", ["x"], ["y"], name="ln")],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, list(x.shape))],
+        opset=13,
+    )
+    save(m, "log", [("x", x)], [("y", np.log(d(x)).astype(np.float32))])
+
+
 def main():
     linear()
     linear_external()
@@ -643,6 +657,7 @@ def main():
     layer_norm_axis()
     attention_unfused()
     matmul_partial_broadcast()
+    log()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -199,15 +199,17 @@ fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
 }
 
 #[test]
-fn expanded_layer_norm_and_attention_forms_match_their_data_sets_on_the_device() {
+fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
     // LayerNormalization over two axes with its statistics read, and Attention with a
     // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
     // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
-    // different batch axes.
+    // different batch axes; the natural logarithm.
     for name in [
         "layer_norm_axis",
         "attention_unfused",
         "attention_bool_mask",
+        "matmul_bcast",
+        "log",
     ] {
         let art = std::env::temp_dir().join(format!("ipu-onnx-{name}-{}", std::process::id()));
         let o = ipu(&[

@@ -23,9 +23,6 @@ type Outs = Result<Vec<Option<Val>>, OnnxError>;
 /// Operators with no mapping because the device has no operator for them, with the missing
 /// operator (folded all the same when every input is known, where the evaluator has it).
 const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
-    ("Log", "no log device operator"),
-    ("LogSoftmax", "no log device operator"),
-    ("Softplus", "no log device operator"),
     ("Sin", "no sin device operator"),
     ("Cos", "no cos device operator"),
     ("Floor", "no floor device operator"),
@@ -1364,6 +1361,16 @@ pub fn convert(
             one(unary_op(imp, node, kind, x, 0, &name)?)
         }
         "Gelu" => gelu(imp, node, ins),
+        // Log: the graph's natural logarithm (folded when the input is known).
+        "Log" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Log, k));
+            }
+            let name = out_name(imp, node, 0);
+            one(unary_op(imp, node, OpKind::Log, x, 0, &name)?)
+        }
         // Reciprocal = 1 / x.
         "Reciprocal" => {
             node.only_attrs(&[])?;
@@ -1482,7 +1489,7 @@ pub fn convert(
         "Attention" => attention(imp, node, ins, read),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
-        | "Where" | "Not" | "Range" | "Log" | "Floor" | "Ceil" | "Round"
+        | "Where" | "Not" | "Range" | "Floor" | "Ceil" | "Round"
             if all_known(ins).is_some() =>
         {
             node.only_attrs(&[])?;
@@ -1535,7 +1542,6 @@ pub fn convert(
                     known::select(&k[0], &k[1], &k[2])
                 }
                 "Not" => known::unary(Unary::Not, &k[0]),
-                "Log" => known::unary(Unary::Log, &k[0]),
                 "Floor" => known::unary(Unary::Floor, &k[0]),
                 "Ceil" => known::unary(Unary::Ceil, &k[0]),
                 "Round" => known::unary(Unary::Round, &k[0]),

@@ -648,3 +648,12 @@ fn matmul_operands_broadcasting_different_batch_axes_are_expanded() {
     );
     check_outputs(&m, "matmul_bcast", Precision::Exact, 1e-5);
 }
+
+#[test]
+fn log_is_the_graph_logarithm() {
+    let m = import_named("log", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    assert!(text.contains("%y = log(%x): f32[3, 7]"), "{text}");
+    check_outputs(&m, "log", Precision::Exact, 1e-6);
+    check_outputs(&m, "log", Precision::Device, 1e-6);
+}
