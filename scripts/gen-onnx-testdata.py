@@ -640,6 +640,24 @@ def log():
     save(m, "log", [("x", x)], [("y", np.log(d(x)).astype(np.float32))])
 
 
+def pow_exponents():
+    """Pow (opset 15) with a known exponent varying along the last axis: 2, -3, 1.5 and 5
+    (products, a reciprocal, exp(1.5 ln x) on positive bases, repeated squaring with negative
+    bases)."""
+    x = f32((3, 4))
+    x[:, 2] = np.abs(x[:, 2]) + 0.5
+    y = np.array([2.0, -3.0, 1.5, 5.0], dtype=np.float32)
+    m = model(
+        "pow_exponents",
+        [helper.make_node("Pow", ["x", "y"], ["z"], name="pow")],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("z", F, list(x.shape))],
+        [numpy_helper.from_array(y, "y")],
+        opset=15,
+    )
+    save(m, "pow_exponents", [("x", x)], [("z", np.power(d(x), d(y)).astype(np.float32))])
+
+
 def main():
     linear()
     linear_external()
@@ -658,6 +676,7 @@ def main():
     attention_unfused()
     matmul_partial_broadcast()
     log()
+    pow_exponents()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

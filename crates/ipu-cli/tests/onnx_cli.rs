@@ -203,13 +203,14 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
     // LayerNormalization over two axes with its statistics read, and Attention with a
     // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
     // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
-    // different batch axes; the natural logarithm.
+    // different batch axes; the natural logarithm; powers with exponents known per column.
     for name in [
         "layer_norm_axis",
         "attention_unfused",
         "attention_bool_mask",
         "matmul_bcast",
         "log",
+        "pow_exponents",
     ] {
         let art = std::env::temp_dir().join(format!("ipu-onnx-{name}-{}", std::process::id()));
         let o = ipu(&[

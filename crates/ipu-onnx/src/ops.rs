@@ -1232,24 +1232,28 @@ pub fn convert(
                 return fold(node, known::binary(Binary::Pow, a, &b));
             }
             let name = out_name(imp, node, 0);
-            match single_value(e) {
-                Some(1.0) => one(x.clone()),
-                Some(2.0) => one(binary_op(imp, node, OpKind::Mul, x, x, &name)?),
-                Some(-1.0) => {
-                    let ones = fill_like(imp, x, 1.0)?;
-                    one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
-                }
-                Some(3.0) => {
-                    let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
-                    one(binary_op(imp, node, OpKind::Mul, &sq, x, &name)?)
-                }
-                Some(0.5) => one(unary_op(imp, node, OpKind::Sqrt, x, 0, &name)?),
-                Some(v) => Err(node.unsupported(format!(
-                    "exponent {v}: no pow device operator (exponents 1, 2, 3, -1 and 0.5 are \
-                     mapped)"
-                ))),
-                None => Err(node.bad_input(1, "the exponent must be a known scalar")),
+            let Val::Known(ek, _) = e else {
+                return Err(node.bad_input(
+                    1,
+                    "the exponent must be known at import: with a run-time exponent a negative \
+                     base's integer powers (real numbers) are not exp(y ln x) (NaN)",
+                ));
+            };
+            let values = ek.f64s();
+            let xs = imp.shape(x);
+            if known::broadcast_shapes(&xs, &ek.shape).as_ref() != Some(&xs) {
+                return Err(node.bad_input(
+                    1,
+                    format!(
+                        "an exponent {:?} that broadcasts the base {xs:?} is not mapped",
+                        ek.shape
+                    ),
+                ));
             }
+            if values.iter().all(|&v| v == values[0]) {
+                return one(pow_scalar(imp, node, x, values[0], &name)?);
+            }
+            one(pow_along_axis(imp, node, x, ek, &name)?)
         }
         "Neg" => {
             node.only_attrs(&[])?;
@@ -1556,6 +1560,132 @@ pub fn convert(
             Err(node.unsupported("the importer has no mapping for it"))
         }
     }
+}
+
+/// `x ^ v` for a known scalar exponent `v`: 1, 2, 3, -1 and 0.5 as before (the identity,
+/// products, a reciprocal, `sqrt`); other integers up to [`POW_INTEGER_MAX`] in magnitude by
+/// repeated squaring (exact signs for negative bases, as NumPy's), negative ones through a
+/// reciprocal; any other finite exponent as `exp(v ln x)`, which is NumPy's `x ^ v` wherever
+/// that is real: NaN for a negative base (a non-integer power), 0 or `inf` at a zero base,
+/// 1 at a base of 1.
+fn pow_scalar(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    v: f64,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    match v {
+        1.0 => Ok(x.clone()),
+        2.0 => binary_op(imp, node, OpKind::Mul, x, x, name),
+        -1.0 => {
+            let ones = fill_like(imp, x, 1.0)?;
+            binary_op(imp, node, OpKind::Div, &ones, x, name)
+        }
+        3.0 => {
+            let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
+            binary_op(imp, node, OpKind::Mul, &sq, x, name)
+        }
+        0.5 => unary_op(imp, node, OpKind::Sqrt, x, 0, name),
+        _ if v.fract() == 0.0 && v != 0.0 && v.abs() <= POW_INTEGER_MAX => {
+            let n = v.abs() as u32;
+            let power_name = if v < 0.0 {
+                format!("{name}.power")
+            } else {
+                name.to_string()
+            };
+            // Square and multiply, from the top bit down.
+            let mut acc = x.clone();
+            for bit in (0..31 - n.leading_zeros()).rev() {
+                let last = bit == 0 && n & 1 == 0;
+                let sq_name = if last {
+                    power_name.clone()
+                } else {
+                    format!("{name}.square{bit}")
+                };
+                acc = binary_op(imp, node, OpKind::Mul, &acc, &acc, &sq_name)?;
+                if n >> bit & 1 == 1 {
+                    let m_name = if bit == 0 {
+                        power_name.clone()
+                    } else {
+                        format!("{name}.times{bit}")
+                    };
+                    acc = binary_op(imp, node, OpKind::Mul, &acc, x, &m_name)?;
+                }
+            }
+            if v < 0.0 {
+                let ones = fill_like(imp, x, 1.0)?;
+                acc = binary_op(imp, node, OpKind::Div, &ones, &acc, name)?;
+            }
+            Ok(acc)
+        }
+        _ if v.is_finite() && v != 0.0 => {
+            let l = unary_op(imp, node, OpKind::Log, x, 0, &format!("{name}.log"))?;
+            let s = scale(imp, node, &l, v as f32, &format!("{name}.scaled"))?;
+            unary_op(imp, node, OpKind::Exp, &s, 0, name)
+        }
+        _ => Err(node.unsupported(format!(
+            "exponent {v}: not mapped (exponents 0, infinite and NaN have no device form)"
+        ))),
+    }
+}
+
+/// The largest integer exponent [`pow_scalar`] writes as products (at most 2 log2 of it).
+const POW_INTEGER_MAX: f64 = 64.0;
+
+/// The most pieces [`pow_along_axis`] cuts `x` into (one per exponent value along the axis).
+const POW_PIECES_MAX: usize = 16;
+
+/// `x ^ e` for a known exponent that varies along one axis of `x` only: `x` sliced along that
+/// axis, each slice raised to its exponent ([`pow_scalar`]), the results concatenated.
+fn pow_along_axis(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    e: &Known,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let xs = imp.shape(x);
+    let rank = xs.len();
+    let es = &e.shape;
+    let varying: Vec<usize> = (0..es.len()).filter(|&i| es[i] != 1).collect();
+    let [ea] = varying[..] else {
+        return Err(node.bad_input(
+            1,
+            format!("an exponent {es:?} varying along more than one axis is not mapped"),
+        ));
+    };
+    if es.len() > rank || xs[rank - es.len() + ea] != es[ea] || es[ea] > POW_PIECES_MAX {
+        return Err(node.bad_input(
+            1,
+            format!(
+                "an exponent {es:?} must vary along one axis of the base {xs:?}, in at most {POW_PIECES_MAX} values"
+            ),
+        ));
+    }
+    let axis = rank - es.len() + ea;
+    let values = e.f64s();
+    let xid = imp.data(node, 0, x, &format!("{name}.base"))?;
+    let mut pieces = Vec::new();
+    for (j, &v) in values.iter().enumerate() {
+        let xj = Val::Graph(slice_graph(
+            imp,
+            node,
+            xid,
+            axis,
+            j,
+            j + 1,
+            &format!("{name}.base{j}"),
+        )?);
+        let pj = pow_scalar(imp, node, &xj, v, &format!("{name}.piece{j}"))?;
+        pieces.push(imp.data(node, 0, &pj, &format!("{name}.piece{j}"))?);
+    }
+    Ok(Val::Graph(imp.op(
+        node,
+        name,
+        OpKind::Concat { axis },
+        &pieces,
+    )?))
 }
 
 /// `LayerNormalization` (opset 17). Over the last axis with only `Y` read it is the graph's

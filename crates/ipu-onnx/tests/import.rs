@@ -657,3 +657,16 @@ fn log_is_the_graph_logarithm() {
     check_outputs(&m, "log", Precision::Exact, 1e-6);
     check_outputs(&m, "log", Precision::Device, 1e-6);
 }
+
+#[test]
+fn pow_with_a_known_exponent_varying_along_an_axis_is_raised_slice_by_slice() {
+    let m = import_named("pow_exponents", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // Exponent 5 by repeated squaring, 1.5 through exp and log, -3 through a reciprocal.
+    assert!(text.contains("%z.piece3.square1 = mul("), "{text}");
+    assert!(text.contains("%z.piece2.log = log("), "{text}");
+    assert!(text.contains("%z.piece1 = div("), "{text}");
+    assert!(text.contains("%z = concat("), "{text}");
+    check_outputs(&m, "pow_exponents", Precision::Exact, 1e-5);
+    check_outputs(&m, "pow_exponents", Precision::Device, 1e-5);
+}
