@@ -658,6 +658,21 @@ def pow_exponents():
     save(m, "pow_exponents", [("x", x)], [("z", np.power(d(x), d(y)).astype(np.float32))])
 
 
+def slice_steps():
+    """Slice (opset 13) with steps other than 1: -1 along axis 0 (reversed), 2 along axis 1."""
+    x = f32((4, 7))
+    ints = lambda n, v: numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+    m = model(
+        "slice_steps",
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"], name="sl")],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, [4, 3])],
+        [ints("starts", [-1, 1]), ints("ends", [-100, 7]), ints("axes", [0, 1]), ints("steps", [-1, 2])],
+        opset=13,
+    )
+    save(m, "slice_steps", [("x", x)], [("y", x[::-1, 1:7:2])])
+
+
 def main():
     linear()
     linear_external()
@@ -677,6 +692,7 @@ def main():
     matmul_partial_broadcast()
     log()
     pow_exponents()
+    slice_steps()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

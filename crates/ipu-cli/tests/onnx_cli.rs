@@ -203,7 +203,8 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
     // LayerNormalization over two axes with its statistics read, and Attention with a
     // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
     // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
-    // different batch axes; the natural logarithm; powers with exponents known per column.
+    // different batch axes; the natural logarithm; powers with exponents known per column;
+    // slices with steps -1 and 2.
     for name in [
         "layer_norm_axis",
         "attention_unfused",
@@ -211,6 +212,7 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
         "matmul_bcast",
         "log",
         "pow_exponents",
+        "slice_steps",
     ] {
         let art = std::env::temp_dir().join(format!("ipu-onnx-{name}-{}", std::process::id()));
         let o = ipu(&[

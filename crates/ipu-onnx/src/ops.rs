@@ -373,6 +373,57 @@ fn slice_graph(
     imp.op(node, name, OpKind::Slice { axis, start, end }, &[x])
 }
 
+/// The most entries [`strided_slice`] gathers one by one.
+const STRIDED_SLICE_ENTRIES_MAX: usize = 64;
+
+/// Entries `start, start + step, ..` before `end` along `axis` (NumPy slicing, bounds clamped,
+/// `step` not 1, possibly negative): one single-entry slice per entry, concatenated in order.
+#[allow(clippy::too_many_arguments)]
+fn strided_slice(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: ValueId,
+    axis: usize,
+    start: i64,
+    end: i64,
+    step: i64,
+    name: &str,
+) -> Result<ValueId, OnnxError> {
+    let mut idx = Vec::new();
+    let mut i = start;
+    while (step > 0 && i < end) || (step < 0 && i > end) {
+        idx.push(i as usize);
+        i += step;
+        if idx.len() > STRIDED_SLICE_ENTRIES_MAX {
+            return Err(node.bad_input(
+                4,
+                format!(
+                    "step {step} on axis {axis} takes more than {STRIDED_SLICE_ENTRIES_MAX} entries, each a slice of its own"
+                ),
+            ));
+        }
+    }
+    if idx.is_empty() {
+        return Err(node.bad_input(
+            1,
+            format!("the slice {start}..{end} step {step} of axis {axis} is empty"),
+        ));
+    }
+    let mut pieces = Vec::new();
+    for (j, &k) in idx.iter().enumerate() {
+        let piece_name = if idx.len() == 1 {
+            name.to_string()
+        } else {
+            format!("{name}.entry{j}")
+        };
+        pieces.push(slice_graph(imp, node, x, axis, k, k + 1, &piece_name)?);
+    }
+    if pieces.len() == 1 {
+        return Ok(pieces[0]);
+    }
+    imp.op(node, name, OpKind::Concat { axis }, &pieces)
+}
+
 /// The axes of a reduction: from the attribute before opset 18 (`ReduceMax`, `ReduceMin`,
 /// `ReduceMean`), from input 1 otherwise (and for `ReduceSum` from opset 13).
 fn reduce_axes(
@@ -1016,13 +1067,16 @@ pub fn convert(
                 v = match &v {
                     Val::Known(k, _) => Val::known(k.sliced(axis, start, end, step)),
                     Val::Graph(id) => {
+                        let step_name = if seen.len() == axes.len() {
+                            name.clone()
+                        } else {
+                            format!("{name}.axis{axis}")
+                        };
                         if step != 1 {
-                            return Err(node.bad_input(
-                                4,
-                                format!(
-                                    "step {step} on axis {axis}: the graph slices with step 1 only"
-                                ),
-                            ));
+                            v = Val::Graph(strided_slice(
+                                imp, node, *id, axis, start, end, step, &step_name,
+                            )?);
+                            continue;
                         }
                         if start >= end {
                             return Err(node.bad_input(
@@ -1030,11 +1084,6 @@ pub fn convert(
                                 format!("the slice {start}..{end} of axis {axis} is empty"),
                             ));
                         }
-                        let step_name = if seen.len() == axes.len() {
-                            name.clone()
-                        } else {
-                            format!("{name}.axis{axis}")
-                        };
                         Val::Graph(slice_graph(
                             imp,
                             node,

@@ -670,3 +670,15 @@ fn pow_with_a_known_exponent_varying_along_an_axis_is_raised_slice_by_slice() {
     check_outputs(&m, "pow_exponents", Precision::Exact, 1e-5);
     check_outputs(&m, "pow_exponents", Precision::Device, 1e-5);
 }
+
+#[test]
+fn slices_with_steps_other_than_one_are_gathered_entry_by_entry() {
+    let m = import_named("slice_steps", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    assert!(
+        text.contains("%y.axis0.entry0 = slice(%x) {axis = 0, start = 3, end = 4}"),
+        "{text}"
+    );
+    assert!(text.contains("%y = concat("), "{text}");
+    check_outputs(&m, "slice_steps", Precision::Exact, 0.0);
+}
