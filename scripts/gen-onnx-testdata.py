@@ -673,6 +673,21 @@ def slice_steps():
     save(m, "slice_steps", [("x", x)], [("y", x[::-1, 1:7:2])])
 
 
+def attention_causal_more_keys():
+    """Attention (opset 23), causal with more keys than queries and no cache: the frontier is
+    aligned top-left (query i sees keys 0..=i)."""
+    q, k, v = f32((1, 2, 3, 4)), f32((1, 2, 5, 4)), f32((1, 2, 5, 4))
+    m = model(
+        "attention_causal_more_keys",
+        [helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", is_causal=1)],
+        [helper.make_tensor_value_info(n, F, list(t.shape)) for n, t in [("q", q), ("k", k), ("v", v)]],
+        [helper.make_tensor_value_info("y", F, [1, 2, 3, 4])],
+        opset=23,
+    )
+    y = sdpa(q, k, v, 1 / np.sqrt(4), True)
+    save(m, "attention_causal_more_keys", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+
 def main():
     linear()
     linear_external()
@@ -693,6 +708,7 @@ def main():
     log()
     pow_exponents()
     slice_steps()
+    attention_causal_more_keys()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -204,7 +204,7 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
     // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
     // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
     // different batch axes; the natural logarithm; powers with exponents known per column;
-    // slices with steps -1 and 2.
+    // slices with steps -1 and 2; causal attention over more keys than queries.
     for name in [
         "layer_norm_axis",
         "attention_unfused",
@@ -213,6 +213,7 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
         "log",
         "pow_exponents",
         "slice_steps",
+        "attention_causal_more_keys",
     ] {
         let art = std::env::temp_dir().join(format!("ipu-onnx-{name}-{}", std::process::id()));
         let o = ipu(&[

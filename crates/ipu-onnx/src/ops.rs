@@ -2134,7 +2134,8 @@ struct Unfused {
 /// past length, `nonpad[b] - sq` with non-pad lengths, else 0), a key `j >= nonpad[b]` is
 /// masked, a mask shorter than the keys is padded with `-inf` (`false`), a boolean mask (known
 /// at import: the graph has no booleans) becomes `0` / `-inf`. A float mask given at run time
-/// is added to the constant.
+/// is added to the constant. The frontier alone with offset 0 (top-left: no past, no non-pad
+/// lengths, no window, no known mask) is the graph's `causal_mask` instead, with no constant.
 ///
 /// A row the bias masks entirely has output 0 in the specification (the reference's guard
 /// zeroes it before `P v`). When a row may be masked entirely (a run-time mask, or a constant
@@ -2326,7 +2327,23 @@ fn attention_unfused(
         ));
     }
     let capped = scores.clone();
-    if constant_bias {
+    // The frontier alone, aligned top-left (no past, no non-pad lengths, no window, no known
+    // mask): the graph's causal mask (key `j` hidden after query `i`), with no constant.
+    let top_left_only = spec.causal
+        && spec.past_len == 0
+        && nonpad.is_none()
+        && spec.window == [-1, -1]
+        && !matches!(input(ins, 3), Some(Val::Known(..)));
+    if top_left_only {
+        scores = unary_op(
+            imp,
+            node,
+            OpKind::CausalMask { key_start: 0 },
+            &scores,
+            0,
+            &n("causal"),
+        )?;
+    } else if constant_bias {
         scores = binary_op(
             imp,
             node,

@@ -682,3 +682,17 @@ fn slices_with_steps_other_than_one_are_gathered_entry_by_entry() {
     assert!(text.contains("%y = concat("), "{text}");
     check_outputs(&m, "slice_steps", Precision::Exact, 0.0);
 }
+
+#[test]
+fn causal_attention_with_more_keys_than_queries_uses_the_causal_mask() {
+    let m = import_named("attention_causal_more_keys", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // Top-left aligned with no cache: the graph's causal mask, no constant bias.
+    assert!(
+        text.contains("%y.causal = causal_mask(%y.scores) {key_start = 0}: f32[1, 2, 3, 5]"),
+        "{text}"
+    );
+    assert!(!text.contains("const"), "{text}");
+    check_outputs(&m, "attention_causal_more_keys", Precision::Exact, 1e-5);
+    check_outputs(&m, "attention_causal_more_keys", Precision::Device, 1e-5);
+}
