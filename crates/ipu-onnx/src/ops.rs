@@ -1889,7 +1889,7 @@ fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     one(scale(imp, node, &prod, 0.5, &name)?)
 }
 
-/// `Attention` (opsets 23 and 24) on `[batch, heads, seq, head]` operands. 3-D operands
+/// `Attention` (opsets 23 to 25) on `[batch, heads, seq, head]` operands. 3-D operands
 /// `[batch, seq, heads * head]` are split into heads (`q_num_heads`, `kv_num_heads`) and the
 /// result merged back; a past key and value (4-D) are concatenated before the new ones on the
 /// sequence axis (the `present_key` and `present_value` outputs); with fewer kv heads than q
