@@ -504,6 +504,190 @@ def activations():
     save(m, "gelu_pattern", [("x", x)], [("y", gelu_erf.astype(np.float32))])
 
 
+def layer_norm_axis():
+    """LayerNormalization (opset 17) over the last two axes of a 3-D input (axis 1), with the
+    Mean and InvStdDev outputs read."""
+    x, g, b = f32((2, 3, 4), 2.0), f32((3, 4)), f32((3, 4))
+    m = model(
+        "layer_norm_axis",
+        [
+            helper.make_node(
+                "LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv"], name="ln", axis=1, epsilon=1e-3
+            )
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+        [
+            helper.make_tensor_value_info("y", F, [2, 3, 4]),
+            helper.make_tensor_value_info("mean", F, [2, 1, 1]),
+            helper.make_tensor_value_info("inv", F, [2, 1, 1]),
+        ],
+        [numpy_helper.from_array(g, "g"), numpy_helper.from_array(b, "b")],
+    )
+    xd = d(x)
+    mean = xd.mean(axis=(1, 2), keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=(1, 2), keepdims=True)
+    inv = 1 / np.sqrt(var + 1e-3)
+    y = (xd - mean) * inv * d(g) + d(b)
+    outs = [("y", y), ("mean", mean), ("inv", inv)]
+    save(m, "layer_norm_axis", [("x", x)], [(n, a.astype(np.float32)) for n, a in outs])
+
+
+def attention_unfused():
+    """Attention (opset 23) in the forms the graph's attention does not take: a past cache
+    (present outputs read), causal with more keys than queries (the frontier offset by the
+    past length), a soft cap, a run-time float mask with a fully masked row (output 0), and
+    the post-softmax scores (qk_matmul_output_mode 3); then a constant boolean mask."""
+    b, h, sq, past, new, dh = 1, 2, 3, 2, 3, 4
+    q, k, v = f32((b, h, sq, dh)), f32((b, h, new, dh)), f32((b, h, new, dh))
+    pk, pv = f32((b, h, past, dh)), f32((b, h, past, dh))
+    skv = past + new
+    mask = f32((sq, skv), 0.5)
+    mask[1, :] = -np.inf
+    softcap = 2.0
+    m = model(
+        "attention_unfused",
+        [
+            helper.make_node(
+                "Attention",
+                ["q", "k", "v", "mask", "past_k", "past_v"],
+                ["y", "present_k", "present_v", "probs"],
+                name="attn",
+                is_causal=1,
+                softcap=softcap,
+                qk_matmul_output_mode=3,
+            )
+        ],
+        [
+            helper.make_tensor_value_info("q", F, list(q.shape)),
+            helper.make_tensor_value_info("k", F, list(k.shape)),
+            helper.make_tensor_value_info("v", F, list(v.shape)),
+            helper.make_tensor_value_info("mask", F, list(mask.shape)),
+            helper.make_tensor_value_info("past_k", F, list(pk.shape)),
+            helper.make_tensor_value_info("past_v", F, list(pv.shape)),
+        ],
+        [
+            helper.make_tensor_value_info("y", F, [b, h, sq, dh]),
+            helper.make_tensor_value_info("present_k", F, [b, h, skv, dh]),
+            helper.make_tensor_value_info("present_v", F, [b, h, skv, dh]),
+            helper.make_tensor_value_info("probs", F, [b, h, sq, skv]),
+        ],
+        opset=23,
+    )
+    kk = np.concatenate([d(pk), d(k)], axis=2)
+    vv = np.concatenate([d(pv), d(v)], axis=2)
+    s = d(q) @ np.swapaxes(kk, -1, -2) / np.sqrt(dh)
+    s = softcap * np.tanh(s / softcap)
+    i, j = np.arange(sq)[:, None], np.arange(skv)[None, :]
+    bias = np.where(j <= i + past, 0.0, -np.inf) + d(mask)
+    s = s + bias
+    row_max = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isneginf(row_max), 0.0, row_max))
+    total = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(total == 0, 1.0, total)
+    y = p @ vv
+    outs = [("y", y), ("present_k", kk), ("present_v", vv), ("probs", p)]
+    save(
+        m,
+        "attention_unfused",
+        [("q", q), ("k", k), ("v", v), ("mask", mask), ("past_k", pk), ("past_v", pv)],
+        [(n, a.astype(np.float32)) for n, a in outs],
+    )
+
+    sk = 4
+    q, k, v = f32((b, h, sq, dh)), f32((b, h, sk, dh)), f32((b, h, sk, dh))
+    keep = np.array([[True, True, False, True], [False, True, True, True], [True, False, False, False]])
+    m = model(
+        "attention_bool_mask",
+        [helper.make_node("Attention", ["q", "k", "v", "keep"], ["y"], name="attn")],
+        [
+            helper.make_tensor_value_info("q", F, list(q.shape)),
+            helper.make_tensor_value_info("k", F, list(k.shape)),
+            helper.make_tensor_value_info("v", F, list(v.shape)),
+        ],
+        [helper.make_tensor_value_info("y", F, [b, h, sq, dh])],
+        [numpy_helper.from_array(keep, "keep")],
+        opset=23,
+    )
+    s = d(q) @ np.swapaxes(d(k), -1, -2) / np.sqrt(dh) + np.where(keep, 0.0, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    y = (e / e.sum(axis=-1, keepdims=True)) @ d(v)
+    save(m, "attention_bool_mask", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+
+def matmul_partial_broadcast():
+    """MatMul whose operands broadcast different batch axes ([3, 1] against [1, 2])."""
+    a, b = f32((3, 1, 2, 4)), f32((1, 2, 4, 3))
+    m = model(
+        "matmul_bcast",
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+        [helper.make_tensor_value_info("a", F, list(a.shape)), helper.make_tensor_value_info("b", F, list(b.shape))],
+        [helper.make_tensor_value_info("y", F, [3, 2, 2, 3])],
+    )
+    save(m, "matmul_bcast", [("a", a), ("b", b)], [("y", (d(a) @ d(b)).astype(np.float32))])
+
+
+def log():
+    """Log (opset 13) of positive values spanning many binades, 1 among them."""
+    x = np.exp(f32((3, 7), 8.0)).astype(np.float32)
+    x[0, 0] = 1.0
+    m = model(
+        "log",
+        [helper.make_node("Log", ["x"], ["y"], name="ln")],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, list(x.shape))],
+        opset=13,
+    )
+    save(m, "log", [("x", x)], [("y", np.log(d(x)).astype(np.float32))])
+
+
+def pow_exponents():
+    """Pow (opset 15) with a known exponent varying along the last axis: 2, -3, 1.5 and 5
+    (products, a reciprocal, exp(1.5 ln x) on positive bases, repeated squaring with negative
+    bases)."""
+    x = f32((3, 4))
+    x[:, 2] = np.abs(x[:, 2]) + 0.5
+    y = np.array([2.0, -3.0, 1.5, 5.0], dtype=np.float32)
+    m = model(
+        "pow_exponents",
+        [helper.make_node("Pow", ["x", "y"], ["z"], name="pow")],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("z", F, list(x.shape))],
+        [numpy_helper.from_array(y, "y")],
+        opset=15,
+    )
+    save(m, "pow_exponents", [("x", x)], [("z", np.power(d(x), d(y)).astype(np.float32))])
+
+
+def slice_steps():
+    """Slice (opset 13) with steps other than 1: -1 along axis 0 (reversed), 2 along axis 1."""
+    x = f32((4, 7))
+    ints = lambda n, v: numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+    m = model(
+        "slice_steps",
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"], name="sl")],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, [4, 3])],
+        [ints("starts", [-1, 1]), ints("ends", [-100, 7]), ints("axes", [0, 1]), ints("steps", [-1, 2])],
+        opset=13,
+    )
+    save(m, "slice_steps", [("x", x)], [("y", x[::-1, 1:7:2])])
+
+
+def attention_causal_more_keys():
+    """Attention (opset 23), causal with more keys than queries and no cache: the frontier is
+    aligned top-left (query i sees keys 0..=i)."""
+    q, k, v = f32((1, 2, 3, 4)), f32((1, 2, 5, 4)), f32((1, 2, 5, 4))
+    m = model(
+        "attention_causal_more_keys",
+        [helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", is_causal=1)],
+        [helper.make_tensor_value_info(n, F, list(t.shape)) for n, t in [("q", q), ("k", k), ("v", v)]],
+        [helper.make_tensor_value_info("y", F, [1, 2, 3, 4])],
+        opset=23,
+    )
+    y = sdpa(q, k, v, 1 / np.sqrt(4), True)
+    save(m, "attention_causal_more_keys", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
+
+
 def main():
     linear()
     linear_external()
@@ -518,6 +702,13 @@ def main():
     folding()
     attention()
     activations()
+    layer_norm_axis()
+    attention_unfused()
+    matmul_partial_broadcast()
+    log()
+    pow_exponents()
+    slice_steps()
+    attention_causal_more_keys()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ipu_quiet as ipu, refused, stdout, succeeded};
+use common::{ipu_quiet as ipu, refused, stderr, stdout, succeeded};
 
 use std::path::PathBuf;
 
@@ -180,4 +180,47 @@ fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
         );
     }
     let _ = std::fs::remove_dir_all(&art);
+}
+
+#[test]
+fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
+    // LayerNormalization over two axes with its statistics read, and Attention with a
+    // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
+    // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
+    // different batch axes; the natural logarithm; powers with exponents known per column;
+    // slices with steps -1 and 2; causal attention over more keys than queries.
+    for name in [
+        "layer_norm_axis",
+        "attention_unfused",
+        "attention_bool_mask",
+        "matmul_bcast",
+        "log",
+        "pow_exponents",
+        "slice_steps",
+        "attention_causal_more_keys",
+    ] {
+        let art = std::env::temp_dir().join(format!("ipu-onnx-{name}-{}", std::process::id()));
+        let o = ipu(&[
+            "run",
+            &model(name),
+            "--data",
+            &data(name),
+            "--tiles",
+            "4",
+            "--artifacts",
+            art.to_str().unwrap(),
+        ]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{name}: {out}{}", stderr(&o));
+        let checked: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("versus=onnx_data"))
+            .collect();
+        assert!(!checked.is_empty(), "{name}: {out}");
+        assert!(
+            checked.iter().all(|l| l.ends_with("result=PASS")),
+            "{name}: {out}"
+        );
+        let _ = std::fs::remove_dir_all(&art);
+    }
 }

@@ -117,6 +117,78 @@ fn reshapes_slices_and_concats_move_runs() {
 }
 
 #[test]
+fn gathers_of_whole_words_that_are_not_whole_units() {
+    // f32 elements are whole words, f16 pairs too: slices, concats and reshapes whose runs
+    // start or end off a 4-element unit.
+    type Operands = Vec<(DType, Vec<usize>)>;
+    let slice = |axis, start, end| OpKind::Slice { axis, start, end };
+    let cases: Vec<(OpKind, Operands)> = vec![
+        (slice(1, 3, 4), vec![(F32, vec![3, 5])]),
+        (slice(1, 1, 3), vec![(F32, vec![7, 5])]),
+        (slice(1, 2, 5), vec![(F32, vec![4, 5])]),
+        (slice(2, 0, 1), vec![(F32, vec![2, 3, 3])]),
+        (slice(1, 2, 6), vec![(F16, vec![5, 7])]),
+        (slice(1, 2, 7), vec![(F16, vec![5, 7])]),
+        (
+            OpKind::Concat { axis: 1 },
+            vec![(F32, vec![3, 1]), (F32, vec![3, 2]), (F32, vec![3, 3])],
+        ),
+        (
+            OpKind::Concat { axis: 1 },
+            vec![(F16, vec![9, 2]), (F16, vec![9, 5])],
+        ),
+        (
+            OpKind::Reshape { shape: vec![5, 3] },
+            vec![(F32, vec![3, 5])],
+        ),
+        (
+            OpKind::Reshape { shape: vec![2, 60] },
+            vec![(F32, vec![2, 3, 4, 5])],
+        ),
+        (
+            OpKind::Reshape { shape: vec![30, 2] },
+            vec![(F32, vec![4, 15])],
+        ),
+        (
+            OpKind::Reshape { shape: vec![3, 10] },
+            vec![(F16, vec![5, 6])],
+        ),
+    ];
+    for (kind, ins) in cases {
+        let ins: Vec<(DType, &[usize])> = ins.iter().map(|(d, s)| (*d, s.as_slice())).collect();
+        let g = single(kind.clone(), &ins);
+        check(&g, &[1, 13, 64], &format!("{kind:?} of {ins:?}"));
+    }
+}
+
+#[test]
+fn sub_word_gathers_are_refused_at_planning() {
+    // Odd f16 runs and FP8 runs off a 4-element unit would need sub-word writes.
+    let slice = |start, end| OpKind::Slice {
+        axis: 1,
+        start,
+        end,
+    };
+    type Operands<'a> = Vec<(DType, &'a [usize])>;
+    let cases: Vec<(OpKind, Operands)> = vec![
+        (slice(1, 3), vec![(F16, &[3, 5])]),
+        (slice(2, 4), vec![(F143, &[3, 8])]),
+        (
+            OpKind::Concat { axis: 1 },
+            vec![(F16, &[3, 3]), (F16, &[3, 2])],
+        ),
+    ];
+    for (kind, ins) in cases {
+        let g = single(kind.clone(), &ins);
+        let e = build(&g, &common::gc200(4)).unwrap_err();
+        let CodegenError::Unsupported { reason, .. } = &e else {
+            panic!("{kind:?}: {e}");
+        };
+        assert!(reason.contains("word"), "{kind:?}: {e}");
+    }
+}
+
+#[test]
 fn unaligned_reshape_is_refused_at_planning() {
     let g = single(OpKind::Reshape { shape: vec![5, 3] }, &[(F16, &[3, 5])]);
     let e = build(&g, &common::gc200(4)).unwrap_err();

@@ -126,7 +126,7 @@ fn gelu_forms_are_bit_exact() {
 
 #[test]
 fn fp8_operands_are_refused_with_a_reason() {
-    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf] {
+    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf, OpKind::Log] {
         let ty = TensorType::new(DType::F143 { scale: -4 }, [4, 8]);
         let mut g = GraphBuilder::new("fp8");
         let x = g.input("x", ty);
@@ -139,5 +139,36 @@ fn fp8_operands_are_refused_with_a_reason() {
             text.contains("%y") && text.contains(kind.mnemonic()) && text.contains("FP8"),
             "{text}"
         );
+    }
+}
+
+/// `log` on the special constants (zeros, subnormals, infinities and negative values give
+/// -inf, finite values, +inf and NaN), on `4 x` (half of it negative: NaN on both sides), and
+/// on `exp(x)` with an odd column count, whose result is read by an addition (the padding
+/// `log` turns into -inf is cleared).
+#[test]
+fn log_is_bit_exact_in_f32_and_f16() {
+    for dtype in [DType::F32, DType::F16] {
+        for (rows, cols, tiles) in [(1, 3, 1), (37, 21, 13), (16, 40, 64)] {
+            let g = unary_graph(OpKind::Log, dtype, rows, cols);
+            common::run(&g, Target::gc200(), tiles, 17)
+                .assert_exact(&format!("log {dtype} {rows}x{cols} on {tiles} tiles"));
+        }
+        let ty = TensorType::new(dtype, [7, 13]);
+        let mut g = GraphBuilder::new("log_exp");
+        let x = g.input("x", ty.clone());
+        let e = g.op("e", OpKind::Exp, &[x]).unwrap();
+        let l = g.op("l", OpKind::Log, &[e]).unwrap();
+        let y = g.op("y", OpKind::Add, &[l, x]).unwrap();
+        let t = g
+            .op("t", OpKind::Transpose { perm: vec![1, 0] }, &[l])
+            .unwrap();
+        g.output(y);
+        g.output(t);
+        let g = g.finish().unwrap();
+        for tiles in [1, 5] {
+            common::run(&g, Target::gc200(), tiles, 29)
+                .assert_exact(&format!("log(exp(x)) {dtype} on {tiles} tiles"));
+        }
     }
 }

@@ -252,7 +252,7 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             }
             Ok(inputs[0].clone())
         }
-        OpKind::Exp | OpKind::Sqrt | OpKind::Tanh | OpKind::Erf => {
+        OpKind::Exp | OpKind::Sqrt | OpKind::Tanh | OpKind::Erf | OpKind::Log => {
             arity(inputs, 1)?;
             Ok(inputs[0].clone())
         }

@@ -293,6 +293,8 @@ pub enum OpKind {
     Tanh,
     /// The error function `erf(x) = 2/sqrt(pi) * integral from 0 to x of e^(-t^2) dt`.
     Erf,
+    /// The natural logarithm `ln(x)` (`-inf` at zero, NaN below zero, as IEEE).
+    Log,
     /// The causal mask of a block of attention scores: `x[.., i, j]` becomes `-inf` where key
     /// `key_start + j` comes after query `i`, and is kept otherwise. f32 and f16 only.
     CausalMask {
@@ -374,6 +376,7 @@ impl OpKind {
             OpKind::Sqrt => "sqrt",
             OpKind::Tanh => "tanh",
             OpKind::Erf => "erf",
+            OpKind::Log => "log",
             OpKind::CausalMask { .. } => "causal_mask",
             OpKind::ReduceMax { .. } => "reduce_max",
             OpKind::ReduceSum { .. } => "reduce_sum",

@@ -158,7 +158,8 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
         | OpKind::Exp
         | OpKind::Sqrt
         | OpKind::Tanh
-        | OpKind::Erf => vec![],
+        | OpKind::Erf
+        | OpKind::Log => vec![],
         OpKind::Scale { factor } => vec![("factor", fmt_f32(*factor))],
         OpKind::CausalMask { key_start } => vec![("key_start", key_start.to_string())],
         OpKind::Cast { to } => vec![("to", to.to_string())],
@@ -882,6 +883,7 @@ fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
         "sqrt" => OpKind::Sqrt,
         "tanh" => OpKind::Tanh,
         "erf" => OpKind::Erf,
+        "log" => OpKind::Log,
         "causal_mask" => OpKind::CausalMask {
             key_start: set.usize("key_start")?,
         },

@@ -185,17 +185,18 @@ graph every-op {   // trailing comment
   %sq = sqrt(%g): f32[2, 4, 8]
   %th = tanh(%sq): f32[2, 4, 8]
   %ef = erf(%th): f32[2, 4, 8]
+  %lg = log(%ef): f32[2, 4, 8]
   %h = reduce_sum(%g) {axis = 0}: f32[1, 4, 8]
   %i = softmax(%g) {axis = 1}: f32[2, 4, 8]
   %j = cast(%i) {to = f16}: f16[2, 4, 8]
   %l = layer_norm(%j) {epsilon = 0.001}: f16[2, 4, 8]
   %at = attention(%j, %j, %j) {scale = 0.35, causal = true, partials = f32}: f32[2, 4, 8]
   %fa = flash_attention(%q, %q, %q) {scale = 0.35, causal = false, block_q = 2, block_k = 2, partials = f16}: f16[2, 4, 8]
-  output %m, %mq, %c, %h, %l, %at, %fa, %ef
+  output %m, %mq, %c, %h, %l, %at, %fa, %lg
 }
 ";
     let g = parse(text, "every.ipug").unwrap();
-    assert_eq!(g.operations().len(), 23);
+    assert_eq!(g.operations().len(), 24);
     assert_eq!(g.outputs().len(), 8);
     let again = parse(&print(&g), "printed.ipug").unwrap();
     assert_eq!(again, g);

@@ -145,7 +145,7 @@ fn elementwise_and_reduction_inference() {
     let (_, r) = bad(OpKind::Scale { factor: f32::NAN }, &[x.clone()]);
     assert!(r.contains("not finite"), "{r}");
     assert_eq!(ok(OpKind::Exp, &[x.clone()]), x);
-    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf] {
+    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf, OpKind::Log] {
         assert_eq!(ok(kind.clone(), &[x.clone()]), x);
         let (_, r) = bad(kind, &[x.clone(), x.clone()]);
         assert!(r.contains("takes 1 operands, got 2"), "{r}");

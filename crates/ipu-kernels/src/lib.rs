@@ -160,6 +160,10 @@ pub enum UnOp {
     /// `erf(x)`, computed in f32: a Taylor polynomial below `|x| = 1/4`, Abramowitz and Stegun
     /// 7.1.26 with the sign of `x` above (`ipu_reference::unary::erf_device`).
     Erf,
+    /// `ln(x)`, computed in f32: `k ln 2 + 2 atanh((m - 1) / (m + 1))` with `x = 2^k m` read
+    /// from the bits (`basic::log_pair`; `ipu_reference::unary::log_device` is the same
+    /// sequence).
+    Log,
 }
 
 /// Element types of casts.

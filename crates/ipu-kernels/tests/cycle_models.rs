@@ -221,7 +221,14 @@ fn cases() -> Vec<Case> {
                 ));
             }
         }
-        for op in [UnOp::Exp, UnOp::Scale, UnOp::Sqrt, UnOp::Tanh, UnOp::Erf] {
+        for op in [
+            UnOp::Exp,
+            UnOp::Scale,
+            UnOp::Sqrt,
+            UnOp::Tanh,
+            UnOp::Erf,
+            UnOp::Log,
+        ] {
             for vectors in [0, 1, 7, 64] {
                 out.push(case(
                     format!("unary {ty:?} {op:?} vectors={vectors}"),

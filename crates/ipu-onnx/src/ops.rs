@@ -23,9 +23,6 @@ type Outs = Result<Vec<Option<Val>>, OnnxError>;
 /// Operators with no mapping because the device has no operator for them, with the missing
 /// operator (folded all the same when every input is known, where the evaluator has it).
 const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
-    ("Log", "no log device operator"),
-    ("LogSoftmax", "no log device operator"),
-    ("Softplus", "no log device operator"),
     ("Sin", "no sin device operator"),
     ("Cos", "no cos device operator"),
     ("Floor", "no floor device operator"),
@@ -376,6 +373,57 @@ fn slice_graph(
     imp.op(node, name, OpKind::Slice { axis, start, end }, &[x])
 }
 
+/// The most entries [`strided_slice`] gathers one by one.
+const STRIDED_SLICE_ENTRIES_MAX: usize = 64;
+
+/// Entries `start, start + step, ..` before `end` along `axis` (NumPy slicing, bounds clamped,
+/// `step` not 1, possibly negative): one single-entry slice per entry, concatenated in order.
+#[allow(clippy::too_many_arguments)]
+fn strided_slice(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: ValueId,
+    axis: usize,
+    start: i64,
+    end: i64,
+    step: i64,
+    name: &str,
+) -> Result<ValueId, OnnxError> {
+    let mut idx = Vec::new();
+    let mut i = start;
+    while (step > 0 && i < end) || (step < 0 && i > end) {
+        idx.push(i as usize);
+        i += step;
+        if idx.len() > STRIDED_SLICE_ENTRIES_MAX {
+            return Err(node.bad_input(
+                4,
+                format!(
+                    "step {step} on axis {axis} takes more than {STRIDED_SLICE_ENTRIES_MAX} entries, each a slice of its own"
+                ),
+            ));
+        }
+    }
+    if idx.is_empty() {
+        return Err(node.bad_input(
+            1,
+            format!("the slice {start}..{end} step {step} of axis {axis} is empty"),
+        ));
+    }
+    let mut pieces = Vec::new();
+    for (j, &k) in idx.iter().enumerate() {
+        let piece_name = if idx.len() == 1 {
+            name.to_string()
+        } else {
+            format!("{name}.entry{j}")
+        };
+        pieces.push(slice_graph(imp, node, x, axis, k, k + 1, &piece_name)?);
+    }
+    if pieces.len() == 1 {
+        return Ok(pieces[0]);
+    }
+    imp.op(node, name, OpKind::Concat { axis }, &pieces)
+}
+
 /// The axes of a reduction: from the attribute before opset 18 (`ReduceMax`, `ReduceMin`,
 /// `ReduceMean`), from input 1 otherwise (and for `ReduceSum` from opset 13).
 fn reduce_axes(
@@ -643,13 +691,64 @@ fn matmul(
         }
         out_shape = Some(s);
     }
+    // The device's matmul broadcasts an operand's batch only as a whole (all of it or none):
+    // an operand broadcasting some batch axes but not others is expanded along those first
+    // (copies concatenated).
+    let (sa2, sb2) = (imp.shape(&a2), imp.shape(&b2));
+    let rank = sa2.len().max(sb2.len());
+    let Some(batch) = crate::known::broadcast_shapes(&sa2[..sa2.len() - 2], &sb2[..sb2.len() - 2])
+    else {
+        return matmul_product(imp, node, &a2, &b2, dtype, out_shape, name);
+    };
+    let total: usize = batch.iter().product();
+    let mut operands = Vec::new();
+    for (v, s, label) in [(&a2, &sa2, "lhs"), (&b2, &sb2, "rhs")] {
+        let own: usize = s[..s.len() - 2].iter().product();
+        let mut v = v.clone();
+        if own != 1 && own != total {
+            v = to_rank(imp, node, &v, rank, &format!("{name}.{label}_rank"))?;
+            for (axis, &n) in batch.iter().enumerate() {
+                if imp.shape(&v)[axis] == 1 && n > 1 {
+                    let id = imp.data(node, 0, &v, &format!("{name}.{label}"))?;
+                    v = Val::Graph(imp.op(
+                        node,
+                        &format!("{name}.{label}_expanded{axis}"),
+                        OpKind::Concat { axis },
+                        &vec![id; n],
+                    )?);
+                }
+            }
+        }
+        operands.push(v);
+    }
+    matmul_product(
+        imp,
+        node,
+        &operands[0],
+        &operands[1],
+        dtype,
+        out_shape,
+        name,
+    )
+}
+
+/// The graph's matmul of `a` and `b`, reshaped to `out_shape` if given.
+fn matmul_product(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    a2: &Val,
+    b2: &Val,
+    dtype: DType,
+    out_shape: Option<Vec<usize>>,
+    name: &str,
+) -> Result<Val, OnnxError> {
     let product = if out_shape.is_some() {
         format!("{name}.product")
     } else {
         name.to_string()
     };
-    let x = imp.data(node, 0, &a2, &format!("{name}.lhs"))?;
-    let y = imp.data(node, 1, &b2, &format!("{name}.rhs"))?;
+    let x = imp.data(node, 0, a2, &format!("{name}.lhs"))?;
+    let y = imp.data(node, 1, b2, &format!("{name}.rhs"))?;
     let kind = OpKind::MatMul {
         partials: DType::F32,
         out: dtype,
@@ -968,13 +1067,16 @@ pub fn convert(
                 v = match &v {
                     Val::Known(k, _) => Val::known(k.sliced(axis, start, end, step)),
                     Val::Graph(id) => {
+                        let step_name = if seen.len() == axes.len() {
+                            name.clone()
+                        } else {
+                            format!("{name}.axis{axis}")
+                        };
                         if step != 1 {
-                            return Err(node.bad_input(
-                                4,
-                                format!(
-                                    "step {step} on axis {axis}: the graph slices with step 1 only"
-                                ),
-                            ));
+                            v = Val::Graph(strided_slice(
+                                imp, node, *id, axis, start, end, step, &step_name,
+                            )?);
+                            continue;
                         }
                         if start >= end {
                             return Err(node.bad_input(
@@ -982,11 +1084,6 @@ pub fn convert(
                                 format!("the slice {start}..{end} of axis {axis} is empty"),
                             ));
                         }
-                        let step_name = if seen.len() == axes.len() {
-                            name.clone()
-                        } else {
-                            format!("{name}.axis{axis}")
-                        };
                         Val::Graph(slice_graph(
                             imp,
                             node,
@@ -1184,24 +1281,28 @@ pub fn convert(
                 return fold(node, known::binary(Binary::Pow, a, &b));
             }
             let name = out_name(imp, node, 0);
-            match single_value(e) {
-                Some(1.0) => one(x.clone()),
-                Some(2.0) => one(binary_op(imp, node, OpKind::Mul, x, x, &name)?),
-                Some(-1.0) => {
-                    let ones = fill_like(imp, x, 1.0)?;
-                    one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
-                }
-                Some(3.0) => {
-                    let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
-                    one(binary_op(imp, node, OpKind::Mul, &sq, x, &name)?)
-                }
-                Some(0.5) => one(unary_op(imp, node, OpKind::Sqrt, x, 0, &name)?),
-                Some(v) => Err(node.unsupported(format!(
-                    "exponent {v}: no pow device operator (exponents 1, 2, 3, -1 and 0.5 are \
-                     mapped)"
-                ))),
-                None => Err(node.bad_input(1, "the exponent must be a known scalar")),
+            let Val::Known(ek, _) = e else {
+                return Err(node.bad_input(
+                    1,
+                    "the exponent must be known at import: with a run-time exponent a negative \
+                     base's integer powers (real numbers) are not exp(y ln x) (NaN)",
+                ));
+            };
+            let values = ek.f64s();
+            let xs = imp.shape(x);
+            if known::broadcast_shapes(&xs, &ek.shape).as_ref() != Some(&xs) {
+                return Err(node.bad_input(
+                    1,
+                    format!(
+                        "an exponent {:?} that broadcasts the base {xs:?} is not mapped",
+                        ek.shape
+                    ),
+                ));
             }
+            if values.iter().all(|&v| v == values[0]) {
+                return one(pow_scalar(imp, node, x, values[0], &name)?);
+            }
+            one(pow_along_axis(imp, node, x, ek, &name)?)
         }
         "Neg" => {
             node.only_attrs(&[])?;
@@ -1313,6 +1414,16 @@ pub fn convert(
             one(unary_op(imp, node, kind, x, 0, &name)?)
         }
         "Gelu" => gelu(imp, node, ins),
+        // Log: the graph's natural logarithm (folded when the input is known).
+        "Log" => {
+            node.only_attrs(&[])?;
+            let x = req(node, ins, 0)?;
+            if let Val::Known(k, _) = x {
+                return fold(node, known::unary(Unary::Log, k));
+            }
+            let name = out_name(imp, node, 0);
+            one(unary_op(imp, node, OpKind::Log, x, 0, &name)?)
+        }
         // Reciprocal = 1 / x.
         "Reciprocal" => {
             node.only_attrs(&[])?;
@@ -1426,71 +1537,12 @@ pub fn convert(
             }
             one(y)
         }
-        // LayerNormalization (opset 17): over the last axis, then scale and bias.
-        "LayerNormalization" => {
-            if imp.opset < 17 {
-                return Err(node.unsupported(format!(
-                    "LayerNormalization exists from opset 17; the model imports {}",
-                    imp.opset
-                )));
-            }
-            node.only_attrs(&["axis", "epsilon", "stash_type"])?;
-            let x = req(node, ins, 0)?;
-            let rank = imp.shape(x).len();
-            let axis = normalize_axis(node, "axis", node.int("axis", -1)?, rank)?;
-            if axis + 1 != rank {
-                return Err(node.bad_attr(
-                    "axis",
-                    format!("{axis}: the graph normalises over the last axis only"),
-                ));
-            }
-            if node.int("stash_type", 1)? != 1 {
-                return Err(
-                    node.bad_attr("stash_type", "only 1 (statistics in float) is supported")
-                );
-            }
-            for (i, o) in node.proto.output.iter().enumerate().skip(1) {
-                if !o.is_empty() && read.contains(o.as_str()) {
-                    return Err(node.unsupported(format!("output {i} (`{o}`, mean or inverse deviation) is read; only the normalised output is supported")));
-                }
-            }
-            let epsilon = node.float("epsilon", 1e-5)?;
-            let name = out_name(imp, node, 0);
-            let has_bias = input(ins, 2).is_some();
-            let norm = unary_op(
-                imp,
-                node,
-                OpKind::LayerNorm { epsilon },
-                x,
-                0,
-                &format!("{name}.normalized"),
-            )?;
-            let s = req(node, ins, 1)?;
-            let scaled = binary_op(
-                imp,
-                node,
-                OpKind::Mul,
-                &norm,
-                s,
-                &if has_bias {
-                    format!("{name}.scaled")
-                } else {
-                    name.clone()
-                },
-            )?;
-            match input(ins, 2) {
-                Some(bias) => Ok(vec![
-                    Some(binary_op(imp, node, OpKind::Add, &scaled, bias, &name)?),
-                    None,
-                    None,
-                ]),
-                None => Ok(vec![Some(scaled), None, None]),
-            }
-        }
+        // LayerNormalization (opset 17): over the axes from `axis` on, then scale and bias.
+        "LayerNormalization" => layer_norm(imp, node, ins, read),
         "Attention" => attention(imp, node, ins, read),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
-        | "Where" | "Not" | "Range" | "Log" | "Floor" | "Ceil" | "Round"
+        | "Where" | "Not" | "Range" | "Floor" | "Ceil" | "Round"
             if all_known(ins).is_some() =>
         {
             node.only_attrs(&[])?;
@@ -1543,7 +1595,6 @@ pub fn convert(
                     known::select(&k[0], &k[1], &k[2])
                 }
                 "Not" => known::unary(Unary::Not, &k[0]),
-                "Log" => known::unary(Unary::Log, &k[0]),
                 "Floor" => known::unary(Unary::Floor, &k[0]),
                 "Ceil" => known::unary(Unary::Ceil, &k[0]),
                 "Round" => known::unary(Unary::Round, &k[0]),
@@ -1558,6 +1609,238 @@ pub fn convert(
             Err(node.unsupported("the importer has no mapping for it"))
         }
     }
+}
+
+/// `x ^ v` for a known scalar exponent `v`: 1, 2, 3, -1 and 0.5 as before (the identity,
+/// products, a reciprocal, `sqrt`); other integers up to [`POW_INTEGER_MAX`] in magnitude by
+/// repeated squaring (exact signs for negative bases, as NumPy's), negative ones through a
+/// reciprocal; any other finite exponent as `exp(v ln x)`, which is NumPy's `x ^ v` wherever
+/// that is real: NaN for a negative base (a non-integer power), 0 or `inf` at a zero base,
+/// 1 at a base of 1.
+fn pow_scalar(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    v: f64,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    match v {
+        1.0 => Ok(x.clone()),
+        2.0 => binary_op(imp, node, OpKind::Mul, x, x, name),
+        -1.0 => {
+            let ones = fill_like(imp, x, 1.0)?;
+            binary_op(imp, node, OpKind::Div, &ones, x, name)
+        }
+        3.0 => {
+            let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
+            binary_op(imp, node, OpKind::Mul, &sq, x, name)
+        }
+        0.5 => unary_op(imp, node, OpKind::Sqrt, x, 0, name),
+        _ if v.fract() == 0.0 && v != 0.0 && v.abs() <= POW_INTEGER_MAX => {
+            let n = v.abs() as u32;
+            let power_name = if v < 0.0 {
+                format!("{name}.power")
+            } else {
+                name.to_string()
+            };
+            // Square and multiply, from the top bit down.
+            let mut acc = x.clone();
+            for bit in (0..31 - n.leading_zeros()).rev() {
+                let last = bit == 0 && n & 1 == 0;
+                let sq_name = if last {
+                    power_name.clone()
+                } else {
+                    format!("{name}.square{bit}")
+                };
+                acc = binary_op(imp, node, OpKind::Mul, &acc, &acc, &sq_name)?;
+                if n >> bit & 1 == 1 {
+                    let m_name = if bit == 0 {
+                        power_name.clone()
+                    } else {
+                        format!("{name}.times{bit}")
+                    };
+                    acc = binary_op(imp, node, OpKind::Mul, &acc, x, &m_name)?;
+                }
+            }
+            if v < 0.0 {
+                let ones = fill_like(imp, x, 1.0)?;
+                acc = binary_op(imp, node, OpKind::Div, &ones, &acc, name)?;
+            }
+            Ok(acc)
+        }
+        _ if v.is_finite() && v != 0.0 => {
+            let l = unary_op(imp, node, OpKind::Log, x, 0, &format!("{name}.log"))?;
+            let s = scale(imp, node, &l, v as f32, &format!("{name}.scaled"))?;
+            unary_op(imp, node, OpKind::Exp, &s, 0, name)
+        }
+        _ => Err(node.unsupported(format!(
+            "exponent {v}: not mapped (exponents 0, infinite and NaN have no device form)"
+        ))),
+    }
+}
+
+/// The largest integer exponent [`pow_scalar`] writes as products (at most 2 log2 of it).
+const POW_INTEGER_MAX: f64 = 64.0;
+
+/// The most pieces [`pow_along_axis`] cuts `x` into (one per exponent value along the axis).
+const POW_PIECES_MAX: usize = 16;
+
+/// `x ^ e` for a known exponent that varies along one axis of `x` only: `x` sliced along that
+/// axis, each slice raised to its exponent ([`pow_scalar`]), the results concatenated.
+fn pow_along_axis(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    e: &Known,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let xs = imp.shape(x);
+    let rank = xs.len();
+    let es = &e.shape;
+    let varying: Vec<usize> = (0..es.len()).filter(|&i| es[i] != 1).collect();
+    let [ea] = varying[..] else {
+        return Err(node.bad_input(
+            1,
+            format!("an exponent {es:?} varying along more than one axis is not mapped"),
+        ));
+    };
+    if es.len() > rank || xs[rank - es.len() + ea] != es[ea] || es[ea] > POW_PIECES_MAX {
+        return Err(node.bad_input(
+            1,
+            format!(
+                "an exponent {es:?} must vary along one axis of the base {xs:?}, in at most {POW_PIECES_MAX} values"
+            ),
+        ));
+    }
+    let axis = rank - es.len() + ea;
+    let values = e.f64s();
+    let xid = imp.data(node, 0, x, &format!("{name}.base"))?;
+    let mut pieces = Vec::new();
+    for (j, &v) in values.iter().enumerate() {
+        let xj = Val::Graph(slice_graph(
+            imp,
+            node,
+            xid,
+            axis,
+            j,
+            j + 1,
+            &format!("{name}.base{j}"),
+        )?);
+        let pj = pow_scalar(imp, node, &xj, v, &format!("{name}.piece{j}"))?;
+        pieces.push(imp.data(node, 0, &pj, &format!("{name}.piece{j}"))?);
+    }
+    Ok(Val::Graph(imp.op(
+        node,
+        name,
+        OpKind::Concat { axis },
+        &pieces,
+    )?))
+}
+
+/// `LayerNormalization` (opset 17). Over the last axis with only `Y` read it is the graph's
+/// `layer_norm`, then the scale and the bias. Over more axes (`axis` before the last), or with
+/// the `Mean` or `InvStdDev` output read, it is the function body of the operator
+/// specification, step by step: `mean = ReduceMean(X)` over the axes from `axis` on (kept with
+/// size 1; a sum per axis, then `1/n`), `d = X - mean`, `var = ReduceMean(d * d)`,
+/// `inv = 1 / sqrt(var + epsilon)`, `Y = d * inv * scale + bias`; `Mean` is `mean` and
+/// `InvStdDev` is `inv`, both of `X`'s rank with the normalised axes of size 1.
+fn layer_norm(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    read: &BTreeSet<&str>,
+) -> Outs {
+    if imp.opset < 17 {
+        return Err(node.unsupported(format!(
+            "LayerNormalization exists from opset 17; the model imports {}",
+            imp.opset
+        )));
+    }
+    node.only_attrs(&["axis", "epsilon", "stash_type"])?;
+    let x = req(node, ins, 0)?;
+    let shape = imp.shape(x);
+    let rank = shape.len();
+    let axis = normalize_axis(node, "axis", node.int("axis", -1)?, rank)?;
+    if node.int("stash_type", 1)? != 1 {
+        return Err(node.bad_attr("stash_type", "only 1 (statistics in float) is supported"));
+    }
+    let is_read = |i: usize| {
+        node.proto
+            .output
+            .get(i)
+            .is_some_and(|o| !o.is_empty() && read.contains(o.as_str()))
+    };
+    let statistics_read = is_read(1) || is_read(2);
+    let epsilon = node.float("epsilon", 1e-5)?;
+    let name = out_name(imp, node, 0);
+    let n = |step: &str| format!("{name}.{step}");
+    let has_bias = input(ins, 2).is_some();
+    let s = req(node, ins, 1)?;
+    let affine = |imp: &mut Importer<'_>, norm: &Val| -> Result<Val, OnnxError> {
+        let scaled_name = if has_bias { n("scaled") } else { name.clone() };
+        let scaled = binary_op(imp, node, OpKind::Mul, norm, s, &scaled_name)?;
+        match input(ins, 2) {
+            Some(bias) => binary_op(imp, node, OpKind::Add, &scaled, bias, &name),
+            None => Ok(scaled),
+        }
+    };
+    if axis + 1 == rank && !statistics_read {
+        let norm = unary_op(
+            imp,
+            node,
+            OpKind::LayerNorm { epsilon },
+            x,
+            0,
+            &n("normalized"),
+        )?;
+        return Ok(vec![Some(affine(imp, &norm)?), None, None]);
+    }
+    float_dtype(node, imp, x, 0)?;
+    let count: usize = shape[axis..].iter().product();
+    let inv_count = (1.0 / count as f64) as f32;
+    // The mean over the normalised axes, as ReduceMean does it: a sum per axis, then 1/n.
+    let mean_of = |imp: &mut Importer<'_>, v: &Val, label: &str, out: String| {
+        let mut id = imp.data(node, 0, v, &format!("{name}.{label}_input"))?;
+        for a in axis..rank {
+            id = imp.op(
+                node,
+                &format!("{name}.{label}_sum{a}"),
+                OpKind::ReduceSum { axis: a },
+                &[id],
+            )?;
+        }
+        scale(imp, node, &Val::Graph(id), inv_count, &out)
+    };
+    let mean_name = if is_read(1) {
+        out_name(imp, node, 1)
+    } else {
+        n("mean")
+    };
+    let mean = mean_of(imp, x, "mean", mean_name)?;
+    let d = binary_op(imp, node, OpKind::Sub, x, &mean, &n("centered"))?;
+    let dd = binary_op(imp, node, OpKind::Mul, &d, &d, &n("squared"))?;
+    let var = mean_of(imp, &dd, "variance", n("variance"))?;
+    let eps = fill_like(imp, &var, f64::from(epsilon))?;
+    let var_eps = binary_op(imp, node, OpKind::Add, &var, &eps, &n("variance_epsilon"))?;
+    let std = unary_op(imp, node, OpKind::Sqrt, &var_eps, 0, &n("deviation"))?;
+    let inv_name = if is_read(2) {
+        out_name(imp, node, 2)
+    } else {
+        n("inverse_deviation")
+    };
+    let ones = fill_like(imp, &std, 1.0)?;
+    let inv = binary_op(imp, node, OpKind::Div, &ones, &std, &inv_name)?;
+    let norm = binary_op(imp, node, OpKind::Mul, &d, &inv, &n("normalized"))?;
+    let y = affine(imp, &norm)?;
+    imp.notes.push(format!(
+        "node `{}`: LayerNormalization over axes {axis}..{rank} by its function body",
+        node.name
+    ));
+    Ok(vec![
+        Some(y),
+        is_read(1).then_some(mean),
+        is_read(2).then_some(inv),
+    ])
 }
 
 /// `Gelu` (opset 20) by its definition in the operator specification: `approximate = "none"`
@@ -1606,12 +1889,16 @@ fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     one(scale(imp, node, &prod, 0.5, &name)?)
 }
 
-/// `Attention` (opset 23) without mask or cache: the graph's `attention` on
-/// `[batch, heads, seq, head]` operands. 3-D operands `[batch, seq, heads * head]` are split
-/// into heads (`q_num_heads`, `kv_num_heads`) and the result merged back; with fewer kv heads
-/// than q heads (grouped-query attention) each kv head is repeated for its group of q heads
-/// (q head `h` reads kv head `h / group`). `is_causal` needs equal query and key lengths (the
-/// graph's causal mask), and `scale` defaults to `1/sqrt(head)`.
+/// `Attention` (opsets 23 to 25) on `[batch, heads, seq, head]` operands. 3-D operands
+/// `[batch, seq, heads * head]` are split into heads (`q_num_heads`, `kv_num_heads`) and the
+/// result merged back; a past key and value (4-D) are concatenated before the new ones on the
+/// sequence axis (the `present_key` and `present_value` outputs); with fewer kv heads than q
+/// heads (grouped-query attention) each kv head is repeated for its group of q heads (q head
+/// `h` reads kv head `h / group`). `scale` defaults to `1/sqrt(head)`.
+///
+/// With no mask, cache, cap, window, non-pad lengths or `qk_matmul_output` read, and causal
+/// only over equal query and key lengths, it is the graph's `attention`; otherwise it is the
+/// unfused form of the operator's reference ([`attention_unfused`]).
 fn attention(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
@@ -1626,30 +1913,15 @@ fn attention(
         "scale",
         "softcap",
         "softmax_precision",
+        "left_window_size",
+        "right_window_size",
     ])?;
-    for (i, what) in [
-        (3, "an attention mask"),
-        (4, "a past key"),
-        (5, "a past value"),
-        (6, "non-pad lengths"),
-    ] {
-        if input(ins, i).is_some() {
-            return Err(node.bad_input(
-                i,
-                format!("{what} is not supported: the graph's attention takes no mask or cache"),
-            ));
-        }
-    }
-    for (i, o) in node.proto.output.iter().enumerate().skip(1) {
-        if !o.is_empty() && read.contains(o.as_str()) {
-            return Err(node.unsupported(format!(
-                "output {i} (`{o}`) is read; only the attention output is supported"
-            )));
-        }
-    }
-    if node.float("softcap", 0.0)? != 0.0 {
-        return Err(node.bad_attr("softcap", "a soft cap needs a tanh device operator"));
-    }
+    let is_read = |i: usize| {
+        node.proto
+            .output
+            .get(i)
+            .is_some_and(|o| !o.is_empty() && read.contains(o.as_str()))
+    };
     let (q, k, v) = (req(node, ins, 0)?, req(node, ins, 1)?, req(node, ins, 2)?);
     let rank = imp.shape(q).len();
     if rank != 3 && rank != 4 || imp.shape(k).len() != rank || imp.shape(v).len() != rank {
@@ -1699,6 +1971,46 @@ fn attention(
     let q4 = heads(imp, q, 0, "q_num_heads", "q")?;
     let mut k4 = heads(imp, k, 1, "kv_num_heads", "k")?;
     let mut v4 = heads(imp, v, 2, "kv_num_heads", "v")?;
+    // The cache: present = concat(past, new) on the sequence axis.
+    let past = [input(ins, 4), input(ins, 5)];
+    if past[0].is_some() != past[1].is_some() {
+        return Err(node.bad_input(
+            if past[0].is_some() { 5 } else { 4 },
+            "past_key and past_value must be given together",
+        ));
+    }
+    if past[0].is_some() && input(ins, 6).is_some() {
+        return Err(node.bad_input(6, "non-pad lengths cannot be combined with a past cache"));
+    }
+    let past_len = match past[0] {
+        Some(p) => imp.shape(p).get(2).copied().unwrap_or(0),
+        None => 0,
+    };
+    for (slot, x, label) in [(4, &mut k4, "key"), (5, &mut v4, "value")] {
+        let present_name = if is_read(slot - 3) {
+            out_name(imp, node, slot - 3)
+        } else {
+            format!("{name}.present_{label}")
+        };
+        if let Some(p) = input(ins, slot) {
+            let (ps, xs) = (imp.shape(p), imp.shape(x));
+            if ps.len() != 4 || ps[0] != xs[0] || ps[1] != xs[1] || ps[3] != xs[3] {
+                return Err(node.bad_input(
+                    slot,
+                    format!("past {label} {ps:?} does not match the new {label}s {xs:?}"),
+                ));
+            }
+            let ids = [
+                imp.data(node, slot, p, &format!("{name}.past_{label}"))?,
+                imp.data(node, slot - 3, x, &format!("{name}.new_{label}"))?,
+            ];
+            *x = Val::Graph(imp.op(node, &present_name, OpKind::Concat { axis: 2 }, &ids)?);
+        }
+    }
+    let present = [
+        is_read(1).then(|| k4.clone()),
+        is_read(2).then(|| v4.clone()),
+    ];
     let (sq, sk) = (imp.shape(&q4), imp.shape(&k4));
     let (hq, hkv) = (sq[1], sk[1]);
     if hkv != hq {
@@ -1732,43 +2044,375 @@ fn attention(
         }
     }
     let causal = node.int("is_causal", 0)? != 0;
-    if causal && sq[2] != sk[2] {
-        return Err(node.bad_attr("is_causal", format!("query length {} differs from key length {}: the graph's causal mask needs them equal", sq[2], sk[2])));
-    }
     let scale = match node.attr("scale") {
         Some(_) => node.float("scale", 1.0)?,
         None => (1.0 / (sq[3] as f64).sqrt()) as f32,
     };
+    let softcap = node.float("softcap", 0.0)?;
+    let window = [
+        node.int("left_window_size", -1)?,
+        node.int("right_window_size", -1)?,
+    ];
+    let mode = node.int("qk_matmul_output_mode", 0)?;
     let out4 = if rank == 4 {
         name.clone()
     } else {
         format!("{name}.heads")
     };
-    let ids = [
-        imp.data(node, 0, &q4, &format!("{name}.q"))?,
-        imp.data(node, 1, &k4, &format!("{name}.k"))?,
-        imp.data(node, 2, &v4, &format!("{name}.v"))?,
-    ];
-    let kind = OpKind::Attention {
-        scale,
-        causal,
-        partials: DType::F32,
-        out: dtype,
+    let fused = input(ins, 3).is_none()
+        && past[0].is_none()
+        && input(ins, 6).is_none()
+        && softcap == 0.0
+        && window == [-1, -1]
+        && !is_read(3)
+        && (!causal || sq[2] == sk[2]);
+    let (y, qk) = if fused {
+        let ids = [
+            imp.data(node, 0, &q4, &format!("{name}.q"))?,
+            imp.data(node, 1, &k4, &format!("{name}.k"))?,
+            imp.data(node, 2, &v4, &format!("{name}.v"))?,
+        ];
+        let kind = OpKind::Attention {
+            scale,
+            causal,
+            partials: DType::F32,
+            out: dtype,
+        };
+        let y = Val::Graph(imp.op(node, &out4, kind, &ids)?);
+        imp.notes.push(format!("node `{}`: Attention as the graph's attention (scale {scale}, causal {causal}, {hq} q heads, {hkv} kv heads)", node.name));
+        (y, None)
+    } else {
+        let spec = Unfused {
+            dtype,
+            scale,
+            softcap,
+            causal,
+            window,
+            past_len,
+            mode,
+            qk_read: is_read(3),
+        };
+        let (y, qk) = attention_unfused(imp, node, ins, &spec, [&q4, &k4, &v4], &out4)?;
+        imp.notes.push(format!("node `{}`: Attention unfused (scale {scale}, causal {causal}, softcap {softcap}, {hq} q heads, {hkv} kv heads, {past_len} past keys)", node.name));
+        (y, qk)
     };
-    let y = Val::Graph(imp.op(node, &out4, kind, &ids)?);
-    imp.notes.push(format!("node `{}`: Attention as the graph's attention (scale {scale}, causal {causal}, {hq} q heads, {hkv} kv heads)", node.name));
-    if rank == 4 {
-        return one(y);
+    let y = if rank == 4 {
+        y
+    } else {
+        let s = imp.shape(&y);
+        let merged = transpose(imp, node, &y, vec![0, 2, 1, 3], &format!("{name}.merge"))?;
+        reshape(imp, node, &merged, vec![s[0], s[2], s[1] * s[3]], &name)?
+    };
+    let [pk, pv] = present;
+    Ok(vec![Some(y), pk, pv, qk])
+}
+
+/// What [`attention_unfused`] computes, from the node's attributes.
+struct Unfused {
+    /// Q's dtype: the output's, and the probabilities' before the second matmul.
+    dtype: DType,
+    scale: f32,
+    /// `softcap * tanh(scores / softcap)` when positive.
+    softcap: f32,
+    causal: bool,
+    /// `left_window_size`, `right_window_size` (-1: unbounded).
+    window: [i64; 2],
+    /// Keys of the past cache before the new ones (the causal and window offset).
+    past_len: usize,
+    /// `qk_matmul_output_mode`.
+    mode: i64,
+    qk_read: bool,
+}
+
+/// Attention as the reference of the operator specification computes it
+/// (`onnx/reference/ops/op_attention.py`), in graph operations: scores `scale * q kᵀ` in f32,
+/// the soft cap, plus one additive bias (the mask, the causal frontier, the window and the
+/// non-pad lengths), a softmax over the keys, probabilities cast to Q's dtype, times `v`.
+///
+/// The parts of the bias known at import are one constant: the causal frontier is
+/// bottom-right aligned (query `i` sees key `j` when `j <= i + offset`, the offset being the
+/// past length, `nonpad[b] - sq` with non-pad lengths, else 0), a key `j >= nonpad[b]` is
+/// masked, a mask shorter than the keys is padded with `-inf` (`false`), a boolean mask (known
+/// at import: the graph has no booleans) becomes `0` / `-inf`. A float mask given at run time
+/// is added to the constant. The frontier alone with offset 0 (top-left: no past, no non-pad
+/// lengths, no window, no known mask) is the graph's `causal_mask` instead, with no constant.
+///
+/// A row the bias masks entirely has output 0 in the specification (the reference's guard
+/// zeroes it before `P v`). When a row may be masked entirely (a run-time mask, or a constant
+/// with such a row), the softmax is written out so it gives 0 there rather than NaN:
+/// `e = exp(x - max(rowmax, f32::MIN))`, `p = e / max(sum(e), f32::MIN_POSITIVE)`; a row with
+/// a finite score has `sum(e) >= 1`, so the division is the softmax's.
+fn attention_unfused(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    spec: &Unfused,
+    [q, k, v]: [&Val; 3],
+    out: &str,
+) -> Result<(Val, Option<Val>), OnnxError> {
+    let n = |step: &str| format!("{out}.{step}");
+    let (sq, sk) = (imp.shape(q), imp.shape(k));
+    let (batch, len_q, len_k) = (sq[0], sq[2], sk[2]);
+    // Non-pad lengths (known): per batch.
+    let nonpad = match input(ins, 6) {
+        Some(_) => {
+            let l = imp.int_input(node, ins, 6)?;
+            if l.len() != batch || l.iter().any(|&x| x < 0) {
+                return Err(node.bad_input(
+                    6,
+                    format!("{l:?} is not one non-negative length per batch ({batch})"),
+                ));
+            }
+            Some(l)
+        }
+        None => None,
+    };
+    // The constant bias [bb, 1, len_q, len_k].
+    let bb = if nonpad.is_some() { batch } else { 1 };
+    let mut bias = vec![0.0f64; bb * len_q * len_k];
+    let mut constant_bias = false;
+    for b in 0..bb {
+        let offset = match &nonpad {
+            Some(l) => l[b] - len_q as i64,
+            None => spec.past_len as i64,
+        };
+        for i in 0..len_q {
+            for j in 0..len_k {
+                let diff = i as i64 + offset - j as i64;
+                let mut allowed = !spec.causal || diff >= 0;
+                if spec.window[0] >= 0 {
+                    allowed &= diff <= spec.window[0];
+                }
+                if spec.window[1] >= 0 {
+                    allowed &= -diff <= spec.window[1];
+                }
+                if let Some(l) = &nonpad {
+                    allowed &= (j as i64) < l[b];
+                }
+                if !allowed {
+                    bias[(b * len_q + i) * len_k + j] = f64::NEG_INFINITY;
+                    constant_bias = true;
+                }
+            }
+        }
     }
-    let s = imp.shape(&y);
-    let merged = transpose(imp, node, &y, vec![0, 2, 1, 3], &format!("{name}.merge"))?;
-    one(reshape(
-        imp,
-        node,
-        &merged,
-        vec![s[0], s[2], s[1] * s[3]],
-        &name,
-    )?)
+    let mut bias = Known::from_f64(Elem::Float(DType::F32), vec![bb, 1, len_q, len_k], &bias)
+        .map_err(|e| node.graph_error(e))?;
+    // The mask: known ones join the constant, a run-time one is added in the graph.
+    let mut run_time_mask = None;
+    if let Some(mask) = input(ins, 3) {
+        let (elem, shape) = imp.ty(mask);
+        let mask_keys = shape.last().copied().unwrap_or(0);
+        if shape.is_empty() || shape.len() > 4 || mask_keys > len_k {
+            return Err(node.bad_input(
+                3,
+                format!("a mask {shape:?} does not fit the scores [.., {len_q}, {len_k}]"),
+            ));
+        }
+        match mask {
+            Val::Known(m, _) => {
+                let values: Vec<f64> = match m.elem {
+                    Elem::Bool => m
+                        .ints()
+                        .expect("boolean")
+                        .iter()
+                        .map(|&x| if x != 0 { 0.0 } else { f64::NEG_INFINITY })
+                        .collect(),
+                    Elem::Float(_) => m.f64s(),
+                    e => {
+                        return Err(node.bad_input(
+                            3,
+                            format!("a {} mask: masks are boolean or float", e.name()),
+                        ));
+                    }
+                };
+                let rows = values.len() / mask_keys.max(1);
+                let mut padded = Vec::with_capacity(rows * len_k);
+                for r in 0..rows {
+                    padded.extend_from_slice(&values[r * mask_keys..(r + 1) * mask_keys]);
+                    padded.extend(std::iter::repeat_n(f64::NEG_INFINITY, len_k - mask_keys));
+                }
+                let mut padded_shape = shape.clone();
+                *padded_shape.last_mut().expect("rank >= 1") = len_k;
+                let m = Known::from_f64(Elem::Float(DType::F32), padded_shape, &padded)
+                    .map_err(|e| node.graph_error(e))?;
+                bias = known::binary(Binary::Add, &bias, &m).map_err(|e| {
+                    node.bad_input(3, format!("does not broadcast to the scores: {e}"))
+                })?;
+                constant_bias = true;
+            }
+            Val::Graph(_) => {
+                if elem != Elem::Float(DType::F32) && elem != Elem::Float(DType::F16) {
+                    return Err(node.bad_input(
+                        3,
+                        format!("a {} mask at run time: masks are f32 or f16", elem.name()),
+                    ));
+                }
+                let mut m = if elem == Elem::Float(DType::F32) {
+                    mask.clone()
+                } else {
+                    unary_op(
+                        imp,
+                        node,
+                        OpKind::Cast { to: DType::F32 },
+                        mask,
+                        3,
+                        &n("mask_f32"),
+                    )?
+                };
+                if mask_keys < len_k {
+                    // Keys past the mask's are masked: -inf columns after it.
+                    let mut pad_shape = shape.clone();
+                    *pad_shape.last_mut().expect("rank >= 1") = len_k - mask_keys;
+                    let count = pad_shape.iter().product();
+                    let pad = Known::from_f64(
+                        Elem::Float(DType::F32),
+                        pad_shape,
+                        &vec![f64::NEG_INFINITY; count],
+                    )
+                    .map_err(|e| node.graph_error(e))?;
+                    let ids = [
+                        imp.data(node, 3, &m, &n("mask"))?,
+                        imp.data(node, 3, &Val::known(pad), &n("mask_padding"))?,
+                    ];
+                    let axis = shape.len() - 1;
+                    m = Val::Graph(imp.op(
+                        node,
+                        &n("mask_padded"),
+                        OpKind::Concat { axis },
+                        &ids,
+                    )?);
+                }
+                run_time_mask = Some(m);
+            }
+        }
+    }
+    if bias.shape.len() > 4 {
+        return Err(node.bad_input(3, "the mask has more than 4 dimensions"));
+    }
+    // Rows the constant masks entirely.
+    let fully_masked = {
+        let b = bias.f64s();
+        b.chunks(len_k)
+            .any(|row| row.iter().all(|x| *x == f64::NEG_INFINITY))
+    };
+    let robust = fully_masked || run_time_mask.is_some();
+
+    // Scores in f32.
+    let kt = transpose(imp, node, k, vec![0, 1, 3, 2], &n("k_t"))?;
+    let ids = [
+        imp.data(node, 0, q, &n("q"))?,
+        imp.data(node, 1, &kt, &n("k_t"))?,
+    ];
+    let matmul_f32 = OpKind::MatMul {
+        partials: DType::F32,
+        out: DType::F32,
+    };
+    let qk = Val::Graph(imp.op(node, &n("qk"), matmul_f32, &ids)?);
+    let mut scores = scale(imp, node, &qk, spec.scale, &n("scores"))?;
+    if spec.softcap > 0.0 {
+        let d = scale(
+            imp,
+            node,
+            &scores,
+            1.0 / spec.softcap,
+            &n("softcap_divided"),
+        )?;
+        let t = unary_op(imp, node, OpKind::Tanh, &d, 0, &n("softcap_tanh"))?;
+        scores = scale(imp, node, &t, spec.softcap, &n("softcapped"))?;
+    } else if spec.softcap < 0.0 {
+        return Err(node.bad_attr(
+            "softcap",
+            format!("{}: must be positive or 0", spec.softcap),
+        ));
+    }
+    let capped = scores.clone();
+    // The frontier alone, aligned top-left (no past, no non-pad lengths, no window, no known
+    // mask): the graph's causal mask (key `j` hidden after query `i`), with no constant.
+    let top_left_only = spec.causal
+        && spec.past_len == 0
+        && nonpad.is_none()
+        && spec.window == [-1, -1]
+        && !matches!(input(ins, 3), Some(Val::Known(..)));
+    if top_left_only {
+        scores = unary_op(
+            imp,
+            node,
+            OpKind::CausalMask { key_start: 0 },
+            &scores,
+            0,
+            &n("causal"),
+        )?;
+    } else if constant_bias {
+        scores = binary_op(
+            imp,
+            node,
+            OpKind::Add,
+            &scores,
+            &Val::known(bias),
+            &n("biased"),
+        )?;
+    }
+    if let Some(m) = &run_time_mask {
+        scores = binary_op(imp, node, OpKind::Add, &scores, m, &n("masked"))?;
+    }
+    let p = if robust {
+        let id = imp.data(node, 0, &scores, &n("scores"))?;
+        let rowmax =
+            Val::Graph(imp.op(node, &n("row_max"), OpKind::ReduceMax { axis: 3 }, &[id])?);
+        let lowest = fill_like(imp, &rowmax, f64::from(f32::MIN))?;
+        let rowmax = max2(imp, node, &rowmax, &lowest, &n("row_max_finite"))?;
+        let centred = binary_op(imp, node, OpKind::Sub, &scores, &rowmax, &n("centred"))?;
+        let e = unary_op(imp, node, OpKind::Exp, &centred, 0, &n("exp"))?;
+        let id = imp.data(node, 0, &e, &n("exp"))?;
+        let sum = Val::Graph(imp.op(node, &n("row_sum"), OpKind::ReduceSum { axis: 3 }, &[id])?);
+        let tiny = fill_like(imp, &sum, f64::from(f32::MIN_POSITIVE))?;
+        let sum = max2(imp, node, &sum, &tiny, &n("row_sum_positive"))?;
+        binary_op(imp, node, OpKind::Div, &e, &sum, &n("probabilities"))?
+    } else {
+        unary_op(
+            imp,
+            node,
+            OpKind::Softmax { axis: 3 },
+            &scores,
+            0,
+            &n("probabilities"),
+        )?
+    };
+    let cast = |imp: &mut Importer<'_>, x: &Val, label: &str| -> Result<Val, OnnxError> {
+        if spec.dtype == DType::F32 {
+            return Ok(x.clone());
+        }
+        unary_op(imp, node, OpKind::Cast { to: spec.dtype }, x, 0, label)
+    };
+    let p_typed = cast(imp, &p, &n("probabilities_cast"))?;
+    let ids = [
+        imp.data(node, 0, &p_typed, &n("probabilities"))?,
+        imp.data(node, 2, v, &n("v"))?,
+    ];
+    let matmul = OpKind::MatMul {
+        partials: DType::F32,
+        out: spec.dtype,
+    };
+    let y = Val::Graph(imp.op(node, out, matmul, &ids)?);
+    let qk_out = if spec.qk_read {
+        let which = match spec.mode {
+            0 | 1 => &capped,
+            2 => &scores,
+            3 => &p,
+            m => {
+                return Err(node.bad_attr(
+                    "qk_matmul_output_mode",
+                    format!("{m}: the modes are 0 to 3"),
+                ));
+            }
+        };
+        let qk_name = out_name(imp, node, 3);
+        Some(cast(imp, which, &qk_name)?)
+    } else {
+        None
+    };
+    Ok((y, qk_out))
 }
 
 /// `Range(start, limit, delta)` of known scalars.

@@ -158,6 +158,19 @@ fn layer_normalization_with_scale_and_bias() {
 }
 
 #[test]
+fn layer_normalization_over_two_axes_with_its_statistics() {
+    let m = import_named("layer_norm_axis", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // The function body: reductions per normalised axis, the statistics as graph outputs.
+    assert!(!text.contains("layer_norm("), "{text}");
+    assert!(text.contains("reduce_sum(%x) {axis = 1}"), "{text}");
+    assert!(text.contains("output %mean"), "{text}");
+    assert!(text.contains("output %inv"), "{text}");
+    check_outputs(&m, "layer_norm_axis", Precision::Exact, 1e-5);
+    check_outputs(&m, "layer_norm_axis", Precision::Device, 1e-5);
+}
+
+#[test]
 fn many_small_operators() {
     let m = import_named("mix", &[]).unwrap();
     check_outputs(&m, "mix", Precision::Exact, 1e-5);
@@ -589,4 +602,97 @@ fn external_data_outside_the_model_directory_is_refused() {
         "tensor `w`: external data `../../secret.data`: the location must be a relative path \
          inside the model's directory"
     );
+}
+
+#[test]
+fn attention_with_cache_softcap_offset_causal_and_mask_is_unfused() {
+    let m = import_named("attention_unfused", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // No fused attention: the cache concatenated, the cap through tanh, the softmax written
+    // out (the run-time mask may mask a row entirely).
+    assert!(!text.contains("attention("), "{text}");
+    assert!(text.contains("concat(%past_k, %k) {axis = 2}"), "{text}");
+    assert!(text.contains("tanh("), "{text}");
+    assert!(!text.contains("softmax("), "{text}");
+    check_outputs(&m, "attention_unfused", Precision::Exact, 1e-5);
+    check_outputs(&m, "attention_unfused", Precision::Device, 1e-5);
+    // The fully masked row (query 1) gives zeros, not NaN.
+    let inputs = test_tensors("attention_unfused", "input");
+    let y = &evaluate(&m.graph, &inputs, Precision::Device, 1).unwrap()[0];
+    assert!(y.data[4..8].iter().all(|&x| x == 0.0), "{:?}", y.data);
+}
+
+#[test]
+fn attention_with_a_constant_boolean_mask() {
+    let m = import_named("attention_bool_mask", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // No row is masked entirely, so the softmax is the graph's.
+    assert!(text.contains("softmax("), "{text}");
+    check_outputs(&m, "attention_bool_mask", Precision::Exact, 1e-5);
+    check_outputs(&m, "attention_bool_mask", Precision::Device, 1e-5);
+}
+
+#[test]
+fn matmul_operands_broadcasting_different_batch_axes_are_expanded() {
+    let m = import_named("matmul_bcast", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // Each operand's size-1 batch axis is filled with copies; the matmul then has equal
+    // batches.
+    assert!(
+        text.contains("concat(%a, %a) {axis = 1}: f32[3, 2, 2, 4]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("concat(%b, %b, %b) {axis = 0}: f32[3, 2, 4, 3]"),
+        "{text}"
+    );
+    check_outputs(&m, "matmul_bcast", Precision::Exact, 1e-5);
+}
+
+#[test]
+fn log_is_the_graph_logarithm() {
+    let m = import_named("log", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    assert!(text.contains("%y = log(%x): f32[3, 7]"), "{text}");
+    check_outputs(&m, "log", Precision::Exact, 1e-6);
+    check_outputs(&m, "log", Precision::Device, 1e-6);
+}
+
+#[test]
+fn pow_with_a_known_exponent_varying_along_an_axis_is_raised_slice_by_slice() {
+    let m = import_named("pow_exponents", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // Exponent 5 by repeated squaring, 1.5 through exp and log, -3 through a reciprocal.
+    assert!(text.contains("%z.piece3.square1 = mul("), "{text}");
+    assert!(text.contains("%z.piece2.log = log("), "{text}");
+    assert!(text.contains("%z.piece1 = div("), "{text}");
+    assert!(text.contains("%z = concat("), "{text}");
+    check_outputs(&m, "pow_exponents", Precision::Exact, 1e-5);
+    check_outputs(&m, "pow_exponents", Precision::Device, 1e-5);
+}
+
+#[test]
+fn slices_with_steps_other_than_one_are_gathered_entry_by_entry() {
+    let m = import_named("slice_steps", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    assert!(
+        text.contains("%y.axis0.entry0 = slice(%x) {axis = 0, start = 3, end = 4}"),
+        "{text}"
+    );
+    assert!(text.contains("%y = concat("), "{text}");
+    check_outputs(&m, "slice_steps", Precision::Exact, 0.0);
+}
+
+#[test]
+fn causal_attention_with_more_keys_than_queries_uses_the_causal_mask() {
+    let m = import_named("attention_causal_more_keys", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    // Top-left aligned with no cache: the graph's causal mask, no constant bias.
+    assert!(
+        text.contains("%y.causal = causal_mask(%y.scores) {key_start = 0}: f32[1, 2, 3, 5]"),
+        "{text}"
+    );
+    assert!(!text.contains("const"), "{text}");
+    check_outputs(&m, "attention_causal_more_keys", Precision::Exact, 1e-5);
+    check_outputs(&m, "attention_causal_more_keys", Precision::Device, 1e-5);
 }

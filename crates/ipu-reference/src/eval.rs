@@ -490,6 +490,8 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             .iter()
             .map(|&x| f64::from(x).tanh() as f32)
             .collect(),
+        OpKind::Log if device => ins[0].0.iter().map(|&x| unary::log_device(x)).collect(),
+        OpKind::Log => ins[0].0.iter().map(|&x| f64::from(x).ln() as f32).collect(),
         OpKind::Erf if device => ins[0].0.iter().map(|&x| unary::erf_device(x)).collect(),
         OpKind::Erf => ins[0]
             .0

@@ -1,4 +1,4 @@
-//! `tanh` and `erf`: the exact functions (f64), and the device's instruction sequences (f32),
+//! `tanh`, `erf` and `log`: the exact functions (f64), and the device's instruction sequences (f32),
 //! operation by operation, as the unary kernel of `ipu-kernels` (`basic.rs`) issues them. The
 //! constants here and there are the same f32 values; the differential tests of `ipu-codegen`
 //! compare the two bit for bit. `docs/numerics.md` ("Transcendental approximations") gives
@@ -125,6 +125,58 @@ pub fn erf_exact(x: f64) -> f64 {
         1.0
     };
     r.copysign(x)
+}
+
+/// `2^24 - 1`: a subnormal input of `log` is scaled by `1 + w (2^24 - 1) = 2^24` (exactly)
+/// into the normal range, and 24 is taken off its exponent.
+pub const LOG_SUBNORMAL_SCALE_MINUS_ONE: f32 = 16_777_215.0;
+
+/// `0x3F80_0000 - bits(sqrt(1/2))`: added to an input's bits, it carries into the exponent field
+/// exactly when the significand is at least `sqrt(1/2)`, so the exponent read from the sum
+/// leaves a significand `m` in `[sqrt(1/2), sqrt(2))`.
+pub const LOG_EXPONENT_BIAS_BITS: u32 = 0x3F80_0000 - 0x3F35_04F3;
+
+/// `ln 2` rounded to f32.
+pub const LOG_LN2: f32 = std::f32::consts::LN_2;
+
+/// `1/9, 1/7, 1/5, 1/3`: `ln m = 2 u (1 + u^2/3 + u^4/5 + u^6/7 + u^8/9 + ...)` with
+/// `u = (m - 1) / (m + 1)` (the series of `2 atanh u`). At `m` in `[sqrt(1/2), sqrt(2))`,
+/// `|u| <= 0.1716`, `u^2 <= 0.0295`, so the first omitted term is below `0.0295^5 / 11 = 2e-9`
+/// relative.
+pub const LOG_ATANH: [f32; 4] = [1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0];
+
+/// The device's `log` of one f32 lane, operation by operation as the unary kernel issues it
+/// (`ipu_kernels` `basic::log_pair`): a subnormal input is scaled by `2^24`; the scaled input
+/// is clamped to `[f32::MIN_POSITIVE, f32::MAX]`, written `2^k m` from its bits (integer
+/// arithmetic, `m` in `[sqrt(1/2), sqrt(2))`), and `ln x = k ln 2 + 2 atanh((m - 1)/(m + 1))`.
+/// The special inputs come out of a correction that is 0 for every positive normal input:
+/// `(sqrt(x') - sqrt(clamped x')) * f32::MAX * f32::MAX` is `-inf` at zero (`0 - sqrt(min)`
+/// times `f32::MAX^2` overflows), NaN below zero or at NaN (the square root), `+inf` at `+inf`.
+pub fn log_device(x: f32) -> f32 {
+    let mask = if x < f32::MIN_POSITIVE {
+        f32::from_bits(u32::MAX)
+    } else {
+        0.0
+    };
+    let w = mask.min(1.0);
+    let f = w.mul_add(LOG_SUBNORMAL_SCALE_MINUS_ONE, 1.0);
+    let x1 = x * f;
+    // minNum then maxNum, as the device: a NaN becomes f32::MAX here (`clamp` would keep it);
+    // the correction carries the NaN to the result.
+    #[allow(clippy::manual_clamp)]
+    let xc = x1.min(f32::MAX).max(f32::MIN_POSITIVE);
+    let corr = ((x1.sqrt() - xc.sqrt()) * f32::MAX) * f32::MAX;
+    let bits = xc.to_bits();
+    let e = ((bits.wrapping_add(LOG_EXPONENT_BIAS_BITS) >> 23) as i32).wrapping_sub(127);
+    let m = f32::from_bits(bits.wrapping_sub((e << 23) as u32));
+    let k = w.mul_add(-24.0, e as f32);
+    let r = k.mul_add(LOG_LN2, corr);
+    let u = (m - 1.0) * (1.0 / (m + 1.0));
+    let z = u * u;
+    let [c9, c7, c5, c3] = LOG_ATANH;
+    let p = (((c9 * z + c7) * z + c5) * z + c3) * z + 1.0;
+    let q = p * u;
+    r + (q + q)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //!
 //! `cargo test -p ipu-reference --test approximations -- --nocapture`
 
-use ipu_reference::unary::{erf_device, erf_exact, tanh_device};
+use ipu_reference::unary::{erf_device, erf_exact, log_device, tanh_device};
 
 /// Largest errors of `device` against `exact` over `xs`: absolute, and relative to `|exact|`
 /// where the exact result is a normal f32 (below, f32 itself has no relative accuracy).
@@ -66,5 +66,23 @@ fn erf_is_accurate_to_the_published_bound() {
 fn sqrt_is_correctly_rounded() {
     for x in f32_sweep().filter(|x| *x >= 0.0) {
         assert_eq!(x.sqrt(), f64::from(x).sqrt() as f32);
+    }
+}
+
+#[test]
+fn log_is_accurate_to_a_few_f32_ulps_and_ieee_at_the_special_values() {
+    check("log", log_device, f64::ln, 5e-7, 1e-5);
+    // Subnormal inputs are scaled into the normal range.
+    for b in (1..0x0080_0000u32).step_by(997) {
+        let x = f32::from_bits(b);
+        let (d, e) = (f64::from(log_device(x)), f64::from(x).ln());
+        assert!((d - e).abs() <= 5e-7 * e.abs(), "log({x:e}) = {d} vs {e}");
+    }
+    assert_eq!(log_device(0.0), f32::NEG_INFINITY);
+    assert_eq!(log_device(-0.0), f32::NEG_INFINITY);
+    assert_eq!(log_device(f32::INFINITY), f32::INFINITY);
+    assert_eq!(log_device(1.0), 0.0);
+    for x in [-1.0, -f32::MIN_POSITIVE, f32::NEG_INFINITY, f32::NAN] {
+        assert!(log_device(x).is_nan(), "log({x})");
     }
 }

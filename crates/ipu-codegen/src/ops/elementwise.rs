@@ -56,7 +56,12 @@ impl Planner<'_> {
         out_val: &Value,
     ) -> Result<(), CodegenError> {
         match &op.kind {
-            OpKind::Scale { .. } | OpKind::Exp | OpKind::Sqrt | OpKind::Tanh | OpKind::Erf
+            OpKind::Scale { .. }
+            | OpKind::Exp
+            | OpKind::Sqrt
+            | OpKind::Tanh
+            | OpKind::Erf
+            | OpKind::Log
                 if elem(self.values[ins[0]].dtype).is_none() =>
             {
                 return unsupported(
@@ -80,6 +85,8 @@ impl Planner<'_> {
                 self.follow(op, out_val, DevOpKind::Unary(UnOp::Tanh, 1.0), ins[0], None)
             }
             OpKind::Erf => self.follow(op, out_val, DevOpKind::Unary(UnOp::Erf, 1.0), ins[0], None),
+            // log maps zero to -inf: its padding is cleared when read, as exp's.
+            OpKind::Log => self.follow(op, out_val, DevOpKind::Unary(UnOp::Log, 1.0), ins[0], None),
             OpKind::CausalMask { key_start } => {
                 if self.values[ins[0]].dtype != DType::F32 {
                     return unsupported(
@@ -155,8 +162,8 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `out = f(x)` per tile (`exp` clears its output's padding when something reads it; the
-    /// other unary operations map zero to zero).
+    /// `out = f(x)` per tile (`exp` and `log` clear their output's padding when something
+    /// reads it; the other unary operations map zero to zero).
     pub(crate) fn lower_unary(
         &mut self,
         index: usize,
@@ -185,7 +192,7 @@ impl Lowerer<'_> {
                 )
             },
         );
-        if uop == UnOp::Exp {
+        if matches!(uop, UnOp::Exp | UnOp::Log) {
             self.pad_clears(index, tiles);
         }
         Ok(())

@@ -53,6 +53,7 @@ impl Planner<'_> {
             | OpKind::Sqrt
             | OpKind::Tanh
             | OpKind::Erf
+            | OpKind::Log
             | OpKind::CausalMask { .. }
             | OpKind::Cast { .. } => self.plan_unary(op, &ins, &out_val),
             OpKind::Reshape { .. }

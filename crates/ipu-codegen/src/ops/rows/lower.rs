@@ -4,8 +4,9 @@
 
 use ipu_package::split_shape;
 
-use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows};
+use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows, word_grain};
 use crate::CodegenError;
+use crate::layout::PIECE_GRAIN;
 use crate::lower::*;
 use crate::plan::{DevOp, DevValue, DevValueId, elem};
 use crate::program::*;
@@ -22,6 +23,32 @@ fn segment(shape: &[usize], group: usize, row: usize, c0: usize, c1: usize) -> V
     let per_outer = cols.div_ceil(group) * rows * group;
     let (o, r) = (row / rows, row % rows);
     let c1 = c1.div_ceil(4) * 4;
+    debug_assert!(c1 <= cols.div_ceil(group) * group);
+    let mut out = Vec::new();
+    let mut c = c0;
+    while c < c1 {
+        let g = c / group;
+        let e = c1.min((g + 1) * group);
+        let s = o * per_outer + g * rows * group + r * group + c % group;
+        out.push((s, s + e - c));
+        c = e;
+    }
+    out
+}
+
+/// The storage ranges holding exactly columns `c0..c1` of flattened row `row` (no rounding:
+/// the gather of runs that are whole words but not whole 4-element units). Split at group
+/// boundaries.
+fn segment_exact(
+    shape: &[usize],
+    group: usize,
+    row: usize,
+    c0: usize,
+    c1: usize,
+) -> Vec<(usize, usize)> {
+    let (_, rows, cols) = split_shape(shape);
+    let per_outer = cols.div_ceil(group) * rows * group;
+    let (o, r) = (row / rows, row % rows);
     debug_assert!(c1 <= cols.div_ceil(group) * group);
     let mut out = Vec::new();
     let mut c = c0;
@@ -227,14 +254,40 @@ impl<'a> Lowerer<'a> {
             .iter()
             .map(|&i| plan.values[i].shape.as_slice())
             .collect();
+        let grain = word_grain(out.dtype);
         for (tile, r0, r1, local) in piece_rows(&out.layout) {
             let ob = self.value_buffer(op.output, tile);
             let mut wants: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); op.inputs.len()];
             for r in r0..r1 {
-                for s in sources(kind, &in_shapes, &out.shape, r) {
+                let runs = sources(kind, &in_shapes, &out.shape, r);
+                let last = runs.len().saturating_sub(1);
+                for (k, s) in runs.iter().enumerate() {
                     let v = &plan.values[op.inputs[s.input]];
                     let mut d = local + (r - r0) * cp + s.dst;
-                    for (a, b) in segment(&v.shape, v.layout.group, s.row, s.c0, s.c1) {
+                    // The run ending the output row and its source row may take the source's
+                    // zero padding along: to a whole 4-element unit when that stays within the
+                    // output row's padding, else to a whole word.
+                    let c_src = *v.shape.last().expect("rank >= 1");
+                    let c1 = if k == last && s.c1 == c_src {
+                        let unit = s.c1.div_ceil(PIECE_GRAIN) * PIECE_GRAIN;
+                        if s.dst + unit - s.c0 <= cp {
+                            unit
+                        } else {
+                            s.c1.div_ceil(grain) * grain
+                        }
+                    } else {
+                        s.c1
+                    };
+                    if !s.c0.is_multiple_of(grain)
+                        || !s.dst.is_multiple_of(grain)
+                        || !(c1 - s.c0).is_multiple_of(grain)
+                    {
+                        return Err(CodegenError::internal(format!(
+                            "%{}: a gather run of columns {}..{} to column {} is not whole words of {}",
+                            op.name, s.c0, s.c1, s.dst, out.dtype
+                        )));
+                    }
+                    for (a, b) in segment_exact(&v.shape, v.layout.group, s.row, s.c0, c1) {
                         wants[s.input].push((a, b, d));
                         d += b - a;
                     }

@@ -11,8 +11,10 @@
 //!
 //! Reductions and softmax along another axis transpose that axis last, run along rows and
 //! put the result back. Restrictions, refused here with the operation and the reason (never
-//! at run time): a reshape or last-axis slice or concat whose runs are not multiples of 4
-//! elements (unless a row length is 1: then it is the transpose of a `[n, 1]` view); a
+//! at run time): a reshape or last-axis slice or concat whose runs are not whole 32-bit words
+//! ([`word_grain`]: any f32 run, f16 runs of even length at even columns, FP8 runs of 4; a
+//! run ending a row may end off a word, its last word reading the row's zero padding; a row
+//! length of 1 is the transpose of a `[n, 1]` view); a
 //! transpose whose merged view needs such runs; arithmetic on FP8 values.
 
 use ipu_graph::{DType, OpKind, Operation, Value, ValueId};
@@ -101,6 +103,13 @@ impl RowOp {
 /// The row length of `shape` rounded up to 4: the row layout's column group.
 pub fn row_group(shape: &[usize]) -> usize {
     shape.last().copied().unwrap_or(1).div_ceil(PIECE_GRAIN) * PIECE_GRAIN
+}
+
+/// Elements of `dtype` per 32-bit word (1 for f32, 2 for f16, 4 for FP8): a gather's runs
+/// start, and end unless they end a row, at multiples of this many elements, so that every
+/// exchange moves whole words.
+pub fn word_grain(dtype: DType) -> usize {
+    (4 / dtype.bytes()).max(1)
 }
 
 /// Rows of `shape` (every dimension but the last).
@@ -402,15 +411,15 @@ impl Planner<'_> {
             }
             OpKind::Slice { axis, start, end } => {
                 let c = xshape[rank - 1];
+                let g = word_grain(odtype);
                 if *axis == rank - 1
-                    && (!start.is_multiple_of(PIECE_GRAIN)
-                        || (!(end - start).is_multiple_of(PIECE_GRAIN) && *end != c))
+                    && (!start.is_multiple_of(g) || (!(end - start).is_multiple_of(g) && *end != c))
                 {
                     return self.refuse(
                         &op.name,
                         what,
                         format!(
-                            "a slice {start}..{end} of the last axis must start at a multiple of {PIECE_GRAIN} and have a multiple of {PIECE_GRAIN} elements or end at the row's end ({c})"
+                            "a slice {start}..{end} of the last axis of {odtype} elements must start at a multiple of {g} and have a multiple of {g} elements or end at the row's end ({c}): the runs to move are not whole 32-bit words"
                         ),
                     );
                 }
@@ -424,14 +433,15 @@ impl Planner<'_> {
             }
             OpKind::Concat { axis } => {
                 if *axis == rank - 1 {
+                    let g = word_grain(odtype);
                     for &i in &ins[..ins.len() - 1] {
                         let c = self.values[i].shape[rank - 1];
-                        if !c.is_multiple_of(PIECE_GRAIN) {
+                        if !c.is_multiple_of(g) {
                             return self.refuse(
                                 &op.name,
                                 what,
                                 format!(
-                                    "operand %{} has {c} columns, not a multiple of {PIECE_GRAIN}: along the last axis only the last operand may end off a word",
+                                    "operand %{} has {c} columns of {odtype}, not a multiple of {g}: along the last axis only the last operand may end off a word",
                                     self.values[i].name
                                 ),
                             );
@@ -611,7 +621,8 @@ impl Planner<'_> {
 
     /// Plans `x` in a new shape with the same elements in the same row-major order (reshape):
     /// a gather of runs when both row lengths are multiples of 4 (or equal); when one of them
-    /// is 1, the transpose of a `[n, 1]` view (one element per staged row); else refused.
+    /// is 1, the transpose of a `[n, 1]` view (one element per staged row); else a gather of
+    /// runs when both are multiples of the [`word_grain`]; else refused.
     fn plan_reorder(
         &mut self,
         op: &str,
@@ -643,12 +654,16 @@ impl Planner<'_> {
                 rows: 1,
                 cols: ci,
             }
+        } else if ci.is_multiple_of(word_grain(dtype)) && co.is_multiple_of(word_grain(dtype)) {
+            // Runs of whole words that are not whole 4-element units (f32, or f16 pairs).
+            RowOp::Gather(GatherKind::Reshape)
         } else {
+            let g = word_grain(dtype);
             return self.refuse(
                 op,
                 what,
                 format!(
-                    "the last dimension changes from {ci} to {co} and one of them is not a multiple of {PIECE_GRAIN}: the runs to move are not whole 32-bit words"
+                    "the last dimension changes from {ci} to {co} and one of them is not a multiple of {g} ({dtype} elements per 32-bit word): the runs to move are not whole 32-bit words"
                 ),
             );
         };
