@@ -17,6 +17,7 @@ pub mod expand;
 pub mod fuse;
 mod infer;
 pub mod models;
+pub mod strided;
 mod text;
 
 use std::fmt;

@@ -8,6 +8,8 @@
 //! i64 or f64 and encodes the result back.
 
 use ipu_graph::DType;
+pub use ipu_graph::strided::broadcast_shapes;
+use ipu_graph::strided::{broadcast_strides, strides, walk};
 
 /// Largest element count of a tensor the importer creates by folding (`ConstantOfShape`,
 /// `Expand`, `Range`, broadcasting arithmetic): 2^26 elements, 256 MiB of f32, more than any
@@ -191,74 +193,6 @@ pub fn checked_elements(shape: &[usize]) -> FoldResult<usize> {
     Ok(n)
 }
 
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
-/// Calls `f(offsets)` for every element of `shape` in row-major order, with `offsets[t]` the
-/// element's offset under `strides[t]`.
-fn walk<const T: usize>(shape: &[usize], strides: [&[usize]; T], mut f: impl FnMut([usize; T])) {
-    if shape.contains(&0) {
-        return;
-    }
-    let n: usize = shape.iter().product();
-    let mut idx = vec![0usize; shape.len()];
-    let mut off = [0usize; T];
-    for _ in 0..n {
-        f(off);
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            for t in 0..T {
-                off[t] += strides[t][d];
-            }
-            if idx[d] < shape[d] {
-                break;
-            }
-            for t in 0..T {
-                off[t] -= strides[t][d] * shape[d];
-            }
-            idx[d] = 0;
-        }
-    }
-}
-
-/// NumPy's broadcast of two shapes (aligned from the right).
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let r = a.len().max(b.len());
-    (0..r)
-        .map(|i| {
-            let da = (i + a.len()).checked_sub(r).map_or(1, |j| a[j]);
-            let db = (i + b.len()).checked_sub(r).map_or(1, |j| b[j]);
-            match (da, db) {
-                _ if da == db => Some(da),
-                (1, _) => Some(db),
-                (_, 1) => Some(da),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// Strides of `shape` seen from `out` (rank of `out` >= rank of `shape`, aligned from the
-/// right), 0 where broadcast.
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    let s = strides(shape);
-    let pad = out.len() - shape.len();
-    (0..out.len())
-        .map(|i| {
-            if i < pad || shape[i - pad] != out[i] {
-                0
-            } else {
-                s[i - pad]
-            }
-        })
-        .collect()
-}
-
 /// A tensor known at import time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Known {
@@ -382,7 +316,7 @@ impl Known {
         let shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
         let permuted: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
         let mut offsets = Vec::with_capacity(self.elements());
-        walk(&shape, [&permuted], |[o]| offsets.push(o));
+        walk(&shape, [&permuted], |_, [o]| offsets.push(o));
         self.gather_offsets(shape, offsets.into_iter())
     }
 
@@ -473,7 +407,7 @@ impl Known {
         checked_elements(shape)?;
         let s = broadcast_strides(&self.shape, shape);
         let mut offsets = Vec::with_capacity(shape.iter().product());
-        walk(shape, [&s], |[o]| offsets.push(o));
+        walk(shape, [&s], |_, [o]| offsets.push(o));
         Ok(self.gather_offsets(shape.to_vec(), offsets.into_iter()))
     }
 }
@@ -612,7 +546,7 @@ pub fn binary(op: Binary, a: &Known, b: &Known) -> FoldResult<Known> {
         let (x, y) = (a.ints().expect("integral"), b.ints().expect("integral"));
         let mut out = Vec::with_capacity(shape.iter().product());
         let mut failed = None;
-        walk(&shape, [&sa, &sb], |[i, j]| match op.int(x[i], y[j]) {
+        walk(&shape, [&sa, &sb], |_, [i, j]| match op.int(x[i], y[j]) {
             Ok(v) => out.push(v),
             Err(e) => {
                 failed.get_or_insert(e);
@@ -626,7 +560,9 @@ pub fn binary(op: Binary, a: &Known, b: &Known) -> FoldResult<Known> {
     }
     let (x, y) = (a.f64s(), b.f64s());
     let mut out = Vec::with_capacity(shape.iter().product());
-    walk(&shape, [&sa, &sb], |[i, j]| out.push(op.float(x[i], y[j])));
+    walk(&shape, [&sa, &sb], |_, [i, j]| {
+        out.push(op.float(x[i], y[j]))
+    });
     Known::from_f64(out_elem, shape, &out)
 }
 
@@ -654,7 +590,7 @@ pub fn select(cond: &Known, x: &Known, y: &Known) -> FoldResult<Known> {
     );
     let w = x.elem.width();
     let mut bytes = Vec::with_capacity(shape.iter().product::<usize>() * w);
-    walk(&shape, [&sc, &sx, &sy], |[i, j, k]| {
+    walk(&shape, [&sc, &sx, &sy], |_, [i, j, k]| {
         let (src, o) = if c[i] != 0 { (x, j) } else { (y, k) };
         bytes.extend_from_slice(&src.bytes[o * w..(o + 1) * w]);
     });

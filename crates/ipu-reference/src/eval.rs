@@ -1,6 +1,7 @@
 //! Evaluation of a graph, operation by operation, in either precision (see the crate docs for
 //! the device rules).
 
+use ipu_graph::strided::{broadcast_strides, strides, walk};
 use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
@@ -115,54 +116,6 @@ pub fn evaluate(
             }
         })
         .collect())
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
-/// Calls `f(out_index, offsets)` for every element of `shape` in row-major order, where
-/// `offsets[t]` is `sum_i index_i * strides[t][i]`.
-fn walk<const T: usize>(
-    shape: &[usize],
-    strides: [&[usize]; T],
-    mut f: impl FnMut(usize, [usize; T]),
-) {
-    let n: usize = shape.iter().product();
-    if n == 0 {
-        return;
-    }
-    let mut idx = vec![0usize; shape.len()];
-    let mut off = [0usize; T];
-    for linear in 0..n {
-        f(linear, off);
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            for t in 0..T {
-                off[t] += strides[t][d];
-            }
-            if idx[d] < shape[d] {
-                break;
-            }
-            for t in 0..T {
-                off[t] -= strides[t][d] * shape[d];
-            }
-            idx[d] = 0;
-        }
-    }
-}
-
-/// Strides of `shape` seen from an output of `out_shape` (equal rank): 0 where broadcast.
-fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
-    strides(shape)
-        .into_iter()
-        .zip(shape.iter().zip(out_shape))
-        .map(|(s, (&d, &o))| if d == o { s } else { 0 })
-        .collect()
 }
 
 fn binary(
