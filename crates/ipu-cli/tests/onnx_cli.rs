@@ -140,65 +140,10 @@ fn run_takes_an_onnx_test_data_set_and_checks_its_expected_outputs() {
     let _ = std::fs::remove_dir_all(&art);
 }
 
-#[test]
-fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
-    let art = std::env::temp_dir().join(format!("ipu-onnx-gelu-{}", std::process::id()));
-    for name in [
-        "gelu",
-        "gelu_tanh",
-        "gelu_pattern",
-        "sqrt",
-        "tanh",
-        "erf",
-        "pow",
-    ] {
-        let o = ipu(&[
-            "run",
-            &model(name),
-            "--data",
-            &data(name),
-            "--tiles",
-            "3",
-            "--artifacts",
-            art.to_str().unwrap(),
-        ]);
-        let out = stdout(&o);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{name}: {out}{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let checks: Vec<&str> = out
-            .lines()
-            .filter(|l| l.contains("versus=onnx_data"))
-            .collect();
-        assert!(!checks.is_empty(), "{name}: {out}");
-        assert!(
-            checks.iter().all(|l| l.ends_with("result=PASS")),
-            "{name}: {out}"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&art);
-}
-
-#[test]
-fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
-    // LayerNormalization over two axes with its statistics read, and Attention with a
-    // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
-    // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
-    // different batch axes; the natural logarithm; powers with exponents known per column;
-    // slices with steps -1 and 2; causal attention over more keys than queries.
-    for name in [
-        "layer_norm_axis",
-        "attention_unfused",
-        "attention_bool_mask",
-        "matmul_bcast",
-        "log",
-        "pow_exponents",
-        "slice_steps",
-        "attention_causal_more_keys",
-    ] {
+/// Runs each model on `tiles` tiles with its ONNX data set (`--data`): every output checked
+/// against the data set's expected outputs passes.
+fn passes_its_data_set(names: &[&str], tiles: &str) {
+    for name in names {
         let art = std::env::temp_dir().join(format!("ipu-onnx-{name}-{}", std::process::id()));
         let o = ipu(&[
             "run",
@@ -206,7 +151,7 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
             "--data",
             &data(name),
             "--tiles",
-            "4",
+            tiles,
             "--artifacts",
             art.to_str().unwrap(),
         ]);
@@ -223,4 +168,42 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
         );
         let _ = std::fs::remove_dir_all(&art);
     }
+}
+
+#[test]
+fn gelu_models_run_on_the_device_within_the_onnx_data_tolerance() {
+    passes_its_data_set(
+        &[
+            "gelu",
+            "gelu_tanh",
+            "gelu_pattern",
+            "sqrt",
+            "tanh",
+            "erf",
+            "pow",
+        ],
+        "3",
+    );
+}
+
+#[test]
+fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
+    // LayerNormalization over two axes with its statistics read, and Attention with a
+    // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
+    // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
+    // different batch axes; the natural logarithm; powers with exponents known per column;
+    // slices with steps -1 and 2; causal attention over more keys than queries.
+    passes_its_data_set(
+        &[
+            "layer_norm_axis",
+            "attention_unfused",
+            "attention_bool_mask",
+            "matmul_bcast",
+            "log",
+            "pow_exponents",
+            "slice_steps",
+            "attention_causal_more_keys",
+        ],
+        "4",
+    );
 }
