@@ -1383,23 +1383,20 @@ pub fn convert(
             }
             one(v)
         }
-        "Exp" => {
+        // Exp, Sqrt and Log: the graph's operations (folded when the input is known).
+        "Exp" | "Sqrt" | "Log" => {
             node.only_attrs(&[])?;
             let x = req(node, ins, 0)?;
+            let (fold_op, kind) = match op {
+                "Exp" => (Unary::Exp, OpKind::Exp),
+                "Sqrt" => (Unary::Sqrt, OpKind::Sqrt),
+                _ => (Unary::Log, OpKind::Log),
+            };
             if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Exp, k));
+                return fold(node, known::unary(fold_op, k));
             }
             let name = out_name(imp, node, 0);
-            one(unary_op(imp, node, OpKind::Exp, x, 0, &name)?)
-        }
-        "Sqrt" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Sqrt, k));
-            }
-            let name = out_name(imp, node, 0);
-            one(unary_op(imp, node, OpKind::Sqrt, x, 0, &name)?)
+            one(unary_op(imp, node, kind, x, 0, &name)?)
         }
         // Tanh and Erf: the graph's operations (a known input becomes a constant operand).
         "Tanh" | "Erf" => {
@@ -1414,16 +1411,6 @@ pub fn convert(
             one(unary_op(imp, node, kind, x, 0, &name)?)
         }
         "Gelu" => gelu(imp, node, ins),
-        // Log: the graph's natural logarithm (folded when the input is known).
-        "Log" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Log, k));
-            }
-            let name = out_name(imp, node, 0);
-            one(unary_op(imp, node, OpKind::Log, x, 0, &name)?)
-        }
         // Reciprocal = 1 / x.
         "Reciprocal" => {
             node.only_attrs(&[])?;
@@ -1547,44 +1534,20 @@ pub fn convert(
         {
             node.only_attrs(&[])?;
             let k = all_known(ins).expect("checked");
+            let comparison = match op {
+                "Equal" => Some(Binary::Equal),
+                "Less" => Some(Binary::Less),
+                "Greater" => Some(Binary::Greater),
+                "LessOrEqual" => Some(Binary::LessOrEqual),
+                "GreaterOrEqual" => Some(Binary::GreaterOrEqual),
+                "And" => Some(Binary::And),
+                "Or" => Some(Binary::Or),
+                "Xor" => Some(Binary::Xor),
+                _ => None,
+            };
             let r = match op {
-                "Equal" => known::binary(
-                    Binary::Equal,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "Less" => known::binary(
-                    Binary::Less,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "Greater" => known::binary(
-                    Binary::Greater,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "LessOrEqual" => known::binary(
-                    Binary::LessOrEqual,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "GreaterOrEqual" => known::binary(
-                    Binary::GreaterOrEqual,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "And" => known::binary(
-                    Binary::And,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "Or" => known::binary(
-                    Binary::Or,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "Xor" => known::binary(
-                    Binary::Xor,
+                _ if let Some(b) = comparison => known::binary(
+                    b,
                     &k[0],
                     k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
                 ),

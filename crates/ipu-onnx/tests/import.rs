@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use expect_test::{Expect, expect};
+use expect_test::{ExpectFile, expect_file};
 use ipu_onnx::{ExternalData, ImportOptions, Imported, OnnxError, import};
 use ipu_reference::{Precision, Tensor, evaluate};
 
@@ -64,26 +64,14 @@ fn check_outputs(imported: &Imported, name: &str, precision: Precision, toleranc
     }
 }
 
-fn check_text(imported: &Imported, expect: Expect) {
+fn check_text(imported: &Imported, expect: ExpectFile) {
     expect.assert_eq(&ipu_graph::print(&imported.graph));
 }
 
 #[test]
 fn linear_layer_with_initializers() {
     let m = import_named("linear", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph linear {
-              input %x: f32[2, 4]
-              const %w: f32[4, 3] = [0.6479062, 0.4693208, -0.64302063, -1.1782587, -0.14469041, 1.2034584, 1.3335838, 0.9083014, 0.34656444, 1.6000347, 1.2328398, -0.2203175]
-              %xw = matmul(%x, %w) {partials = f32}: f32[2, 3]
-              const %b: f32[1, 3] = [-1.0619646, -0.3645688, -0.42001855]
-              %y = add(%xw, %b): f32[2, 3]
-              output %y
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/linear.ipug"]);
     check_outputs(&m, "linear", Precision::Exact, 1e-5);
     check_outputs(&m, "linear", Precision::Device, 1e-5);
 }
@@ -104,17 +92,7 @@ fn gemm_with_trans_b_alpha_and_beta() {
 #[test]
 fn head_split_folds_its_shape_subgraph() {
     let m = import_named("head_split", &[("batch", 2), ("seq", 3)]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph head_split {
-              input %x: f32[2, 3, 8]
-              %heads = reshape(%x) {shape = [2, 3, 2, 4]}: f32[2, 3, 2, 4]
-              %y = transpose(%heads) {perm = [0, 2, 1, 3]}: f32[2, 2, 3, 4]
-              output %y
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/head_split.ipug"]);
     assert_eq!(
         m.folded,
         [
@@ -132,17 +110,7 @@ fn head_split_folds_its_shape_subgraph() {
 #[test]
 fn softmax_of_scaled_scores() {
     let m = import_named("softmax", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph softmax {
-              input %x: f32[3, 5]
-              %scaled = scale(%x) {factor = 0.5}: f32[3, 5]
-              %y = softmax(%scaled) {axis = 1}: f32[3, 5]
-              output %y
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/softmax.ipug"]);
     check_outputs(&m, "softmax", Precision::Exact, 1e-5);
 }
 
@@ -204,56 +172,11 @@ fn sqrt_tanh_erf_pow_and_gelu_match_numpy_in_both_precisions() {
 #[test]
 fn gelu_maps_to_its_definition() {
     let m = import_named("gelu", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph gelu {
-              input %x: f32[3, 7]
-              %y.scaled = scale(%x) {factor = 0.70710677}: f32[3, 7]
-              %y.erf = erf(%y.scaled): f32[3, 7]
-              const %y.one_plus.rhs: f32[1, 1] = [1.0]
-              %y.one_plus = add(%y.erf, %y.one_plus.rhs): f32[3, 7]
-              %y.product = mul(%x, %y.one_plus): f32[3, 7]
-              %y = scale(%y.product) {factor = 0.5}: f32[3, 7]
-              output %y
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/gelu.ipug"]);
     let m = import_named("gelu_tanh", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph gelu_tanh {
-              input %x: f32[3, 7]
-              %y.square = mul(%x, %x): f32[3, 7]
-              %y.cube = mul(%y.square, %x): f32[3, 7]
-              %y.cube_scaled = scale(%y.cube) {factor = 0.044715}: f32[3, 7]
-              %y.sum = add(%x, %y.cube_scaled): f32[3, 7]
-              %y.scaled = scale(%y.sum) {factor = 0.7978846}: f32[3, 7]
-              %y.tanh = tanh(%y.scaled): f32[3, 7]
-              const %y.one_plus.rhs: f32[1, 1] = [1.0]
-              %y.one_plus = add(%y.tanh, %y.one_plus.rhs): f32[3, 7]
-              %y.product = mul(%x, %y.one_plus): f32[3, 7]
-              %y = scale(%y.product) {factor = 0.5}: f32[3, 7]
-              output %y
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/gelu_tanh.ipug"]);
     let m = import_named("pow", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph pow {
-              input %p: f32[3, 7]
-              input %x: f32[3, 7]
-              %root = sqrt(%p): f32[3, 7]
-              %cube.square = mul(%x, %x): f32[3, 7]
-              %cube = mul(%cube.square, %x): f32[3, 7]
-              output %root
-              output %cube
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/pow.ipug"]);
 }
 
 #[test]
@@ -271,19 +194,7 @@ fn f16_initializer_in_int32_data() {
 #[test]
 fn fp8_initializer_keeps_its_codes() {
     let m = import_named("fp8", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph fp8 {
-              input %x: f32[8]
-              %x8 = cast(%x) {to = f143@0}: f143@0[8]
-              %y = cast(%x8) {to = f152@0}: f152@0[8]
-              const %w: f143@0[8] = [0.0, 0.0009765625, 0.5, 1.0, 240.0, -0.5, -1.0, -240.0]
-              output %y
-              output %w
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/fp8.ipug"]);
     let w = m.graph.value_by_name("w").unwrap();
     let codes = m.graph.constant(w).unwrap().data.bytes().to_vec();
     assert_eq!(codes, [0x00, 0x01, 0x38, 0x40, 0x7f, 0xb8, 0xc0, 0xff]);
@@ -539,18 +450,7 @@ fn mutated_models_never_panic() {
 #[test]
 fn attention_maps_to_the_graph_attention() {
     let m = import_named("attention_causal", &[]).unwrap();
-    check_text(
-        &m,
-        expect![[r#"
-            graph attention_causal {
-              input %q: f32[1, 2, 4, 8]
-              input %k: f32[1, 2, 4, 8]
-              input %v: f32[1, 2, 4, 8]
-              %y = attention(%q, %k, %v) {scale = 0.35355338, causal = true, partials = f32}: f32[1, 2, 4, 8]
-              output %y
-            }
-        "#]],
-    );
+    check_text(&m, expect_file!["golden/attention_causal.ipug"]);
     check_outputs(&m, "attention_causal", Precision::Exact, 1e-5);
     let m = import_named("attention_gqa", &[]).unwrap();
     check_outputs(&m, "attention_gqa", Precision::Exact, 1e-5);
