@@ -109,11 +109,7 @@ fn reshapes_slices_and_concats_move_runs() {
             vec![(F32, vec![3, 8]), (F32, vec![3, 5])],
         ),
     ];
-    for (kind, ins) in cases {
-        let ins: Vec<(DType, &[usize])> = ins.iter().map(|(d, s)| (*d, s.as_slice())).collect();
-        let g = single(kind.clone(), &ins);
-        check(&g, &[1, 13, 64], &format!("{kind:?}"));
-    }
+    check_cases(cases);
 }
 
 #[test]
@@ -154,6 +150,14 @@ fn gathers_of_whole_words_that_are_not_whole_units() {
             vec![(F16, vec![5, 6])],
         ),
     ];
+    check_cases(cases);
+}
+
+/// An operation and its operands' types and shapes.
+type Case = (OpKind, Vec<(DType, Vec<usize>)>);
+
+/// Each operation on its operands, built alone and checked on 1, 13 and 64 tiles.
+fn check_cases(cases: Vec<Case>) {
     for (kind, ins) in cases {
         let ins: Vec<(DType, &[usize])> = ins.iter().map(|(d, s)| (*d, s.as_slice())).collect();
         let g = single(kind.clone(), &ins);

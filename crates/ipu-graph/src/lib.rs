@@ -359,6 +359,20 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Whether this is a one-operand elementwise arithmetic operation (`scale`, `exp`,
+    /// `sqrt`, `tanh`, `erf`, `log`): the same function applied to every element.
+    pub fn is_unary_arithmetic(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Scale { .. }
+                | OpKind::Exp
+                | OpKind::Sqrt
+                | OpKind::Tanh
+                | OpKind::Erf
+                | OpKind::Log
+        )
+    }
+
     /// The mnemonic in the text form.
     pub fn mnemonic(&self) -> &'static str {
         match self {

@@ -56,14 +56,7 @@ impl Planner<'_> {
         out_val: &Value,
     ) -> Result<(), CodegenError> {
         match &op.kind {
-            OpKind::Scale { .. }
-            | OpKind::Exp
-            | OpKind::Sqrt
-            | OpKind::Tanh
-            | OpKind::Erf
-            | OpKind::Log
-                if elem(self.values[ins[0]].dtype).is_none() =>
-            {
+            k if k.is_unary_arithmetic() && elem(self.values[ins[0]].dtype).is_none() => {
                 return unsupported(
                     op,
                     "elementwise arithmetic on FP8 is not lowered; cast to f16 first",

@@ -19,21 +19,7 @@ use ipu_kernels::{self as kernels, BinOp, Elem, Kernel, OVERREAD_BYTES};
 /// columns past the row's end are the value's zero padding). Split at group boundaries.
 fn segment(shape: &[usize], group: usize, row: usize, c0: usize, c1: usize) -> Vec<(usize, usize)> {
     debug_assert_eq!(c0 % 4, 0);
-    let (_, rows, cols) = split_shape(shape);
-    let per_outer = cols.div_ceil(group) * rows * group;
-    let (o, r) = (row / rows, row % rows);
-    let c1 = c1.div_ceil(4) * 4;
-    debug_assert!(c1 <= cols.div_ceil(group) * group);
-    let mut out = Vec::new();
-    let mut c = c0;
-    while c < c1 {
-        let g = c / group;
-        let e = c1.min((g + 1) * group);
-        let s = o * per_outer + g * rows * group + r * group + c % group;
-        out.push((s, s + e - c));
-        c = e;
-    }
-    out
+    segment_exact(shape, group, row, c0, c1.div_ceil(4) * 4)
 }
 
 /// The storage ranges holding exactly columns `c0..c1` of flattened row `row` (no rounding:
