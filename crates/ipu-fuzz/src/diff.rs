@@ -175,10 +175,11 @@ fn operation(
         6 => keep(format!("tanh(%{an})")),
         7 => keep(format!("erf(%{an})")),
         8 => {
-            // sqrt of a non-negative value: of its exp.
+            // sqrt and log of a positive value: of its exp.
             let e = format!("e{n}");
             *pre += &format!("  %{e} = exp(%{an}): {dt}[{}]\n", shape_text(&ash));
-            keep(format!("sqrt(%{e})"))
+            let op = *u.choose(&["sqrt", "log"])?;
+            keep(format!("{op}(%{e})"))
         }
         9 => keep(format!(
             "scale(%{an}) {{factor = {}}}",
