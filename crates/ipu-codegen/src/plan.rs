@@ -340,12 +340,18 @@ pub fn plan_with_budgets(
         );
         inputs.push(id);
     }
-    // Constants are laid out like inputs; `initialize` writes them onto the tiles once.
+    // Constants are laid out like inputs; `initialize` writes them onto the tiles once. Each
+    // starts on the tile after the last one the previous constant took: small constants
+    // (biases, norm weights) cover only the first few hundred tiles, and laid out from tile 0
+    // each they would all sit on the same tiles, whose exchange tables (every consumer's
+    // copy of every piece) then crowd out their data memory.
     let mut constants = Vec::new();
+    let mut first_tile = 0u32;
     for c in graph.constants() {
         let val = graph.value(c.value);
         let group = input_group(graph, c.value).unwrap_or_else(|| default_group(val.ty.dtype));
-        let layout = Layout::balanced(&val.ty.shape, group, tiles);
+        let layout = Layout::balanced_from(&val.ty.shape, group, tiles, first_tile);
+        first_tile = (first_tile + layout.tiles().len() as u32) % tiles;
         p.origin = format!("%{}", val.name);
         let id = p.add_value(
             val.name.clone(),
