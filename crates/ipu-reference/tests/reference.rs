@@ -594,5 +594,8 @@ fn a_graph_error_is_not_also_the_source() {
         reason: "the graph has no outputs".into(),
     });
     assert!(e.source().is_none());
-    assert_eq!(e.to_string(), "invalid graph: graph g: the graph has no outputs");
+    assert_eq!(
+        e.to_string(),
+        "invalid graph: graph g: the graph has no outputs"
+    );
 }
