@@ -17,6 +17,7 @@ seq=${2:-128}
 dtype=${3:-f32}
 shift $(( $# < 3 ? $# : 3 ))
 cargo build --release --quiet -p ipu-cli
+ipu="${CARGO_TARGET_DIR:-target}/release/ipu"
 python=$(bash scripts/onnx-venv.sh)
 dir=target/transformers/$model-$seq-$dtype
 rm -rf "$dir"
@@ -26,7 +27,7 @@ for f in "$dir"/*.npy; do
   name=$(basename "$f" .npy)
   case "$name" in expected_*) ;; *) inputs+=(--input "$name=$f") ;; esac
 done
-target/release/ipu run "$dir/model.onnx" "${inputs[@]}" --outputs "$dir/out" \
+"$ipu" run "$dir/model.onnx" "${inputs[@]}" --outputs "$dir/out" \
   --artifacts "$dir/artifacts" --report "$dir/report.json" "$@"
 case "$dtype" in
   f32) limits=(--max-rel 1e-3 --min-cosine 0.999) ;;

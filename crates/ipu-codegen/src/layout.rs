@@ -65,13 +65,21 @@ impl Layout {
     /// Storage elements split into balanced contiguous pieces over `tiles` tiles, cut at
     /// multiples of `group` elements where possible (always at multiples of 4).
     pub fn balanced(shape: &[usize], group: usize, tiles: u32) -> Layout {
+        Layout::balanced_from(shape, group, tiles, 0)
+    }
+
+    /// [`Layout::balanced`] starting at tile `first` and wrapping around past tile
+    /// `tiles - 1`: a value too small to cover every tile takes the consecutive tiles from
+    /// `first` on, so values laid out one after another can share the tiles out between them.
+    pub fn balanced_from(shape: &[usize], group: usize, tiles: u32, first: u32) -> Layout {
         let total = storage_elements(shape, group);
         let units = total / PIECE_GRAIN;
-        let tiles = (tiles as usize).clamp(1, units.max(1));
-        let ranges = (0..tiles).map(|t| {
-            let start = units * t / tiles * PIECE_GRAIN;
-            let end = units * (t + 1) / tiles * PIECE_GRAIN;
-            (t as u32, start, end)
+        let all = tiles.max(1);
+        let used = (all as usize).clamp(1, units.max(1));
+        let ranges = (0..used).map(|t| {
+            let start = units * t / used * PIECE_GRAIN;
+            let end = units * (t + 1) / used * PIECE_GRAIN;
+            (((first % all) as usize + t) as u32 % all, start, end)
         });
         Layout::from_ranges(group, ranges)
     }
@@ -284,6 +292,20 @@ mod tests {
             let l = Layout::balanced(&shape, g, t);
             l.check(storage_elements(&shape, g)).unwrap();
         }
+    }
+
+    #[test]
+    fn balanced_from_wraps_past_the_last_tile() {
+        let l = Layout::balanced_from(&[1, 24], 8, 5, 3);
+        l.check(storage_elements(&[1, 24], 8)).unwrap();
+        let tiles: Vec<u32> = l.pieces.iter().map(|p| p.tile).collect();
+        assert_eq!(tiles, vec![3, 4, 0, 1, 2]);
+        let small = Layout::balanced_from(&[8], 4, 1472, 1471);
+        assert_eq!(small.tiles(), vec![0, 1471]);
+        assert_eq!(
+            Layout::balanced_from(&[3, 64, 64], 8, 1472, 0),
+            Layout::balanced(&[3, 64, 64], 8, 1472)
+        );
     }
 
     #[test]

@@ -292,12 +292,17 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     // Planning to placement, again with a tighter budget for an operation whose planned
     // memory did not fit beside what else is live (a bounded, logged fallback).
     let mut budgets: BTreeMap<String, u64> = BTreeMap::new();
+    // What matmuls keep free for code and support data: the planner's reserve at first, then
+    // the largest that a failed placement measured (vertex states and exchange tables grow
+    // with the program, past any fixed reserve).
+    let mut support_bytes = plan::SUPPORT_RESERVE_BYTES;
     let mut attempt = 0;
     let (plan, lowered, kernels, step_index, sized, placement) = loop {
         let plan = phase(&mut report, "lower_mid", || {
             // Fused operations (flash attention) are planned and lowered as one operation
             // whose blocks are its sub-operations (`ops::flash`).
-            let p = plan::plan_with_budgets(graph, &target, options.tiles, &budgets)?;
+            let p =
+                plan::plan_with_budgets(graph, &target, options.tiles, &budgets, support_bytes)?;
             plan::check(&p)?;
             Ok(p)
         })?;
@@ -321,8 +326,9 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         let sized = phase(&mut report, "size_tile_code", || {
             emit::size_tile_code(program, &step_index, &kernels, &target)
         })?;
+        let support = emit::support_areas(&sized);
         match phase(&mut report, "place_storage", || {
-            place::place(program, &target, &emit::support_areas(&sized))
+            place::place(program, &target, &support)
         }) {
             Ok(placement) => break (plan, lowered, kernels, step_index, sized, placement),
             Err(e) => {
@@ -331,9 +337,17 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
                 else {
                     return Err(e);
                 };
+                let measured = support
+                    .values()
+                    .map(|s| s.support_end.saturating_sub(target.memory_base) as u64)
+                    .max()
+                    .unwrap_or(0);
+                support_bytes = support_bytes
+                    .max(measured + measured / plan::SUPPORT_MEASURED_HEADROOM_DIVISOR);
                 tracing::warn!(
                     operation = %op,
                     budget_bytes = budget,
+                    support_bytes,
                     attempt,
                     reason = %e,
                     "re-planning an operation whose memory did not fit at placement"

@@ -30,6 +30,10 @@ pub const FINALISTS: usize = 3;
 /// Bytes per tile kept free of data for code, vertex states, tables and the runtime when
 /// screening candidates (the placement later checks the real figure).
 pub const SUPPORT_RESERVE_BYTES: u64 = 96 * 1024;
+/// When a re-plan reserves the support area a placement measured, it adds
+/// `1 / SUPPORT_MEASURED_HEADROOM_DIVISOR` of it (about 3 %): the new plan's support differs a
+/// little from the measured one (k chunks add exchange steps and their tables).
+pub const SUPPORT_MEASURED_HEADROOM_DIVISOR: u64 = 32;
 /// A matmul split into k chunks must fit with `1 / CHUNKED_HEADROOM_DIVISOR` of its bytes to
 /// spare (12.5 %): the memory model sees neither fragmentation nor the real support area, and
 /// an unsplit mapping that needs chunking is already close to the limit.
@@ -281,21 +285,33 @@ pub(crate) struct Planner<'a> {
     pub(crate) op_index: usize,
     /// Per-tile memory budgets of some user operations (see [`plan_with_budgets`]).
     pub(crate) budgets: BTreeMap<String, u64>,
+    /// Bytes per tile the matmul planner keeps free for code and support data (see
+    /// [`plan_with_budgets`]).
+    pub(crate) support_reserve_bytes: u64,
 }
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
 pub fn plan(graph: &Graph, target: &Target, tiles: u32) -> Result<OperatorPlan, CodegenError> {
-    plan_with_budgets(graph, target, tiles, &BTreeMap::new())
+    plan_with_budgets(
+        graph,
+        target,
+        tiles,
+        &BTreeMap::new(),
+        SUPPORT_RESERVE_BYTES,
+    )
 }
 
 /// [`plan`] with a per-tile memory budget for some user operations (`%name`): their mappings
 /// may use at most that many bytes per tile. The build sets budgets when placement finds that
-/// an operation's planned memory does not fit beside everything else live at the time.
+/// an operation's planned memory does not fit beside everything else live at the time, and
+/// then also `support_reserve_bytes`, the code and support data per tile that placement
+/// measured, which matmuls keep free in place of [`SUPPORT_RESERVE_BYTES`] (never less).
 pub fn plan_with_budgets(
     graph: &Graph,
     target: &Target,
     tiles: u32,
     budgets: &BTreeMap<String, u64>,
+    support_reserve_bytes: u64,
 ) -> Result<OperatorPlan, CodegenError> {
     // Layouts cut the last axis into column groups: a value needs one.
     if let Some(v) = graph.values().iter().find(|v| v.ty.shape.is_empty()) {
@@ -324,22 +340,32 @@ pub fn plan_with_budgets(
         last_use: last_uses(graph),
         op_index: 0,
         budgets: budgets.clone(),
+        support_reserve_bytes: support_reserve_bytes.max(SUPPORT_RESERVE_BYTES),
     };
-    // Inputs, and constants laid out like them (`initialize` writes those onto the tiles once).
-    let host_value = |p: &mut Planner, v: ValueId| {
+    // Inputs, and constants laid out like them (`initialize` writes those onto the tiles
+    // once): a value balanced over the tiles from `first`, and the tiles it takes.
+    let host_value = |p: &mut Planner, v: ValueId, first: u32| {
         let val = graph.value(v);
         let group = input_group(graph, v).unwrap_or_else(|| default_group(val.ty.dtype));
-        let layout = Layout::balanced(&val.ty.shape, group, tiles);
+        let layout = Layout::balanced_from(&val.ty.shape, group, tiles, first);
+        let used = layout.tiles().len() as u32;
         p.origin = format!("%{}", val.name);
-        p.add_graph_value(v, val, val.ty.dtype, layout)
+        (p.add_graph_value(v, val, val.ty.dtype, layout), used)
     };
     let mut inputs = Vec::new();
     for &v in graph.inputs() {
-        inputs.push(host_value(&mut p, v));
+        inputs.push(host_value(&mut p, v, 0).0);
     }
+    // Each constant starts on the tile after the last one the previous constant took: small
+    // constants (biases, norm weights) cover only the first few hundred tiles, and laid out
+    // from tile 0 each they would all sit on the same tiles, whose exchange tables (every
+    // consumer's copy of every piece) then crowd out their data memory.
     let mut constants = Vec::new();
+    let mut first_tile = 0u32;
     for c in graph.constants() {
-        constants.push((host_value(&mut p, c.value), c.data.clone()));
+        let (id, used) = host_value(&mut p, c.value, first_tile);
+        first_tile = (first_tile + used) % tiles;
+        constants.push((id, c.data.clone()));
     }
     for (i, op) in graph.operations().iter().enumerate() {
         p.origin = format!("%{}", op.name);

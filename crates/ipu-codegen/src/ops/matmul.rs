@@ -110,6 +110,7 @@ impl Planner<'_> {
         // What other live values hold on the busiest tile meanwhile.
         let other_live = self.other_live_bytes();
         let budget = self.budget();
+        let reserve = self.support_reserve_bytes;
         'outer: for pm in 1..=m.min(tiles) {
             for pn in 1..=groups.min(tiles) {
                 examined += 1;
@@ -137,7 +138,7 @@ impl Planner<'_> {
                     } else {
                         mem
                     };
-                    let over_total = (need + SUPPORT_RESERVE_BYTES + other)
+                    let over_total = (need + reserve + other)
                         .saturating_sub(self.target.memory_bytes() as u64)
                         .max(need.saturating_sub(budget.unwrap_or(u64::MAX)));
                     let over_interleaved =
@@ -175,7 +176,8 @@ impl Planner<'_> {
         }
         if candidates.is_empty() {
             // Report the split that comes closest to fitting, and by how much it misses.
-            let available = (self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES)
+            let available = (self.target.memory_bytes() as u64)
+                .saturating_sub(reserve)
                 .saturating_sub(other_live);
             let interleaved = self.target.interleaved_bytes() as u64;
             return Err(match closest {
@@ -189,7 +191,7 @@ impl Planner<'_> {
                         format!(
                             "its matmul has no tile mapping that fits on {tiles} tiles; the closest \
                              split (rows/{pm} x column-groups/{pn}) is counted, with \
-                             {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} \
+                             {reserve} bytes reserved per tile and {other_live} \
                              held by other live values"
                         ),
                     )
