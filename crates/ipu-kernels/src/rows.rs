@@ -161,13 +161,18 @@ const SUM_FLOOR: u32 = 0x0080_0000;
 /// `x - max` is `-inf` (exp 0) rather than `-inf - -inf` = NaN.
 const MAX_START: u32 = 0xFF7F_FFFF;
 /// Issue slots of [`floor_sum`].
-const FLOOR_SUM_SLOTS: u32 = 4;
+const FLOOR_SUM_SLOTS: u32 = 6;
 
-/// `$a{d} = max($a{d}, SUM_FLOOR)`, through `tmp` and `$a15`.
+/// `$a{d} = max($a{d}, SUM_FLOOR)`, a NaN sum kept NaN: `f32max` returns the other operand of
+/// a NaN, so the floor adds `d - d` (0, or NaN for a NaN sum: a row with an infinite score,
+/// whose softmax is NaN throughout, as the reference's). Through `tmp` and `$a15`.
 fn floor_sum(c: &mut Code, d: u8, tmp: MReg) {
+    let s = FType::F32;
     li(c, tmp, SUM_FLOOR);
     c.op(mov_a(15, tmp));
-    c.op(fbin(FType::F32, FBinOp::Max, d, d, 15));
+    c.op(fbin(s, FBinOp::Max, 15, d, 15));
+    c.op(fbin(s, FBinOp::Sub, d, d, d));
+    c.op(fbin(s, FBinOp::Add, d, 15, d));
 }
 
 /// Sets up the divisor of [`normalize_pair`] from the f32 in `$a{d}`: `rcp(d)` broadcast

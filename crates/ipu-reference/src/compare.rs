@@ -154,7 +154,9 @@ pub fn compare(actual: &Tensor, expected: &Tensor, tolerance: &Tolerance) -> Com
         };
         max_abs = max_abs.max(diff);
         sum_sq += diff * diff;
-        if diff > tolerance.atol + tolerance.rtol * e.abs() || diff.is_nan() {
+        // An infinite difference (one side infinite or NaN, the other not the same) is beyond
+        // any tolerance, even where the expected value's own size is infinite.
+        if diff > tolerance.atol + tolerance.rtol * e.abs() || !diff.is_finite() {
             beyond += 1;
         }
     }

@@ -599,3 +599,25 @@ fn a_graph_error_is_not_also_the_source() {
         "invalid graph: graph g: the graph has no outputs"
     );
 }
+
+/// A finite value where the reference has an infinity, or NaN against a number, is beyond the
+/// tolerance (the relative part of an infinite expected value is infinite too).
+#[test]
+fn infinities_and_nans_that_differ_are_beyond_tolerance() {
+    use ipu_graph::DType;
+    use ipu_reference::{Tensor, Tolerance, compare};
+    let t = |v: Vec<f32>| Tensor::new(DType::F32, vec![1, v.len()], v).unwrap();
+    let tol = Tolerance::for_dtype(DType::F32);
+    let c = compare(&t(vec![1.0, 2.0]), &t(vec![f32::INFINITY, 2.0]), &tol);
+    assert_eq!(c.beyond_tolerance, 1);
+    assert!(!c.pass());
+    let c = compare(&t(vec![0.0, 2.0]), &t(vec![f32::NAN, 2.0]), &tol);
+    assert_eq!(c.beyond_tolerance, 1);
+    let c = compare(
+        &t(vec![f32::NAN, f32::INFINITY]),
+        &t(vec![f32::NAN, f32::INFINITY]),
+        &tol,
+    );
+    assert_eq!(c.beyond_tolerance, 0);
+    assert!(c.pass());
+}
