@@ -135,61 +135,6 @@ fn fmt_list(xs: &[usize]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// The attributes of an operation in text order (the output dtype is not among them).
-fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
-    match kind {
-        OpKind::MatMul { partials, .. } => vec![("partials", partials.to_string())],
-        OpKind::Transpose { perm } => vec![("perm", fmt_list(perm))],
-        OpKind::Reshape { shape } => vec![("shape", fmt_list(shape))],
-        OpKind::Slice { axis, start, end } => vec![
-            ("axis", axis.to_string()),
-            ("start", start.to_string()),
-            ("end", end.to_string()),
-        ],
-        OpKind::Concat { axis }
-        | OpKind::ReduceMax { axis }
-        | OpKind::ReduceSum { axis }
-        | OpKind::Softmax { axis } => vec![("axis", axis.to_string())],
-        OpKind::Add
-        | OpKind::Sub
-        | OpKind::Mul
-        | OpKind::Div
-        | OpKind::Max
-        | OpKind::Exp
-        | OpKind::Sqrt
-        | OpKind::Tanh
-        | OpKind::Erf => vec![],
-        OpKind::Scale { factor } => vec![("factor", fmt_f32(*factor))],
-        OpKind::CausalMask { key_start } => vec![("key_start", key_start.to_string())],
-        OpKind::Cast { to } => vec![("to", to.to_string())],
-        OpKind::LayerNorm { epsilon } => vec![("epsilon", fmt_f32(*epsilon))],
-        OpKind::Attention {
-            scale,
-            causal,
-            partials,
-            ..
-        } => vec![
-            ("scale", fmt_f32(*scale)),
-            ("causal", causal.to_string()),
-            ("partials", partials.to_string()),
-        ],
-        OpKind::FlashAttention {
-            scale,
-            causal,
-            block_q,
-            block_k,
-            partials,
-            ..
-        } => vec![
-            ("scale", fmt_f32(*scale)),
-            ("causal", causal.to_string()),
-            ("block_q", block_q.to_string()),
-            ("block_k", block_k.to_string()),
-            ("partials", partials.to_string()),
-        ],
-    }
-}
-
 /// Prints a graph in the canonical text form; large constants appear as file references
 /// whose data [`print_with_files`] returns.
 pub fn print(graph: &Graph) -> String {
@@ -846,84 +791,122 @@ impl AttrSet<'_, '_> {
     }
 }
 
-const MNEMONICS: &str = "matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, \
-                         scale, exp, sqrt, tanh, erf, causal_mask, reduce_max, reduce_sum, \
-                         softmax, cast, layer_norm, attention, flash_attention";
+/// An attribute value's type: how the parser reads it and how the printer writes it.
+trait Attribute: Sized {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self>;
+    fn text(&self) -> String;
+}
 
-fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
-    let kind = match set.mnemonic.as_str() {
-        "matmul" => OpKind::MatMul {
-            partials: set.dtype("partials")?,
-            out,
-        },
-        "transpose" => OpKind::Transpose {
-            perm: set.list("perm")?,
-        },
-        "reshape" => OpKind::Reshape {
-            shape: set.list("shape")?,
-        },
-        "slice" => OpKind::Slice {
-            axis: set.usize("axis")?,
-            start: set.usize("start")?,
-            end: set.usize("end")?,
-        },
-        "concat" => OpKind::Concat {
-            axis: set.usize("axis")?,
-        },
-        "add" => OpKind::Add,
-        "sub" => OpKind::Sub,
-        "mul" => OpKind::Mul,
-        "div" => OpKind::Div,
-        "max" => OpKind::Max,
-        "scale" => OpKind::Scale {
-            factor: set.f32("factor")?,
-        },
-        "exp" => OpKind::Exp,
-        "sqrt" => OpKind::Sqrt,
-        "tanh" => OpKind::Tanh,
-        "erf" => OpKind::Erf,
-        "causal_mask" => OpKind::CausalMask {
-            key_start: set.usize("key_start")?,
-        },
-        "reduce_max" => OpKind::ReduceMax {
-            axis: set.usize("axis")?,
-        },
-        "reduce_sum" => OpKind::ReduceSum {
-            axis: set.usize("axis")?,
-        },
-        "softmax" => OpKind::Softmax {
-            axis: set.usize("axis")?,
-        },
-        "cast" => OpKind::Cast {
-            to: set.dtype("to")?,
-        },
-        "layer_norm" => OpKind::LayerNorm {
-            epsilon: set.f32("epsilon")?,
-        },
-        "attention" => OpKind::Attention {
-            scale: set.f32("scale")?,
-            causal: set.bool("causal")?,
-            partials: set.dtype("partials")?,
-            out,
-        },
-        "flash_attention" => OpKind::FlashAttention {
-            scale: set.f32("scale")?,
-            causal: set.bool("causal")?,
-            block_q: set.usize("block_q")?,
-            block_k: set.usize("block_k")?,
-            partials: set.dtype("partials")?,
-            out,
-        },
-        other => {
-            return set.parser.error(
-                set.op_pos,
-                format!("unknown operation `{other}` (known: {MNEMONICS})"),
-            );
+impl Attribute for usize {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+        set.usize(key)
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Attribute for f32 {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+        set.f32(key)
+    }
+    fn text(&self) -> String {
+        fmt_f32(*self)
+    }
+}
+
+impl Attribute for bool {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+        set.bool(key)
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Attribute for DType {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+        set.dtype(key)
+    }
+    fn text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Attribute for Vec<usize> {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+        set.list(key)
+    }
+    fn text(&self) -> String {
+        fmt_list(self)
+    }
+}
+
+/// The operations of the text form, one line each: mnemonic, `OpKind` variant, its attributes
+/// in text order (each named after its field), and `out` where the variant takes the
+/// annotated output dtype. Defines `MNEMONICS`, `attributes` (the printer's) and `op_kind`
+/// (the parser's).
+macro_rules! operations {
+    ($($mnemonic:literal => $variant:ident { $($field:ident),* } $($out:ident)?;)*) => {
+        /// Every mnemonic, in text order.
+        const MNEMONICS: &[&str] = &[$($mnemonic),*];
+
+        /// The attributes of an operation in text order (the output dtype is not among them).
+        fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
+            match kind {
+                $(OpKind::$variant { $($field,)* .. } => {
+                    vec![$((stringify!($field), Attribute::text($field))),*]
+                })*
+            }
+        }
+
+        fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
+            let kind = match set.mnemonic.as_str() {
+                $($mnemonic => OpKind::$variant {
+                    $($field: Attribute::read(set, stringify!($field))?,)*
+                    $($out: out,)?
+                },)*
+                other => {
+                    return set.parser.error(
+                        set.op_pos,
+                        format!(
+                            "unknown operation `{other}` (known: {})",
+                            MNEMONICS.join(", ")
+                        ),
+                    );
+                }
+            };
+            let known: Vec<&str> = attributes(&kind).iter().map(|(k, _)| *k).collect();
+            set.finish(&known)?;
+            Ok(kind)
         }
     };
-    let known: Vec<&str> = attributes(&kind).iter().map(|(k, _)| *k).collect();
-    set.finish(&known)?;
-    Ok(kind)
+}
+
+operations! {
+    "matmul" => MatMul { partials } out;
+    "transpose" => Transpose { perm };
+    "reshape" => Reshape { shape };
+    "slice" => Slice { axis, start, end };
+    "concat" => Concat { axis };
+    "add" => Add {};
+    "sub" => Sub {};
+    "mul" => Mul {};
+    "div" => Div {};
+    "max" => Max {};
+    "scale" => Scale { factor };
+    "exp" => Exp {};
+    "sqrt" => Sqrt {};
+    "tanh" => Tanh {};
+    "erf" => Erf {};
+    "causal_mask" => CausalMask { key_start };
+    "reduce_max" => ReduceMax { axis };
+    "reduce_sum" => ReduceSum { axis };
+    "softmax" => Softmax { axis };
+    "cast" => Cast { to };
+    "layer_norm" => LayerNorm { epsilon };
+    "attention" => Attention { scale, causal, partials } out;
+    "flash_attention" => FlashAttention { scale, causal, block_q, block_k, partials } out;
 }
 
 /// True for a relative path without empty, `.` or `..` components and without characters
