@@ -438,6 +438,22 @@ impl Parser<'_> {
         Ok(pos)
     }
 
+    /// A `%name` (`what` names it in the error), and where it stands.
+    fn value_name(&mut self, what: &str) -> PResult<(String, Pos)> {
+        match self.next() {
+            (Tok::Value(v), pos) => Ok((v, pos)),
+            (t, pos) => self.error(pos, format!("expected {what}, found {}", t.describe())),
+        }
+    }
+
+    /// An identifier (`what` names it in the error), and where it stands.
+    fn ident(&mut self, what: &str) -> PResult<(String, Pos)> {
+        match self.next() {
+            (Tok::Ident(w), pos) => Ok((w, pos)),
+            (t, pos) => self.error(pos, format!("expected {what}, found {}", t.describe())),
+        }
+    }
+
     fn eat_punct(&mut self, c: char) -> bool {
         if self.peek().0 == Tok::Punct(c) {
             self.next();
@@ -495,10 +511,7 @@ impl Parser<'_> {
     }
 
     fn tensor_type(&mut self) -> PResult<(TensorType, Pos)> {
-        let (t, pos) = self.next();
-        let Tok::Ident(base) = t else {
-            return self.error(pos, format!("expected a type, found {}", t.describe()));
-        };
+        let (base, pos) = self.ident("a type")?;
         let dtype = self.dtype_after(&base, pos)?;
         self.expect_punct('[', "to open the shape")?;
         let mut shape = Vec::new();
@@ -797,49 +810,26 @@ trait Attribute: Sized {
     fn text(&self) -> String;
 }
 
-impl Attribute for usize {
-    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
-        set.usize(key)
-    }
-    fn text(&self) -> String {
-        self.to_string()
-    }
+/// The `Attribute` impls: the type, the `AttrSet` method that reads it, and how it prints.
+macro_rules! attribute_types {
+    ($($ty:ty: $read:ident, $text:expr;)*) => {$(
+        impl Attribute for $ty {
+            fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+                set.$read(key)
+            }
+            fn text(&self) -> String {
+                $text(self)
+            }
+        }
+    )*};
 }
 
-impl Attribute for f32 {
-    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
-        set.f32(key)
-    }
-    fn text(&self) -> String {
-        fmt_f32(*self)
-    }
-}
-
-impl Attribute for bool {
-    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
-        set.bool(key)
-    }
-    fn text(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl Attribute for DType {
-    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
-        set.dtype(key)
-    }
-    fn text(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl Attribute for Vec<usize> {
-    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
-        set.list(key)
-    }
-    fn text(&self) -> String {
-        fmt_list(self)
-    }
+attribute_types! {
+    usize: usize, usize::to_string;
+    f32: f32, |x: &f32| fmt_f32(*x);
+    bool: bool, bool::to_string;
+    DType: dtype, DType::to_string;
+    Vec<usize>: list, |xs: &Vec<usize>| fmt_list(xs);
 }
 
 /// The operations of the text form, one line each: mnemonic, `OpKind` variant, its attributes
@@ -907,6 +897,15 @@ operations! {
     "layer_norm" => LayerNorm { epsilon };
     "attention" => Attention { scale, causal, partials } out;
     "flash_attention" => FlashAttention { scale, causal, block_q, block_k, partials } out;
+}
+
+/// The `%name` an `input` or `const` line defines, and where it stands: not yet defined.
+fn new_value_name(p: &mut Parser<'_>, names: &HashMap<String, ValueId>) -> PResult<(String, Pos)> {
+    let (v, pos) = p.value_name("`%name`")?;
+    if names.contains_key(&v) {
+        return p.error(pos, format!("value %{v} is already defined"));
+    }
+    Ok((v, pos))
 }
 
 /// True for a relative path without empty, `.` or `..` components and without characters
@@ -1001,13 +1000,7 @@ pub fn parse_with(
     if t != Tok::Ident("graph".into()) {
         return p.error(pos, format!("expected `graph`, found {}", t.describe()));
     }
-    let (t, pos) = p.next();
-    let Tok::Ident(name) = t else {
-        return p.error(
-            pos,
-            format!("expected the graph name, found {}", t.describe()),
-        );
-    };
+    let (name, _) = p.ident("the graph name")?;
     p.expect_punct('{', "after the graph name")?;
     let mut b = GraphBuilder::new(name);
     let mut names: HashMap<String, ValueId> = HashMap::new();
@@ -1017,26 +1010,14 @@ pub fn parse_with(
         match t {
             Tok::Punct('}') => break,
             Tok::Ident(w) if w == "input" => {
-                let (t, vpos) = p.next();
-                let Tok::Value(v) = t else {
-                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
-                };
-                if names.contains_key(&v) {
-                    return p.error(vpos, format!("value %{v} is already defined"));
-                }
+                let (v, _) = new_value_name(&mut p, &names)?;
                 p.expect_punct(':', "before the input type")?;
                 let (ty, _) = p.tensor_type()?;
                 let id = b.input(v.clone(), ty);
                 names.insert(v, id);
             }
             Tok::Ident(w) if w == "const" => {
-                let (t, vpos) = p.next();
-                let Tok::Value(v) = t else {
-                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
-                };
-                if names.contains_key(&v) {
-                    return p.error(vpos, format!("value %{v} is already defined"));
-                }
+                let (v, vpos) = new_value_name(&mut p, &names)?;
                 p.expect_punct(':', "before the constant's type")?;
                 let (ty, _) = p.tensor_type()?;
                 p.expect_punct('=', "before the constant's data")?;
@@ -1048,10 +1029,7 @@ pub fn parse_with(
                 names.insert(v, id);
             }
             Tok::Ident(w) if w == "output" => loop {
-                let (t, vpos) = p.next();
-                let Tok::Value(v) = t else {
-                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
-                };
+                let (v, vpos) = p.value_name("`%name`")?;
                 let Some(&id) = names.get(&v) else {
                     return p.error(vpos, format!("unknown value %{v}"));
                 };
@@ -1066,25 +1044,13 @@ pub fn parse_with(
                     return p.error(pos, format!("value %{result} is already defined"));
                 }
                 p.expect_punct('=', "after the result name")?;
-                let (t, op_pos) = p.next();
-                let Tok::Ident(mnemonic) = t else {
-                    return p.error(
-                        op_pos,
-                        format!("expected an operation, found {}", t.describe()),
-                    );
-                };
+                let (mnemonic, op_pos) = p.ident("an operation")?;
                 p.expect_punct('(', "to open the operands")?;
                 let mut operands = Vec::new();
                 let mut operand_pos = Vec::new();
                 if !p.eat_punct(')') {
                     loop {
-                        let (t, vpos) = p.next();
-                        let Tok::Value(v) = t else {
-                            return p.error(
-                                vpos,
-                                format!("expected an operand `%name`, found {}", t.describe()),
-                            );
-                        };
+                        let (v, vpos) = p.value_name("an operand `%name`")?;
                         let Some(&id) = names.get(&v) else {
                             return p.error(vpos, format!("unknown value %{v}"));
                         };
@@ -1099,13 +1065,7 @@ pub fn parse_with(
                 let mut attrs = Vec::new();
                 if p.eat_punct('{') && !p.eat_punct('}') {
                     loop {
-                        let (t, kpos) = p.next();
-                        let Tok::Ident(key) = t else {
-                            return p.error(
-                                kpos,
-                                format!("expected an attribute name, found {}", t.describe()),
-                            );
-                        };
+                        let (key, kpos) = p.ident("an attribute name")?;
                         if attrs.iter().any(|a: &Attr| a.key == key) {
                             return p.error(kpos, format!("attribute `{key}` given twice"));
                         }
