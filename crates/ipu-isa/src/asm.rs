@@ -1670,15 +1670,11 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
             )?;
             let (x, y) = (APair(o.a(0, 2)?), APair(o.a(1, 2)?));
             let (p0, p1) = (o.pace(2)?, o.pace(3)?);
+            let p = [p0, p1];
             one(if load2 {
-                Ld2x64Pace {
-                    d0: x,
-                    d1: y,
-                    p0,
-                    p1,
-                }
+                Ld2x64Pace { d: [x, y], p }
             } else {
-                LdSt64Pace { d: x, s: y, p0, p1 }
+                LdSt64Pace { d: x, s: y, p }
             })
         }
         "ld2xst64pace" => {
@@ -1687,12 +1683,9 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 "ld2xst64pace $aD0:, $aD1:, $aS:, $mP0+=8, $mP1+=8, $mP2+=8",
             )?;
             one(Ld2xSt64Pace {
-                d0: APair(o.a(0, 2)?),
-                d1: APair(o.a(1, 2)?),
+                d: [APair(o.a(0, 2)?), APair(o.a(1, 2)?)],
                 s: APair(o.a(2, 2)?),
-                p0: o.pace(3)?,
-                p1: o.pace(4)?,
-                p2: o.pace(5)?,
+                p: [o.pace(3)?, o.pace(4)?, o.pace(5)?],
             })
         }
         "br" => {

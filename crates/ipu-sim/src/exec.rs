@@ -826,6 +826,34 @@ impl Tile {
         self.store_bytes(addr, &b)
     }
 
+    /// The paced forms: `loads[i]` from `pointers[i]`, then the pair `store` (read before any
+    /// load lands) to the pointer after them; then every pointer advances by 8, in order, and
+    /// the loaded pairs are written last.
+    #[inline(always)]
+    fn paced<const L: usize>(
+        &mut self,
+        r: &mut Regs,
+        loads: [ipu_isa::APair; L],
+        store: Option<ipu_isa::APair>,
+        pointers: &[ipu_isa::MReg],
+    ) -> R<()> {
+        let mut values = [[0u32; 2]; L];
+        for (v, p) in values.iter_mut().zip(pointers) {
+            *v = self.load64(r.m[p.0 as usize & 15])?;
+        }
+        if let Some(s) = store {
+            self.store64(r.m[pointers[L].0 as usize & 15], pair(r, s.0))?;
+        }
+        for p in pointers {
+            let p = p.0 as usize & 15;
+            r.m[p] = r.m[p].wrapping_add(8);
+        }
+        for (d, v) in loads.into_iter().zip(values) {
+            set_pair(r, d.0, v);
+        }
+        Ok(())
+    }
+
     /// Host write into memory: invalidates cached code.
     pub fn host_write(&mut self, addr: u32, bytes: &[u8]) {
         self.mem.write_from(addr, bytes);
@@ -927,43 +955,9 @@ impl Tile {
                 }
                 r.post_increment(b, mode);
             }
-            Instr::Ld2x64Pace { d0, d1, p0, p1 } => {
-                let (a0, a1) = (m(r, p0), m(r, p1));
-                let v0 = self.load64(a0)?;
-                let v1 = self.load64(a1)?;
-                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
-                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
-                set_pair(r, d0.0, v0);
-                set_pair(r, d1.0, v1);
-            }
-            Instr::LdSt64Pace { d, s, p0, p1 } => {
-                let (a0, a1) = (m(r, p0), m(r, p1));
-                let v = self.load64(a0)?;
-                let sv = pair(r, s.0);
-                self.store64(a1, sv)?;
-                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
-                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
-                set_pair(r, d.0, v);
-            }
-            Instr::Ld2xSt64Pace {
-                d0,
-                d1,
-                s,
-                p0,
-                p1,
-                p2,
-            } => {
-                let (a0, a1, a2) = (m(r, p0), m(r, p1), m(r, p2));
-                let v0 = self.load64(a0)?;
-                let v1 = self.load64(a1)?;
-                let sv = pair(r, s.0);
-                self.store64(a2, sv)?;
-                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
-                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
-                r.m[p2.0 as usize & 15] = r.m[p2.0 as usize & 15].wrapping_add(8);
-                set_pair(r, d0.0, v0);
-                set_pair(r, d1.0, v1);
-            }
+            Instr::Ld2x64Pace { d, p } => self.paced(r, d, None, &p)?,
+            Instr::LdSt64Pace { d, s, p } => self.paced(r, [d], Some(s), &p)?,
+            Instr::Ld2xSt64Pace { d, s, p } => self.paced(r, d, Some(s), &p)?,
             Instr::SetFp8 { format, scale } => {
                 r.fp8_format = format;
                 r.fp8_scale = scale;
