@@ -1331,27 +1331,36 @@ impl Ops<'_, '_> {
         Err(self.kind_err(i, &format!("{what} ({})", names.join(", "))))
     }
 
-    /// `$mB, imm` (two operands from `i`), `$mB` alone, or `$mB+=imm`.
-    fn address(&self, i: usize, step: bool) -> Result<(MReg, AddrMode), AsmError> {
-        let n = self.p.operands.len();
+    /// The operand at `i` if it is an integer post-increment `$mN+=imm`: the register's number
+    /// (not yet checked), the increment and the column.
+    fn m_post_inc(&self, i: usize) -> Option<(u32, &Expr, usize)> {
         match self.op(i) {
             Operand::PostInc {
                 reg,
                 a: false,
                 inc,
                 col,
-            } => {
-                if n != i + 1 {
-                    return Err(self.err(
-                        self.op(i + 1).col(),
-                        "unexpected operand after a post-increment address",
-                    ));
-                }
-                let base = MReg(self.check_index(*col, false, *reg)?);
-                let v = self.eval(inc)?;
-                let v = i16_or_err(self, v, *col, "post-increment")?;
-                Ok((base, AddrMode::PostInc(v)))
+            } => Some((*reg, inc, *col)),
+            _ => None,
+        }
+    }
+
+    /// `$mB, imm` (two operands from `i`), `$mB` alone, or `$mB+=imm`.
+    fn address(&self, i: usize, step: bool) -> Result<(MReg, AddrMode), AsmError> {
+        let n = self.p.operands.len();
+        if let Some((reg, inc, col)) = self.m_post_inc(i) {
+            if n != i + 1 {
+                return Err(self.err(
+                    self.op(i + 1).col(),
+                    "unexpected operand after a post-increment address",
+                ));
             }
+            let base = MReg(self.check_index(col, false, reg)?);
+            let v = self.eval(inc)?;
+            let v = i16_or_err(self, v, col, "post-increment")?;
+            return Ok((base, AddrMode::PostInc(v)));
+        }
+        match self.op(i) {
             Operand::Reg { a: false, .. } if !step => {
                 let base = self.m(i)?;
                 let off = if n > i + 1 {
@@ -1370,24 +1379,17 @@ impl Ops<'_, '_> {
     }
 
     fn pace(&self, i: usize) -> Result<MReg, AsmError> {
-        match self.op(i) {
-            Operand::PostInc {
-                reg,
-                a: false,
-                inc,
+        let Some((reg, inc, col)) = self.m_post_inc(i) else {
+            return Err(self.kind_err(i, "a post-increment pointer `$mP+=8`"));
+        };
+        let v = self.eval(inc)?;
+        if v != 8 {
+            return Err(self.err(
                 col,
-            } => {
-                let v = self.eval(inc)?;
-                if v != 8 {
-                    return Err(self.err(
-                        *col,
-                        format!("paced accesses advance by 8, not {v}: write `$m{reg}+=8`"),
-                    ));
-                }
-                Ok(MReg(self.check_index(*col, false, *reg)?))
-            }
-            _ => Err(self.kind_err(i, "a post-increment pointer `$mP+=8`")),
+                format!("paced accesses advance by 8, not {v}: write `$m{reg}+=8`"),
+            ));
         }
+        Ok(MReg(self.check_index(col, false, reg)?))
     }
 }
 
