@@ -1237,6 +1237,15 @@ impl Ops<'_, '_> {
         }
     }
 
+    /// Operands `0..N`, each a float register operand of `n` registers (see [`Self::a`]).
+    fn a_all<const N: usize>(&self, n: u32) -> Result<[u8; N], AsmError> {
+        let mut regs = [0; N];
+        for (i, r) in regs.iter_mut().enumerate() {
+            *r = self.a(i, n)?;
+        }
+        Ok(regs)
+    }
+
     /// A float register operand of `n` registers (1, 2 or 4), returning the lowest index.
     fn a(&self, i: usize, n: u32) -> Result<u8, AsmError> {
         let what = match n {
@@ -1651,11 +1660,12 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                     } else {
                         (FType::F32, 1)
                     };
+                    let [d, a] = o.a_all(n)?;
                     one(FUn {
                         ty,
                         op: FUnOp::Mov,
-                        d: o.a(0, n)?,
-                        a: o.a(1, n)?,
+                        d,
+                        a,
                     })
                 }
             }
@@ -1820,22 +1830,13 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 }
                 if let Some(&op) = FBinOp::ALL.iter().find(|x| x.suffix() == suffix) {
                     o.count(&[3], &format!("{m} D, A, B"))?;
-                    return one(FBin {
-                        ty,
-                        op,
-                        d: o.a(0, n)?,
-                        a: o.a(1, n)?,
-                        b: o.a(2, n)?,
-                    });
+                    let [d, a, b] = o.a_all(n)?;
+                    return one(FBin { ty, op, d, a, b });
                 }
                 if let Some(&op) = FUnOp::ALL.iter().find(|x| x.suffix() == suffix) {
                     o.count(&[2], &format!("{m} D, A"))?;
-                    return one(FUn {
-                        ty,
-                        op,
-                        d: o.a(0, n)?,
-                        a: o.a(1, n)?,
-                    });
+                    let [d, a] = o.a_all(n)?;
+                    return one(FUn { ty, op, d, a });
                 }
             }
             Err(o.err(p.col, format!("unknown instruction `{m}`{}", suggestion(m))))
