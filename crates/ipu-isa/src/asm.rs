@@ -659,21 +659,26 @@ fn parse_operand(toks: &[Token], end_col: usize) -> PResult<Operand> {
     Ok(Operand::Expr(parse_expr_all(toks, end_col)?, first.col))
 }
 
+/// The identifier `toks` starts with, and its column; otherwise the column to report at (the
+/// first token's, or `end_col` on an empty line) and what stands there.
+fn leading_ident(toks: &[Token], end_col: usize) -> Result<(&str, usize), (usize, String)> {
+    match toks.first() {
+        Some(Token {
+            tok: Tok::Ident(name),
+            col,
+        }) => Ok((name, *col)),
+        Some(t) => Err((t.col, describe(&t.tok))),
+        None => Err((end_col, "the end of the line".into())),
+    }
+}
+
 fn parse_instr(toks: &[Token], end_col: usize) -> PResult<ParsedInstr> {
-    let Some(Token {
-        tok: Tok::Ident(m),
-        col,
-    }) = toks.first()
-    else {
-        let col = toks.first().map_or(end_col, |t| t.col);
-        let found = toks
-            .first()
-            .map_or("the end of the line".into(), |t| describe(&t.tok));
-        return Err((
+    let (m, col) = leading_ident(toks, end_col).map_err(|(col, found)| {
+        (
             col,
             format!("expected an instruction mnemonic, found {found}"),
-        ));
-    };
+        )
+    })?;
     let mut operands = Vec::new();
     if toks.len() > 1 {
         let rest = &toks[1..];
@@ -693,7 +698,7 @@ fn parse_instr(toks: &[Token], end_col: usize) -> PResult<ParsedInstr> {
     }
     Ok(ParsedInstr {
         mnemonic: m.to_ascii_lowercase(),
-        col: *col,
+        col,
         operands,
     })
 }
@@ -926,23 +931,17 @@ impl Assembler {
         value: &[Token],
         end_col: usize,
     ) -> Result<(), AsmError> {
-        let Some(Token {
-            tok: Tok::Ident(name),
-            col,
-        }) = name_toks.first()
-        else {
-            let col = name_toks.first().map_or(end_col, |t| t.col);
-            return Err(loc.err(col, "expected a constant name"));
-        };
+        let (name, col) = leading_ident(name_toks, end_col)
+            .map_err(|(col, _)| loc.err(col, "expected a constant name"))?;
         if name == "." {
-            return Err(loc.err(*col, "`.` (the current address) cannot be redefined"));
+            return Err(loc.err(col, "`.` (the current address) cannot be redefined"));
         }
         let e = parse_expr_all(value, end_col).map_err(|(c, m)| loc.err(c, m))?;
         if self.defines.contains_key(name) {
             return Ok(());
         }
         let v = self.eval_now(loc, &e)?;
-        self.define(loc, *col, name, v, false)
+        self.define(loc, col, name, v, false)
     }
 
     fn directive(
