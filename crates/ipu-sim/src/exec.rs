@@ -10,8 +10,8 @@
 //!   closes (`waitw` or the next global instruction).
 
 use ipu_isa::{
-    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, RedOp, Slot,
-    SysReg, Width,
+    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, RedOp,
+    Slot, SysReg, Width,
 };
 use ipu_target::{SUPERVISOR_CONTEXT, Target, WORKER_CONTEXTS};
 
@@ -41,19 +41,21 @@ pub(crate) struct Regs {
 }
 
 impl Regs {
-    /// The address a load or store of base register `b` accesses.
+    /// The address a load or store through `base` accesses.
     #[inline]
-    fn address(&self, b: usize, mode: AddrMode) -> u32 {
+    fn address(&self, base: MReg, mode: AddrMode) -> u32 {
+        let b = self.m[base.0 as usize & 15];
         match mode {
-            AddrMode::Offset(i) => self.m[b].wrapping_add(i as i32 as u32),
-            AddrMode::PostInc(_) => self.m[b],
+            AddrMode::Offset(i) => b.wrapping_add(i as i32 as u32),
+            AddrMode::PostInc(_) => b,
         }
     }
 
     /// The base register's update after the access.
     #[inline]
-    fn post_increment(&mut self, b: usize, mode: AddrMode) {
+    fn post_increment(&mut self, base: MReg, mode: AddrMode) {
         if let AddrMode::PostInc(i) = mode {
+            let b = base.0 as usize & 15;
             self.m[b] = self.m[b].wrapping_add(i as i32 as u32);
         }
     }
@@ -835,7 +837,7 @@ impl Tile {
         r: &mut Regs,
         loads: [ipu_isa::APair; L],
         store: Option<ipu_isa::APair>,
-        pointers: &[ipu_isa::MReg],
+        pointers: &[MReg],
     ) -> R<()> {
         let mut values = [[0u32; 2]; L];
         for (v, p) in values.iter_mut().zip(pointers) {
@@ -863,7 +865,7 @@ impl Tile {
     /// Executes one main-pipeline or control instruction.
     #[inline(always)]
     fn exec_main(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32, now: u64) -> R<Flow> {
-        let m = |r: &Regs, x: ipu_isa::MReg| r.m[x.0 as usize & 15];
+        let m = |r: &Regs, x: MReg| r.m[x.0 as usize & 15];
         match *instr {
             Instr::Nop => {}
             Instr::Alu { op, d, a, b } => r.m[d.0 as usize & 15] = op.apply(m(r, a), m(r, b)),
@@ -887,15 +889,14 @@ impl Tile {
                 base,
                 mode,
             } => {
-                let b = base.0 as usize & 15;
-                let addr = r.address(b, mode);
+                let addr = r.address(base, mode);
                 let len = width.bytes();
                 self.check(addr, len)?;
                 if width == Width::B128 && !self.target.in_interleaved(addr, 16) {
                     return Err((FaultKind::NotInterleaved, Some(addr)));
                 }
                 self.tracker.note(addr, len, false);
-                r.post_increment(b, mode);
+                r.post_increment(base, mode);
                 let s = self.mem.slice(addr, len);
                 match (width, d) {
                     (Width::B8, DataReg::M(x)) => r.m[x.0 as usize & 15] = s[0] as u32,
@@ -931,8 +932,7 @@ impl Tile {
                 base,
                 mode,
             } => {
-                let b = base.0 as usize & 15;
-                let addr = r.address(b, mode);
+                let addr = r.address(base, mode);
                 match (width, s) {
                     (Width::B8 | Width::B16, _) => {
                         return Err((FaultKind::SubWordStore, Some(addr)));
@@ -953,7 +953,7 @@ impl Tile {
                         ));
                     }
                 }
-                r.post_increment(b, mode);
+                r.post_increment(base, mode);
             }
             Instr::Ld2x64Pace { d, p } => self.paced(r, d, None, &p)?,
             Instr::LdSt64Pace { d, s, p } => self.paced(r, [d], Some(s), &p)?,
