@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use ipu_codegen::{BuildOptions, BuildReport};
 use ipu_graph::{DType, Graph, TensorType};
-use ipu_package::{Package, TensorRole};
+use ipu_package::{HostTensor, Package, TensorRole};
 use ipu_reference::{
     Comparison, Precision, Tensor, Tolerance, compare, evaluate, iteration_seed, make_input,
     tolerance_versus_exact,
@@ -432,14 +432,10 @@ fn log_input_sources(expected: &[(String, TensorType)], files: &FileInputs, d: &
 /// The package's outputs read back from the session.
 fn read_outputs(s: &Session<'_>, package: &Package) -> anyhow::Result<Vec<Output>> {
     let mut outputs = Vec::new();
-    for t in package
-        .manifest
-        .tensors
-        .iter()
-        .filter(|t| t.role == TensorRole::Output)
-    {
+    for t in host_tensors(package, TensorRole::Output) {
         let dense = s.read_output(&t.name)?;
-        let tensor = Tensor::from_bytes(dtype_of(&t.dtype, t.scale)?, t.shape.clone(), &dense)?;
+        let ty = tensor_type(t)?;
+        let tensor = Tensor::from_bytes(ty.dtype, ty.shape, &dense)?;
         outputs.push(Output {
             name: t.name.clone(),
             tensor,
@@ -531,17 +527,26 @@ fn execute(
 
 /// The inputs of a package from its manifest, in order.
 fn package_inputs(package: &Package) -> anyhow::Result<Vec<(String, TensorType)>> {
-    let mut out = Vec::new();
-    for t in package
+    host_tensors(package, TensorRole::Input)
+        .map(|t| Ok((t.name.clone(), tensor_type(t)?)))
+        .collect()
+}
+
+/// The host tensors of a package with `role`, in manifest order.
+fn host_tensors(package: &Package, role: TensorRole) -> impl Iterator<Item = &HostTensor> {
+    package
         .manifest
         .tensors
         .iter()
-        .filter(|t| t.role == TensorRole::Input)
-    {
-        let ty = TensorType::new(dtype_of(&t.dtype, t.scale)?, t.shape.clone());
-        out.push((t.name.clone(), ty));
-    }
-    Ok(out)
+        .filter(move |t| t.role == role)
+}
+
+/// A host tensor's type, from its manifest entry.
+fn tensor_type(t: &HostTensor) -> anyhow::Result<TensorType> {
+    Ok(TensorType::new(
+        dtype_of(&t.dtype, t.scale)?,
+        t.shape.clone(),
+    ))
 }
 
 /// The inputs of a graph, in order.
@@ -638,12 +643,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
     let files = npy::read_inputs(&expected, &a.files)?;
     if a.files.outputs.is_some() {
         npy::check_output_names(
-            package
-                .manifest
-                .tensors
-                .iter()
-                .filter(|t| t.role == TensorRole::Output)
-                .map(|t| t.name.as_str()),
+            host_tensors(&package, TensorRole::Output).map(|t| t.name.as_str()),
         )?;
     }
     log_input_sources(&expected, &files, &a.device);

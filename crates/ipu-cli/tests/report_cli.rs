@@ -15,6 +15,8 @@ fn the_report_gives_simulated_instructions_seconds_and_their_ratio() {
         "4",
         "--report",
         report.to_str().unwrap(),
+        "--artifacts",
+        d.join("a").to_str().unwrap(),
     ]);
     assert!(o.status.success());
     let r: serde_json::Value =

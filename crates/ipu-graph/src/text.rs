@@ -135,62 +135,6 @@ fn fmt_list(xs: &[usize]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// The attributes of an operation in text order (the output dtype is not among them).
-fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
-    match kind {
-        OpKind::MatMul { partials, .. } => vec![("partials", partials.to_string())],
-        OpKind::Transpose { perm } => vec![("perm", fmt_list(perm))],
-        OpKind::Reshape { shape } => vec![("shape", fmt_list(shape))],
-        OpKind::Slice { axis, start, end } => vec![
-            ("axis", axis.to_string()),
-            ("start", start.to_string()),
-            ("end", end.to_string()),
-        ],
-        OpKind::Concat { axis }
-        | OpKind::ReduceMax { axis }
-        | OpKind::ReduceSum { axis }
-        | OpKind::Softmax { axis } => vec![("axis", axis.to_string())],
-        OpKind::Add
-        | OpKind::Sub
-        | OpKind::Mul
-        | OpKind::Div
-        | OpKind::Max
-        | OpKind::Exp
-        | OpKind::Sqrt
-        | OpKind::Tanh
-        | OpKind::Erf
-        | OpKind::Log => vec![],
-        OpKind::Scale { factor } => vec![("factor", fmt_f32(*factor))],
-        OpKind::CausalMask { key_start } => vec![("key_start", key_start.to_string())],
-        OpKind::Cast { to } => vec![("to", to.to_string())],
-        OpKind::LayerNorm { epsilon } => vec![("epsilon", fmt_f32(*epsilon))],
-        OpKind::Attention {
-            scale,
-            causal,
-            partials,
-            ..
-        } => vec![
-            ("scale", fmt_f32(*scale)),
-            ("causal", causal.to_string()),
-            ("partials", partials.to_string()),
-        ],
-        OpKind::FlashAttention {
-            scale,
-            causal,
-            block_q,
-            block_k,
-            partials,
-            ..
-        } => vec![
-            ("scale", fmt_f32(*scale)),
-            ("causal", causal.to_string()),
-            ("block_q", block_q.to_string()),
-            ("block_k", block_k.to_string()),
-            ("partials", partials.to_string()),
-        ],
-    }
-}
-
 /// Prints a graph in the canonical text form; large constants appear as file references
 /// whose data [`print_with_files`] returns.
 pub fn print(graph: &Graph) -> String {
@@ -494,6 +438,22 @@ impl Parser<'_> {
         Ok(pos)
     }
 
+    /// A `%name` (`what` names it in the error), and where it stands.
+    fn value_name(&mut self, what: &str) -> PResult<(String, Pos)> {
+        match self.next() {
+            (Tok::Value(v), pos) => Ok((v, pos)),
+            (t, pos) => self.error(pos, format!("expected {what}, found {}", t.describe())),
+        }
+    }
+
+    /// An identifier (`what` names it in the error), and where it stands.
+    fn ident(&mut self, what: &str) -> PResult<(String, Pos)> {
+        match self.next() {
+            (Tok::Ident(w), pos) => Ok((w, pos)),
+            (t, pos) => self.error(pos, format!("expected {what}, found {}", t.describe())),
+        }
+    }
+
     fn eat_punct(&mut self, c: char) -> bool {
         if self.peek().0 == Tok::Punct(c) {
             self.next();
@@ -551,10 +511,7 @@ impl Parser<'_> {
     }
 
     fn tensor_type(&mut self) -> PResult<(TensorType, Pos)> {
-        let (t, pos) = self.next();
-        let Tok::Ident(base) = t else {
-            return self.error(pos, format!("expected a type, found {}", t.describe()));
-        };
+        let (base, pos) = self.ident("a type")?;
         let dtype = self.dtype_after(&base, pos)?;
         self.expect_punct('[', "to open the shape")?;
         let mut shape = Vec::new();
@@ -847,85 +804,109 @@ impl AttrSet<'_, '_> {
     }
 }
 
-const MNEMONICS: &str = "matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, \
-                         scale, exp, sqrt, tanh, erf, causal_mask, reduce_max, reduce_sum, \
-                         softmax, cast, layer_norm, attention, flash_attention";
+/// An attribute value's type: how the parser reads it and how the printer writes it.
+trait Attribute: Sized {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self>;
+    fn text(&self) -> String;
+}
 
-fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
-    let kind = match set.mnemonic.as_str() {
-        "matmul" => OpKind::MatMul {
-            partials: set.dtype("partials")?,
-            out,
-        },
-        "transpose" => OpKind::Transpose {
-            perm: set.list("perm")?,
-        },
-        "reshape" => OpKind::Reshape {
-            shape: set.list("shape")?,
-        },
-        "slice" => OpKind::Slice {
-            axis: set.usize("axis")?,
-            start: set.usize("start")?,
-            end: set.usize("end")?,
-        },
-        "concat" => OpKind::Concat {
-            axis: set.usize("axis")?,
-        },
-        "add" => OpKind::Add,
-        "sub" => OpKind::Sub,
-        "mul" => OpKind::Mul,
-        "div" => OpKind::Div,
-        "max" => OpKind::Max,
-        "scale" => OpKind::Scale {
-            factor: set.f32("factor")?,
-        },
-        "exp" => OpKind::Exp,
-        "sqrt" => OpKind::Sqrt,
-        "tanh" => OpKind::Tanh,
-        "erf" => OpKind::Erf,
-        "log" => OpKind::Log,
-        "causal_mask" => OpKind::CausalMask {
-            key_start: set.usize("key_start")?,
-        },
-        "reduce_max" => OpKind::ReduceMax {
-            axis: set.usize("axis")?,
-        },
-        "reduce_sum" => OpKind::ReduceSum {
-            axis: set.usize("axis")?,
-        },
-        "softmax" => OpKind::Softmax {
-            axis: set.usize("axis")?,
-        },
-        "cast" => OpKind::Cast {
-            to: set.dtype("to")?,
-        },
-        "layer_norm" => OpKind::LayerNorm {
-            epsilon: set.f32("epsilon")?,
-        },
-        "attention" => OpKind::Attention {
-            scale: set.f32("scale")?,
-            causal: set.bool("causal")?,
-            partials: set.dtype("partials")?,
-            out,
-        },
-        "flash_attention" => OpKind::FlashAttention {
-            scale: set.f32("scale")?,
-            causal: set.bool("causal")?,
-            block_q: set.usize("block_q")?,
-            block_k: set.usize("block_k")?,
-            partials: set.dtype("partials")?,
-            out,
-        },
-        other => {
-            return set.parser.error(
-                set.op_pos,
-                format!("unknown operation `{other}` (known: {MNEMONICS})"),
-            );
+/// The `Attribute` impls: the type, the `AttrSet` method that reads it, and how it prints.
+macro_rules! attribute_types {
+    ($($ty:ty: $read:ident, $text:expr;)*) => {$(
+        impl Attribute for $ty {
+            fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+                set.$read(key)
+            }
+            fn text(&self) -> String {
+                $text(self)
+            }
+        }
+    )*};
+}
+
+attribute_types! {
+    usize: usize, usize::to_string;
+    f32: f32, |x: &f32| fmt_f32(*x);
+    bool: bool, bool::to_string;
+    DType: dtype, DType::to_string;
+    Vec<usize>: list, |xs: &Vec<usize>| fmt_list(xs);
+}
+
+/// The operations of the text form, one line each: mnemonic, `OpKind` variant, its attributes
+/// in text order (each named after its field), and `out` where the variant takes the
+/// annotated output dtype. Defines `MNEMONICS`, `attributes` (the printer's) and `op_kind`
+/// (the parser's).
+macro_rules! operations {
+    ($($mnemonic:literal => $variant:ident { $($field:ident),* } $($out:ident)?;)*) => {
+        /// Every mnemonic, in text order.
+        const MNEMONICS: &[&str] = &[$($mnemonic),*];
+
+        /// The attributes of an operation in text order (the output dtype is not among them).
+        fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
+            match kind {
+                $(OpKind::$variant { $($field,)* .. } => {
+                    vec![$((stringify!($field), Attribute::text($field))),*]
+                })*
+            }
+        }
+
+        fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
+            let kind = match set.mnemonic.as_str() {
+                $($mnemonic => OpKind::$variant {
+                    $($field: Attribute::read(set, stringify!($field))?,)*
+                    $($out: out,)?
+                },)*
+                other => {
+                    return set.parser.error(
+                        set.op_pos,
+                        format!(
+                            "unknown operation `{other}` (known: {})",
+                            MNEMONICS.join(", ")
+                        ),
+                    );
+                }
+            };
+            let known: Vec<&str> = attributes(&kind).iter().map(|(k, _)| *k).collect();
+            set.finish(&known)?;
+            Ok(kind)
         }
     };
-    let known: Vec<&str> = attributes(&kind).iter().map(|(k, _)| *k).collect();
-    set.finish(&known)?;
-    Ok(kind)
+}
+
+operations! {
+    "matmul" => MatMul { partials } out;
+    "transpose" => Transpose { perm };
+    "reshape" => Reshape { shape };
+    "slice" => Slice { axis, start, end };
+    "concat" => Concat { axis };
+    "add" => Add {};
+    "sub" => Sub {};
+    "mul" => Mul {};
+    "div" => Div {};
+    "max" => Max {};
+    "scale" => Scale { factor };
+    "exp" => Exp {};
+    "sqrt" => Sqrt {};
+    "tanh" => Tanh {};
+    "erf" => Erf {};
+    "log" => Log {};
+    "causal_mask" => CausalMask { key_start };
+    "reduce_max" => ReduceMax { axis };
+    "reduce_sum" => ReduceSum { axis };
+    "softmax" => Softmax { axis };
+    "cast" => Cast { to };
+    "layer_norm" => LayerNorm { epsilon };
+    "attention" => Attention { scale, causal, partials } out;
+    "flash_attention" => FlashAttention { scale, causal, block_q, block_k, partials } out;
+}
+
+/// The `%name` an `input` or `const` line defines, and where it stands: not yet defined.
+fn new_value_name(p: &mut Parser<'_>, names: &HashMap<String, ValueId>) -> PResult<(String, Pos)> {
+    let (v, pos) = p.value_name("`%name`")?;
+    if names.contains_key(&v) {
+        return p.error(pos, format!("value %{v} is already defined"));
+    }
+    Ok((v, pos))
 }
 
 /// True for a relative path without empty, `.` or `..` components and without characters
@@ -1020,13 +1001,7 @@ pub fn parse_with(
     if t != Tok::Ident("graph".into()) {
         return p.error(pos, format!("expected `graph`, found {}", t.describe()));
     }
-    let (t, pos) = p.next();
-    let Tok::Ident(name) = t else {
-        return p.error(
-            pos,
-            format!("expected the graph name, found {}", t.describe()),
-        );
-    };
+    let (name, _) = p.ident("the graph name")?;
     p.expect_punct('{', "after the graph name")?;
     let mut b = GraphBuilder::new(name);
     let mut names: HashMap<String, ValueId> = HashMap::new();
@@ -1036,26 +1011,14 @@ pub fn parse_with(
         match t {
             Tok::Punct('}') => break,
             Tok::Ident(w) if w == "input" => {
-                let (t, vpos) = p.next();
-                let Tok::Value(v) = t else {
-                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
-                };
-                if names.contains_key(&v) {
-                    return p.error(vpos, format!("value %{v} is already defined"));
-                }
+                let (v, _) = new_value_name(&mut p, &names)?;
                 p.expect_punct(':', "before the input type")?;
                 let (ty, _) = p.tensor_type()?;
                 let id = b.input(v.clone(), ty);
                 names.insert(v, id);
             }
             Tok::Ident(w) if w == "const" => {
-                let (t, vpos) = p.next();
-                let Tok::Value(v) = t else {
-                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
-                };
-                if names.contains_key(&v) {
-                    return p.error(vpos, format!("value %{v} is already defined"));
-                }
+                let (v, vpos) = new_value_name(&mut p, &names)?;
                 p.expect_punct(':', "before the constant's type")?;
                 let (ty, _) = p.tensor_type()?;
                 p.expect_punct('=', "before the constant's data")?;
@@ -1067,10 +1030,7 @@ pub fn parse_with(
                 names.insert(v, id);
             }
             Tok::Ident(w) if w == "output" => loop {
-                let (t, vpos) = p.next();
-                let Tok::Value(v) = t else {
-                    return p.error(vpos, format!("expected `%name`, found {}", t.describe()));
-                };
+                let (v, vpos) = p.value_name("`%name`")?;
                 let Some(&id) = names.get(&v) else {
                     return p.error(vpos, format!("unknown value %{v}"));
                 };
@@ -1085,25 +1045,13 @@ pub fn parse_with(
                     return p.error(pos, format!("value %{result} is already defined"));
                 }
                 p.expect_punct('=', "after the result name")?;
-                let (t, op_pos) = p.next();
-                let Tok::Ident(mnemonic) = t else {
-                    return p.error(
-                        op_pos,
-                        format!("expected an operation, found {}", t.describe()),
-                    );
-                };
+                let (mnemonic, op_pos) = p.ident("an operation")?;
                 p.expect_punct('(', "to open the operands")?;
                 let mut operands = Vec::new();
                 let mut operand_pos = Vec::new();
                 if !p.eat_punct(')') {
                     loop {
-                        let (t, vpos) = p.next();
-                        let Tok::Value(v) = t else {
-                            return p.error(
-                                vpos,
-                                format!("expected an operand `%name`, found {}", t.describe()),
-                            );
-                        };
+                        let (v, vpos) = p.value_name("an operand `%name`")?;
                         let Some(&id) = names.get(&v) else {
                             return p.error(vpos, format!("unknown value %{v}"));
                         };
@@ -1118,13 +1066,7 @@ pub fn parse_with(
                 let mut attrs = Vec::new();
                 if p.eat_punct('{') && !p.eat_punct('}') {
                     loop {
-                        let (t, kpos) = p.next();
-                        let Tok::Ident(key) = t else {
-                            return p.error(
-                                kpos,
-                                format!("expected an attribute name, found {}", t.describe()),
-                            );
-                        };
+                        let (key, kpos) = p.ident("an attribute name")?;
                         if attrs.iter().any(|a: &Attr| a.key == key) {
                             return p.error(kpos, format!("attribute `{key}` given twice"));
                         }

@@ -659,21 +659,26 @@ fn parse_operand(toks: &[Token], end_col: usize) -> PResult<Operand> {
     Ok(Operand::Expr(parse_expr_all(toks, end_col)?, first.col))
 }
 
+/// The identifier `toks` starts with, and its column; otherwise the column to report at (the
+/// first token's, or `end_col` on an empty line) and what stands there.
+fn leading_ident(toks: &[Token], end_col: usize) -> Result<(&str, usize), (usize, String)> {
+    match toks.first() {
+        Some(Token {
+            tok: Tok::Ident(name),
+            col,
+        }) => Ok((name, *col)),
+        Some(t) => Err((t.col, describe(&t.tok))),
+        None => Err((end_col, "the end of the line".into())),
+    }
+}
+
 fn parse_instr(toks: &[Token], end_col: usize) -> PResult<ParsedInstr> {
-    let Some(Token {
-        tok: Tok::Ident(m),
-        col,
-    }) = toks.first()
-    else {
-        let col = toks.first().map_or(end_col, |t| t.col);
-        let found = toks
-            .first()
-            .map_or("the end of the line".into(), |t| describe(&t.tok));
-        return Err((
+    let (m, col) = leading_ident(toks, end_col).map_err(|(col, found)| {
+        (
             col,
             format!("expected an instruction mnemonic, found {found}"),
-        ));
-    };
+        )
+    })?;
     let mut operands = Vec::new();
     if toks.len() > 1 {
         let rest = &toks[1..];
@@ -693,7 +698,7 @@ fn parse_instr(toks: &[Token], end_col: usize) -> PResult<ParsedInstr> {
     }
     Ok(ParsedInstr {
         mnemonic: m.to_ascii_lowercase(),
-        col: *col,
+        col,
         operands,
     })
 }
@@ -926,23 +931,17 @@ impl Assembler {
         value: &[Token],
         end_col: usize,
     ) -> Result<(), AsmError> {
-        let Some(Token {
-            tok: Tok::Ident(name),
-            col,
-        }) = name_toks.first()
-        else {
-            let col = name_toks.first().map_or(end_col, |t| t.col);
-            return Err(loc.err(col, "expected a constant name"));
-        };
+        let (name, col) = leading_ident(name_toks, end_col)
+            .map_err(|(col, _)| loc.err(col, "expected a constant name"))?;
         if name == "." {
-            return Err(loc.err(*col, "`.` (the current address) cannot be redefined"));
+            return Err(loc.err(col, "`.` (the current address) cannot be redefined"));
         }
         let e = parse_expr_all(value, end_col).map_err(|(c, m)| loc.err(c, m))?;
         if self.defines.contains_key(name) {
             return Ok(());
         }
         let v = self.eval_now(loc, &e)?;
-        self.define(loc, *col, name, v, false)
+        self.define(loc, col, name, v, false)
     }
 
     fn directive(
@@ -1237,6 +1236,15 @@ impl Ops<'_, '_> {
         }
     }
 
+    /// Operands `0..N`, each a float register operand of `n` registers (see [`Self::a`]).
+    fn a_all<const N: usize>(&self, n: u32) -> Result<[u8; N], AsmError> {
+        let mut regs = [0; N];
+        for (i, r) in regs.iter_mut().enumerate() {
+            *r = self.a(i, n)?;
+        }
+        Ok(regs)
+    }
+
     /// A float register operand of `n` registers (1, 2 or 4), returning the lowest index.
     fn a(&self, i: usize, n: u32) -> Result<u8, AsmError> {
         let what = match n {
@@ -1331,27 +1339,36 @@ impl Ops<'_, '_> {
         Err(self.kind_err(i, &format!("{what} ({})", names.join(", "))))
     }
 
-    /// `$mB, imm` (two operands from `i`), `$mB` alone, or `$mB+=imm`.
-    fn address(&self, i: usize, step: bool) -> Result<(MReg, AddrMode), AsmError> {
-        let n = self.p.operands.len();
+    /// The operand at `i` if it is an integer post-increment `$mN+=imm`: the register's number
+    /// (not yet checked), the increment and the column.
+    fn m_post_inc(&self, i: usize) -> Option<(u32, &Expr, usize)> {
         match self.op(i) {
             Operand::PostInc {
                 reg,
                 a: false,
                 inc,
                 col,
-            } => {
-                if n != i + 1 {
-                    return Err(self.err(
-                        self.op(i + 1).col(),
-                        "unexpected operand after a post-increment address",
-                    ));
-                }
-                let base = MReg(self.check_index(*col, false, *reg)?);
-                let v = self.eval(inc)?;
-                let v = i16_or_err(self, v, *col, "post-increment")?;
-                Ok((base, AddrMode::PostInc(v)))
+            } => Some((*reg, inc, *col)),
+            _ => None,
+        }
+    }
+
+    /// `$mB, imm` (two operands from `i`), `$mB` alone, or `$mB+=imm`.
+    fn address(&self, i: usize, step: bool) -> Result<(MReg, AddrMode), AsmError> {
+        let n = self.p.operands.len();
+        if let Some((reg, inc, col)) = self.m_post_inc(i) {
+            if n != i + 1 {
+                return Err(self.err(
+                    self.op(i + 1).col(),
+                    "unexpected operand after a post-increment address",
+                ));
             }
+            let base = MReg(self.check_index(col, false, reg)?);
+            let v = self.eval(inc)?;
+            let v = i16_or_err(self, v, col, "post-increment")?;
+            return Ok((base, AddrMode::PostInc(v)));
+        }
+        match self.op(i) {
             Operand::Reg { a: false, .. } if !step => {
                 let base = self.m(i)?;
                 let off = if n > i + 1 {
@@ -1370,24 +1387,17 @@ impl Ops<'_, '_> {
     }
 
     fn pace(&self, i: usize) -> Result<MReg, AsmError> {
-        match self.op(i) {
-            Operand::PostInc {
-                reg,
-                a: false,
-                inc,
+        let Some((reg, inc, col)) = self.m_post_inc(i) else {
+            return Err(self.kind_err(i, "a post-increment pointer `$mP+=8`"));
+        };
+        let v = self.eval(inc)?;
+        if v != 8 {
+            return Err(self.err(
                 col,
-            } => {
-                let v = self.eval(inc)?;
-                if v != 8 {
-                    return Err(self.err(
-                        *col,
-                        format!("paced accesses advance by 8, not {v}: write `$m{reg}+=8`"),
-                    ));
-                }
-                Ok(MReg(self.check_index(*col, false, *reg)?))
-            }
-            _ => Err(self.kind_err(i, "a post-increment pointer `$mP+=8`")),
+                format!("paced accesses advance by 8, not {v}: write `$m{reg}+=8`"),
+            ));
         }
+        Ok(MReg(self.check_index(col, false, reg)?))
     }
 }
 
@@ -1649,11 +1659,12 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                     } else {
                         (FType::F32, 1)
                     };
+                    let [d, a] = o.a_all(n)?;
                     one(FUn {
                         ty,
                         op: FUnOp::Mov,
-                        d: o.a(0, n)?,
-                        a: o.a(1, n)?,
+                        d,
+                        a,
                     })
                 }
             }
@@ -1670,15 +1681,11 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
             )?;
             let (x, y) = (APair(o.a(0, 2)?), APair(o.a(1, 2)?));
             let (p0, p1) = (o.pace(2)?, o.pace(3)?);
+            let p = [p0, p1];
             one(if load2 {
-                Ld2x64Pace {
-                    d0: x,
-                    d1: y,
-                    p0,
-                    p1,
-                }
+                Ld2x64Pace { d: [x, y], p }
             } else {
-                LdSt64Pace { d: x, s: y, p0, p1 }
+                LdSt64Pace { d: x, s: y, p }
             })
         }
         "ld2xst64pace" => {
@@ -1687,12 +1694,9 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 "ld2xst64pace $aD0:, $aD1:, $aS:, $mP0+=8, $mP1+=8, $mP2+=8",
             )?;
             one(Ld2xSt64Pace {
-                d0: APair(o.a(0, 2)?),
-                d1: APair(o.a(1, 2)?),
+                d: [APair(o.a(0, 2)?), APair(o.a(1, 2)?)],
                 s: APair(o.a(2, 2)?),
-                p0: o.pace(3)?,
-                p1: o.pace(4)?,
-                p2: o.pace(5)?,
+                p: [o.pace(3)?, o.pace(4)?, o.pace(5)?],
             })
         }
         "br" => {
@@ -1825,22 +1829,13 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 }
                 if let Some(&op) = FBinOp::ALL.iter().find(|x| x.suffix() == suffix) {
                     o.count(&[3], &format!("{m} D, A, B"))?;
-                    return one(FBin {
-                        ty,
-                        op,
-                        d: o.a(0, n)?,
-                        a: o.a(1, n)?,
-                        b: o.a(2, n)?,
-                    });
+                    let [d, a, b] = o.a_all(n)?;
+                    return one(FBin { ty, op, d, a, b });
                 }
                 if let Some(&op) = FUnOp::ALL.iter().find(|x| x.suffix() == suffix) {
                     o.count(&[2], &format!("{m} D, A"))?;
-                    return one(FUn {
-                        ty,
-                        op,
-                        d: o.a(0, n)?,
-                        a: o.a(1, n)?,
-                    });
+                    let [d, a] = o.a_all(n)?;
+                    return one(FUn { ty, op, d, a });
                 }
             }
             Err(o.err(p.col, format!("unknown instruction `{m}`{}", suggestion(m))))

@@ -280,6 +280,27 @@ fn aty(field: &'static str, index: u8, pair: bool) -> Result<u32, EncodeError> {
     check_reg(field, index, if pair { 2 } else { 1 })
 }
 
+/// A paced form's word: its pairs (with their field names) in `R1`, `R2`, .., then its
+/// pointers `p0`, `p1`, .. in the fields that follow.
+fn paced(
+    code: u32,
+    pairs: &[(&'static str, APair)],
+    pointers: &[MReg],
+) -> Result<u32, EncodeError> {
+    const FIELDS: [u32; 6] = [R1, R2, R3, R4, R5, R6];
+    const POINTERS: [&str; 3] = ["p0", "p1", "p2"];
+    debug_assert!(pairs.len() + pointers.len() <= FIELDS.len() && pointers.len() <= 3);
+    let registers = pairs
+        .iter()
+        .map(|&(field, r)| a2(field, r))
+        .chain(pointers.iter().zip(POINTERS).map(|(&r, field)| m(field, r)));
+    let mut word = op(code);
+    for (register, shift) in registers.zip(FIELDS) {
+        word |= register? << shift;
+    }
+    Ok(word)
+}
+
 /// The refusal of `value` for `field`, whose range is `min..=max`.
 fn out_of_range(field: &'static str, value: i64, (min, max): (i64, i64)) -> EncodeError {
     EncodeError::ImmediateOutOfRange {
@@ -415,35 +436,10 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
             let first = if store { STORE } else { LOAD };
             op(first + form * 2 + post) | reg << R1 | m("base", base)? << R2 | imm
         }
-        Ld2x64Pace { d0, d1, p0, p1 } => {
-            op(LD2X64PACE)
-                | a2("d0", d0)? << R1
-                | a2("d1", d1)? << R2
-                | m("p0", p0)? << R3
-                | m("p1", p1)? << R4
-        }
-        LdSt64Pace { d, s, p0, p1 } => {
-            op(LDST64PACE)
-                | a2("d", d)? << R1
-                | a2("s", s)? << R2
-                | m("p0", p0)? << R3
-                | m("p1", p1)? << R4
-        }
-        Ld2xSt64Pace {
-            d0,
-            d1,
-            s,
-            p0,
-            p1,
-            p2,
-        } => {
-            op(LD2XST64PACE)
-                | a2("d0", d0)? << R1
-                | a2("d1", d1)? << R2
-                | a2("s", s)? << R3
-                | m("p0", p0)? << R4
-                | m("p1", p1)? << R5
-                | m("p2", p2)? << R6
+        Ld2x64Pace { d, p } => paced(LD2X64PACE, &[("d0", d[0]), ("d1", d[1])], &p)?,
+        LdSt64Pace { d, s, p } => paced(LDST64PACE, &[("d", d), ("s", s)], &p)?,
+        Ld2xSt64Pace { d, s, p } => {
+            paced(LD2XST64PACE, &[("d0", d[0]), ("d1", d[1]), ("s", s)], &p)?
         }
         Br { a } => op(BR) | m("a", a)? << R1,
         Bri { target } => op(BRI) | target_field(target)?,
@@ -747,24 +743,18 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
             scale: (((word & 0x3F) as u8) << 2) as i8 >> 2,
         },
         LD2X64PACE => Ld2x64Pace {
-            d0: APair(r1),
-            d1: APair(r2),
-            p0: MReg(r3),
-            p1: MReg(r4),
+            d: [APair(r1), APair(r2)],
+            p: [MReg(r3), MReg(r4)],
         },
         LDST64PACE => LdSt64Pace {
             d: APair(r1),
             s: APair(r2),
-            p0: MReg(r3),
-            p1: MReg(r4),
+            p: [MReg(r3), MReg(r4)],
         },
         LD2XST64PACE => Ld2xSt64Pace {
-            d0: APair(r1),
-            d1: APair(r2),
+            d: [APair(r1), APair(r2)],
             s: APair(r3),
-            p0: MReg(r4),
-            p1: MReg(r5),
-            p2: MReg(r6),
+            p: [MReg(r4), MReg(r5), MReg(r6)],
         },
         0x20..=0x2B | 0x30..=0x39 => {
             let form = (code & 0xF) >> 1;

@@ -508,30 +508,18 @@ pub enum Instr {
         base: MReg,
         mode: AddrMode,
     },
-    /// `ld2x64pace $aD0:, $aD1:, $mP0+=8, $mP1+=8`: two 64-bit loads, both pointers advance.
-    Ld2x64Pace {
-        d0: APair,
-        d1: APair,
-        p0: MReg,
-        p1: MReg,
-    },
-    /// `ldst64pace $aD:, $aS:, $mP0+=8, $mP1+=8`: a 64-bit load from p0 and a 64-bit store of s
-    /// to p1.
-    LdSt64Pace {
-        d: APair,
-        s: APair,
-        p0: MReg,
-        p1: MReg,
-    },
-    /// `ld2xst64pace $aD0:, $aD1:, $aS:, $mP0+=8, $mP1+=8, $mP2+=8`: two 64-bit loads and one
-    /// 64-bit store in one slot.
+    /// `ld2x64pace $aD0:, $aD1:, $mP0+=8, $mP1+=8`: two 64-bit loads, `d[i]` from `p[i]`;
+    /// both pointers advance.
+    Ld2x64Pace { d: [APair; 2], p: [MReg; 2] },
+    /// `ldst64pace $aD:, $aS:, $mP0+=8, $mP1+=8`: a 64-bit load from `p[0]` and a 64-bit
+    /// store of s to `p[1]`; both pointers advance.
+    LdSt64Pace { d: APair, s: APair, p: [MReg; 2] },
+    /// `ld2xst64pace $aD0:, $aD1:, $aS:, $mP0+=8, $mP1+=8, $mP2+=8`: two 64-bit loads (`d[i]`
+    /// from `p[i]`) and one 64-bit store of s to `p[2]` in one slot; every pointer advances.
     Ld2xSt64Pace {
-        d0: APair,
-        d1: APair,
+        d: [APair; 2],
         s: APair,
-        p0: MReg,
-        p1: MReg,
-        p2: MReg,
+        p: [MReg; 3],
     },
 
     // ---- main pipeline: control --------------------------------------------------------------

@@ -133,20 +133,18 @@ pub(crate) fn write_instr(
             base,
             mode,
         } => mem(f, store_mnemonic(width), Data(s, width), base, mode),
-        Ld2x64Pace { d0, d1, p0, p1 } => {
-            write!(f, "ld2x64pace {d0}, {d1}, {p0}+=8, {p1}+=8")
+        Ld2x64Pace {
+            d: [d0, d1],
+            p: [p0, p1],
+        } => write!(f, "ld2x64pace {d0}, {d1}, {p0}+=8, {p1}+=8"),
+        LdSt64Pace { d, s, p: [p0, p1] } => {
+            write!(f, "ldst64pace {d}, {s}, {p0}+=8, {p1}+=8")
         }
-        LdSt64Pace { d, s, p0, p1 } => write!(f, "ldst64pace {d}, {s}, {p0}+=8, {p1}+=8"),
         Ld2xSt64Pace {
-            d0,
-            d1,
+            d: [d0, d1],
             s,
-            p0,
-            p1,
-            p2,
-        } => {
-            write!(f, "ld2xst64pace {d0}, {d1}, {s}, {p0}+=8, {p1}+=8, {p2}+=8")
-        }
+            p: [p0, p1, p2],
+        } => write!(f, "ld2xst64pace {d0}, {d1}, {s}, {p0}+=8, {p1}+=8, {p2}+=8"),
         Br { a } => write!(f, "br {a}"),
         Bri { target: t } => write!(f, "bri {}", target(t)),
         Brz { a, target: t } => write!(f, "brz {a}, {}", target(t)),

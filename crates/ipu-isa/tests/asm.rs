@@ -100,209 +100,192 @@ proptest! {
     }
 }
 
-fn check_error(src: &str, expect: Expect) {
-    let err = assemble(src, "t.s", &AsmOptions::default()).expect_err("an error");
-    expect.assert_eq(&err.to_string());
+/// Assembles each source on its own; the snapshot shows each source (quoted) with its error
+/// under it.
+fn check_errors(sources: &[&str], expect: Expect) {
+    let mut out = String::new();
+    for src in sources {
+        let err = assemble(src, "t.s", &AsmOptions::default()).expect_err(src);
+        out += &format!("{src:?}\n    {err}\n");
+    }
+    expect.assert_eq(&out);
 }
 
 #[test]
 fn error_unknown_mnemonic_suggests_the_nearest() {
-    check_error(
-        "  ad $m1, $m2, $m3",
-        expect![[r#"t.s:1:3: unknown instruction `ad` (did you mean `add`?)"#]],
-    );
-    check_error(
-        "f32v2ad $a0:1, $a0:1, $a0:1",
-        expect![[r#"t.s:1:1: unknown instruction `f32v2ad` (did you mean `f32v2add`?)"#]],
-    );
-    check_error(
-        "frobnicate",
-        expect![[r#"t.s:1:1: unknown instruction `frobnicate`"#]],
+    check_errors(
+        &[
+            "  ad $m1, $m2, $m3",
+            "f32v2ad $a0:1, $a0:1, $a0:1",
+            "frobnicate",
+        ],
+        expect![[r#"
+        "  ad $m1, $m2, $m3"
+            t.s:1:3: unknown instruction `ad` (did you mean `add`?)
+        "f32v2ad $a0:1, $a0:1, $a0:1"
+            t.s:1:1: unknown instruction `f32v2ad` (did you mean `f32v2add`?)
+        "frobnicate"
+            t.s:1:1: unknown instruction `frobnicate`
+    "#]],
     );
 }
 
 #[test]
 fn error_operand_kinds_and_counts() {
-    check_error(
-        "add $m1, $a2, $m3",
-        expect![[
-            r#"t.s:1:10: operand 2 of `add`: expected an integer register `$mN`, found `$a2`"#
-        ]],
-    );
-    check_error(
-        "add $m1, $m2",
-        expect![[r#"t.s:1:1: `add` takes 3 operand(s), got 2: `add $mD, $mA, $mB|imm`"#]],
-    );
-    check_error(
-        "ld64 $a1, $m2, 0",
-        expect![[
-            r#"t.s:1:6: operand 1 of `ld64`: expected a float register pair `$aN:N+1` (N even), found `$a1`"#
-        ]],
-    );
-    check_error(
-        "ld32step $m1, $m2, 4",
-        expect![[
-            r#"t.s:1:15: operand 2 of `ld32step`: expected a post-increment address `$mB+=imm`, found `$m2`"#
-        ]],
-    );
-    check_error(
-        "get $m1, tile",
-        expect![[
-            r#"t.s:1:10: unknown system register `tile` (expected one of: tileid, contextid, cycles)"#
-        ]],
-    );
-    check_error(
-        "ld2x64pace $a0:1, $a2:3, $m1+=4, $m2+=8",
-        expect![[r#"t.s:1:26: paced accesses advance by 8, not 4: write `$m1+=8`"#]],
-    );
-    check_error(
-        "st128 $a0:3, $m1, 0",
-        expect![[r#"t.s:1:1: there is no 128-bit store (`st128`); use two `st64`"#]],
-    );
-    check_error(
-        "mov $m1, 5",
-        expect![[r#"t.s:1:10: `mov` copies a register; use `setzi` or `li` to load a value"#]],
+    check_errors(
+        &[
+            "add $m1, $a2, $m3",
+            "add $m1, $m2",
+            "ld64 $a1, $m2, 0",
+            "ld32step $m1, $m2, 4",
+            "get $m1, tile",
+            "ld2x64pace $a0:1, $a2:3, $m1+=4, $m2+=8",
+            "st128 $a0:3, $m1, 0",
+            "mov $m1, 5",
+        ],
+        expect![[r#"
+        "add $m1, $a2, $m3"
+            t.s:1:10: operand 2 of `add`: expected an integer register `$mN`, found `$a2`
+        "add $m1, $m2"
+            t.s:1:1: `add` takes 3 operand(s), got 2: `add $mD, $mA, $mB|imm`
+        "ld64 $a1, $m2, 0"
+            t.s:1:6: operand 1 of `ld64`: expected a float register pair `$aN:N+1` (N even), found `$a1`
+        "ld32step $m1, $m2, 4"
+            t.s:1:15: operand 2 of `ld32step`: expected a post-increment address `$mB+=imm`, found `$m2`
+        "get $m1, tile"
+            t.s:1:10: unknown system register `tile` (expected one of: tileid, contextid, cycles)
+        "ld2x64pace $a0:1, $a2:3, $m1+=4, $m2+=8"
+            t.s:1:26: paced accesses advance by 8, not 4: write `$m1+=8`
+        "st128 $a0:3, $m1, 0"
+            t.s:1:1: there is no 128-bit store (`st128`); use two `st64`
+        "mov $m1, 5"
+            t.s:1:10: `mov` copies a register; use `setzi` or `li` to load a value
+    "#]],
     );
 }
 
 #[test]
 fn error_immediates_out_of_range() {
-    check_error(
-        "add $m1, $m2, 40000",
-        expect![[r#"t.s:1:15: immediate 40000 (0x9c40) is out of range -32768..=32767 for `add`"#]],
-    );
-    check_error(
-        "setzi $m1, 0x100000",
-        expect![[
-            r#"t.s:1:12: immediate 1048576 (0x100000) is out of range 0..=1048575 for `setzi`"#
-        ]],
-    );
-    check_error(
-        "rpt $m1, 0",
-        expect![[r#"t.s:1:10: body length 0 (0x0) is out of range 1..=255 for `rpt`"#]],
-    );
-    check_error(
-        "rpt 70000, 2",
-        expect![[r#"t.s:1:5: count 70000 (0x11170) is out of range 0..=65535 for `rpt`"#]],
-    );
-    check_error(
-        "setfp8 f143, -33",
-        expect![[
-            r#"t.s:1:14: scale -33 (0xffffffffffffffdf) is out of range -32..=31 for `setfp8`"#
-        ]],
-    );
-    check_error(
-        "amp $a0:1, $a2:3, $a4:5, 4",
-        expect![[r#"t.s:1:26: phase 4 (0x4) is out of range 0..=3 for `amp`"#]],
-    );
-    check_error(
-        "bri 0x4c002",
-        expect![[r#"t.s:1:5: branch target 0x4c002 is not 4-byte aligned"#]],
-    );
-    check_error(
-        "bri 0x100000",
-        expect![[r#"t.s:1:5: branch target 0x100000 is out of range 0..=0xffffc"#]],
-    );
-    check_error(
-        ".byte 256",
-        expect![[r#"t.s:1:7: value 256 does not fit in 1 bytes (-128..=255)"#]],
+    check_errors(
+        &[
+            "add $m1, $m2, 40000",
+            "setzi $m1, 0x100000",
+            "rpt $m1, 0",
+            "rpt 70000, 2",
+            "setfp8 f143, -33",
+            "amp $a0:1, $a2:3, $a4:5, 4",
+            "bri 0x4c002",
+            "bri 0x100000",
+            ".byte 256",
+        ],
+        expect![[r#"
+        "add $m1, $m2, 40000"
+            t.s:1:15: immediate 40000 (0x9c40) is out of range -32768..=32767 for `add`
+        "setzi $m1, 0x100000"
+            t.s:1:12: immediate 1048576 (0x100000) is out of range 0..=1048575 for `setzi`
+        "rpt $m1, 0"
+            t.s:1:10: body length 0 (0x0) is out of range 1..=255 for `rpt`
+        "rpt 70000, 2"
+            t.s:1:5: count 70000 (0x11170) is out of range 0..=65535 for `rpt`
+        "setfp8 f143, -33"
+            t.s:1:14: scale -33 (0xffffffffffffffdf) is out of range -32..=31 for `setfp8`
+        "amp $a0:1, $a2:3, $a4:5, 4"
+            t.s:1:26: phase 4 (0x4) is out of range 0..=3 for `amp`
+        "bri 0x4c002"
+            t.s:1:5: branch target 0x4c002 is not 4-byte aligned
+        "bri 0x100000"
+            t.s:1:5: branch target 0x100000 is out of range 0..=0xffffc
+        ".byte 256"
+            t.s:1:7: value 256 does not fit in 1 bytes (-128..=255)
+    "#]],
     );
 }
 
 #[test]
 fn error_symbols() {
-    check_error(
-        "bri nowhere",
-        expect![[r#"t.s:1:5: undefined symbol `nowhere`"#]],
+    check_errors(
+        &[
+            "bri nowhere",
+            "a: nop\n  a: nop",
+            ".equ X, Y\nY: nop",
+            "setzi $m1, 1/0",
+        ],
+        expect![[r#"
+        "bri nowhere"
+            t.s:1:5: undefined symbol `nowhere`
+        "a: nop\n  a: nop"
+            t.s:2:3: duplicate symbol `a` (first defined at t.s:1)
+        ".equ X, Y\nY: nop"
+            t.s:1:9: undefined symbol `Y` (`.equ`, `.section`, `.org`, `.align` and `.zero` may use only symbols defined above them)
+        "setzi $m1, 1/0"
+            t.s:1:13: division by zero
+    "#]],
     );
-    check_error(
-        "a: nop\n  a: nop",
-        expect![[r#"t.s:2:3: duplicate symbol `a` (first defined at t.s:1)"#]],
-    );
-    check_error(
-        ".equ X, Y\nY: nop",
-        expect![[
-            r#"t.s:1:9: undefined symbol `Y` (`.equ`, `.section`, `.org`, `.align` and `.zero` may use only symbols defined above them)"#
-        ]],
-    );
-    check_error("setzi $m1, 1/0", expect![[r#"t.s:1:13: division by zero"#]]);
 }
 
 #[test]
 fn error_registers() {
-    check_error(
-        "f32v2add $a1:2, $a2:3, $a4:5",
-        expect![[r#"t.s:1:10: misaligned register pair: `$a1:2` must start at a multiple of 2"#]],
-    );
-    check_error(
-        "ld128 $a2:5, $m1, 0",
-        expect![[r#"t.s:1:7: misaligned register quad: `$a2:5` must start at a multiple of 4"#]],
-    );
-    check_error(
-        "add $m16, $m1, $m2",
-        expect![[r#"t.s:1:5: register $m16 does not exist (0..=15)"#]],
-    );
-    check_error(
-        "add $m1x, $m1, $m2",
-        expect![[r#"t.s:1:5: malformed register `$m1x`"#]],
+    check_errors(
+        &[
+            "f32v2add $a1:2, $a2:3, $a4:5",
+            "ld128 $a2:5, $m1, 0",
+            "add $m16, $m1, $m2",
+            "add $m1x, $m1, $m2",
+        ],
+        expect![[r#"
+        "f32v2add $a1:2, $a2:3, $a4:5"
+            t.s:1:10: misaligned register pair: `$a1:2` must start at a multiple of 2
+        "ld128 $a2:5, $m1, 0"
+            t.s:1:7: misaligned register quad: `$a2:5` must start at a multiple of 4
+        "add $m16, $m1, $m2"
+            t.s:1:5: register $m16 does not exist (0..=15)
+        "add $m1x, $m1, $m2"
+            t.s:1:5: malformed register `$m1x`
+    "#]],
     );
 }
 
 #[test]
 fn error_bundles_layout_and_directives() {
-    check_error(
-        "{ bri 0 ; f32add $a0, $a1, $a2 }",
-        expect![[
-            r#"t.s:1:3: `bri` cannot be the first instruction of a bundle (it must be a main-pipeline instruction without control flow)"#
-        ]],
+    check_errors(
+        &[
+            "{ bri 0 ; f32add $a0, $a1, $a2 }",
+            "{ nop ; add $m1, $m1, 1 }",
+            "{ nop f32add $a0, $a1, $a2 }",
+            ".byte 1\nnop",
+            ".section a, 0x80000\n.word 1, 2\n.section b, 0x80004\n.word 3",
+            ".frob 1",
+            ".align 3",
+            ".float 1.5, x",
+            ".include \"nonexistent.s\"",
+            "setzi $m1, (1 + 2",
+            "nop @",
+        ],
+        expect![[r#"
+        "{ bri 0 ; f32add $a0, $a1, $a2 }"
+            t.s:1:3: `bri` cannot be the first instruction of a bundle (it must be a main-pipeline instruction without control flow)
+        "{ nop ; add $m1, $m1, 1 }"
+            t.s:1:9: `add` cannot be the second instruction of a bundle (it must be a float-pipeline instruction)
+        "{ nop f32add $a0, $a1, $a2 }"
+            t.s:1:1: a bundle is written `{ MAIN ; FLOAT }` on one line
+        ".byte 1\nnop"
+            t.s:2:1: instruction at unaligned address 0x4c001 (use `.align 4` after data)
+        ".section a, 0x80000\n.word 1, 2\n.section b, 0x80004\n.word 3"
+            t.s:3:10: section `b` (0x80004..0x80008) overlaps section `a` (0x80000..0x80008)
+        ".frob 1"
+            t.s:1:1: unknown directive `.frob` (known: .section .org .align .equ .word .half .byte .float .zero .include)
+        ".align 3"
+            t.s:1:8: alignment 3 is not a power of two in 1..=65536
+        ".float 1.5, x"
+            t.s:1:13: expected a floating-point number, found `x`
+        ".include \"nonexistent.s\""
+            t.s:1:10: cannot read `nonexistent.s`: No such file or directory (os error 2)
+        "setzi $m1, (1 + 2"
+            t.s:1:18: expected `)`, found the end of the line
+        "nop @"
+            t.s:1:5: unexpected character `@`
+    "#]],
     );
-    check_error(
-        "{ nop ; add $m1, $m1, 1 }",
-        expect![[
-            r#"t.s:1:9: `add` cannot be the second instruction of a bundle (it must be a float-pipeline instruction)"#
-        ]],
-    );
-    check_error(
-        "{ nop f32add $a0, $a1, $a2 }",
-        expect![[r#"t.s:1:1: a bundle is written `{ MAIN ; FLOAT }` on one line"#]],
-    );
-    check_error(
-        ".byte 1\nnop",
-        expect![[
-            r#"t.s:2:1: instruction at unaligned address 0x4c001 (use `.align 4` after data)"#
-        ]],
-    );
-    check_error(
-        ".section a, 0x80000\n.word 1, 2\n.section b, 0x80004\n.word 3",
-        expect![[
-            r#"t.s:3:10: section `b` (0x80004..0x80008) overlaps section `a` (0x80000..0x80008)"#
-        ]],
-    );
-    check_error(
-        ".frob 1",
-        expect![[
-            r#"t.s:1:1: unknown directive `.frob` (known: .section .org .align .equ .word .half .byte .float .zero .include)"#
-        ]],
-    );
-    check_error(
-        ".align 3",
-        expect![[r#"t.s:1:8: alignment 3 is not a power of two in 1..=65536"#]],
-    );
-    check_error(
-        ".float 1.5, x",
-        expect![[r#"t.s:1:13: expected a floating-point number, found `x`"#]],
-    );
-    check_error(
-        ".include \"nonexistent.s\"",
-        expect![[
-            r#"t.s:1:10: cannot read `nonexistent.s`: No such file or directory (os error 2)"#
-        ]],
-    );
-    check_error(
-        "setzi $m1, (1 + 2",
-        expect![[r#"t.s:1:18: expected `)`, found the end of the line"#]],
-    );
-    check_error("nop @", expect![[r#"t.s:1:5: unexpected character `@`"#]]);
 }
 
 #[test]

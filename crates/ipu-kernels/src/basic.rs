@@ -49,10 +49,8 @@ pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
     let load = || {
         if partials {
             Instr::Ld2x64Pace {
-                d0: inp,
-                d1: part,
-                p0: m(1),
-                p1: m(2),
+                d: [inp, part],
+                p: [m(1), m(2)],
             }
         } else {
             ld64step(inp, m(1), 8)
@@ -61,19 +59,15 @@ pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
     let load_store = || {
         if partials {
             Instr::Ld2xSt64Pace {
-                d0: inp,
-                d1: part,
+                d: [inp, part],
                 s: out,
-                p0: m(1),
-                p1: m(2),
-                p2: m(3),
+                p: [m(1), m(2), m(3)],
             }
         } else {
             Instr::LdSt64Pace {
                 d: inp,
                 s: out,
-                p0: m(1),
-                p1: m(3),
+                p: [m(1), m(3)],
             }
         }
     };
@@ -129,17 +123,13 @@ pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
             // Software-pipelined: one slot per vector.
             let t = ty.vector_type();
             c.op(Instr::Ld2x64Pace {
-                d0: ap(0),
-                d1: ap(2),
-                p0: m(1),
-                p1: m(2),
+                d: [ap(0), ap(2)],
+                p: [m(1), m(2)],
             });
             c.bundle(
                 Instr::Ld2x64Pace {
-                    d0: ap(0),
-                    d1: ap(2),
-                    p0: m(1),
-                    p1: m(2),
+                    d: [ap(0), ap(2)],
+                    p: [m(1), m(2)],
                 },
                 fbin(t, fop, 4, 0, 2),
             );
@@ -150,12 +140,9 @@ pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
             });
             c.bundle(
                 Instr::Ld2xSt64Pace {
-                    d0: ap(0),
-                    d1: ap(2),
+                    d: [ap(0), ap(2)],
                     s: ap(4),
-                    p0: m(1),
-                    p1: m(2),
-                    p2: m(3),
+                    p: [m(1), m(2), m(3)],
                 },
                 fbin(t, fop, 4, 0, 2),
             );
@@ -165,10 +152,8 @@ pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {
             // a / b = a * (1 / b) in f32, one rounding to the element type at the end.
             rpt(c, m(4), |c| {
                 c.op(Instr::Ld2x64Pace {
-                    d0: ap(0),
-                    d1: ap(2),
-                    p0: m(1),
-                    p1: m(2),
+                    d: [ap(0), ap(2)],
+                    p: [m(1), m(2)],
                 });
                 match ty {
                     Elem::F32 => {

@@ -463,24 +463,18 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
                 match p_ty {
                     Elem::F32 => {
                         c.op(Instr::Ld2x64Pace {
-                            d0: ap(6),
-                            d1: ap(10),
-                            p0: po,
-                            p1: sp,
+                            d: [ap(6), ap(10)],
+                            p: [po, sp],
                         });
                         c.op(Instr::Ld2x64Pace {
-                            d0: ap(8),
-                            d1: ap(14),
-                            p0: po,
-                            p1: sp,
+                            d: [ap(8), ap(14)],
+                            p: [po, sp],
                         });
                     }
                     Elem::F16 => {
                         c.op(Instr::Ld2x64Pace {
-                            d0: ap(12),
-                            d1: ap(10),
-                            p0: po,
-                            p1: sp,
+                            d: [ap(12), ap(10)],
+                            p: [po, sp],
                         });
                         c.op(ld64step(ap(14), sp, 8));
                         widen4(c, 6, 12);

@@ -15,14 +15,14 @@ use ipu_kernels::flash::{
 use ipu_kernels::rows::*;
 use ipu_kernels::*;
 use ipu_sim::{Device, RunLimits};
-use ipu_target::{AmpMode, Target, WORKER_CONTEXTS};
+use ipu_target::{AmpMode, INTERLEAVED_BASE, MEMORY_BASE, Target, WORKER_CONTEXTS};
 
-const CODE: u32 = 0x4C000;
+const CODE: u32 = MEMORY_BASE;
 const KERNEL: u32 = 0x4D000;
 const STATE: u32 = 0x58000;
 /// Buffer `i` of a case lives at `DATA + i * REGION` (interleaved memory, so AMP weights and
 /// 128-bit loads are legal anywhere).
-const DATA: u32 = 0x80000;
+const DATA: u32 = INTERLEAVED_BASE;
 const REGION: u32 = 0x8000;
 const REGIONS: u32 = 13;
 

@@ -4,9 +4,9 @@ use ipu_isa::Instr;
 use ipu_kernels::code::{Code, m, setzi};
 use ipu_kernels::{self as kernels, Elem, Kernel};
 use ipu_sim::{Device, RunLimits};
-use ipu_target::Target;
+use ipu_target::{MEMORY_BASE, Target};
 
-const CODE: u32 = 0x4C000;
+const CODE: u32 = MEMORY_BASE;
 const KERNEL: u32 = 0x4D000;
 const STATE: u32 = 0x50000;
 

@@ -4,8 +4,6 @@
 //! called at a supervisor entry address. The simulator ([`crate::SimulatorDevice`]) is the
 //! embedded default; a hardware device would implement the same trait.
 
-use std::fmt;
-
 use ipu_package::TileImage;
 use ipu_target::Target;
 use serde::{Deserialize, Serialize};
@@ -126,36 +124,9 @@ pub struct ProfileMark {
     pub id: u16,
 }
 
-/// A fault the device reported: where and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceFault {
-    /// The tile.
-    pub tile: u32,
-    /// `supervisor` or `worker N`.
-    pub context: String,
-    /// The pc of the faulting instruction.
-    pub pc: u32,
-    /// The instruction's text (empty when it could not be decoded).
-    pub instruction: String,
-    /// The address involved, if any.
-    pub address: Option<u32>,
-    /// Why: the device's typed fault (exchange and host-exchange rules included).
-    pub kind: ipu_sim::FaultKind,
-}
-
-impl fmt::Display for DeviceFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        ipu_sim::write_fault(
-            f,
-            self.tile,
-            &self.context,
-            self.pc,
-            &self.instruction,
-            self.address,
-            &self.kind,
-        )
-    }
-}
+/// A fault the device reported: where (tile, context, pc, instruction, address) and why, as
+/// the simulator reports it.
+pub use ipu_sim::Fault as DeviceFault;
 
 /// The host's view of an IPU.
 ///

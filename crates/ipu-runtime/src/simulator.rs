@@ -10,9 +10,7 @@ use ipu_sim::{RunLimits, SimError};
 use ipu_target::{Target, config};
 
 use crate::RuntimeError;
-use crate::device::{
-    CallLimits, Device, DeviceCounters, DeviceFault, ProfileMark, ProfileSample, TileCounters,
-};
+use crate::device::{CallLimits, Device, DeviceCounters, ProfileMark, ProfileSample, TileCounters};
 
 /// The simulator as a [`Device`].
 pub struct SimulatorDevice {
@@ -86,14 +84,7 @@ fn sim_error(e: SimError) -> RuntimeError {
     match e {
         SimError::Fault(f) => RuntimeError::Fault {
             program: String::new(),
-            fault: Box::new(DeviceFault {
-                tile: f.tile,
-                context: f.context.to_string(),
-                pc: f.pc,
-                instruction: f.instruction,
-                address: f.address,
-                kind: f.kind,
-            }),
+            fault: Box::new(f),
         },
         other => RuntimeError::Simulator(other),
     }

@@ -366,7 +366,7 @@ fn a_device_fault_names_tile_pc_and_address() {
     let e = session.call("fault").unwrap_err();
     let fault = e.fault().unwrap_or_else(|| panic!("not a fault: {e:?}"));
     assert_eq!(fault.tile, fault_tile(3));
-    assert_eq!(fault.context, "supervisor");
+    assert_eq!(fault.context, ipu_sim::Context::Supervisor);
     assert_eq!(fault.pc, symbol("fault_load"));
     assert_eq!(fault.address, Some(0x10));
     assert!(fault.instruction.starts_with("ld32"), "{fault:?}");

@@ -10,8 +10,8 @@
 //!   closes (`waitw` or the next global instruction).
 
 use ipu_isa::{
-    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, RedOp, Slot,
-    SysReg, Width,
+    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, RedOp,
+    Slot, SysReg, Width,
 };
 use ipu_target::{SUPERVISOR_CONTEXT, Target, WORKER_CONTEXTS};
 
@@ -41,19 +41,21 @@ pub(crate) struct Regs {
 }
 
 impl Regs {
-    /// The address a load or store of base register `b` accesses.
+    /// The address a load or store through `base` accesses.
     #[inline]
-    fn address(&self, b: usize, mode: AddrMode) -> u32 {
+    fn address(&self, base: MReg, mode: AddrMode) -> u32 {
+        let b = self.m[base.0 as usize & 15];
         match mode {
-            AddrMode::Offset(i) => self.m[b].wrapping_add(i as i32 as u32),
-            AddrMode::PostInc(_) => self.m[b],
+            AddrMode::Offset(i) => b.wrapping_add(i as i32 as u32),
+            AddrMode::PostInc(_) => b,
         }
     }
 
     /// The base register's update after the access.
     #[inline]
-    fn post_increment(&mut self, b: usize, mode: AddrMode) {
+    fn post_increment(&mut self, base: MReg, mode: AddrMode) {
         if let AddrMode::PostInc(i) = mode {
+            let b = base.0 as usize & 15;
             self.m[b] = self.m[b].wrapping_add(i as i32 as u32);
         }
     }
@@ -826,6 +828,34 @@ impl Tile {
         self.store_bytes(addr, &b)
     }
 
+    /// The paced forms: `loads[i]` from `pointers[i]`, then the pair `store` (read before any
+    /// load lands) to the pointer after them; then every pointer advances by 8, in order, and
+    /// the loaded pairs are written last.
+    #[inline(always)]
+    fn paced<const L: usize>(
+        &mut self,
+        r: &mut Regs,
+        loads: [ipu_isa::APair; L],
+        store: Option<ipu_isa::APair>,
+        pointers: &[MReg],
+    ) -> R<()> {
+        let mut values = [[0u32; 2]; L];
+        for (v, p) in values.iter_mut().zip(pointers) {
+            *v = self.load64(r.m[p.0 as usize & 15])?;
+        }
+        if let Some(s) = store {
+            self.store64(r.m[pointers[L].0 as usize & 15], pair(r, s.0))?;
+        }
+        for p in pointers {
+            let p = p.0 as usize & 15;
+            r.m[p] = r.m[p].wrapping_add(8);
+        }
+        for (d, v) in loads.into_iter().zip(values) {
+            set_pair(r, d.0, v);
+        }
+        Ok(())
+    }
+
     /// Host write into memory: invalidates cached code.
     pub fn host_write(&mut self, addr: u32, bytes: &[u8]) {
         self.mem.write_from(addr, bytes);
@@ -835,7 +865,7 @@ impl Tile {
     /// Executes one main-pipeline or control instruction.
     #[inline(always)]
     fn exec_main(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32, now: u64) -> R<Flow> {
-        let m = |r: &Regs, x: ipu_isa::MReg| r.m[x.0 as usize & 15];
+        let m = |r: &Regs, x: MReg| r.m[x.0 as usize & 15];
         match *instr {
             Instr::Nop => {}
             Instr::Alu { op, d, a, b } => r.m[d.0 as usize & 15] = op.apply(m(r, a), m(r, b)),
@@ -859,15 +889,14 @@ impl Tile {
                 base,
                 mode,
             } => {
-                let b = base.0 as usize & 15;
-                let addr = r.address(b, mode);
+                let addr = r.address(base, mode);
                 let len = width.bytes();
                 self.check(addr, len)?;
                 if width == Width::B128 && !self.target.in_interleaved(addr, 16) {
                     return Err((FaultKind::NotInterleaved, Some(addr)));
                 }
                 self.tracker.note(addr, len, false);
-                r.post_increment(b, mode);
+                r.post_increment(base, mode);
                 let s = self.mem.slice(addr, len);
                 match (width, d) {
                     (Width::B8, DataReg::M(x)) => r.m[x.0 as usize & 15] = s[0] as u32,
@@ -903,8 +932,7 @@ impl Tile {
                 base,
                 mode,
             } => {
-                let b = base.0 as usize & 15;
-                let addr = r.address(b, mode);
+                let addr = r.address(base, mode);
                 match (width, s) {
                     (Width::B8 | Width::B16, _) => {
                         return Err((FaultKind::SubWordStore, Some(addr)));
@@ -925,45 +953,11 @@ impl Tile {
                         ));
                     }
                 }
-                r.post_increment(b, mode);
+                r.post_increment(base, mode);
             }
-            Instr::Ld2x64Pace { d0, d1, p0, p1 } => {
-                let (a0, a1) = (m(r, p0), m(r, p1));
-                let v0 = self.load64(a0)?;
-                let v1 = self.load64(a1)?;
-                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
-                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
-                set_pair(r, d0.0, v0);
-                set_pair(r, d1.0, v1);
-            }
-            Instr::LdSt64Pace { d, s, p0, p1 } => {
-                let (a0, a1) = (m(r, p0), m(r, p1));
-                let v = self.load64(a0)?;
-                let sv = pair(r, s.0);
-                self.store64(a1, sv)?;
-                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
-                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
-                set_pair(r, d.0, v);
-            }
-            Instr::Ld2xSt64Pace {
-                d0,
-                d1,
-                s,
-                p0,
-                p1,
-                p2,
-            } => {
-                let (a0, a1, a2) = (m(r, p0), m(r, p1), m(r, p2));
-                let v0 = self.load64(a0)?;
-                let v1 = self.load64(a1)?;
-                let sv = pair(r, s.0);
-                self.store64(a2, sv)?;
-                r.m[p0.0 as usize & 15] = a0.wrapping_add(8);
-                r.m[p1.0 as usize & 15] = r.m[p1.0 as usize & 15].wrapping_add(8);
-                r.m[p2.0 as usize & 15] = r.m[p2.0 as usize & 15].wrapping_add(8);
-                set_pair(r, d0.0, v0);
-                set_pair(r, d1.0, v1);
-            }
+            Instr::Ld2x64Pace { d, p } => self.paced(r, d, None, &p)?,
+            Instr::LdSt64Pace { d, s, p } => self.paced(r, [d], Some(s), &p)?,
+            Instr::Ld2xSt64Pace { d, s, p } => self.paced(r, d, Some(s), &p)?,
             Instr::SetFp8 { format, scale } => {
                 r.fp8_format = format;
                 r.fp8_scale = scale;

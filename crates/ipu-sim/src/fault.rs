@@ -441,40 +441,23 @@ pub struct Fault {
     pub kind: FaultKind,
 }
 
+/// One line: `device fault: tile T, CONTEXT, pc P, `INSTRUCTION`, address A: KIND` (the
+/// instruction and the address only when known).
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_fault(
+        write!(
             f,
-            self.tile,
-            &self.context,
-            self.pc,
-            &self.instruction,
-            self.address,
-            &self.kind,
-        )
+            "device fault: tile {}, {}, pc {:#x}",
+            self.tile, self.context, self.pc
+        )?;
+        if !self.instruction.is_empty() {
+            write!(f, ", `{}`", self.instruction)?;
+        }
+        if let Some(a) = self.address {
+            write!(f, ", address {a:#x}")?;
+        }
+        write!(f, ": {}", self.kind)
     }
-}
-
-/// Writes a fault as its one line, `device fault: tile T, CONTEXT, pc P, `INSTRUCTION`,
-/// address A: KIND` (the instruction and the address only when known): the form of
-/// [`Fault`], shared with hosts that keep the context as text.
-pub fn write_fault(
-    f: &mut fmt::Formatter<'_>,
-    tile: u32,
-    context: &dyn fmt::Display,
-    pc: u32,
-    instruction: &str,
-    address: Option<u32>,
-    kind: &FaultKind,
-) -> fmt::Result {
-    write!(f, "device fault: tile {tile}, {context}, pc {pc:#x}")?;
-    if !instruction.is_empty() {
-        write!(f, ", `{instruction}`")?;
-    }
-    if let Some(a) = address {
-        write!(f, ", address {a:#x}")?;
-    }
-    write!(f, ": {kind}")
 }
 
 /// Errors of the simulated device.

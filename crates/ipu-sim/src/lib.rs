@@ -64,7 +64,6 @@ pub fn f32_to_f16_bits(x: f32) -> u16 {
 
 pub use fault::{
     Context, ExchangeFault, Fault, FaultKind, GlobalKind, HostExchangeFault, RowSide, SimError,
-    write_fault,
 };
 pub use ipu_target::Target;
 pub use memory::PAGE_BYTES;

@@ -33,32 +33,32 @@ pub(crate) fn amp_f16f16(
     phase: usize,
 ) -> [u32; 2] {
     debug_assert!(available() && phase < 4);
+    let rows: &[f32; 64] = weights[64 * phase..][..64]
+        .try_into()
+        .expect("four rows of 16");
+    let as_i64 = |v: [u32; 2]| (v[0] as u64 | (v[1] as u64) << 32) as i64;
     // SAFETY: the caller checked that the host supports AVX and F16C.
-    unsafe { step(weights, acc, input, partials, phase) }
+    let bits = unsafe { step(acc, rows, as_i64(input), as_i64(partials), phase) };
+    [bits as u32, (bits >> 32) as u32]
 }
 
+/// [`amp_f16f16`] on the phase's four weight rows, with the input and partials as the bits of
+/// four f16 each; returns the four f16 results' bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,f16c")]
-fn step(
-    weights: &[f32; 512],
-    acc: &mut AmpAcc,
-    input: [u32; 2],
-    partials: [u32; 2],
-    phase: usize,
-) -> [u32; 2] {
+fn step(acc: &mut AmpAcc, rows: &[f32; 64], input: i64, partials: i64, phase: usize) -> u64 {
     use std::arch::x86_64::*;
-    let as_i64 = |v: [u32; 2]| (v[0] as u64 | (v[1] as u64) << 32) as i64;
-    let x = _mm_cvtph_ps(_mm_set_epi64x(0, as_i64(input)));
+    let x = _mm_cvtph_ps(_mm_set_epi64x(0, input));
     let mut xs = [0f32; 4];
     // SAFETY (all loads and stores below): every pointer comes from an array whose length
-    // covers the access: weights rows (4p + j) * 16 .. + 16 < 512, acc and prev of 16 f32.
+    // covers the access: rows j * 16 .. + 16 <= 64, acc and prev (4p .. 4p + 4) of 16 f32.
     unsafe {
         _mm_storeu_ps(xs.as_mut_ptr(), x);
         let a = acc.acc.as_mut_ptr();
         let mut lo = _mm256_loadu_ps(a);
         let mut hi = _mm256_loadu_ps(a.add(8));
         for (j, &xj) in xs.iter().enumerate() {
-            let w = weights.as_ptr().add((4 * phase + j) * 16);
+            let w = rows.as_ptr().add(j * 16);
             let b = _mm256_set1_ps(xj);
             lo = _mm256_add_ps(lo, _mm256_mul_ps(b, _mm256_loadu_ps(w)));
             hi = _mm256_add_ps(hi, _mm256_mul_ps(b, _mm256_loadu_ps(w.add(8))));
@@ -66,7 +66,7 @@ fn step(
         _mm256_storeu_ps(a, lo);
         _mm256_storeu_ps(a.add(8), hi);
         let chunk = a.add(4 * phase);
-        let p = _mm_cvtph_ps(_mm_set_epi64x(0, as_i64(partials)));
+        let p = _mm_cvtph_ps(_mm_set_epi64x(0, partials));
         _mm_storeu_ps(chunk, _mm_add_ps(_mm_loadu_ps(chunk), p));
         let out = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_loadu_ps(
             acc.prev.as_ptr().add(4 * phase),
@@ -76,6 +76,6 @@ fn step(
             acc.prev = acc.acc;
             acc.acc = [0.0; 16];
         }
-        [bits as u32, (bits >> 32) as u32]
+        bits
     }
 }

@@ -4,7 +4,9 @@ mod common;
 
 use common::*;
 use ipu_isa::tables::*;
-use ipu_sim::{Device, ExchangeFault, FaultKind, HostExchangeFault, RowSide, RunLimits, SimError};
+use ipu_sim::{
+    Device, ExchangeFault, Fault, FaultKind, HostExchangeFault, RowSide, RunLimits, SimError,
+};
 use ipu_target::{EXCHANGE_PHASE_OVERHEAD_CYCLES, Target};
 
 const TABLE: u32 = 0x90000;
@@ -45,11 +47,17 @@ fn table(horizon: u32, rows: Vec<ExchangeRow>) -> ExchangeTable {
     }
 }
 
+/// The fault an exchange phase with `tables` (as [`exchange`] runs it) stops with.
 #[track_caller]
-fn rejected(tables: &[ExchangeTable], tile: u32, want: ExchangeFault) {
+fn exchange_fault(tables: &[ExchangeTable]) -> Fault {
     let (_, r) = exchange(tables);
     let err = r.expect_err("the exchange is rejected");
-    let f = err.fault().expect("a fault");
+    err.fault().cloned().expect("a fault")
+}
+
+#[track_caller]
+fn rejected(tables: &[ExchangeTable], tile: u32, want: ExchangeFault) {
+    let f = exchange_fault(tables);
     assert_eq!(f.kind, FaultKind::Exchange(want), "{f}");
     assert_eq!(f.tile, tile, "{f}");
     assert!(f.instruction.starts_with("exch"), "{f}");
@@ -132,8 +140,7 @@ fn a_tile_receiving_two_streams_at_once_is_rejected() {
         table(100, vec![row(0x80000, 0x88100, 16, 2, 2, 1)]),
         table(100, vec![]),
     ];
-    let (_, r) = exchange(&t);
-    let f = r.expect_err("rejected").fault().cloned().expect("a fault");
+    let f = exchange_fault(&t);
     assert_eq!(f.tile, 2);
     assert!(
         matches!(
@@ -480,8 +487,7 @@ fn a_repeated_row_is_its_sends_back_to_back() {
         table(60, vec![scatter, row(0x80040, 0x89000, 8, 4, 1, 1)]),
         table(60, vec![]),
     ];
-    let (_, r) = exchange(&clash);
-    let f = r.expect_err("rejected").fault().cloned().expect("a fault");
+    let f = exchange_fault(&clash);
     assert!(
         matches!(
             f.kind,
@@ -490,8 +496,7 @@ fn a_repeated_row_is_its_sends_back_to_back() {
         "{f}"
     );
     // The last send ends at 6 + 2 + latency: a horizon of 10 is too short.
-    let (_, r) = exchange(&[table(10, vec![scatter]), table(10, vec![])]);
-    let f = r.expect_err("rejected").fault().cloned().expect("a fault");
+    let f = exchange_fault(&[table(10, vec![scatter]), table(10, vec![])]);
     assert!(
         matches!(
             f.kind,

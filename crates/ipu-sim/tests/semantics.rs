@@ -37,6 +37,14 @@ impl Rng {
             self.below(16) as u8
         }
     }
+    /// `N` registers as [`Rng::reg`] draws them, in order.
+    fn regs<const N: usize>(&mut self, pair: bool) -> [u8; N] {
+        std::array::from_fn(|_| self.reg(pair))
+    }
+    /// One of `choices`, uniformly.
+    fn pick<T: Copy, const N: usize>(&mut self, choices: &[T; N]) -> T {
+        choices[self.below(N as u64) as usize]
+    }
 }
 
 fn hf(bits: u32) -> f32 {
@@ -238,13 +246,13 @@ fn reference(i: &Instr, m: &mut [u32; 16], a: &mut [u32; 16], fp8: (Fp8Format, i
 fn random_instr(r: &mut Rng) -> Instr {
     match r.below(11) {
         0 => Instr::Alu {
-            op: AluOp::ALL[r.below(16) as usize],
+            op: r.pick(&AluOp::ALL),
             d: r.m(),
             a: r.m(),
             b: r.m(),
         },
         1 => Instr::AluImm {
-            op: AluOp::ALL[r.below(16) as usize],
+            op: r.pick(&AluOp::ALL),
             d: r.m(),
             a: r.m(),
             imm: r.next() as i16,
@@ -271,40 +279,25 @@ fn random_instr(r: &mut Rng) -> Instr {
             }
         }
         5 | 6 => {
-            let ty = FType::ALL[r.below(4) as usize];
-            Instr::FBin {
-                ty,
-                op: FBinOp::ALL[r.below(9) as usize],
-                d: r.reg(ty.is_pair()),
-                a: r.reg(ty.is_pair()),
-                b: r.reg(ty.is_pair()),
-            }
+            let ty = r.pick(&FType::ALL);
+            let op = r.pick(&FBinOp::ALL);
+            let [d, a, b] = r.regs(ty.is_pair());
+            Instr::FBin { ty, op, d, a, b }
         }
         7 => {
-            let ty = FType::ALL[r.below(4) as usize];
-            Instr::FUn {
-                ty,
-                op: FUnOp::ALL[r.below(7) as usize],
-                d: r.reg(ty.is_pair()),
-                a: r.reg(ty.is_pair()),
-            }
+            let ty = r.pick(&FType::ALL);
+            let op = r.pick(&FUnOp::ALL);
+            let [d, a] = r.regs(ty.is_pair());
+            Instr::FUn { ty, op, d, a }
         }
         8 => Instr::FReduce {
-            ty: if r.below(2) == 0 {
-                FType::F32v2
-            } else {
-                FType::F16v4
-            },
-            op: if r.below(2) == 0 {
-                RedOp::Sum
-            } else {
-                RedOp::Max
-            },
+            ty: r.pick(&[FType::F32v2, FType::F16v4]),
+            op: r.pick(&[RedOp::Sum, RedOp::Max]),
             d: AReg(r.reg(false)),
             a: APair(r.reg(true)),
         },
         9 => {
-            let op = ConvOp::ALL[r.below(8) as usize];
+            let op = r.pick(&ConvOp::ALL);
             Instr::Conv {
                 op,
                 d: r.reg(op.dst_is_pair()),

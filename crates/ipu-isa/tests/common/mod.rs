@@ -98,20 +98,19 @@ pub fn main_instr() -> BoxedStrategy<Instr> {
             mode
         }),
         (apair(), apair(), mreg(), mreg()).prop_map(|(d0, d1, p0, p1)| Ld2x64Pace {
-            d0,
-            d1,
-            p0,
-            p1
+            d: [d0, d1],
+            p: [p0, p1]
         }),
-        (apair(), apair(), mreg(), mreg()).prop_map(|(d, s, p0, p1)| LdSt64Pace { d, s, p0, p1 }),
+        (apair(), apair(), mreg(), mreg()).prop_map(|(d, s, p0, p1)| LdSt64Pace {
+            d,
+            s,
+            p: [p0, p1]
+        }),
         (apair(), apair(), apair(), mreg(), mreg(), mreg()).prop_map(|(d0, d1, s, p0, p1, p2)| {
             Ld2xSt64Pace {
-                d0,
-                d1,
+                d: [d0, d1],
                 s,
-                p0,
-                p1,
-                p2,
+                p: [p0, p1, p2],
             }
         }),
         (
