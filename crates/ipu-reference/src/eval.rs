@@ -165,8 +165,9 @@ fn softmax_lane(x: &mut [f32], start: usize, len: usize, stride: usize, device: 
     let m = (0..len)
         .map(|j| x[idx(j)])
         .fold(f32::NEG_INFINITY, f32::max);
-    if m == f32::NEG_INFINITY {
-        // Every entry masked: define the result as zeros.
+    if (0..len).all(|j| x[idx(j)] == f32::NEG_INFINITY) {
+        // Every entry masked: define the result as zeros (a NaN entry is not masked: `max`
+        // passes over it, but its row is NaN).
         (0..len).for_each(|j| x[idx(j)] = 0.0);
         return;
     }

@@ -621,3 +621,29 @@ fn infinities_and_nans_that_differ_are_beyond_tolerance() {
     assert_eq!(c.beyond_tolerance, 0);
     assert!(c.pass());
 }
+
+/// A softmax row whose every score is -inf (masked) is zeros; a row holding a NaN is NaN, in
+/// both precisions (the device's kernels give the same).
+#[test]
+fn softmax_rows_of_nan_are_nan_and_fully_masked_rows_are_zeros() {
+    use ipu_graph::DType;
+    use ipu_reference::{Precision, Tensor, evaluate};
+    let g = ipu_graph::parse(
+        "graph s {\n  input %x: f32[3, 2]\n  %y = softmax(%x) {axis = 1}: f32[3, 2]\n  output %y\n}\n",
+        "s.ipug",
+    )
+    .unwrap();
+    let ninf = f32::NEG_INFINITY;
+    let x = Tensor::new(
+        DType::F32,
+        vec![3, 2],
+        vec![f32::NAN, 1.0, ninf, ninf, f32::NAN, ninf],
+    )
+    .unwrap();
+    for precision in [Precision::Device, Precision::Exact] {
+        let y = &evaluate(&g, std::slice::from_ref(&x), precision, 1).unwrap()[0].data;
+        assert!(y[0].is_nan() && y[1].is_nan(), "{y:?}");
+        assert_eq!(&y[2..4], &[0.0, 0.0]);
+        assert!(y[4].is_nan() && y[5].is_nan(), "{y:?}");
+    }
+}
