@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: builds everything it needs from the repository and crates.io,
-# checks formatting and lints, runs every test of the workspace, then the ONNX conformance run
+# checks formatting and lints, runs every test of the workspace, every fuzz target for 8 seconds
+# (scripts/fuzz.sh, docs/robustness.md), then the ONNX conformance run
 # (scripts/onnx-conformance.sh, docs/onnx.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
