@@ -354,7 +354,10 @@ fn dtype_of(name: &str, scale: i32) -> anyhow::Result<DType> {
         "f16" => DType::F16,
         "f143" => DType::F143 { scale: scale as i8 },
         "f152" => DType::F152 { scale: scale as i8 },
-        other => bail!("unknown dtype {other:?} in the package"),
+        other => match DType::from_name(other) {
+            Some(d) => d,
+            None => bail!("unknown dtype {other:?} in the package"),
+        },
     })
 }
 

@@ -204,12 +204,7 @@ pub struct OperatorPlan {
 
 /// The name of a dtype in the package manifest.
 pub fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::F143 { .. } => "f143",
-        DType::F152 { .. } => "f152",
-    }
+    d.text_name()
 }
 
 /// Default column group of a value of `dtype`: the AMP's K block and column count for its

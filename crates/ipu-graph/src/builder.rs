@@ -173,7 +173,7 @@ impl GraphBuilder {
 
     /// `cast(x)` to `to`.
     pub fn cast(&mut self, name: &str, x: ValueId, to: DType) -> Result<ValueId, GraphError> {
-        self.op(name, OpKind::Cast { to }, &[x])
+        self.op(name, OpKind::cast(to), &[x])
     }
 
     /// Marks a value as a graph output.

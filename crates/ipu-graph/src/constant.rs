@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ipu_numerics::Overflow;
+use ipu_numerics::{Fp8Format, Overflow};
 
 use crate::{DType, ValueId};
 
@@ -87,15 +87,62 @@ pub fn decode_elements(dtype: DType, bytes: &[u8]) -> Vec<f32> {
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect(),
-        DType::F16 => bytes
+        DType::F16 | DType::Bf16 | DType::I16 | DType::U16 => bytes
             .chunks_exact(2)
-            .map(|c| ipu_numerics::f16_value(u16::from_le_bytes([c[0], c[1]])))
+            .map(|c| {
+                let b = u16::from_le_bytes([c[0], c[1]]);
+                match dtype {
+                    DType::F16 => ipu_numerics::f16_value(b),
+                    DType::Bf16 => ipu_numerics::bf16_value(b),
+                    DType::I16 => f32::from(b as i16),
+                    _ => f32::from(b),
+                }
+            })
             .collect(),
-        DType::F143 { scale } | DType::F152 { scale } => {
-            let format = dtype.fp8_format().expect("FP8 dtype");
-            let table = ipu_numerics::decode_table(format, i32::from(scale));
+        _ => {
+            let table = byte_values(dtype);
             bytes.iter().map(|&b| table[b as usize]).collect()
         }
+    }
+}
+
+/// The value of every byte of a one-byte dtype (device layout, see [`encode_elements`]).
+pub fn byte_values(dtype: DType) -> [f32; 256] {
+    std::array::from_fn(|i| {
+        let b = i as u8;
+        match dtype {
+            DType::F143 { scale } | DType::F152 { scale } => {
+                let format = dtype.fp8_format().expect("FP8 dtype");
+                ipu_numerics::decode(format, b, i32::from(scale))
+            }
+            DType::E4M3FN => ipu_numerics::decode(Fp8Format::E4M3FN, b, 0),
+            DType::E5M2 => ipu_numerics::decode(Fp8Format::E5M2, b, 0),
+            DType::F4E2M1 => ipu_numerics::fp4_value(b),
+            DType::E8M0 => ipu_numerics::e8m0_value(b),
+            DType::Bool => f32::from(u8::from(b != 0)),
+            DType::I8 | DType::I4 | DType::I2 => f32::from(b as i8),
+            _ => f32::from(b),
+        }
+    })
+}
+
+/// The device byte of `x` for a one-byte dtype (FP8 saturating, integers as
+/// [`ipu_numerics::IntFormat::from_f32`] converts them, sub-byte integers sign-extended).
+pub fn byte_code(dtype: DType, x: f32) -> u8 {
+    match dtype {
+        DType::F143 { scale } | DType::F152 { scale } => {
+            let format = dtype.fp8_format().expect("FP8 dtype");
+            ipu_numerics::encode(format, x, i32::from(scale), Overflow::Saturate)
+        }
+        DType::E4M3FN => ipu_numerics::encode(Fp8Format::E4M3FN, x, 0, Overflow::Saturate),
+        DType::E5M2 => ipu_numerics::encode(Fp8Format::E5M2, x, 0, Overflow::Saturate),
+        DType::F4E2M1 => ipu_numerics::fp4_code(x),
+        DType::E8M0 => ipu_numerics::e8m0_code(x),
+        DType::Bool => u8::from(x != 0.0),
+        _ => match dtype.int_format() {
+            Some(f) => f.from_f32(x) as u8,
+            None => unreachable!("a one-byte dtype"),
+        },
     }
 }
 
@@ -108,12 +155,17 @@ pub fn encode_elements(dtype: DType, values: &[f32]) -> Vec<u8> {
             .iter()
             .flat_map(|&x| ipu_numerics::f16_bits(x).to_le_bytes())
             .collect(),
-        DType::F143 { scale } | DType::F152 { scale } => {
-            let format = dtype.fp8_format().expect("FP8 dtype");
+        DType::Bf16 => values
+            .iter()
+            .flat_map(|&x| ipu_numerics::bf16_bits(x).to_le_bytes())
+            .collect(),
+        DType::I16 | DType::U16 => {
+            let f = dtype.int_format().expect("integer");
             values
                 .iter()
-                .map(|&x| ipu_numerics::encode(format, x, i32::from(scale), Overflow::Saturate))
+                .flat_map(|&x| (f.from_f32(x) as u16).to_le_bytes())
                 .collect()
         }
+        _ => values.iter().map(|&x| byte_code(dtype, x)).collect(),
     }
 }

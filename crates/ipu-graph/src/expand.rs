@@ -104,7 +104,7 @@ fn flash(
     let vp = if b.ty(v).dtype == operand {
         v
     } else {
-        b.op(format!("{name}.v"), OpKind::Cast { to: operand }, &[v])?
+        b.op(format!("{name}.v"), OpKind::cast(operand), &[v])?
     };
     let mm = OpKind::MatMul {
         partials,
@@ -153,7 +153,7 @@ fn flash(
         let pa = if partials == operand {
             p
         } else {
-            b.op(n("pa"), OpKind::Cast { to: operand }, &[p])?
+            b.op(n("pa"), OpKind::cast(operand), &[p])?
         };
         let pv = b.op(n("pv"), mm.clone(), &[pa, vj])?;
         let (lj, oj) = match (alpha, l, o) {
@@ -175,7 +175,7 @@ fn flash(
         b.op(name.to_string(), OpKind::Div, &[o, l])
     } else {
         let r = b.op(format!("{name}.normalised"), OpKind::Div, &[o, l])?;
-        b.op(name.to_string(), OpKind::Cast { to: out }, &[r])
+        b.op(name.to_string(), OpKind::cast(out), &[r])
     }
 }
 

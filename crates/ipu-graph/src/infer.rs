@@ -48,13 +48,60 @@ fn check_dtype(d: DType) -> Result<(), InferError> {
     })
 }
 
-/// The dtype class of a matmul or attention operand: f32, f16, or FP8.
+/// The dtype class of a matmul or attention operand: f32, f16, or FP8 (other dtypes are
+/// refused by [`check_classes`]).
 fn operand_class(d: DType) -> u8 {
     match d {
         DType::F32 => 0,
         DType::F16 => 1,
-        DType::F143 { .. } | DType::F152 { .. } => 2,
+        _ => 2,
     }
+}
+
+/// Which dtypes an operation takes: casts and data movement any; elementwise `add`, `sub`,
+/// `mul`, `div` and `max` floats, FP8 and integers (not bool); everything else (matmuls,
+/// attention, transcendentals, reductions, softmax, layer norm, masks) f32, f16 and FP8 only.
+/// bf16 and the OCP and MX formats are stored and converted, not computed in.
+fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError> {
+    use crate::DTypeClass;
+    let movement = matches!(
+        kind,
+        OpKind::Cast { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::Reshape { .. }
+            | OpKind::Slice { .. }
+            | OpKind::Concat { .. }
+    );
+    if movement {
+        return Ok(());
+    }
+    let integer_ok = matches!(
+        kind,
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max
+    );
+    for (i, t) in inputs.iter().enumerate() {
+        let ok = match t.dtype.class() {
+            DTypeClass::Float | DTypeClass::Fp8 => true,
+            DTypeClass::Int(_) => integer_ok && t.dtype != DType::Bool,
+            DTypeClass::Stored => false,
+        };
+        if !ok {
+            let what = if integer_ok {
+                "f32, f16, FP8 (f143, f152) or integer"
+            } else {
+                "f32, f16 or FP8 (f143, f152)"
+            };
+            return err(
+                Some(i),
+                format!(
+                    "{} takes {what} operands, not {}: cast first",
+                    kind.mnemonic(),
+                    t.dtype
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 fn check_partials(partials: DType, operands: &[(usize, DType)]) -> Result<(), InferError> {
@@ -97,6 +144,7 @@ pub fn infer(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, InferE
             reason,
         })?;
     }
+    check_classes(kind, inputs)?;
     let out = infer_unchecked(kind, inputs)?;
     out.check().map_err(|reason| InferError {
         operand: None,
@@ -285,7 +333,7 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             check_axis(inputs[0], *axis, 0)?;
             Ok(inputs[0].clone())
         }
-        OpKind::Cast { to } => {
+        OpKind::Cast { to, .. } => {
             arity(inputs, 1)?;
             check_dtype(*to)?;
             Ok(TensorType::new(*to, inputs[0].shape.clone()))

@@ -23,7 +23,9 @@ mod text;
 use std::fmt;
 
 pub use builder::GraphBuilder;
-pub use constant::{Constant, ConstantData, decode_elements, encode_elements};
+pub use constant::{
+    Constant, ConstantData, byte_code, byte_values, decode_elements, encode_elements,
+};
 pub use infer::{InferError, infer};
 use ipu_numerics::Fp8Format;
 pub use text::{
@@ -71,6 +73,48 @@ pub enum DType {
         /// Power-of-two scale of the tensor.
         scale: i8,
     },
+    /// bfloat16 (1-8-7): stored and converted; arithmetic is done in f32.
+    Bf16,
+    /// OCP FP8 E4M3FN (no infinities, NaN 0x7F/0xFF, negative zero), scale 0.
+    E4M3FN,
+    /// OCP FP8 E5M2 (IEEE-like, with infinities), scale 0.
+    E5M2,
+    /// OCP MX FP4 E2M1 (values 0 to 6, no NaN), one code per byte on the device.
+    F4E2M1,
+    /// OCP MX E8M0 (a power of two, 0xFF NaN).
+    E8M0,
+    /// 16-bit two's-complement integer.
+    I16,
+    /// 16-bit unsigned integer.
+    U16,
+    /// 8-bit two's-complement integer.
+    I8,
+    /// 8-bit unsigned integer.
+    U8,
+    /// 4-bit two's-complement integer, one per byte on the device (sign-extended).
+    I4,
+    /// 4-bit unsigned integer, one per byte on the device.
+    U4,
+    /// 2-bit two's-complement integer, one per byte on the device (sign-extended).
+    I2,
+    /// 2-bit unsigned integer, one per byte on the device.
+    U2,
+    /// Boolean, one byte (0 or 1).
+    Bool,
+}
+
+/// How the device handles a dtype's elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeClass {
+    /// f32 and f16: every operation.
+    Float,
+    /// F143 and F152: matmul operands (on the AMP), casts and data movement.
+    Fp8,
+    /// Integers of 16 bits or fewer and bool: elementwise integer arithmetic, casts and data
+    /// movement.
+    Int(ipu_numerics::IntFormat),
+    /// bf16, the OCP FP8 and the MX formats: casts and data movement.
+    Stored,
 }
 
 impl DType {
@@ -78,8 +122,86 @@ impl DType {
     pub fn bytes(self) -> usize {
         match self {
             DType::F32 => 4,
-            DType::F16 => 2,
-            DType::F143 { .. } | DType::F152 { .. } => 1,
+            DType::F16 | DType::Bf16 | DType::I16 | DType::U16 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Every dtype without a scale, in the text form's order.
+    pub const UNSCALED: [DType; 16] = [
+        DType::F32,
+        DType::F16,
+        DType::Bf16,
+        DType::E4M3FN,
+        DType::E5M2,
+        DType::F4E2M1,
+        DType::E8M0,
+        DType::I16,
+        DType::U16,
+        DType::I8,
+        DType::U8,
+        DType::I4,
+        DType::U4,
+        DType::I2,
+        DType::U2,
+        DType::Bool,
+    ];
+
+    /// How the device handles this dtype.
+    pub fn class(self) -> DTypeClass {
+        use ipu_numerics::IntFormat;
+        let int = |bits, signed| DTypeClass::Int(IntFormat { bits, signed });
+        match self {
+            DType::F32 | DType::F16 => DTypeClass::Float,
+            DType::F143 { .. } | DType::F152 { .. } => DTypeClass::Fp8,
+            DType::I16 => int(16, true),
+            DType::U16 => int(16, false),
+            DType::I8 => int(8, true),
+            DType::U8 | DType::Bool => int(8, false),
+            DType::I4 => int(4, true),
+            DType::U4 => int(4, false),
+            DType::I2 => int(2, true),
+            DType::U2 => int(2, false),
+            DType::Bf16 | DType::E4M3FN | DType::E5M2 | DType::F4E2M1 | DType::E8M0 => {
+                DTypeClass::Stored
+            }
+        }
+    }
+
+    /// The integer format of an integer dtype (bool is not one).
+    pub fn int_format(self) -> Option<ipu_numerics::IntFormat> {
+        match self.class() {
+            DTypeClass::Int(f) if self != DType::Bool => Some(f),
+            _ => None,
+        }
+    }
+
+    /// True for f32 and f16, the types the device computes in.
+    pub fn is_float(self) -> bool {
+        self.class() == DTypeClass::Float
+    }
+
+    /// The name of an unscaled dtype in the text form (FP8 types with a scale: `f143`, `f152`).
+    pub fn text_name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::F143 { .. } => "f143",
+            DType::F152 { .. } => "f152",
+            DType::Bf16 => "bf16",
+            DType::E4M3FN => "e4m3fn",
+            DType::E5M2 => "e5m2",
+            DType::F4E2M1 => "f4e2m1",
+            DType::E8M0 => "e8m0",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
+            DType::I2 => "i2",
+            DType::U2 => "u2",
+            DType::Bool => "bool",
         }
     }
 
@@ -93,7 +215,7 @@ impl DType {
         match self {
             DType::F143 { .. } => Some(Fp8Format::F143),
             DType::F152 { .. } => Some(Fp8Format::F152),
-            DType::F32 | DType::F16 => None,
+            _ => None,
         }
     }
 
@@ -101,7 +223,7 @@ impl DType {
     pub fn scale(self) -> Option<i32> {
         match self {
             DType::F143 { scale } | DType::F152 { scale } => Some(i32::from(scale)),
-            DType::F32 | DType::F16 => None,
+            _ => None,
         }
     }
 
@@ -131,10 +253,9 @@ impl DType {
             None => (name, 0),
         };
         match base {
-            "f32" if !name.contains('@') => Some(DType::F32),
-            "f16" if !name.contains('@') => Some(DType::F16),
             "f143" => Some(DType::F143 { scale }),
             "f152" => Some(DType::F152 { scale }),
+            _ if !name.contains('@') => DType::UNSCALED.into_iter().find(|d| d.text_name() == base),
             _ => None,
         }
     }
@@ -143,10 +264,9 @@ impl DType {
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DType::F32 => f.write_str("f32"),
-            DType::F16 => f.write_str("f16"),
             DType::F143 { scale } => write!(f, "f143@{scale}"),
             DType::F152 { scale } => write!(f, "f152@{scale}"),
+            d => f.write_str(d.text_name()),
         }
     }
 }
@@ -317,10 +437,15 @@ pub enum OpKind {
         /// Axis.
         axis: usize,
     },
-    /// Conversion to another dtype (to and from FP8 with its scale).
+    /// Conversion to another dtype (to and from FP8 with its scale): floats round to nearest
+    /// even, integers as [`ipu_numerics::IntFormat::from_f32`] converts (NumPy's `astype`),
+    /// bool is `x != 0`.
     Cast {
         /// Target dtype.
         to: DType,
+        /// What a float target does beyond its largest value: saturate, or NaN/infinity as
+        /// ONNX's `saturate = 0` (FP8 targets; others ignore it).
+        overflow: ipu_numerics::Overflow,
     },
     /// `(x - mean) / sqrt(var + epsilon)` over the last axis, without affine parameters.
     LayerNorm {
@@ -374,6 +499,14 @@ impl OpKind {
     }
 
     /// The mnemonic in the text form.
+    /// A saturating cast to `to`.
+    pub fn cast(to: DType) -> OpKind {
+        OpKind::Cast {
+            to,
+            overflow: ipu_numerics::Overflow::Saturate,
+        }
+    }
+
     pub fn mnemonic(&self) -> &'static str {
         match self {
             OpKind::MatMul { .. } => "matmul",

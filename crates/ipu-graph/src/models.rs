@@ -215,7 +215,7 @@ fn accumulation(dtype: DType) -> (DType, DType) {
     match dtype {
         DType::F32 => (DType::F32, DType::F32),
         DType::F16 => (DType::F32, DType::F16),
-        DType::F143 { .. } | DType::F152 { .. } => (DType::F16, DType::F16),
+        _ => (DType::F16, DType::F16),
     }
 }
 

@@ -60,6 +60,8 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use ipu_numerics::Overflow;
+
 use crate::{
     ConstantData, DType, Graph, GraphBuilder, OpKind, TensorType, ValueId, decode_elements, infer,
 };
@@ -147,9 +149,9 @@ fn canonical_nan(dtype: DType) -> Vec<u8> {
     match dtype {
         DType::F32 => f32::NAN.to_le_bytes().to_vec(),
         DType::F16 => ipu_numerics::f16_bits(f32::NAN).to_le_bytes().to_vec(),
-        DType::F143 { .. } | DType::F152 { .. } => {
-            vec![dtype.fp8_format().expect("FP8").nan_code()]
-        }
+        DType::Bf16 => ipu_numerics::bf16_bits(f32::NAN).to_le_bytes().to_vec(),
+        DType::I16 | DType::U16 => vec![0, 0],
+        _ => vec![crate::constant::byte_code(dtype, f32::NAN)],
     }
 }
 
@@ -228,7 +230,11 @@ fn print_operation(s: &mut String, graph: &Graph, id: crate::OperationId) {
         op.kind.mnemonic(),
         operands.join(", ")
     );
-    let attrs = attributes(&op.kind);
+    // An attribute at its default prints as nothing and is left out.
+    let attrs: Vec<_> = attributes(&op.kind)
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
     if !attrs.is_empty() {
         let items: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
         let _ = write!(s, " {{{}}}", items.join(", "));
@@ -824,6 +830,27 @@ macro_rules! attribute_types {
     )*};
 }
 
+/// A cast's overflow rule: `overflow = nan` (ONNX `Cast` with `saturate = 0`: NaN, or infinity
+/// where the format has one); saturation, the default, is left out of the text.
+impl Attribute for Overflow {
+    fn read(set: &mut AttrSet<'_, '_>, key: &str) -> PResult<Self> {
+        if !set.attrs.iter().any(|a| a.key == key) {
+            return Ok(Overflow::Saturate);
+        }
+        match set.take(key)? {
+            (AttrValue::Word(w), _) if w == "saturate" => Ok(Overflow::Saturate),
+            (AttrValue::Word(w), _) if w == "nan" => Ok(Overflow::Nan),
+            (_, pos) => set.bad(key, pos, "saturate or nan"),
+        }
+    }
+    fn text(&self) -> String {
+        match self {
+            Overflow::Saturate => String::new(),
+            Overflow::Nan => "nan".to_string(),
+        }
+    }
+}
+
 attribute_types! {
     usize: usize, usize::to_string;
     f32: f32, |x: &f32| fmt_f32(*x);
@@ -894,7 +921,7 @@ operations! {
     "reduce_max" => ReduceMax { axis };
     "reduce_sum" => ReduceSum { axis };
     "softmax" => Softmax { axis };
-    "cast" => Cast { to };
+    "cast" => Cast { to, overflow };
     "layer_norm" => LayerNorm { epsilon };
     "attention" => Attention { scale, causal, partials } out;
     "flash_attention" => FlashAttention { scale, causal, block_q, block_k, partials } out;

@@ -49,6 +49,8 @@ enum Item {
     /// Pad so that the slot after the next single instruction is 8-byte aligned (an `rpt`
     /// whose body is made of bundles).
     AlignRpt,
+    /// A data word (a table the code reads; never executed).
+    Word(u32),
 }
 
 /// A sequence of instructions with labels.
@@ -144,6 +146,12 @@ impl Code {
         self
     }
 
+    /// Appends data words (tables the code reads with loads; control must never reach them).
+    pub fn words(&mut self, words: &[u32]) -> &mut Self {
+        self.items.extend(words.iter().map(|&w| Item::Word(w)));
+        self
+    }
+
     /// `setzi d, address-of(label)`.
     pub fn setzi_label(&mut self, d: MReg, label: Label) -> &mut Self {
         self.items.push(Item::SetziLabel(d, label));
@@ -190,6 +198,11 @@ impl Code {
         for item in &self.items {
             let slot = match item {
                 Item::Bind(_) => continue,
+                Item::Word(w) => {
+                    bytes.extend_from_slice(&w.to_le_bytes());
+                    at += 4;
+                    continue;
+                }
                 Item::AlignBundle | Item::AlignRpt => {
                     if item_size(item, at) == 0 {
                         continue;

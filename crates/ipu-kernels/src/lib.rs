@@ -8,6 +8,7 @@
 
 mod basic;
 pub mod code;
+mod convert;
 pub mod flash;
 pub mod rows;
 pub mod state;
@@ -15,6 +16,7 @@ pub mod state;
 use ipu_isa::{FBinOp, FType, Fp8Format};
 
 pub use basic::*;
+pub use convert::{ByteType, ConvType, convert_slots, int_binary_slots};
 use code::Code;
 pub use state::*;
 
@@ -41,6 +43,16 @@ pub enum Kernel {
     Unary { ty: Elem, op: UnOp },
     /// Conversion over groups of 4 elements. State: in, out, groups of 4.
     Cast { from: CastType, to: CastType },
+    /// Conversion between any two element formats, one element at a time through f32, with
+    /// its tables after the code (`convert::convert`). State: [`CastState`].
+    Convert {
+        from: ConvType,
+        to: ConvType,
+        overflow: ipu_numerics::Overflow,
+    },
+    /// Integer arithmetic on `bits`-bit elements, one at a time (`convert::int_binary`).
+    /// State: [`BinaryState`], `vectors` counting groups of 4 elements.
+    IntBinary { op: BinOp, bits: u8, signed: bool },
     /// `out = 0` over 32-bit words. State: out, words.
     Zero,
     /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
@@ -197,6 +209,8 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
         Kernel::Cast { from, to } => basic::cast(&mut c, from, to),
+        Kernel::Convert { from, to, overflow } => convert::convert(&mut c, from, to, overflow),
+        Kernel::IntBinary { op, bits, signed } => convert::int_binary(&mut c, op, bits, signed),
         Kernel::Zero => basic::zero(&mut c),
         Kernel::PadClear => basic::pad_clear(&mut c),
         Kernel::MaskRows => basic::mask_rows(&mut c, false),

@@ -62,6 +62,11 @@
 
 use std::fmt;
 
+mod codes;
+pub use codes::{
+    EncodeTable, IntFormat, bf16_bits, bf16_value, e8m0_code, e8m0_value, fp4_code, fp4_value,
+};
+
 use thiserror::Error;
 
 /// An 8-bit floating-point format.
@@ -233,7 +238,7 @@ pub const SCALE_MIN: i32 = -32;
 pub const SCALE_MAX: i32 = 31;
 
 /// What an encoding does with a finite value beyond the format's largest magnitude.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Overflow {
     /// Clamp to the largest finite magnitude of the same sign. Infinite inputs also become
     /// ±max (as the `float8` crate's conversion does); NaN stays NaN.

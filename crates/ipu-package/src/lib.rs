@@ -259,12 +259,15 @@ pub const TENSOR_ALIGN: u64 = 8;
 /// Largest rank of a host tensor.
 pub const RANK_MAX: usize = 16;
 
-/// Bytes of one element of `dtype` (`f32` 4, `f16` 2, the FP8 formats `f143` and `f152` 1).
+/// Bytes of one element of `dtype` (`f32` 4; `f16`, `bf16`, `i16`, `u16` 2; the FP8 formats
+/// `f143`, `f152`, `e4m3fn`, `e5m2`, the MX formats `f4e2m1`, `e8m0`, the integers `i8`, `u8`,
+/// `i4`, `u4`, `i2`, `u2` (one per byte) and `bool` 1).
 pub fn element_bytes(dtype: &str) -> Option<usize> {
     match dtype {
         "f32" => Some(4),
-        "f16" => Some(2),
-        "f143" | "f152" => Some(1),
+        "f16" | "bf16" | "i16" | "u16" => Some(2),
+        "f143" | "f152" | "e4m3fn" | "e5m2" | "f4e2m1" | "e8m0" | "i8" | "u8" | "i4" | "u4"
+        | "i2" | "u2" | "bool" => Some(1),
         _ => None,
     }
 }

@@ -50,6 +50,33 @@ pub const TOLERANCE_F152: Tolerance = Tolerance {
     min_cosine: 0.98,
 };
 
+/// bf16 outputs (7 mantissa bits, unit roundoff 2^-8): the f16 limits scaled by the 8 times
+/// larger roundoff.
+pub const TOLERANCE_BF16: Tolerance = Tolerance {
+    atol: 8e-3,
+    rtol: 8e-2,
+    min_cosine: 0.999,
+};
+/// FP4 E2M1 outputs (1 mantissa bit): one step at magnitude 1 (0.5) absolute, half a step
+/// relative.
+pub const TOLERANCE_F4E2M1: Tolerance = Tolerance {
+    atol: 0.5,
+    rtol: 0.25,
+    min_cosine: 0.9,
+};
+/// E8M0 outputs (powers of two): one step relative.
+pub const TOLERANCE_E8M0: Tolerance = Tolerance {
+    atol: 0.0,
+    rtol: 1.0,
+    min_cosine: 0.9,
+};
+/// Integer and bool outputs: equal.
+pub const TOLERANCE_EXACT: Tolerance = Tolerance {
+    atol: 0.0,
+    rtol: 0.0,
+    min_cosine: 0.0,
+};
+
 impl Tolerance {
     /// The tolerance for outputs of `dtype`.
     pub fn for_dtype(dtype: DType) -> Tolerance {
@@ -58,6 +85,14 @@ impl Tolerance {
             DType::F16 => TOLERANCE_F16,
             DType::F143 { .. } => TOLERANCE_F143,
             DType::F152 { .. } => TOLERANCE_F152,
+            DType::Bf16 => TOLERANCE_BF16,
+            DType::E4M3FN => TOLERANCE_F143,
+            DType::E5M2 => TOLERANCE_F152,
+            DType::F4E2M1 => TOLERANCE_F4E2M1,
+            // A power of two: one step is a factor of two.
+            DType::E8M0 => TOLERANCE_E8M0,
+            // Integers and bool are exact.
+            _ => TOLERANCE_EXACT,
         }
     }
 }
@@ -67,7 +102,9 @@ impl Tolerance {
 /// inputs are left out (both precisions see the same input values); an FP8 intermediate, for
 /// instance, limits an f16 output to FP8 accuracy.
 pub fn tolerance_versus_exact(graph: &Graph, output: ValueId) -> Tolerance {
-    let mut tol = Tolerance::for_dtype(graph.value(output).ty.dtype);
+    let out_dtype = graph.value(output).ty.dtype;
+    let mut tol = Tolerance::for_dtype(out_dtype);
+    let mut from_non_integer = false;
     let mut seen = vec![false; graph.values().len()];
     let mut stack = vec![output];
     while let Some(v) = stack.pop() {
@@ -82,6 +119,17 @@ pub fn tolerance_versus_exact(graph: &Graph, output: ValueId) -> Tolerance {
             tol = t;
         }
         stack.extend(graph.operation(op).inputs.iter().copied());
+        for &i in &graph.operation(op).inputs {
+            let d = graph.value(i).ty.dtype;
+            if !matches!(d.class(), ipu_graph::DTypeClass::Int(_)) {
+                from_non_integer = true;
+            }
+        }
+    }
+    // An integer computed from other values can differ by one step where the unrounded
+    // values fall on the other side of a rounding or truncation boundary.
+    if from_non_integer && matches!(out_dtype.class(), ipu_graph::DTypeClass::Int(_)) {
+        tol.atol = tol.atol.max(1.0);
     }
     tol
 }

@@ -118,6 +118,34 @@ pub fn evaluate(
         .collect())
 }
 
+/// A saturating cast to f32, f16 or FNUZ FP8 only rounds: the exact precision keeps the value
+/// unrounded, as for any other result.
+fn cast_is_rounding(to: DType, overflow: ipu_numerics::Overflow) -> bool {
+    let class = to.class();
+    class == ipu_graph::DTypeClass::Float
+        || (class == ipu_graph::DTypeClass::Fp8 && overflow == ipu_numerics::Overflow::Saturate)
+}
+
+/// Integer arithmetic as the device does it: exact, then wrapped by the caller; division
+/// truncates toward zero, and `a / 0` is `0xFFFF` with `a`'s sign (what the device's
+/// 16-step shift-and-subtract division gives).
+fn int_binary(op: &OpKind, a: i64, b: i64) -> i64 {
+    match op {
+        OpKind::Add => a + b,
+        OpKind::Sub => a - b,
+        OpKind::Mul => a * b,
+        OpKind::Max => a.max(b),
+        _ if b == 0 => {
+            if a < 0 {
+                -0xFFFF
+            } else {
+                0xFFFF
+            }
+        }
+        _ => a / b,
+    }
+}
+
 fn binary(
     (a, ta): (&[f32], &TensorType),
     (b, tb): (&[f32], &TensorType),
@@ -427,6 +455,15 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             }
             return r;
         }
+        OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max
+            if out.dtype.int_format().is_some() =>
+        {
+            let f = out.dtype.int_format().expect("integer");
+            let op = kind.clone();
+            binary(ins[0], ins[1], out, move |a, b| {
+                f.wrap(int_binary(&op, a as i64, b as i64)) as f32
+            })
+        }
         OpKind::Add => binary(ins[0], ins[1], out, |a, b| a + b),
         OpKind::Sub => binary(ins[0], ins[1], out, |a, b| a - b),
         OpKind::Mul => binary(ins[0], ins[1], out, |a, b| a * b),
@@ -482,9 +519,18 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         }
         // The device converts f32 to FP8 through f16 (its conversion unit takes f16v4): two
         // roundings, which the device precision keeps.
-        OpKind::Cast { to } if device && ins[0].1.dtype == DType::F32 && to.is_fp8() => {
+        OpKind::Cast { to, overflow: ipu_numerics::Overflow::Saturate }
+            if device && ins[0].1.dtype == DType::F32 && to.is_fp8() =>
+        {
             ins[0].0.iter().map(|&x| round_to_f16(x)).collect()
         }
+        // Conversions to integers, bool, the stored formats, and without saturation are the
+        // operation's meaning, in both precisions.
+        OpKind::Cast { to, overflow } if !cast_is_rounding(*to, *overflow) => ins[0]
+            .0
+            .iter()
+            .map(|&x| crate::convert(*to, *overflow, x))
+            .collect(),
         OpKind::Cast { .. } => ins[0].0.to_vec(),
         OpKind::LayerNorm { epsilon } => {
             let (x, t) = ins[0];

@@ -134,7 +134,7 @@ pub struct Tensor {
 }
 
 /// Rounds `x` to `dtype` (f16: round-to-nearest-even; FP8: RNE with saturation at the dtype's
-/// scale; f32 unchanged).
+/// scale; f32 unchanged; the other dtypes as [`convert`] with saturation).
 pub fn round_to_dtype(dtype: DType, x: f32) -> f32 {
     match dtype {
         DType::F32 => x,
@@ -145,6 +145,35 @@ pub fn round_to_dtype(dtype: DType, x: f32) -> f32 {
             i32::from(scale),
             Overflow::Saturate,
         ),
+        _ => convert(dtype, Overflow::Saturate, x),
+    }
+}
+
+/// `x` converted to `dtype` and back to f32: what a `cast` to `dtype` holds. Floats round to
+/// nearest even (FP8 saturating or, with [`Overflow::Nan`], to NaN or infinity; bf16 and
+/// f16 to infinity), FP4 and E8M0 as [`ipu_numerics::fp4_code`] and
+/// [`ipu_numerics::e8m0_code`], integers as [`ipu_numerics::IntFormat::from_f32`], bool
+/// `x != 0`.
+pub fn convert(dtype: DType, overflow: Overflow, x: f32) -> f32 {
+    let fp8 = |format, scale: i32| {
+        ipu_numerics::decode(format, ipu_numerics::encode(format, x, scale, overflow), scale)
+    };
+    match dtype {
+        DType::F32 => x,
+        DType::F16 => round_to_f16(x),
+        DType::Bf16 => ipu_numerics::bf16_value(ipu_numerics::bf16_bits(x)),
+        DType::F143 { scale } | DType::F152 { scale } => {
+            fp8(dtype.fp8_format().expect("FP8"), i32::from(scale))
+        }
+        DType::E4M3FN => fp8(ipu_numerics::Fp8Format::E4M3FN, 0),
+        DType::E5M2 => fp8(ipu_numerics::Fp8Format::E5M2, 0),
+        DType::F4E2M1 => ipu_numerics::fp4_value(ipu_numerics::fp4_code(x)),
+        DType::E8M0 => ipu_numerics::e8m0_value(ipu_numerics::e8m0_code(x)),
+        DType::Bool => f32::from(u8::from(x != 0.0)),
+        _ => match dtype.int_format() {
+            Some(f) => f.from_f32(x) as f32,
+            None => unreachable!("every dtype is covered"),
+        },
     }
 }
 

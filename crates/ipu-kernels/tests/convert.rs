@@ -1,0 +1,271 @@
+//! The element-at-a-time kernels on the device: every conversion between the element formats
+//! against the host's encoders (bit for bit, over values chosen to hit every rounding boundary,
+//! the specials and the out-of-range cases), integer arithmetic against the reference's
+//! definition, and both cycle models against the device's slot counter.
+
+use ipu_isa::Instr;
+use ipu_kernels::code::{Code, m, setzi};
+use ipu_kernels::*;
+use ipu_numerics::{Fp8Format, IntFormat, Overflow};
+use ipu_sim::{Device, RunLimits};
+use ipu_target::{MEMORY_BASE, Target};
+
+const CODE: u32 = MEMORY_BASE;
+const KERNEL: u32 = 0x4D000;
+const STATE: u32 = 0x58000;
+const IN_A: u32 = 0x80000;
+const IN_B: u32 = 0x90000;
+const OUT: u32 = 0xA0000;
+
+/// Runs `kernel` with `state` words on tile 0; returns `out_bytes` of the output and the
+/// worker's issue slots.
+fn run(kernel: Kernel, state: &[u32], inputs: &[(u32, Vec<u8>)], out_bytes: u32) -> (Vec<u8>, u64) {
+    let mut dev = Device::new(Target::gc200(), 1);
+    let k = generate(kernel).lay_out(KERNEL).expect("kernel lays out");
+    dev.write(0, KERNEL, &k.bytes).unwrap();
+    for (at, bytes) in inputs {
+        dev.write(0, *at, bytes).unwrap();
+    }
+    let words: Vec<u8> = state.iter().flat_map(|w| w.to_le_bytes()).collect();
+    dev.write(0, STATE, &words).unwrap();
+    let mut sup = Code::new();
+    sup.op(setzi(m(2), KERNEL));
+    sup.op(setzi(m(3), STATE));
+    sup.op(Instr::Run {
+        entry: m(2),
+        state: m(3),
+    });
+    sup.op(Instr::WaitW);
+    sup.op(Instr::Halt);
+    let s = sup.lay_out(CODE).unwrap();
+    dev.write(0, CODE, &s.bytes).unwrap();
+    dev.run(CODE, &RunLimits::default())
+        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+    (
+        dev.read(0, OUT, out_bytes).unwrap(),
+        dev.counters()[0].worker_slots,
+    )
+}
+
+fn value(t: ConvType, bytes: &[u8]) -> f32 {
+    match t {
+        ConvType::F32 => f32::from_le_bytes(bytes.try_into().unwrap()),
+        ConvType::F16 => ipu_numerics::f16_value(u16::from_le_bytes(bytes.try_into().unwrap())),
+        ConvType::Bf16 => ipu_numerics::bf16_value(u16::from_le_bytes(bytes.try_into().unwrap())),
+        ConvType::Int16 { signed } => {
+            let b = u16::from_le_bytes(bytes.try_into().unwrap());
+            if signed {
+                f32::from(b as i16)
+            } else {
+                f32::from(b)
+            }
+        }
+        ConvType::Byte(b) => b.values()[bytes[0] as usize],
+    }
+}
+
+/// The host's conversion of `x` to `t`'s bytes.
+fn encode(t: ConvType, overflow: Overflow, x: f32) -> Vec<u8> {
+    let int = |bits, signed| IntFormat { bits, signed }.from_f32(x);
+    match t {
+        ConvType::F32 => x.to_le_bytes().to_vec(),
+        ConvType::F16 => ipu_numerics::f16_bits(x).to_le_bytes().to_vec(),
+        ConvType::Bf16 => ipu_numerics::bf16_bits(x).to_le_bytes().to_vec(),
+        ConvType::Int16 { signed } => (int(16, signed) as u16).to_le_bytes().to_vec(),
+        ConvType::Byte(b) => vec![match b {
+            ByteType::Fp8(f, s) => ipu_numerics::encode(f, x, i32::from(s), overflow),
+            ByteType::F4E2M1 => ipu_numerics::fp4_code(x),
+            ByteType::E8M0 => ipu_numerics::e8m0_code(x),
+            ByteType::Bool => u8::from(x != 0.0),
+            ByteType::Int { bits, signed } => int(u32::from(bits), signed) as u8,
+        }],
+    }
+}
+
+/// Every encoding of `t` (all of them for one- and two-byte formats), as bytes.
+fn sources(t: ConvType) -> Vec<Vec<u8>> {
+    match t {
+        ConvType::Byte(_) => (0..=255u8).map(|b| vec![b]).collect(),
+        ConvType::F16 | ConvType::Bf16 | ConvType::Int16 { .. } => (0..=u16::MAX)
+            .step_by(7)
+            .chain([0x7C00, 0xFC00, 0x7E00, 0x7F80, 0xFF80, 0x7FC0, 0x8000, 0xFFFF])
+            .map(|b| b.to_le_bytes().to_vec())
+            .collect(),
+        ConvType::F32 => {
+            let mut v = vec![0.0f32, -0.0, f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+            for e in -130..=40 {
+                for m in [1.0f32, 1.0625, 1.125, 1.25, 1.5, 1.75, 1.9375, 1.0078125] {
+                    let x = m * 2f32.powi(e);
+                    for y in [x, -x] {
+                        v.extend([y, f32::from_bits(y.to_bits() + 1), f32::from_bits(y.to_bits().wrapping_sub(1))]);
+                    }
+                }
+            }
+            for i in -300..300 {
+                v.push(i as f32 * 0.5);
+                v.push(i as f32 * 0.25 + 0.001);
+            }
+            v.extend([1e6, -1e6, 3e9, -3e9, 65535.5, 65536.0, 32767.6, -32768.4, -32769.0]);
+            v.iter().map(|x| x.to_le_bytes().to_vec()).collect()
+        }
+    }
+}
+
+fn formats() -> Vec<ConvType> {
+    use ByteType::*;
+    let mut v = vec![
+        ConvType::F32,
+        ConvType::F16,
+        ConvType::Bf16,
+        ConvType::Int16 { signed: true },
+        ConvType::Int16 { signed: false },
+        ConvType::Byte(F4E2M1),
+        ConvType::Byte(E8M0),
+        ConvType::Byte(Bool),
+    ];
+    for f in Fp8Format::ALL {
+        v.push(ConvType::Byte(Fp8(f, 0)));
+    }
+    v.push(ConvType::Byte(Fp8(Fp8Format::F143, -3)));
+    for (bits, signed) in [(8, true), (8, false), (4, true), (4, false), (2, true), (2, false)] {
+        v.push(ConvType::Byte(Int { bits, signed }));
+    }
+    v
+}
+
+#[test]
+fn every_conversion_matches_the_host_bit_for_bit() {
+    let mut failures = Vec::new();
+    for from in formats() {
+        for to in formats() {
+            // The device's conversions are specified from f32, f16 and the byte and integer
+            // formats the ONNX node tests and QuantizeLinear need; run every pair that has
+            // f32 or f16 on one side, and the integer widenings.
+            let useful = matches!(from, ConvType::F32 | ConvType::F16)
+                || matches!(to, ConvType::F32 | ConvType::F16)
+                || matches!(
+                    (from, to),
+                    (ConvType::Byte(ByteType::Int { .. }), ConvType::Byte(ByteType::Int { .. }))
+                );
+            if from == to || !useful {
+                continue;
+            }
+            for overflow in [Overflow::Saturate, Overflow::Nan] {
+                if overflow == Overflow::Nan && !matches!(to, ConvType::Byte(ByteType::Fp8(..))) {
+                    continue;
+                }
+                let mut src = sources(from);
+                while src.len() % 4 != 0 {
+                    src.push(src[0].clone());
+                }
+                let groups = (src.len() / 4) as u32;
+                let input: Vec<u8> = src.concat();
+                let kernel = Kernel::Convert { from, to, overflow };
+                let out_bytes = groups * 4 * to.bytes();
+                let (out, slots) = run(
+                    kernel,
+                    &[IN_A, OUT, groups],
+                    &[(IN_A, input)],
+                    out_bytes.next_multiple_of(4),
+                );
+                let eb = to.bytes() as usize;
+                for (i, s) in src.iter().enumerate() {
+                    let x = value(from, s);
+                    let want = encode(to, overflow, x);
+                    let got = &out[i * eb..(i + 1) * eb];
+                    if got != want.as_slice() {
+                        failures.push(format!(
+                            "{from:?} -> {to:?} {overflow:?}: x = {x:e} ({s:02x?}): device {got:02x?}, host {want:02x?}"
+                        ));
+                        break;
+                    }
+                }
+                let model = u64::from(convert_slots(from, to, overflow, groups));
+                if slots != model {
+                    failures.push(format!(
+                        "{from:?} -> {to:?}: model {model} slots, device {slots}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn integer_arithmetic_matches_the_definition() {
+    let mut failures = Vec::new();
+    for (bits, signed) in [(16u8, true), (16, false), (8, true), (8, false), (4, true), (2, false)] {
+        let f = IntFormat {
+            bits: u32::from(bits),
+            signed,
+        };
+        let eb = if bits > 8 { 2 } else { 1 };
+        let vals: Vec<i32> = (f.min()..=f.max()).step_by((1usize << bits) / 61 + 1).collect();
+        let mut xs = Vec::new();
+        let mut ys = Vec::new();
+        for &x in &vals {
+            for &y in vals.iter().chain(&[0, f.max(), f.min()]) {
+                xs.push(x);
+                ys.push(y);
+            }
+        }
+        while xs.len() % 4 != 0 {
+            xs.push(1);
+            ys.push(1);
+        }
+        let bytes = |v: &[i32]| -> Vec<u8> {
+            v.iter()
+                .flat_map(|&x| {
+                    if eb == 2 {
+                        (x as u16).to_le_bytes().to_vec()
+                    } else {
+                        vec![x as u8]
+                    }
+                })
+                .collect()
+        };
+        for op in [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Max] {
+            let groups = (xs.len() / 4) as u32;
+            let kernel = Kernel::IntBinary { op, bits, signed };
+            let (out, slots) = run(
+                kernel,
+                &[IN_A, IN_B, OUT, groups],
+                &[(IN_A, bytes(&xs)), (IN_B, bytes(&ys))],
+                (xs.len() * eb).next_multiple_of(4) as u32,
+            );
+            for (i, (&x, &y)) in xs.iter().zip(&ys).enumerate() {
+                let (a, b) = (i64::from(x), i64::from(y));
+                let exact = match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Max => a.max(b),
+                    BinOp::Div if b == 0 => {
+                        if a < 0 {
+                            -0xFFFF
+                        } else {
+                            0xFFFF
+                        }
+                    }
+                    BinOp::Div => a / b,
+                };
+                let want = bytes(&[f.wrap(exact)]);
+                let got = &out[i * eb..(i + 1) * eb];
+                if got != want.as_slice() {
+                    failures.push(format!(
+                        "{op:?} i{bits} signed={signed}: {x} op {y}: device {got:02x?}, host {want:02x?}"
+                    ));
+                    break;
+                }
+            }
+            let model = u64::from(int_binary_slots(op, bits, signed, groups));
+            if slots != model {
+                failures.push(format!(
+                    "{op:?} {bits} {signed}: model {model} slots, device {slots}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
