@@ -16,9 +16,11 @@ issue 10. An expanded case is in scope only when every operator of the body is i
 its other operators (CastLike, ReduceLogSum, ...) are outside the importer's list by design.
 
 Inputs that are not floating point (int64 shapes, axes, indices, starts, bool conditions)
-become initializers holding the data set's values: the device graph takes float tensors, and
-the compiler needs shapes and indices at compile time, as exported models give them. Float
-inputs stay inputs. Only the first data set of a case is written.
+become initializers holding the data set's values: the compiler needs shapes and indices at
+compile time, as exported models give them. Float inputs stay inputs, and so do the integer
+and bool inputs of 16 bits or fewer that a single-node case's operator takes as data
+(DATA_INPUTS: the operands of Add, Sub, Mul and Div, the input of Cast and of
+DequantizeLinear), which the device holds. Only the first data set of a case is written.
 """
 
 import os
@@ -46,7 +48,24 @@ FLOAT_TYPES = {
     TensorProto.FLOAT8E4M3FNUZ,
     TensorProto.FLOAT8E5M2,
     TensorProto.FLOAT8E5M2FNUZ,
+    TensorProto.FLOAT4E2M1,
+    TensorProto.FLOAT8E8M0,
 }
+
+# Integer and bool types the device holds as data, and the operators (with the input positions)
+# that take them as data: those inputs stay inputs.
+DEVICE_INT_TYPES = {
+    TensorProto.INT8,
+    TensorProto.UINT8,
+    TensorProto.INT16,
+    TensorProto.UINT16,
+    TensorProto.INT4,
+    TensorProto.UINT4,
+    TensorProto.INT2,
+    TensorProto.UINT2,
+    TensorProto.BOOL,
+}
+DATA_INPUTS = {"Add": {0, 1}, "Sub": {0, 1}, "Mul": {0, 1}, "Div": {0, 1}, "Cast": {0}, "DequantizeLinear": {0}}
 
 EXPANDED = re.compile(r"^(.*)_expanded(_ver\d+)?$")
 
@@ -88,9 +107,11 @@ def main():
         inputs, outputs = c.data_sets[0]
         graph = model.graph
         kept_vi, kept_values = [], []
-        for vi, value in zip(list(graph.input), inputs):
+        data_inputs = DATA_INPUTS.get(op, set()) if len(graph.node) == 1 else set()
+        for k, (vi, value) in enumerate(zip(list(graph.input), inputs)):
             tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-            if tt is not None and tt.elem_type not in FLOAT_TYPES:
+            as_data = tt is not None and tt.elem_type in DEVICE_INT_TYPES and k in data_inputs
+            if tt is not None and tt.elem_type not in FLOAT_TYPES and not as_data:
                 graph.initializer.append(as_proto(value, vi.name))
             else:
                 kept_vi.append(vi)

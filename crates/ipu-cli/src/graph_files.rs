@@ -14,7 +14,11 @@ fn npy_type(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "<f4",
         DType::F16 => "<f2",
-        DType::F143 { .. } | DType::F152 { .. } => "|u1",
+        DType::Bool => "|b1",
+        DType::I16 => "<i2",
+        DType::U16 | DType::Bf16 => "<u2",
+        DType::I8 | DType::I4 | DType::I2 => "|i1",
+        _ => "|u1",
     }
 }
 

@@ -217,6 +217,10 @@ enum Encoding {
     Fp8Values,
     /// `u1` raw codes of an FP8 input.
     Fp8Codes,
+    /// `u1` raw codes or `u2` raw bits of one of the stored formats (bf16, OCP FP8, FP4, E8M0).
+    StoredCodes,
+    /// Integers (or `b1`) of the input's own kind and width.
+    Ints,
 }
 
 impl Encoding {
@@ -229,15 +233,28 @@ impl Encoding {
             (DType::F16, TypeChar::Float, 2) => Some(Encoding::F16),
             (d, TypeChar::Float, 4) if d.is_fp8() => Some(Encoding::Fp8Values),
             (d, TypeChar::Uint, 1) if d.is_fp8() => Some(Encoding::Fp8Codes),
+            (d, TypeChar::Float, 4) if d.class() == ipu_graph::DTypeClass::Stored => {
+                Some(Encoding::Fp8Values)
+            }
+            (d, TypeChar::Uint, n) if d.class() == ipu_graph::DTypeClass::Stored => {
+                (n == d.bytes() as u64).then_some(Encoding::StoredCodes)
+            }
+            (DType::Bool, TypeChar::Bool, 1) => Some(Encoding::Ints),
+            (d, TypeChar::Int | TypeChar::Uint, n) => {
+                let f = d.int_format()?;
+                let signed = ts.type_char() == TypeChar::Int;
+                (signed == f.signed && n == d.bytes() as u64).then_some(Encoding::Ints)
+            }
             _ => None,
         }
     }
 
-    fn item_bytes(self) -> u64 {
+    fn item_bytes(self, dtype: DType) -> u64 {
         match self {
             Encoding::F32 | Encoding::Fp8Values => 4,
             Encoding::F16 => 2,
             Encoding::Fp8Codes => 1,
+            Encoding::StoredCodes | Encoding::Ints => dtype.bytes() as u64,
         }
     }
 }
@@ -267,7 +284,22 @@ fn expected_text(ty: &TensorType) -> String {
         DType::F143 { scale } | DType::F152 { scale } => format!(
             "{ty}: '<f4' values (encoded at scale {scale}) or '|u1' codes, of shape {shape}"
         ),
+        d => format!("{ty}: {} of shape {shape}", npy_kinds(d)),
     }
+}
+
+/// The npy element types an input of one of the other dtypes takes.
+fn npy_kinds(d: DType) -> String {
+    if d == DType::Bool {
+        return "'|b1'".into();
+    }
+    if let Some(f) = d.int_format() {
+        let c = if f.signed { 'i' } else { 'u' };
+        let order = if d.bytes() == 1 { '|' } else { '<' };
+        return format!("'{order}{c}{}'", d.bytes());
+    }
+    let raw = if d.bytes() == 2 { "'<u2' bits" } else { "'|u1' codes" };
+    format!("'<f4' values (rounded to {d}) or {raw}")
 }
 
 fn given_text(h: &NpyHeader) -> String {
@@ -324,7 +356,7 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
     }
     // The element count is the input's, bounded by ipu_graph::TENSOR_ELEMENTS_MAX.
     let elements = ty.elements();
-    let data_bytes = elements as u64 * encoding.item_bytes();
+    let data_bytes = elements as u64 * encoding.item_bytes(ty.dtype);
     let follow = total_bytes.saturating_sub(header_bytes);
     if follow < data_bytes {
         return Err(format!(
@@ -355,6 +387,48 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
             .into_iter()
             .map(|x| round_to_dtype(ty.dtype, x))
             .collect(),
+        Encoding::StoredCodes => {
+            let raw: Vec<u8> = if ty.dtype.bytes() == 2 {
+                npy.into_vec::<u16>()
+                    .map_err(data)?
+                    .into_iter()
+                    .flat_map(u16::to_le_bytes)
+                    .collect()
+            } else {
+                npy.into_vec::<u8>().map_err(data)?
+            };
+            ipu_graph::decode_elements(ty.dtype, &raw)
+        }
+        Encoding::Ints => {
+            let f = ty.dtype.int_format();
+            let vals: Vec<i64> = match (ty.dtype, f) {
+                (DType::Bool, _) => npy
+                    .into_vec::<bool>()
+                    .map_err(data)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+                (DType::I16, _) => npy.into_vec::<i16>().map_err(data)?.into_iter().map(i64::from).collect(),
+                (DType::U16, _) => npy.into_vec::<u16>().map_err(data)?.into_iter().map(i64::from).collect(),
+                (_, Some(f)) if f.signed => {
+                    npy.into_vec::<i8>().map_err(data)?.into_iter().map(i64::from).collect()
+                }
+                _ => npy.into_vec::<u8>().map_err(data)?.into_iter().map(i64::from).collect(),
+            };
+            if let Some(f) = f
+                && let Some(bad) = vals
+                    .iter()
+                    .find(|&&v| v < i64::from(f.min()) || v > i64::from(f.max()))
+            {
+                return Err(format!(
+                    "the value {bad} is outside the range of {} ({}..={})",
+                    ty.dtype,
+                    f.min(),
+                    f.max()
+                ));
+            }
+            vals.into_iter().map(|v| v as f32).collect()
+        }
         Encoding::Fp8Codes => {
             let (format, scale) = match (ty.dtype.fp8_format(), ty.dtype.scale()) {
                 (Some(f), Some(s)) => (f, s),
@@ -487,6 +561,25 @@ pub fn output_npy(output: &Output, raw_fp8: bool) -> io::Result<Vec<u8>> {
         DType::F143 { .. } | DType::F152 { .. } => {
             write_npy("<f4", &t.shape, t.data.iter().copied())
         }
+        DType::Bool => write_npy("|b1", &t.shape, t.data.iter().map(|&x| x != 0.0)),
+        DType::I16 => write_npy("<i2", &t.shape, t.data.iter().map(|&x| x as i16)),
+        DType::U16 => write_npy("<u2", &t.shape, t.data.iter().map(|&x| x as u16)),
+        d if d.int_format().is_some_and(|f| f.signed) => {
+            write_npy("|i1", &t.shape, t.data.iter().map(|&x| x as i8))
+        }
+        d if d.int_format().is_some() => write_npy("|u1", &t.shape, t.data.iter().map(|&x| x as u8)),
+        // bf16, the OCP FP8 and the MX formats: float32 values, or with `--raw-fp8` the raw
+        // codes (bf16: its bits).
+        d if raw_fp8 && d.bytes() == 2 => write_npy(
+            "<u2",
+            &t.shape,
+            output
+                .dense
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        ),
+        _ if raw_fp8 => write_npy("|u1", &t.shape, output.dense.iter().copied()),
+        _ => write_npy("<f4", &t.shape, t.data.iter().copied()),
     }
 }
 

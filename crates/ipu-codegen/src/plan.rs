@@ -127,8 +127,13 @@ pub enum DevOpKind {
     Binary(BinOp),
     /// Elementwise unary (`factor` for scale).
     Unary(UnOp, f32),
-    /// Conversion.
+    /// Conversion on the FP8 conversion unit and the vector units (f32, f16, F143, F152,
+    /// saturating).
     Cast,
+    /// Conversion between any two element formats, element by element through f32.
+    Convert(ipu_numerics::Overflow),
+    /// Elementwise integer arithmetic (operands of one shape).
+    IntBinary(BinOp),
     /// The causal mask of a block of scores whose column 0 is key `key_start` (f32).
     CausalMask {
         /// Key of column 0.
@@ -225,6 +230,42 @@ pub fn elem(dtype: DType) -> Option<kernels::Elem> {
     }
 }
 
+/// The conversion-kernel type of `dtype`.
+pub fn conv_type(dtype: DType) -> kernels::ConvType {
+    use kernels::{ByteType, ConvType};
+    use ipu_numerics::Fp8Format as F;
+    match dtype {
+        DType::F32 => ConvType::F32,
+        DType::F16 => ConvType::F16,
+        DType::Bf16 => ConvType::Bf16,
+        DType::I16 => ConvType::Int16 { signed: true },
+        DType::U16 => ConvType::Int16 { signed: false },
+        DType::F143 { scale } => ConvType::Byte(ByteType::Fp8(F::F143, scale)),
+        DType::F152 { scale } => ConvType::Byte(ByteType::Fp8(F::F152, scale)),
+        DType::E4M3FN => ConvType::Byte(ByteType::Fp8(F::E4M3FN, 0)),
+        DType::E5M2 => ConvType::Byte(ByteType::Fp8(F::E5M2, 0)),
+        DType::F4E2M1 => ConvType::Byte(ByteType::F4E2M1),
+        DType::E8M0 => ConvType::Byte(ByteType::E8M0),
+        DType::Bool => ConvType::Byte(ByteType::Bool),
+        _ => {
+            let f = dtype.int_format().expect("an integer dtype");
+            ConvType::Byte(ByteType::Int {
+                bits: f.bits as u8,
+                signed: f.signed,
+            })
+        }
+    }
+}
+
+/// True when the FP8 conversion unit and vector kernels (`Kernel::Cast`) do the cast.
+pub fn cast_on_units(from: DType, to: DType, overflow: ipu_numerics::Overflow) -> bool {
+    let unit = |d: DType| d.is_float() || d.is_fp8();
+    overflow == ipu_numerics::Overflow::Saturate
+        && unit(from)
+        && unit(to)
+        && !(from.is_fp8() && to.is_fp8())
+}
+
 /// The cast-kernel type of `dtype`.
 pub fn cast_type(dtype: DType) -> CastType {
     match dtype {
@@ -232,6 +273,7 @@ pub fn cast_type(dtype: DType) -> CastType {
         DType::F16 => CastType::F16,
         DType::F143 { scale } => CastType::Fp8(ipu_isa::Fp8Format::F143, scale),
         DType::F152 { scale } => CastType::Fp8(ipu_isa::Fp8Format::F152, scale),
+        other => unreachable!("{other} is converted by Kernel::Convert"),
     }
 }
 

@@ -23,6 +23,7 @@ mod text;
 use std::fmt;
 
 pub use builder::GraphBuilder;
+pub use ipu_numerics::Overflow;
 pub use constant::{
     Constant, ConstantData, byte_code, byte_values, decode_elements, encode_elements,
 };

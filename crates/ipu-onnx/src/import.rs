@@ -243,7 +243,7 @@ impl Importer<'_> {
         match v {
             Val::Graph(id) => {
                 let t = self.b.ty(*id);
-                (Elem::Float(t.dtype), t.shape.clone())
+                (Elem::of_dtype(t.dtype), t.shape.clone())
             }
             Val::Known(k, _) => (k.elem, k.shape.clone()),
         }
@@ -282,14 +282,22 @@ impl Importer<'_> {
             Val::Graph(id) => return Ok(*id),
             Val::Known(k, origin) => (k, origin),
         };
-        let Elem::Float(dtype) = k.elem else {
+        let Some(dtype) = k.elem.device_dtype() else {
             return Err(node.bad_input(
                 input,
                 format!(
-                    "a {} tensor used as data: the graph's tensors are f32, f16 or FP8",
+                    "a {} tensor used as data: the device holds floats, FP8 and the MX formats, \
+                     integers of 16 bits or fewer and bool",
                     k.elem.name()
                 ),
             ));
+        };
+        // Known integers are held as i64 values; the device layout is the dtype's.
+        let device_bytes = if k.elem.is_integral() {
+            let values: Vec<f32> = k.ints().unwrap_or_default().iter().map(|&v| v as f32).collect();
+            ipu_graph::encode_elements(dtype, &values)
+        } else {
+            k.bytes.clone()
         };
         let key = origin.as_ref().map(|o| (o.clone(), k.shape.clone()));
         if let Some((known, id)) = key.as_ref().and_then(|key| self.constants.get(key))
@@ -304,11 +312,7 @@ impl Importer<'_> {
         let name = self.claim(&base);
         let id = self
             .b
-            .constant(
-                name,
-                TensorType::new(dtype, k.shape.clone()),
-                k.bytes.clone(),
-            )
+            .constant(name, TensorType::new(dtype, k.shape.clone()), device_bytes)
             .map_err(|e| node.bad_input(input, e.to_string()))?;
         if let Some(key) = key {
             self.constants.insert(key, (k.clone(), id));
@@ -379,12 +383,13 @@ fn input_type(
     };
     let code = t.elem_type();
     let dtype = match elem_of_code(code) {
-        Ok(Elem::Float(d)) => d,
+        Ok(e) if e.device_dtype().is_some() => e.device_dtype().expect("checked"),
         Ok(_) => {
             return Err(OnnxError::UnsupportedType {
                 tensor: name.to_string(),
                 data_type: type_name(code),
-                reason: "graph inputs must be f32, f16 or FP8 (FLOAT8E4M3FNUZ, FLOAT8E5M2FNUZ)"
+                reason: "graph inputs must be floats, FP8, the MX formats, integers of 16 bits \
+                         or fewer or bool (wider integers and double are folded only)"
                     .into(),
             });
         }
@@ -693,11 +698,13 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
             op_type: "output",
             proto: &no_node,
         };
-        if !matches!(elem, Elem::Float(_)) {
+        if elem.device_dtype().is_none() {
             return Err(OnnxError::UnsupportedType {
                 tensor: name.to_string(),
                 data_type: elem.name(),
-                reason: "graph outputs must be f32, f16 or FP8".into(),
+                reason: "graph outputs must be floats, FP8, the MX formats, integers of 16 bits \
+                         or fewer or bool"
+                    .into(),
             });
         }
         let want = imp.reserve(name);

@@ -124,12 +124,15 @@ pub fn elem_of_code(code: i32) -> Result<Elem, &'static str> {
         code::UINT32 => Elem::Int(IntKind::U32),
         code::UINT64 => Elem::Int(IntKind::U64),
         code::BOOL => Elem::Bool,
-        16 => return Err("the graph IR has no bfloat16"),
-        17 | 19 => {
-            return Err(
-                "the graph IR has no OCP FP8 dtype (FLOAT8E4M3FNUZ and FLOAT8E5M2FNUZ map to f143 and f152)",
-            );
-        }
+        16 => Elem::Float(DType::Bf16),
+        17 => Elem::Float(DType::E4M3FN),
+        19 => Elem::Float(DType::E5M2),
+        21 => Elem::Float(DType::U4),
+        22 => Elem::Float(DType::I4),
+        23 => Elem::Float(DType::F4E2M1),
+        24 => Elem::Float(DType::E8M0),
+        25 => Elem::Float(DType::U2),
+        26 => Elem::Float(DType::I2),
         8 => return Err("the graph IR has no strings"),
         14 | 15 => return Err("the graph IR has no complex numbers"),
         _ => return Err("the graph IR has no such dtype"),
@@ -152,6 +155,20 @@ impl Elem {
             Elem::Float(DType::F16) => code::FLOAT16,
             Elem::Float(DType::F143 { .. }) => code::FLOAT8E4M3FNUZ,
             Elem::Float(DType::F152 { .. }) => code::FLOAT8E5M2FNUZ,
+            Elem::Float(DType::Bf16) => 16,
+            Elem::Float(DType::E4M3FN) => 17,
+            Elem::Float(DType::E5M2) => 19,
+            Elem::Float(DType::U4) => 21,
+            Elem::Float(DType::I4) => 22,
+            Elem::Float(DType::F4E2M1) => 23,
+            Elem::Float(DType::E8M0) => 24,
+            Elem::Float(DType::U2) => 25,
+            Elem::Float(DType::I2) => 26,
+            Elem::Float(DType::I8) => code::INT8,
+            Elem::Float(DType::U8) => code::UINT8,
+            Elem::Float(DType::I16) => code::INT16,
+            Elem::Float(DType::U16) => code::UINT16,
+            Elem::Float(DType::Bool) => code::BOOL,
             Elem::Double => code::DOUBLE,
             Elem::Int(IntKind::I8) => code::INT8,
             Elem::Int(IntKind::I16) => code::INT16,
@@ -168,6 +185,34 @@ impl Elem {
     /// The ONNX name.
     pub fn name(self) -> String {
         type_name(self.code())
+    }
+
+    /// The graph dtype of a tensor of this type on the device: the `Float` types as they are,
+    /// and the integers of 16 bits or fewer and bool as the graph's `i8`, `u8`, `i16`, `u16`
+    /// and `bool` (wider integers and double are folded only).
+    pub fn device_dtype(self) -> Option<DType> {
+        Some(match self {
+            Elem::Float(d) => d,
+            Elem::Int(IntKind::I8) => DType::I8,
+            Elem::Int(IntKind::U8) => DType::U8,
+            Elem::Int(IntKind::I16) => DType::I16,
+            Elem::Int(IntKind::U16) => DType::U16,
+            Elem::Bool => DType::Bool,
+            _ => return None,
+        })
+    }
+
+    /// The importer's type of a graph value of `dtype`: integers and bool as `Int`/`Bool`
+    /// (so folding treats a known one as integers), the rest as `Float`.
+    pub fn of_dtype(dtype: DType) -> Elem {
+        match dtype {
+            DType::I8 => Elem::Int(IntKind::I8),
+            DType::U8 => Elem::Int(IntKind::U8),
+            DType::I16 => Elem::Int(IntKind::I16),
+            DType::U16 => Elem::Int(IntKind::U16),
+            DType::Bool => Elem::Bool,
+            d => Elem::Float(d),
+        }
     }
 
     /// True for the integer and boolean types.

@@ -130,17 +130,32 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<TensorData, OnnxError> {
     })?;
     let name = t.name.clone().unwrap_or_default();
     let known = tensor::decode(&t, &name, &ImportOptions::default())?;
-    match known.elem {
-        known::Elem::Float(dtype) => Ok(TensorData {
-            name,
-            dtype,
-            shape: known.shape,
-            bytes: known.bytes,
-        }),
-        other => Err(OnnxError::UnsupportedType {
+    match known.elem.device_dtype() {
+        Some(dtype) => {
+            let bytes = if known.elem.is_integral() {
+                let values: Vec<f32> = known
+                    .ints()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|&v| v as f32)
+                    .collect();
+                ipu_graph::encode_elements(dtype, &values)
+            } else {
+                known.bytes
+            };
+            Ok(TensorData {
+                name,
+                dtype,
+                shape: known.shape,
+                bytes,
+            })
+        }
+        None => Err(OnnxError::UnsupportedType {
             tensor: name,
-            data_type: other.name(),
-            reason: "the graph's tensors are f32, f16 or FP8".into(),
+            data_type: known.elem.name(),
+            reason: "the device holds floats, FP8, the MX formats, integers of 16 bits or fewer \
+                     and bool"
+                .into(),
         }),
     }
 }

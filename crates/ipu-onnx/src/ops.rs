@@ -87,7 +87,7 @@ fn fold(node: &Node<'_>, r: known::FoldResult<Known>) -> Outs {
 /// The float dtype of a graph-bound tensor.
 fn float_dtype(node: &Node<'_>, imp: &Importer<'_>, v: &Val, i: usize) -> Result<DType, OnnxError> {
     match imp.ty(v).0 {
-        Elem::Float(d) => Ok(d),
+        Elem::Float(d) if d.is_float() || d.is_fp8() => Ok(d),
         e => Err(node.bad_input(
             i,
             format!(
@@ -540,29 +540,49 @@ fn elem_attr(node: &Node<'_>, attr: &str, code: i64) -> Result<Elem, OnnxError> 
 
 /// `Cast` / `CastLike` to `to`.
 fn cast_to(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, to: Elem) -> Outs {
-    if let Elem::Float(d) = to
-        && d.is_fp8()
-        && node.int("saturate", 1)? == 0
-    {
-        return Err(node.bad_attr(
-            "saturate",
-            "0 (overflow to NaN) is not supported: the device's FP8 conversion saturates",
-        ));
+    // `saturate` (opset 19) applies to FP8 targets: 0 overflows to NaN or infinity.
+    let overflow = if node.int("saturate", 1)? == 0 {
+        ipu_graph::Overflow::Nan
+    } else {
+        ipu_graph::Overflow::Saturate
+    };
+    // `round_mode` (opset 24) applies to FLOAT8E8M0 targets.
+    if let Some(a) = node.attr("round_mode") {
+        let mode = String::from_utf8_lossy(a.s()).to_string();
+        if mode != "up" {
+            return Err(node.bad_attr(
+                "round_mode",
+                format!("`{mode}` is not supported (supported: up, the default)"),
+            ));
+        }
     }
-    if let Val::Known(k, _) = x {
+    if let Val::Known(k, _) = x
+        && overflow == ipu_graph::Overflow::Saturate
+    {
         return fold(node, known::cast(k, to));
     }
-    let Elem::Float(d) = to else {
+    let Some(d) = to.device_dtype() else {
         return Err(node.bad_attr(
             "to",
-            format!("{}: the graph's tensors are f32, f16 or FP8", to.name()),
+            format!(
+                "{}: the device holds floats, FP8, the MX formats, integers of 16 bits or \
+                 fewer and bool",
+                to.name()
+            ),
         ));
     };
     if imp.ty(x).0 == to {
         return one(x.clone());
     }
     let name = out_name(imp, node, 0);
-    one(unary_op(imp, node, OpKind::Cast { to: d }, x, 0, &name)?)
+    one(unary_op(
+        imp,
+        node,
+        OpKind::Cast { to: d, overflow },
+        x,
+        0,
+        &name,
+    )?)
 }
 
 /// The known value of a `Constant` node.
@@ -871,7 +891,7 @@ pub fn convert(
             fold(node, value.broadcast_to(&shape))
         }
         "Cast" => {
-            node.only_attrs(&["to", "saturate"])?;
+            node.only_attrs(&["to", "saturate", "round_mode"])?;
             let to = node
                 .attr("to")
                 .ok_or_else(|| node.bad_attr("to", "is required"))?;
@@ -2217,7 +2237,7 @@ fn attention_unfused(
                     unary_op(
                         imp,
                         node,
-                        OpKind::Cast { to: DType::F32 },
+                        OpKind::cast(DType::F32),
                         mask,
                         3,
                         &n("mask_f32"),
@@ -2346,7 +2366,7 @@ fn attention_unfused(
         if spec.dtype == DType::F32 {
             return Ok(x.clone());
         }
-        unary_op(imp, node, OpKind::Cast { to: spec.dtype }, x, 0, label)
+        unary_op(imp, node, OpKind::cast(spec.dtype), x, 0, label)
     };
     let p_typed = cast(imp, &p, &n("probabilities_cast"))?;
     let ids = [

@@ -127,6 +127,30 @@ pub fn decode(
             format!("{got} values for shape {shape:?} ({elements} elements)"),
         )
     };
+    if let Some(bits) = sub_byte_bits(elem) {
+        // Two 4-bit or four 2-bit elements per byte, the first in the low bits (raw_data, or
+        // one packed byte per int32_data entry).
+        let packed: Vec<u8> = match raw {
+            Some(r) => r.to_vec(),
+            None => t.int32_data.iter().map(|&v| v as u8).collect(),
+        };
+        let want = (elements * bits).div_ceil(8);
+        if packed.len() != want {
+            return Err(malformed(
+                name,
+                format!(
+                    "{} packed bytes for {} {shape:?} ({want} bytes)",
+                    packed.len(),
+                    elem.name()
+                ),
+            ));
+        }
+        return Ok(Known {
+            elem,
+            shape,
+            bytes: unpack(elem, bits, &packed, elements),
+        });
+    }
     if let Some(raw) = raw {
         let size = raw_width(elem);
         if raw.len() != elements * size {
@@ -158,7 +182,7 @@ pub fn decode(
             if t.int32_data.len() != elements {
                 return Err(count_mismatch(t.int32_data.len()));
             }
-            let bytes = if d == ipu_graph::DType::F16 {
+            let bytes = if d.bytes() == 2 {
                 t.int32_data
                     .iter()
                     .flat_map(|&v| (v as u16).to_le_bytes())
@@ -209,6 +233,37 @@ pub fn decode(
 }
 
 /// Bytes per element in `raw_data` (little-endian, as onnx.proto specifies).
+/// Bits per element of the packed sub-byte types (INT4, UINT4, FLOAT4E2M1, INT2, UINT2).
+pub(crate) fn sub_byte_bits(elem: Elem) -> Option<usize> {
+    use ipu_graph::DType;
+    match elem {
+        Elem::Float(DType::I4 | DType::U4 | DType::F4E2M1) => Some(4),
+        Elem::Float(DType::I2 | DType::U2) => Some(2),
+        _ => None,
+    }
+}
+
+/// The device layout of packed sub-byte elements: one byte each, signed integers
+/// sign-extended, FP4 its code.
+fn unpack(elem: Elem, bits: usize, packed: &[u8], elements: usize) -> Vec<u8> {
+    let per = 8 / bits;
+    let mask = (1u8 << bits) - 1;
+    let signed = matches!(
+        elem,
+        Elem::Float(ipu_graph::DType::I4 | ipu_graph::DType::I2)
+    );
+    (0..elements)
+        .map(|i| {
+            let v = (packed[i / per] >> (bits * (i % per))) & mask;
+            if signed && v & (1 << (bits - 1)) != 0 {
+                v | !mask
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
 fn raw_width(elem: Elem) -> usize {
     use crate::known::IntKind::*;
     match elem {

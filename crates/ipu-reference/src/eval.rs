@@ -526,11 +526,15 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         }
         // Conversions to integers, bool, the stored formats, and without saturation are the
         // operation's meaning, in both precisions.
-        OpKind::Cast { to, overflow } if !cast_is_rounding(*to, *overflow) => ins[0]
-            .0
-            .iter()
-            .map(|&x| crate::convert(*to, *overflow, x))
-            .collect(),
+        // They hold values of the target already (infinities included, which a second,
+        // saturating rounding would change).
+        OpKind::Cast { to, overflow } if !cast_is_rounding(*to, *overflow) => {
+            return ins[0]
+                .0
+                .iter()
+                .map(|&x| crate::convert(*to, *overflow, x))
+                .collect();
+        }
         OpKind::Cast { .. } => ins[0].0.to_vec(),
         OpKind::LayerNorm { epsilon } => {
             let (x, t) = ins[0];

@@ -26,7 +26,28 @@ impl Planner<'_> {
     ) -> Result<(), CodegenError> {
         let out = op.outputs[0];
         let (x, y) = (ins[0], ins[1]);
-        if elem(self.values[x].dtype).is_none() {
+        let dtype = self.values[x].dtype;
+        if dtype.int_format().is_some() {
+            let bop = match op.kind {
+                OpKind::Add => BinOp::Add,
+                OpKind::Sub => BinOp::Sub,
+                OpKind::Mul => BinOp::Mul,
+                OpKind::Div => BinOp::Div,
+                _ => BinOp::Max,
+            };
+            if self.values[x].shape != out_val.ty.shape || self.values[y].shape != out_val.ty.shape
+            {
+                return unsupported(
+                    op,
+                    "integer arithmetic on operands of different shapes (broadcasting) is not lowered",
+                );
+            }
+            let layout = self.values[x].layout.clone();
+            let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
+            self.push_simple(op.name.clone(), DevOpKind::IntBinary(bop), vec![x, y], r);
+            return Ok(());
+        }
+        if elem(dtype).is_none() {
             return unsupported(
                 op,
                 "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
@@ -92,11 +113,14 @@ impl Planner<'_> {
                 };
                 self.follow(op, out_val, kind, ins[0], None)
             }
-            OpKind::Cast { to } => {
-                if self.values[ins[0]].dtype.is_fp8() && to.is_fp8() {
-                    return unsupported(op, "FP8 to FP8 casts are not lowered; cast through f16");
-                }
-                self.follow(op, out_val, DevOpKind::Cast, ins[0], Some(*to))
+            OpKind::Cast { to, overflow } => {
+                let from = self.values[ins[0]].dtype;
+                let kind = if cast_on_units(from, *to, *overflow) {
+                    DevOpKind::Cast
+                } else {
+                    DevOpKind::Convert(*overflow)
+                };
+                self.follow(op, out_val, kind, ins[0], Some(*to))
             }
             _ => unreachable!("dispatched by kind"),
         }
@@ -219,6 +243,94 @@ impl Lowerer<'_> {
                 )
             },
         );
+        Ok(())
+    }
+
+    /// Conversions by `Kernel::Convert`, in groups of four elements per tile.
+    pub(crate) fn lower_convert(
+        &mut self,
+        index: usize,
+        overflow: ipu_numerics::Overflow,
+        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (from, to) = (
+            conv_type(self.plan.values[op.inputs[0]].dtype),
+            conv_type(self.plan.values[op.output].dtype),
+        );
+        self.split_per_tile(
+            index,
+            tiles,
+            |n| n / 4,
+            |xb, ob, g0, g1| {
+                SupOp::Run(
+                    Kernel::Convert { from, to, overflow },
+                    CastState {
+                        input: (xb, g0 * 4 * from.bytes()),
+                        out: (ob, g0 * 4 * to.bytes()),
+                        groups: g1 - g0,
+                    }
+                    .into(),
+                    kernels::convert_slots(from, to, overflow, g1 - g0),
+                )
+            },
+        );
+        Ok(())
+    }
+
+    /// Integer arithmetic by `Kernel::IntBinary` per tile: the operands have the output's
+    /// shape; the second is gathered into the first's layout when they differ.
+    pub(crate) fn lower_int_binary(
+        &mut self,
+        index: usize,
+        bop: BinOp,
+        steps: &mut OpSteps,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let out = op.output;
+        let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
+        let (x, y) = (op.inputs[0], op.inputs[1]);
+        let f = self.plan.values[x]
+            .dtype
+            .int_format()
+            .expect("planned on integers");
+        let (bits, signed) = (f.bits as u8, f.signed);
+        let eb = self.eb(x);
+        let same = self.plan.values[y].layout == out_layout;
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile];
+            let xb = self.value_buffer(x, tile);
+            let ob = self.value_buffer(out, tile);
+            let yb = if same {
+                self.value_buffer(y, tile)
+            } else {
+                let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{}.b", op.name));
+                let want = out_layout.ranges_on(tile);
+                let c = self.gather(y, tile, out_layout.group, &want, st);
+                steps.copies.extend(c);
+                st
+            };
+            let groups = n as u32 / 4;
+            let ops = steps.tiles.entry(tile).or_default();
+            push_split(ops, groups, |g0, g1| {
+                SupOp::Run(
+                    Kernel::IntBinary {
+                        op: bop,
+                        bits,
+                        signed,
+                    },
+                    BinaryState {
+                        a: (xb, g0 * 4 * eb),
+                        b: (yb, g0 * 4 * eb),
+                        out: (ob, g0 * 4 * eb),
+                        vectors: g1 - g0,
+                    }
+                    .into(),
+                    kernels::int_binary_slots(bop, bits, signed, g1 - g0),
+                )
+            });
+        }
         Ok(())
     }
 

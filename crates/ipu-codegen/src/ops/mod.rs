@@ -105,6 +105,10 @@ impl Lowerer<'_> {
                 self.lower_causal_mask(index, *key_start, &mut steps.tiles)?;
             }
             DevOpKind::Cast => self.lower_cast(index, &mut steps.tiles)?,
+            DevOpKind::Convert(overflow) => {
+                self.lower_convert(index, *overflow, &mut steps.tiles)?
+            }
+            DevOpKind::IntBinary(bop) => self.lower_int_binary(index, *bop, &mut steps)?,
             DevOpKind::Flash(_) => unreachable!("lowered above"),
         }
         let OpSteps { mut tiles, copies } = steps;
