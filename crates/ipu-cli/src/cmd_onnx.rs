@@ -125,6 +125,11 @@ pub fn read_data_set(
         })?;
         let t = ipu_onnx::decode_tensor(&bytes).with_context(|| format!("{}", path.display()))?;
         let (name, ty) = want;
+        // A scalar is held as the one-element vector [1] (the device has no rank-0 tensors).
+        let mut t = t;
+        if t.shape.is_empty() && ty.shape == [1] {
+            t.shape = vec![1];
+        }
         if t.dtype != ty.dtype || t.shape != ty.shape {
             bail!(
                 "{}: {kind} {name:?} expects {ty}, the file holds {}{:?}",

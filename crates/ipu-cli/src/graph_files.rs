@@ -18,6 +18,10 @@ fn npy_type(dtype: DType) -> &'static str {
         DType::I16 => "<i2",
         DType::U16 | DType::Bf16 => "<u2",
         DType::I8 | DType::I4 | DType::I2 => "|i1",
+        DType::I32 => "<i4",
+        DType::U32 => "<u4",
+        DType::I64 => "<i8",
+        DType::U64 => "<u8",
         _ => "|u1",
     }
 }

@@ -298,7 +298,11 @@ fn npy_kinds(d: DType) -> String {
         let order = if d.bytes() == 1 { '|' } else { '<' };
         return format!("'{order}{c}{}'", d.bytes());
     }
-    let raw = if d.bytes() == 2 { "'<u2' bits" } else { "'|u1' codes" };
+    let raw = if d.bytes() == 2 {
+        "'<u2' bits"
+    } else {
+        "'|u1' codes"
+    };
     format!("'<f4' values (rounded to {d}) or {raw}")
 }
 
@@ -408,12 +412,30 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
                     .into_iter()
                     .map(i64::from)
                     .collect(),
-                (DType::I16, _) => npy.into_vec::<i16>().map_err(data)?.into_iter().map(i64::from).collect(),
-                (DType::U16, _) => npy.into_vec::<u16>().map_err(data)?.into_iter().map(i64::from).collect(),
-                (_, Some(f)) if f.signed => {
-                    npy.into_vec::<i8>().map_err(data)?.into_iter().map(i64::from).collect()
-                }
-                _ => npy.into_vec::<u8>().map_err(data)?.into_iter().map(i64::from).collect(),
+                (DType::I16, _) => npy
+                    .into_vec::<i16>()
+                    .map_err(data)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+                (DType::U16, _) => npy
+                    .into_vec::<u16>()
+                    .map_err(data)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+                (_, Some(f)) if f.signed => npy
+                    .into_vec::<i8>()
+                    .map_err(data)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+                _ => npy
+                    .into_vec::<u8>()
+                    .map_err(data)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
             };
             if let Some(f) = f
                 && let Some(bad) = vals
@@ -562,12 +584,18 @@ pub fn output_npy(output: &Output, raw_fp8: bool) -> io::Result<Vec<u8>> {
             write_npy("<f4", &t.shape, t.data.iter().copied())
         }
         DType::Bool => write_npy("|b1", &t.shape, t.data.iter().map(|&x| x != 0.0)),
+        DType::I32 => write_npy("<i4", &t.shape, t.data.iter().map(|&x| x as i32)),
+        DType::U32 => write_npy("<u4", &t.shape, t.data.iter().map(|&x| x as u32)),
+        DType::I64 => write_npy("<i8", &t.shape, t.data.iter().map(|&x| x as i64)),
+        DType::U64 => write_npy("<u8", &t.shape, t.data.iter().map(|&x| x as u64)),
         DType::I16 => write_npy("<i2", &t.shape, t.data.iter().map(|&x| x as i16)),
         DType::U16 => write_npy("<u2", &t.shape, t.data.iter().map(|&x| x as u16)),
         d if d.int_format().is_some_and(|f| f.signed) => {
             write_npy("|i1", &t.shape, t.data.iter().map(|&x| x as i8))
         }
-        d if d.int_format().is_some() => write_npy("|u1", &t.shape, t.data.iter().map(|&x| x as u8)),
+        d if d.int_format().is_some() => {
+            write_npy("|u1", &t.shape, t.data.iter().map(|&x| x as u8))
+        }
         // bf16, the OCP FP8 and the MX formats: float32 values, or with `--raw-fp8` the raw
         // codes (bf16: its bits).
         d if raw_fp8 && d.bytes() == 2 => write_npy(

@@ -232,8 +232,8 @@ pub fn elem(dtype: DType) -> Option<kernels::Elem> {
 
 /// The conversion-kernel type of `dtype`.
 pub fn conv_type(dtype: DType) -> kernels::ConvType {
-    use kernels::{ByteType, ConvType};
     use ipu_numerics::Fp8Format as F;
+    use kernels::{ByteType, ConvType};
     match dtype {
         DType::F32 => ConvType::F32,
         DType::F16 => ConvType::F16,

@@ -99,6 +99,25 @@ pub fn decode_elements(dtype: DType, bytes: &[u8]) -> Vec<f32> {
                 }
             })
             .collect(),
+        DType::I32 => bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
+            .collect(),
+        DType::U32 => bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
+            .collect(),
+        DType::I64 | DType::U64 => bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let v = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                if dtype == DType::I64 {
+                    v as i64 as f32
+                } else {
+                    v as f32
+                }
+            })
+            .collect(),
         _ => {
             let table = byte_values(dtype);
             bytes.iter().map(|&b| table[b as usize]).collect()
@@ -166,6 +185,15 @@ pub fn encode_elements(dtype: DType, values: &[f32]) -> Vec<u8> {
                 .flat_map(|&x| (f.from_f32(x) as u16).to_le_bytes())
                 .collect()
         }
+        // Truncated toward zero (values are meant to be integers); NaN gives 0.
+        DType::I32 | DType::U32 => values
+            .iter()
+            .flat_map(|&x| (x as i64 as u32).to_le_bytes())
+            .collect(),
+        DType::I64 | DType::U64 => values
+            .iter()
+            .flat_map(|&x| (x as i64).to_le_bytes())
+            .collect(),
         _ => values.iter().map(|&x| byte_code(dtype, x)).collect(),
     }
 }

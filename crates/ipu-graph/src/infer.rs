@@ -72,6 +72,15 @@ fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError
             | OpKind::Slice { .. }
             | OpKind::Concat { .. }
     );
+    if let OpKind::Cast { to, .. } = kind {
+        let wide = |d: DType| d.class() == DTypeClass::Wide;
+        if wide(*to) || inputs.iter().any(|t| wide(t.dtype)) {
+            return err(
+                Some(0),
+                "casts to and from 32- and 64-bit integers are not lowered (they are moved only)",
+            );
+        }
+    }
     if movement {
         return Ok(());
     }
@@ -83,7 +92,7 @@ fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError
         let ok = match t.dtype.class() {
             DTypeClass::Float | DTypeClass::Fp8 => true,
             DTypeClass::Int(_) => integer_ok && t.dtype != DType::Bool,
-            DTypeClass::Stored => false,
+            DTypeClass::Stored | DTypeClass::Wide => false,
         };
         if !ok {
             let what = if integer_ok {

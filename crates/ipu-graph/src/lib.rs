@@ -23,12 +23,12 @@ mod text;
 use std::fmt;
 
 pub use builder::GraphBuilder;
-pub use ipu_numerics::Overflow;
 pub use constant::{
     Constant, ConstantData, byte_code, byte_values, decode_elements, encode_elements,
 };
 pub use infer::{InferError, infer};
 use ipu_numerics::Fp8Format;
+pub use ipu_numerics::Overflow;
 pub use text::{
     ConstantFile, ExternalConstant, INLINE_CONSTANT_ELEMENTS_MAX, ParseError, PrintedGraph,
     Resolver, parse, parse_with, print, print_with_files,
@@ -102,6 +102,14 @@ pub enum DType {
     U2,
     /// Boolean, one byte (0 or 1).
     Bool,
+    /// 32-bit two's-complement integer: moved, not computed (shape values and constants).
+    I32,
+    /// 32-bit unsigned integer: moved, not computed.
+    U32,
+    /// 64-bit two's-complement integer: moved, not computed (ONNX `Shape` results).
+    I64,
+    /// 64-bit unsigned integer: moved, not computed.
+    U64,
 }
 
 /// How the device handles a dtype's elements.
@@ -116,7 +124,13 @@ pub enum DTypeClass {
     Int(ipu_numerics::IntFormat),
     /// bf16, the OCP FP8 and the MX formats: casts and data movement.
     Stored,
+    /// 32- and 64-bit integers: data movement only. The host reference holds every value as
+    /// f32, so their values are limited to `±2^24` (checked where they enter a graph).
+    Wide,
 }
+
+/// The largest magnitude of a 32- or 64-bit integer element: every integer up to it is an f32.
+pub const WIDE_INT_MAX: i64 = 1 << 24;
 
 impl DType {
     /// Bytes per element in device memory.
@@ -124,12 +138,14 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::Bf16 | DType::I16 | DType::U16 => 2,
+            DType::I32 | DType::U32 => 4,
+            DType::I64 | DType::U64 => 8,
             _ => 1,
         }
     }
 
     /// Every dtype without a scale, in the text form's order.
-    pub const UNSCALED: [DType; 16] = [
+    pub const UNSCALED: [DType; 20] = [
         DType::F32,
         DType::F16,
         DType::Bf16,
@@ -146,6 +162,10 @@ impl DType {
         DType::I2,
         DType::U2,
         DType::Bool,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
     ];
 
     /// How the device handles this dtype.
@@ -166,6 +186,7 @@ impl DType {
             DType::Bf16 | DType::E4M3FN | DType::E5M2 | DType::F4E2M1 | DType::E8M0 => {
                 DTypeClass::Stored
             }
+            DType::I32 | DType::U32 | DType::I64 | DType::U64 => DTypeClass::Wide,
         }
     }
 
@@ -203,6 +224,10 @@ impl DType {
             DType::I2 => "i2",
             DType::U2 => "u2",
             DType::Bool => "bool",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I64 => "i64",
+            DType::U64 => "u64",
         }
     }
 

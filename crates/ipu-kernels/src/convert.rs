@@ -218,12 +218,7 @@ fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data)
             c.op(load(Width::B8, DataReg::M(r), m(IN), off));
             c.op(alu_imm(AluOp::Shl, r, r, 2));
             c.op(alu(AluOp::Add, r, r, m(DATA)));
-            c.op(load(
-                Width::B32,
-                DataReg::A(X),
-                r,
-                d.decode_at as i16,
-            ));
+            c.op(load(Width::B32, DataReg::A(X), r, d.decode_at as i16));
         }
     }
     // Encode from $aX.
@@ -297,7 +292,9 @@ fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data)
             select(c, r, t0, t1, t2);
         }
         ConvType::Int16 { signed } => int(c, int_format(16, signed)),
-        ConvType::Byte(ByteType::Int { bits, signed }) => int(c, int_format(u32::from(bits), signed)),
+        ConvType::Byte(ByteType::Int { bits, signed }) => {
+            int(c, int_format(u32::from(bits), signed))
+        }
         ConvType::Byte(ByteType::Bool) => {
             c.op(fbin(FType::F32, FBinOp::CmpEq, FA, X, FZERO));
             c.op(Instr::MovToM {
@@ -390,7 +387,12 @@ pub(crate) fn convert(c: &mut Code, from: ConvType, to: ConvType, overflow: Over
         }
         let lane = i % per_word;
         if lane > 0 {
-            c.op(alu_imm(AluOp::Shl, m(R), m(R), (lane * 8 * to.bytes()) as i16));
+            c.op(alu_imm(
+                AluOp::Shl,
+                m(R),
+                m(R),
+                (lane * 8 * to.bytes()) as i16,
+            ));
         }
         c.op(alu(AluOp::Or, m(ACC), m(ACC), m(R)));
         if lane == per_word - 1 {

@@ -16,8 +16,8 @@ pub mod state;
 use ipu_isa::{FBinOp, FType, Fp8Format};
 
 pub use basic::*;
-pub use convert::{ByteType, ConvType, convert_slots, int_binary_slots};
 use code::Code;
+pub use convert::{ByteType, ConvType, convert_slots, int_binary_slots};
 pub use state::*;
 
 /// Bytes a kernel may read past the end of an input range.

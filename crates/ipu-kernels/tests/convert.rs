@@ -88,16 +88,29 @@ fn sources(t: ConvType) -> Vec<Vec<u8>> {
         ConvType::Byte(_) => (0..=255u8).map(|b| vec![b]).collect(),
         ConvType::F16 | ConvType::Bf16 | ConvType::Int16 { .. } => (0..=u16::MAX)
             .step_by(7)
-            .chain([0x7C00, 0xFC00, 0x7E00, 0x7F80, 0xFF80, 0x7FC0, 0x8000, 0xFFFF])
+            .chain([
+                0x7C00, 0xFC00, 0x7E00, 0x7F80, 0xFF80, 0x7FC0, 0x8000, 0xFFFF,
+            ])
             .map(|b| b.to_le_bytes().to_vec())
             .collect(),
         ConvType::F32 => {
-            let mut v = vec![0.0f32, -0.0, f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+            let mut v = vec![
+                0.0f32,
+                -0.0,
+                f32::NAN,
+                -f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+            ];
             for e in -130..=40 {
                 for m in [1.0f32, 1.0625, 1.125, 1.25, 1.5, 1.75, 1.9375, 1.0078125] {
                     let x = m * 2f32.powi(e);
                     for y in [x, -x] {
-                        v.extend([y, f32::from_bits(y.to_bits() + 1), f32::from_bits(y.to_bits().wrapping_sub(1))]);
+                        v.extend([
+                            y,
+                            f32::from_bits(y.to_bits() + 1),
+                            f32::from_bits(y.to_bits().wrapping_sub(1)),
+                        ]);
                     }
                 }
             }
@@ -105,7 +118,9 @@ fn sources(t: ConvType) -> Vec<Vec<u8>> {
                 v.push(i as f32 * 0.5);
                 v.push(i as f32 * 0.25 + 0.001);
             }
-            v.extend([1e6, -1e6, 3e9, -3e9, 65535.5, 65536.0, 32767.6, -32768.4, -32769.0]);
+            v.extend([
+                1e6, -1e6, 3e9, -3e9, 65535.5, 65536.0, 32767.6, -32768.4, -32769.0,
+            ]);
             v.iter().map(|x| x.to_le_bytes().to_vec()).collect()
         }
     }
@@ -127,7 +142,14 @@ fn formats() -> Vec<ConvType> {
         v.push(ConvType::Byte(Fp8(f, 0)));
     }
     v.push(ConvType::Byte(Fp8(Fp8Format::F143, -3)));
-    for (bits, signed) in [(8, true), (8, false), (4, true), (4, false), (2, true), (2, false)] {
+    for (bits, signed) in [
+        (8, true),
+        (8, false),
+        (4, true),
+        (4, false),
+        (2, true),
+        (2, false),
+    ] {
         v.push(ConvType::Byte(Int { bits, signed }));
     }
     v
@@ -145,7 +167,10 @@ fn every_conversion_matches_the_host_bit_for_bit() {
                 || matches!(to, ConvType::F32 | ConvType::F16)
                 || matches!(
                     (from, to),
-                    (ConvType::Byte(ByteType::Int { .. }), ConvType::Byte(ByteType::Int { .. }))
+                    (
+                        ConvType::Byte(ByteType::Int { .. }),
+                        ConvType::Byte(ByteType::Int { .. })
+                    )
                 );
             if from == to || !useful {
                 continue;
@@ -195,13 +220,22 @@ fn every_conversion_matches_the_host_bit_for_bit() {
 #[test]
 fn integer_arithmetic_matches_the_definition() {
     let mut failures = Vec::new();
-    for (bits, signed) in [(16u8, true), (16, false), (8, true), (8, false), (4, true), (2, false)] {
+    for (bits, signed) in [
+        (16u8, true),
+        (16, false),
+        (8, true),
+        (8, false),
+        (4, true),
+        (2, false),
+    ] {
         let f = IntFormat {
             bits: u32::from(bits),
             signed,
         };
         let eb = if bits > 8 { 2 } else { 1 };
-        let vals: Vec<i32> = (f.min()..=f.max()).step_by((1usize << bits) / 61 + 1).collect();
+        let vals: Vec<i32> = (f.min()..=f.max())
+            .step_by((1usize << bits) / 61 + 1)
+            .collect();
         let mut xs = Vec::new();
         let mut ys = Vec::new();
         for &x in &vals {

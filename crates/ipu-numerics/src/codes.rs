@@ -226,7 +226,14 @@ mod tests {
     use crate::{Fp8Format, Overflow, decode, encode};
 
     fn probes() -> Vec<f32> {
-        let mut v = vec![0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN];
+        let mut v = vec![
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+        ];
         let mut s = 0x1234_5678u32;
         for _ in 0..20000 {
             s ^= s << 13;
@@ -237,7 +244,12 @@ mod tests {
         for e in -140..=130 {
             for m in [1.0f32, 1.25, 1.5, 1.75, 1.0625, 1.125] {
                 let x = m * 2f32.powi(e);
-                v.extend([x, -x, f32::from_bits(x.to_bits() + 1), f32::from_bits(x.to_bits().saturating_sub(1))]);
+                v.extend([
+                    x,
+                    -x,
+                    f32::from_bits(x.to_bits() + 1),
+                    f32::from_bits(x.to_bits().saturating_sub(1)),
+                ]);
             }
         }
         v.retain(|x| !x.is_nan());
@@ -320,11 +332,26 @@ mod tests {
 
     #[test]
     fn ints_match_numpy_and_ml_dtypes() {
-        let i4 = IntFormat { bits: 4, signed: true };
-        let u4 = IntFormat { bits: 4, signed: false };
-        let i2 = IntFormat { bits: 2, signed: true };
-        let i8 = IntFormat { bits: 8, signed: true };
-        let u8 = IntFormat { bits: 8, signed: false };
+        let i4 = IntFormat {
+            bits: 4,
+            signed: true,
+        };
+        let u4 = IntFormat {
+            bits: 4,
+            signed: false,
+        };
+        let i2 = IntFormat {
+            bits: 2,
+            signed: true,
+        };
+        let i8 = IntFormat {
+            bits: 8,
+            signed: true,
+        };
+        let u8 = IntFormat {
+            bits: 8,
+            signed: false,
+        };
         // ml_dtypes 0.7: int4 of [2.7, -8.6, 8, -9, nan] = [2, -8, 0, 0, 0].
         assert_eq!(
             [2.7, -8.6, 8.0, -9.0, f32::NAN].map(|x| i4.from_f32(x)),
@@ -333,8 +360,14 @@ mod tests {
         assert_eq!([-2.5, 15.9, 16.0].map(|x| u4.from_f32(x)), [0, 15, 0]);
         assert_eq!([2.5, -2.5, 1.9].map(|x| i2.from_f32(x)), [0, -2, 1]);
         // NumPy: int8 of [1.5, -1.5, 300, -3] = [1, -1, 44, -3]; uint8 = [1, 255, 44, 253].
-        assert_eq!([1.5, -1.5, 300.0, -3.0].map(|x| i8.from_f32(x)), [1, -1, 44, -3]);
-        assert_eq!([1.5, -1.5, 300.0, -3.0].map(|x| u8.from_f32(x)), [1, 255, 44, 253]);
+        assert_eq!(
+            [1.5, -1.5, 300.0, -3.0].map(|x| i8.from_f32(x)),
+            [1, -1, 44, -3]
+        );
+        assert_eq!(
+            [1.5, -1.5, 300.0, -3.0].map(|x| u8.from_f32(x)),
+            [1, 255, 44, 253]
+        );
     }
 
     #[test]
@@ -350,7 +383,10 @@ mod tests {
 
     #[test]
     fn e8m0_rounds_up() {
-        assert_eq!([0.0, 0.124, 0.25, 1.1, 8.0].map(e8m0_code), [0, 124, 125, 128, 130]);
+        assert_eq!(
+            [0.0, 0.124, 0.25, 1.1, 8.0].map(e8m0_code),
+            [0, 124, 125, 128, 130]
+        );
         assert_eq!(e8m0_code(f32::NAN), 0xFF);
         assert_eq!(e8m0_value(127), 1.0);
         assert_eq!(e8m0_value(0), 2f32.powi(-127));

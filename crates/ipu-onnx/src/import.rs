@@ -292,9 +292,31 @@ impl Importer<'_> {
                 ),
             ));
         };
-        // Known integers are held as i64 values; the device layout is the dtype's.
+        // Known integers are held as i64 values; the device layout is the dtype's. 32- and
+        // 64-bit ones only as far as the host reference holds them exactly (as f32).
+        if dtype.class() == ipu_graph::DTypeClass::Wide
+            && let Some(v) = k
+                .ints()
+                .unwrap_or_default()
+                .into_iter()
+                .find(|v| v.abs() > ipu_graph::WIDE_INT_MAX)
+        {
+            return Err(node.bad_input(
+                input,
+                format!(
+                    "the {} value {v} used as data is beyond ±2^24, which the host reference \
+                     cannot hold exactly (32- and 64-bit integers are moved, not computed)",
+                    k.elem.name()
+                ),
+            ));
+        }
         let device_bytes = if k.elem.is_integral() {
-            let values: Vec<f32> = k.ints().unwrap_or_default().iter().map(|&v| v as f32).collect();
+            let values: Vec<f32> = k
+                .ints()
+                .unwrap_or_default()
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
             ipu_graph::encode_elements(dtype, &values)
         } else {
             k.bytes.clone()
@@ -383,7 +405,12 @@ fn input_type(
     };
     let code = t.elem_type();
     let dtype = match elem_of_code(code) {
-        Ok(e) if e.device_dtype().is_some() => e.device_dtype().expect("checked"),
+        Ok(e)
+            if e.device_dtype()
+                .is_some_and(|d| d.class() != ipu_graph::DTypeClass::Wide) =>
+        {
+            e.device_dtype().expect("checked")
+        }
         Ok(_) => {
             return Err(OnnxError::UnsupportedType {
                 tensor: name.to_string(),
@@ -442,6 +469,11 @@ fn input_type(
             }
         };
         out.push(size);
+    }
+    // The device holds no rank-0 tensors: a scalar input is the one-element vector [1], which
+    // broadcasts as the scalar does.
+    if out.is_empty() {
+        out.push(1);
     }
     let ty = TensorType::new(dtype, out);
     ty.check()
@@ -709,7 +741,11 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
         }
         let want = imp.reserve(name);
         let mut id = imp.data(&node, 0, &v, &want)?;
-        if imp.b.value(id).name != want || outputs.contains(&id) {
+        // A constant output is copied too: the device computes every output.
+        if imp.b.value(id).name != want
+            || outputs.contains(&id)
+            || imp.b.value(id).producer.is_none()
+        {
             // A copy under the output's name: a reshape to the same shape.
             let shape = imp.b.ty(id).shape.clone();
             id = imp.op(&node, &want, OpKind::Reshape { shape }, &[id])?;

@@ -169,6 +169,10 @@ impl Elem {
             Elem::Float(DType::I16) => code::INT16,
             Elem::Float(DType::U16) => code::UINT16,
             Elem::Float(DType::Bool) => code::BOOL,
+            Elem::Float(DType::I32) => code::INT32,
+            Elem::Float(DType::U32) => code::UINT32,
+            Elem::Float(DType::I64) => code::INT64,
+            Elem::Float(DType::U64) => code::UINT64,
             Elem::Double => code::DOUBLE,
             Elem::Int(IntKind::I8) => code::INT8,
             Elem::Int(IntKind::I16) => code::INT16,
@@ -197,6 +201,10 @@ impl Elem {
             Elem::Int(IntKind::U8) => DType::U8,
             Elem::Int(IntKind::I16) => DType::I16,
             Elem::Int(IntKind::U16) => DType::U16,
+            Elem::Int(IntKind::I32) => DType::I32,
+            Elem::Int(IntKind::U32) => DType::U32,
+            Elem::Int(IntKind::I64) => DType::I64,
+            Elem::Int(IntKind::U64) => DType::U64,
             Elem::Bool => DType::Bool,
             _ => return None,
         })
@@ -211,6 +219,10 @@ impl Elem {
             DType::I16 => Elem::Int(IntKind::I16),
             DType::U16 => Elem::Int(IntKind::U16),
             DType::Bool => Elem::Bool,
+            DType::I32 => Elem::Int(IntKind::I32),
+            DType::U32 => Elem::Int(IntKind::U32),
+            DType::I64 => Elem::Int(IntKind::I64),
+            DType::U64 => Elem::Int(IntKind::U64),
             d => Elem::Float(d),
         }
     }

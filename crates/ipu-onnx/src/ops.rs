@@ -17,6 +17,7 @@ use crate::OnnxError;
 use crate::import::{Importer, Node, Val, normalize_axis};
 use crate::known::{self, Binary, Elem, IntKind, Known, Unary, checked_elements, elem_of_code};
 use crate::proto::attribute_proto::AttributeType;
+use ipu_graph::Overflow;
 
 type Outs = Result<Vec<Option<Val>>, OnnxError>;
 
@@ -455,6 +456,14 @@ fn reduce_axes(
 /// (which keeps the axis), the mean as the sum times `1/n` (`scale`), the minimum as
 /// `-max(-x)`, and a reshape when `keepdims = 0`.
 fn reduce(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    if matches!(node.op_type, "ReduceMax" | "ReduceMin")
+        && matches!(input(ins, 0), Some(x) if imp.ty(x).0 == Elem::Bool)
+    {
+        // Any / all of booleans: the maximum / minimum of 0 and 1, exact in f16.
+        return computed_in(imp, node, ins, DType::Bool, DType::F16, |imp, ins| {
+            reduce(imp, node, ins)
+        });
+    }
     let from_input = node.op_type == "ReduceSum" || imp.opset >= 18;
     node.only_attrs(if from_input {
         &["keepdims", "noop_with_empty_axes"]
@@ -542,9 +551,9 @@ fn elem_attr(node: &Node<'_>, attr: &str, code: i64) -> Result<Elem, OnnxError> 
 fn cast_to(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, to: Elem) -> Outs {
     // `saturate` (opset 19) applies to FP8 targets: 0 overflows to NaN or infinity.
     let overflow = if node.int("saturate", 1)? == 0 {
-        ipu_graph::Overflow::Nan
+        Overflow::Nan
     } else {
-        ipu_graph::Overflow::Saturate
+        Overflow::Saturate
     };
     // `round_mode` (opset 24) applies to FLOAT8E8M0 targets.
     if let Some(a) = node.attr("round_mode") {
@@ -557,7 +566,7 @@ fn cast_to(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, to: Elem) -> Outs {
         }
     }
     if let Val::Known(k, _) = x
-        && overflow == ipu_graph::Overflow::Saturate
+        && overflow == Overflow::Saturate
     {
         return fold(node, known::cast(k, to));
     }
@@ -580,6 +589,288 @@ fn cast_to(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, to: Elem) -> Outs {
         node,
         OpKind::Cast { to: d, overflow },
         x,
+        0,
+        &name,
+    )?)
+}
+
+/// `v` converted to `to` (a known tensor at import).
+fn cast_val(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    v: &Val,
+    to: DType,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let elem = Elem::of_dtype(to);
+    if imp.ty(v).0 == elem {
+        return Ok(v.clone());
+    }
+    if let Val::Known(k, _) = v {
+        return known::cast(k, elem)
+            .map(Val::known)
+            .map_err(|e| node.graph_error(e));
+    }
+    unary_op(imp, node, OpKind::cast(to), v, 0, name)
+}
+
+/// An operator whose `from` operands the device computes in `via`: those inputs are
+/// converted, `f` maps the node, and its `via` results are converted back to `from`.
+fn computed_in(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    ins: &[Option<Val>],
+    from: DType,
+    via: DType,
+    f: impl FnOnce(&mut Importer<'_>, &[Option<Val>]) -> Outs,
+) -> Outs {
+    let base = out_name(imp, node, 0);
+    let mut converted = Vec::with_capacity(ins.len());
+    for (i, v) in ins.iter().enumerate() {
+        converted.push(match v {
+            Some(v) if imp.ty(v).0 == Elem::of_dtype(from) => {
+                Some(cast_val(imp, node, v, via, &format!("{base}.in{i}.{via}"))?)
+            }
+            other => other.clone(),
+        });
+    }
+    let outs = f(imp, &converted)?;
+    let mut back = Vec::with_capacity(outs.len());
+    for (i, o) in outs.into_iter().enumerate() {
+        back.push(match o {
+            Some(v) if imp.ty(&v).0 == Elem::of_dtype(via) => Some(cast_val(
+                imp,
+                node,
+                &v,
+                from,
+                &format!("{base}.out{i}.{from}"),
+            )?),
+            other => other,
+        });
+    }
+    Ok(back)
+}
+
+/// `v` as f32 (a known tensor is converted at import).
+fn to_f32(imp: &mut Importer<'_>, node: &Node<'_>, v: &Val, name: &str) -> Result<Val, OnnxError> {
+    let f32 = Elem::Float(DType::F32);
+    if imp.ty(v).0 == f32 {
+        return Ok(v.clone());
+    }
+    if let Val::Known(k, _) = v {
+        return known::cast(k, f32)
+            .map(Val::known)
+            .map_err(|e| node.graph_error(e));
+    }
+    unary_op(imp, node, OpKind::cast(DType::F32), v, 0, name)
+}
+
+/// How QuantizeLinear and DequantizeLinear apply their scale: `x`'s shape, the shape `x` is
+/// viewed in (blocked quantization splits the axis into blocks of `block`), and the axis.
+struct QuantView {
+    shape: Vec<usize>,
+    view: Vec<usize>,
+    axis: usize,
+    block: usize,
+}
+
+impl QuantView {
+    fn new(node: &Node<'_>, shape: &[usize], per_tensor: bool) -> Result<QuantView, OnnxError> {
+        let r = shape.len().max(1);
+        let block = node.int("block_size", 0)?;
+        let block = usize::try_from(block)
+            .map_err(|_| node.bad_attr("block_size", format!("{block} is negative")))?;
+        // The axis means nothing to a per-tensor scale (and may then be out of range).
+        let axis = if per_tensor && block == 0 {
+            0
+        } else {
+            normalize_axis(node, "axis", node.int("axis", 1)?, r)?
+        };
+        let mut view = shape.to_vec();
+        if block > 0 {
+            let c = *shape.get(axis).unwrap_or(&1);
+            if c % block != 0 {
+                return Err(node.bad_attr(
+                    "block_size",
+                    format!("{block} does not divide the axis's {c} elements (ragged blocks are not supported)"),
+                ));
+            }
+            view.splice(axis..=axis, [c / block, block]);
+        }
+        Ok(QuantView {
+            shape: shape.to_vec(),
+            view,
+            axis,
+            block,
+        })
+    }
+
+    /// A scale or zero point reshaped to broadcast against the view: one value, one per
+    /// element of the axis, or one per block.
+    fn param(
+        &self,
+        imp: &mut Importer<'_>,
+        node: &Node<'_>,
+        p: &Val,
+        i: usize,
+        name: &str,
+    ) -> Result<Val, OnnxError> {
+        let ps = imp.shape(p);
+        let n: usize = ps.iter().product();
+        let mut target = vec![1; self.view.len()];
+        if self.block > 0 {
+            let mut want = self.shape.clone();
+            want[self.axis] /= self.block;
+            if ps != want {
+                return Err(node.bad_input(
+                    i,
+                    format!("blocked quantization needs the shape {want:?}, not {ps:?}"),
+                ));
+            }
+            target = self.view.clone();
+            target[self.axis + 1] = 1;
+        } else if n != 1 {
+            let c = self.shape.get(self.axis).copied().unwrap_or(1);
+            if ps.len() != 1 || ps[0] != c {
+                return Err(node.bad_input(
+                    i,
+                    format!(
+                        "a per-axis parameter has one value per element of axis {} ({c}), not the shape {ps:?}",
+                        self.axis
+                    ),
+                ));
+            }
+            target[self.axis] = c;
+        }
+        reshape(imp, node, p, target, name)
+    }
+}
+
+/// `DequantizeLinear` (opsets 13 to 25): `(x - zero_point) * scale` in f32, per tensor, per
+/// axis or per block, then the output type (the scale's, or `output_dtype`).
+fn dequantize(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&["axis", "block_size", "output_dtype"])?;
+    let (x, s) = (req(node, ins, 0)?, req(node, ins, 1)?);
+    let name = out_name(imp, node, 0);
+    let per_tensor = imp.shape(s).iter().product::<usize>() == 1;
+    let q = QuantView::new(node, &imp.shape(x), per_tensor)?;
+    let n = |s: &str| format!("{name}.{s}");
+    let xf = to_f32(imp, node, x, &n("x"))?;
+    let mut v = reshape(imp, node, &xf, q.view.clone(), &n("view"))?;
+    if let Some(zp) = input(ins, 2) {
+        let z = q.param(imp, node, zp, 2, &n("zero_point"))?;
+        let z = to_f32(imp, node, &z, &n("zero_point.f32"))?;
+        v = binary_op(imp, node, OpKind::Sub, &v, &z, &n("centred"))?;
+    }
+    let out_elem = match node.int("output_dtype", 0)? {
+        0 => imp.ty(s).0,
+        code => elem_attr(node, "output_dtype", code)?,
+    };
+    let sc = q.param(imp, node, s, 1, &n("scale"))?;
+    let sc = to_f32(imp, node, &sc, &n("scale.f32"))?;
+    let y = binary_op(imp, node, OpKind::Mul, &v, &sc, &n("scaled"))?;
+    let y = reshape(imp, node, &y, q.shape.clone(), &n("shaped"))?;
+    if out_elem == Elem::Float(DType::F32) {
+        let id = imp.data(node, 0, &y, &name)?;
+        return one(Val::Graph(id));
+    }
+    let Some(d) = out_elem.device_dtype() else {
+        return Err(node.bad_attr(
+            "output_dtype",
+            format!("{} is not a float type", out_elem.name()),
+        ));
+    };
+    one(unary_op(imp, node, OpKind::cast(d), &y, 0, &name)?)
+}
+
+/// `QuantizeLinear` (opsets 13 to 25): `x / scale` in f32; for integer outputs rounded to
+/// nearest even (adding and subtracting 1.5 * 2^23 after clamping to ±2^22, which the
+/// saturation below makes exact), plus the zero point, clamped to the type's range and
+/// converted; for float outputs (FP8, FP4) converted with `saturate`.
+fn quantize(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&[
+        "axis",
+        "block_size",
+        "output_dtype",
+        "saturate",
+        "precision",
+    ])?;
+    if node.int("precision", 0)? != 0 {
+        return Err(node.bad_attr(
+            "precision",
+            "only the default (0: the scale's type) is supported",
+        ));
+    }
+    let (x, s) = (req(node, ins, 0)?, req(node, ins, 1)?);
+    let zp = input(ins, 2);
+    let name = out_name(imp, node, 0);
+    let n = |s: &str| format!("{name}.{s}");
+    let to = match (zp, node.int("output_dtype", 0)?) {
+        (Some(z), _) => imp.ty(z).0,
+        (None, 0) => Elem::Int(known::IntKind::U8),
+        (None, code) => elem_attr(node, "output_dtype", code)?,
+    };
+    let Some(to_dtype) = to.device_dtype() else {
+        return Err(node.bad_attr(
+            "output_dtype",
+            format!(
+                "{}: the device holds integers of 16 bits or fewer, FP8 and FP4",
+                to.name()
+            ),
+        ));
+    };
+    let per_tensor = imp.shape(s).iter().product::<usize>() == 1;
+    let q = QuantView::new(node, &imp.shape(x), per_tensor)?;
+    let xf = to_f32(imp, node, x, &n("x"))?;
+    let v = reshape(imp, node, &xf, q.view.clone(), &n("view"))?;
+    let sc = q.param(imp, node, s, 1, &n("scale"))?;
+    let sc = to_f32(imp, node, &sc, &n("scale.f32"))?;
+    let mut t = binary_op(imp, node, OpKind::Div, &v, &sc, &n("scaled"))?;
+    let zpf = match zp {
+        Some(z) => {
+            let z = q.param(imp, node, z, 2, &n("zero_point"))?;
+            Some(to_f32(imp, node, &z, &n("zero_point.f32"))?)
+        }
+        None => None,
+    };
+    let overflow = if to_dtype.int_format().is_some() {
+        const LIMIT: f64 = 4_194_304.0; // 2^22
+        const MAGIC: f64 = 12_582_912.0; // 1.5 * 2^23
+        let lo = fill_like(imp, &t, -LIMIT)?;
+        let hi = fill_like(imp, &t, LIMIT)?;
+        t = max2(imp, node, &t, &lo, &n("clamp_lo"))?;
+        t = min2(imp, node, &t, &hi, &n("clamp_hi"))?;
+        let magic = fill_like(imp, &t, MAGIC)?;
+        t = binary_op(imp, node, OpKind::Add, &t, &magic, &n("round_up"))?;
+        t = binary_op(imp, node, OpKind::Sub, &t, &magic, &n("rounded"))?;
+        if let Some(z) = &zpf {
+            t = binary_op(imp, node, OpKind::Add, &t, z, &n("shifted"))?;
+        }
+        let f = to_dtype.int_format().expect("integer");
+        let lo = fill_like(imp, &t, f64::from(f.min()))?;
+        let hi = fill_like(imp, &t, f64::from(f.max()))?;
+        t = max2(imp, node, &t, &lo, &n("saturate_lo"))?;
+        t = min2(imp, node, &t, &hi, &n("saturate_hi"))?;
+        Overflow::Saturate
+    } else {
+        if let Some(z) = &zpf {
+            t = binary_op(imp, node, OpKind::Add, &t, z, &n("shifted"))?;
+        }
+        if node.int("saturate", 1)? == 0 {
+            Overflow::Nan
+        } else {
+            Overflow::Saturate
+        }
+    };
+    let t = reshape(imp, node, &t, q.shape.clone(), &n("shaped"))?;
+    one(unary_op(
+        imp,
+        node,
+        OpKind::Cast {
+            to: to_dtype,
+            overflow,
+        },
+        &t,
         0,
         &name,
     )?)
@@ -822,20 +1113,29 @@ pub fn convert(
         // refused.
         "Dropout" => {
             node.only_attrs(&["seed"])?;
-            if input(ins, 2).is_some() && imp.int_input(node, ins, 2)?.iter().any(|&t| t != 0) {
-                return Err(node.bad_input(2, "training mode is not supported (inference only)"));
+            let x = req(node, ins, 0)?;
+            let training =
+                input(ins, 2).is_some() && imp.int_input(node, ins, 2)?.iter().any(|&t| t != 0);
+            if training {
+                // Training mode drops elements at random; with ratio 0 it keeps every one.
+                let ratio = match input(ins, 1) {
+                    Some(Val::Known(k, _)) => k.f64s().first().copied(),
+                    Some(Val::Graph(_)) => None,
+                    None => Some(0.5),
+                };
+                if ratio != Some(0.0) {
+                    return Err(node.bad_input(
+                        2,
+                        "training mode with a ratio other than 0 drops elements at random, \
+                         which is not supported (inference, or ratio 0)",
+                    ));
+                }
             }
-            if let Some(mask) = node
-                .proto
-                .output
-                .get(1)
-                .filter(|m| !m.is_empty() && read.contains(m.as_str()))
-            {
-                return Err(node.unsupported(format!(
-                    "its mask output `{mask}` is read; only inference (no mask) is supported"
-                )));
-            }
-            Ok(vec![Some(req(node, ins, 0)?.clone()), None])
+            // The mask, if read, keeps every element: all true.
+            let shape = imp.shape(x);
+            let n: usize = shape.iter().product();
+            let mask = Known::from_ints(Elem::Bool, shape, &vec![1; n]);
+            Ok(vec![Some(x.clone()), Some(Val::known(mask))])
         }
         "Constant" => constant(imp, node),
         // Shape (opset 15 adds start and end).
@@ -890,6 +1190,8 @@ pub fn convert(
             };
             fold(node, value.broadcast_to(&shape))
         }
+        "QuantizeLinear" => quantize(imp, node, ins),
+        "DequantizeLinear" => dequantize(imp, node, ins),
         "Cast" => {
             node.only_attrs(&["to", "saturate", "round_mode"])?;
             let to = node
@@ -1546,6 +1848,17 @@ pub fn convert(
         }
         // LayerNormalization (opset 17): over the axes from `axis` on, then scale and bias.
         "LayerNormalization" => layer_norm(imp, node, ins, read),
+        "Attention"
+            if matches!(
+                input(ins, 0).map(|q| imp.ty(q).0),
+                Some(Elem::Float(DType::Bf16))
+            ) =>
+        {
+            // The device has no bf16 arithmetic: computed in f32, the results rounded to bf16.
+            computed_in(imp, node, ins, DType::Bf16, DType::F32, |imp, ins| {
+                attention(imp, node, ins, read)
+            })
+        }
         "Attention" => attention(imp, node, ins, read),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
@@ -2234,14 +2547,7 @@ fn attention_unfused(
                 let mut m = if elem == Elem::Float(DType::F32) {
                     mask.clone()
                 } else {
-                    unary_op(
-                        imp,
-                        node,
-                        OpKind::cast(DType::F32),
-                        mask,
-                        3,
-                        &n("mask_f32"),
-                    )?
+                    unary_op(imp, node, OpKind::cast(DType::F32), mask, 3, &n("mask_f32"))?
                 };
                 if mask_keys < len_k {
                     // Keys past the mask's are masked: -inf columns after it.

@@ -261,11 +261,13 @@ pub const RANK_MAX: usize = 16;
 
 /// Bytes of one element of `dtype` (`f32` 4; `f16`, `bf16`, `i16`, `u16` 2; the FP8 formats
 /// `f143`, `f152`, `e4m3fn`, `e5m2`, the MX formats `f4e2m1`, `e8m0`, the integers `i8`, `u8`,
-/// `i4`, `u4`, `i2`, `u2` (one per byte) and `bool` 1).
+/// `i4`, `u4`, `i2`, `u2` (one per byte) and `bool` 1; `i32`, `u32` 4; `i64`, `u64` 8).
 pub fn element_bytes(dtype: &str) -> Option<usize> {
     match dtype {
         "f32" => Some(4),
         "f16" | "bf16" | "i16" | "u16" => Some(2),
+        "i32" | "u32" => Some(4),
+        "i64" | "u64" => Some(8),
         "f143" | "f152" | "e4m3fn" | "e5m2" | "f4e2m1" | "e8m0" | "i8" | "u8" | "i4" | "u4"
         | "i2" | "u2" | "bool" => Some(1),
         _ => None,

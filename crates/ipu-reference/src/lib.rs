@@ -156,7 +156,11 @@ pub fn round_to_dtype(dtype: DType, x: f32) -> f32 {
 /// `x != 0`.
 pub fn convert(dtype: DType, overflow: Overflow, x: f32) -> f32 {
     let fp8 = |format, scale: i32| {
-        ipu_numerics::decode(format, ipu_numerics::encode(format, x, scale, overflow), scale)
+        ipu_numerics::decode(
+            format,
+            ipu_numerics::encode(format, x, scale, overflow),
+            scale,
+        )
     };
     match dtype {
         DType::F32 => x,
@@ -170,6 +174,7 @@ pub fn convert(dtype: DType, overflow: Overflow, x: f32) -> f32 {
         DType::F4E2M1 => ipu_numerics::fp4_value(ipu_numerics::fp4_code(x)),
         DType::E8M0 => ipu_numerics::e8m0_value(ipu_numerics::e8m0_code(x)),
         DType::Bool => f32::from(u8::from(x != 0.0)),
+        DType::I32 | DType::U32 | DType::I64 | DType::U64 => x.trunc(),
         _ => match dtype.int_format() {
             Some(f) => f.from_f32(x) as f32,
             None => unreachable!("every dtype is covered"),
