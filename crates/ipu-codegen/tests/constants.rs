@@ -143,7 +143,7 @@ fn an_fp8_constant_keeps_its_codes() {
     let q = g
         .constant("q", TensorType::new(dtype, [4, 16]), codes)
         .unwrap();
-    let f = g.op("f", OpKind::Cast { to: DType::F32 }, &[q]).unwrap();
+    let f = g.op("f", OpKind::cast(DType::F32), &[q]).unwrap();
     let y = g.op("y", OpKind::Add, &[f, x]).unwrap();
     g.output(y);
     let g = g.finish().unwrap();

@@ -149,9 +149,7 @@ fn canonical_nan(dtype: DType) -> Vec<u8> {
     match dtype {
         DType::F32 => f32::NAN.to_le_bytes().to_vec(),
         DType::F16 => ipu_numerics::f16_bits(f32::NAN).to_le_bytes().to_vec(),
-        DType::Bf16 => ipu_numerics::bf16_bits(f32::NAN).to_le_bytes().to_vec(),
-        DType::I16 | DType::U16 => vec![0, 0],
-        _ => vec![crate::constant::byte_code(dtype, f32::NAN)],
+        _ => crate::encode_elements(dtype, &[f32::NAN]),
     }
 }
 
@@ -500,19 +498,26 @@ impl Parser<'_> {
             None
         };
         match (base, scale) {
-            ("f32", None) => Ok(DType::F32),
-            ("f16", None) => Ok(DType::F16),
             ("f143", s) => Ok(DType::F143 {
                 scale: s.unwrap_or(0),
             }),
             ("f152", s) => Ok(DType::F152 {
                 scale: s.unwrap_or(0),
             }),
-            ("f32" | "f16", Some(_)) => self.error(pos, format!("{base} takes no scale")),
-            _ => self.error(
-                pos,
-                format!("unknown dtype `{base}` (known: f32, f16, f143@S, f152@S)"),
-            ),
+            (b, s) => match DType::UNSCALED.into_iter().find(|d| d.text_name() == b) {
+                Some(_) if s.is_some() => self.error(pos, format!("{base} takes no scale")),
+                Some(d) => Ok(d),
+                None => {
+                    let names: Vec<&str> = DType::UNSCALED.iter().map(|d| d.text_name()).collect();
+                    self.error(
+                        pos,
+                        format!(
+                            "unknown dtype `{base}` (known: {}, f143@S, f152@S)",
+                            names.join(", ")
+                        ),
+                    )
+                }
+            },
         }
     }
 
@@ -778,6 +783,10 @@ impl AttrSet<'_, '_> {
     fn dtype(&mut self, key: &str) -> PResult<DType> {
         match self.take(key)? {
             (AttrValue::DType(d), _) => Ok(d),
+            // Dtype names that do not start with `f` (`bf16`, `i8`, `bool`, ...) read as words.
+            (AttrValue::Word(w), _) if DType::from_name(&w).is_some() => {
+                Ok(DType::from_name(&w).expect("checked"))
+            }
             (_, pos) => self.bad(key, pos, "a dtype"),
         }
     }

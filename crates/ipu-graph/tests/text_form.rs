@@ -230,7 +230,9 @@ fn syntax_errors_have_positions() {
     );
     check_error(
         &model("  %c = matmul(%a, %b) {partials = f32}: f64[4, 2]"),
-        expect!["bad.ipug:4:41: unknown dtype `f64` (known: f32, f16, f143@S, f152@S)"],
+        expect![
+            "bad.ipug:4:41: unknown dtype `f64` (known: f32, f16, bf16, e4m3fn, e5m2, f4e2m1, e8m0, i16, u16, i8, u8, i4, u4, i2, u2, bool, i32, u32, i64, u64, f143@S, f152@S)"
+        ],
     );
     check_error(
         &model("  %c = matmul(%a, %b) {partials = f32}: f143@99[4, 2]"),
@@ -336,4 +338,40 @@ fn example_model_file_parses() {
     let g = parse(text, "fp8_projection.ipug").unwrap();
     assert_eq!(g.operations().len(), 6);
     assert_eq!(parse(&print(&g), "printed").unwrap(), g);
+}
+
+#[test]
+fn the_stored_and_integer_dtypes_round_trip() {
+    let text = "graph types {
+  input %x: f32[2, 4]
+  input %a: i8[2, 4]
+  input %b: i8[2, 4]
+  %h = cast(%x) {to = bf16}: bf16[2, 4]
+  %e = cast(%x) {to = e5m2, overflow = nan}: e5m2[2, 4]
+  %f = cast(%x) {to = f4e2m1}: f4e2m1[2, 4]
+  %q = cast(%x) {to = u4}: u4[2, 4]
+  %s = add(%a, %b): i8[2, 4]
+  %t = cast(%s) {to = f16}: f16[2, 4]
+  const %k: i64[3] = [1.0, 2.0, 3.0]
+  const %m: bool[4] = [1.0, 0.0, 1.0, 1.0]
+  output %h
+  output %e
+  output %f
+  output %q
+  output %t
+  output %k
+  output %m
+}
+";
+    let g = parse(text, "types.ipug").unwrap();
+    assert_eq!(print(&g), text);
+    let e = g.value_by_name("e").unwrap();
+    assert_eq!(g.value(e).ty.dtype, DType::E5M2);
+    // bf16 and the other stored formats are not computed in.
+    let bad = text.replace("%s = add(%a, %b): i8[2, 4]", "%s = add(%h, %h): bf16[2, 4]");
+    let err = parse(&bad, "types.ipug").unwrap_err().to_string();
+    assert!(
+        err.contains("add takes f32, f16, FP8 (f143, f152) or integer operands, not bf16"),
+        "{err}"
+    );
 }

@@ -171,13 +171,8 @@ fn elementwise_and_reduction_inference() {
             .1
             .contains("axis 5")
     );
-    assert_eq!(ok(OpKind::Cast { to: F8 }, &[x.clone()]), t(F8, &[2, 3, 4]));
-    let (_, r) = bad(
-        OpKind::Cast {
-            to: DType::F152 { scale: 40 },
-        },
-        &[x.clone()],
-    );
+    assert_eq!(ok(OpKind::cast(F8), &[x.clone()]), t(F8, &[2, 3, 4]));
+    let (_, r) = bad(OpKind::cast(DType::F152 { scale: 40 }), &[x.clone()]);
     assert!(r.contains("FP8 scale 40 outside"), "{r}");
     assert_eq!(ok(OpKind::LayerNorm { epsilon: 1e-5 }, &[x.clone()]), x);
     assert!(

@@ -180,7 +180,7 @@ fn every_conversion_matches_the_host_bit_for_bit() {
                     continue;
                 }
                 let mut src = sources(from);
-                while src.len() % 4 != 0 {
+                while !src.len().is_multiple_of(4) {
                     src.push(src[0].clone());
                 }
                 let groups = (src.len() / 4) as u32;
@@ -244,7 +244,7 @@ fn integer_arithmetic_matches_the_definition() {
                 ys.push(y);
             }
         }
-        while xs.len() % 4 != 0 {
+        while !xs.len().is_multiple_of(4) {
             xs.push(1);
             ys.push(1);
         }

@@ -740,6 +740,11 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
             });
         }
         let want = imp.reserve(name);
+        // A known output becomes a constant under another name and a copy under the output's.
+        let v = match v {
+            Val::Known(k, _) => Val::Known(k, Some(format!("{name}.const"))),
+            other => other,
+        };
         let mut id = imp.data(&node, 0, &v, &want)?;
         // A constant output is copied too: the device computes every output.
         if imp.b.value(id).name != want

@@ -688,7 +688,9 @@ impl QuantView {
         };
         let mut view = shape.to_vec();
         if block > 0 {
-            let c = *shape.get(axis).unwrap_or(&1);
+            let Some(&c) = shape.get(axis) else {
+                return Err(node.bad_attr("block_size", "blocked quantization of a scalar"));
+            };
             if c % block != 0 {
                 return Err(node.bad_attr(
                     "block_size",
@@ -718,9 +720,13 @@ impl QuantView {
         let ps = imp.shape(p);
         let n: usize = ps.iter().product();
         let mut target = vec![1; self.view.len()];
-        if self.block > 0 {
+        if let Some(blocks) = self
+            .shape
+            .get(self.axis)
+            .and_then(|c| c.checked_div(self.block))
+        {
             let mut want = self.shape.clone();
-            want[self.axis] /= self.block;
+            want[self.axis] = blocks;
             if ps != want {
                 return Err(node.bad_input(
                     i,

@@ -195,7 +195,7 @@ fn f16_initializer_in_int32_data() {
 fn fp8_initializer_keeps_its_codes() {
     let m = import_named("fp8", &[]).unwrap();
     check_text(&m, expect_file!["golden/fp8.ipug"]);
-    let w = m.graph.value_by_name("w").unwrap();
+    let w = m.graph.value_by_name("w.const").unwrap();
     let codes = m.graph.constant(w).unwrap().data.bytes().to_vec();
     assert_eq!(codes, [0x00, 0x01, 0x38, 0x40, 0x7f, 0xb8, 0xc0, 0xff]);
 }

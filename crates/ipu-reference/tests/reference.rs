@@ -192,15 +192,15 @@ fn elementwise_small_cases() {
 fn cast_rounds_in_device_precision_only() {
     let f8 = DType::F143 { scale: -2 };
     let x = tensor(F32, &[4], &[0.1, 1.0, 100.0, -0.3]);
-    let d = run(OpKind::Cast { to: f8 }, &[x.clone()], Precision::Device);
+    let d = run(OpKind::cast(f8), &[x.clone()], Precision::Device);
     // F143 at scale -2: 3 mantissa bits, largest value 240/4 = 60 (saturation)
     assert_eq!(d.data, [0.1015625, 1.0, 60.0, -0.3125]);
-    let e = run(OpKind::Cast { to: f8 }, &[x.clone()], Precision::Exact);
+    let e = run(OpKind::cast(f8), &[x.clone()], Precision::Exact);
     assert_eq!(e.data, x.data);
-    let h = run(OpKind::Cast { to: F16 }, &[x], Precision::Device);
+    let h = run(OpKind::cast(F16), &[x], Precision::Device);
     assert_eq!(h.data, [0.099975586, 1.0, 100.0, -0.30004883]);
     // back from FP8 to f32 is exact
-    let back = run(OpKind::Cast { to: F32 }, &[d.clone()], Precision::Device);
+    let back = run(OpKind::cast(F32), &[d.clone()], Precision::Device);
     assert_eq!(back.data, d.data);
 }
 
