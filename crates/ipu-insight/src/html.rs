@@ -95,6 +95,19 @@ fn summary(out: &mut String, input: &ReportInput<'_>) {
             esc(e["kind"].as_str().unwrap_or("?")),
             esc(e["message"].as_str().unwrap_or(""))
         );
+        if let Some(fields) = e.as_object() {
+            out.push_str("<table class=\"kv\">\n");
+            for (k, v) in fields
+                .iter()
+                .filter(|(k, _)| *k != "message" && *k != "kind")
+            {
+                row(out, k, &text(v));
+            }
+            if let (Some(n), Some(a)) = (e["need_bytes"].as_u64(), e["available_bytes"].as_u64()) {
+                row(out, "bytes over", &n.saturating_sub(a).to_string());
+            }
+            out.push_str("</table>\n");
+        }
         if let Some(b) = s.get("busiest_tile") {
             let _ = writeln!(
                 out,
