@@ -44,8 +44,7 @@ fn slice(
     t: &Timeline,
     name: &str,
     cat: &str,
-    pid: u32,
-    tid: u32,
+    (pid, tid): (u32, u32),
     from: u64,
     to: u64,
     args: Value,
@@ -77,8 +76,7 @@ fn parts(
             t,
             &label,
             "compute",
-            pid,
-            tid,
+            (pid, tid),
             s.start,
             s.arrive,
             args.clone(),
@@ -89,8 +87,7 @@ fn parts(
             t,
             "sync",
             "sync",
-            pid,
-            tid,
+            (pid, tid),
             s.arrive,
             s.sync_end,
             json!({"step": step.index}),
@@ -102,7 +99,7 @@ fn parts(
         } else {
             "exchange"
         };
-        out.push(slice(t, &label, cat, pid, tid, s.sync_end, s.end, args));
+        out.push(slice(t, &label, cat, (pid, tid), s.sync_end, s.end, args));
     }
 }
 
@@ -167,8 +164,7 @@ pub fn trace(timeline: &Timeline, title: &str) -> Value {
             t,
             &name,
             &s.kind,
-            PID_STEPS,
-            1,
+            (PID_STEPS, 1),
             s.start_cycles,
             end,
             args,
@@ -179,8 +175,7 @@ pub fn trace(timeline: &Timeline, title: &str) -> Value {
                 t,
                 "compute",
                 "compute",
-                PID_STEPS,
-                1,
+                (PID_STEPS, 1),
                 s.start_cycles,
                 arrive,
                 json!({"step": s.index}),
@@ -191,8 +186,7 @@ pub fn trace(timeline: &Timeline, title: &str) -> Value {
                 t,
                 "sync",
                 "sync",
-                PID_STEPS,
-                1,
+                (PID_STEPS, 1),
                 arrive,
                 arrive + s.sync_cycles,
                 json!({"step": s.index}),
@@ -204,8 +198,7 @@ pub fn trace(timeline: &Timeline, title: &str) -> Value {
                 t,
                 "exchange",
                 "exchange",
-                PID_STEPS,
-                1,
+                (PID_STEPS, 1),
                 from,
                 end,
                 json!({"step": s.index, "bytes": s.bytes}),
