@@ -84,6 +84,8 @@ pub struct DeviceArgs {
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    #[command(flatten)]
+    db: crate::insight_run::DbArgs,
 }
 
 /// Arguments of `ipu build`.
@@ -96,7 +98,7 @@ pub struct BuildArgs {
     output: PathBuf,
     #[command(flatten)]
     compile: CompileArgs,
-    /// Write the JSON build report here.
+    /// Write the JSON build report here, and the HTML report beside it (`.html`).
     #[arg(long)]
     report: Option<PathBuf>,
 }
@@ -203,23 +205,34 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> 
     Ok(ipu_runtime::profile::write_atomically(path, bytes)?)
 }
 
-/// Compiles `graph`. A refused build still writes the JSON report at `report`, whose top-level
-/// `error` is the compiler's typed error (`kind` and its fields) with its `message`.
+/// Compiles `graph`. A refused build still writes the JSON report at `report` (and the HTML
+/// report beside it) and into `dir`, whose top-level `error` is the compiler's typed error
+/// (`kind` and its fields) with its `message`, with the memory view of the closest candidate.
 fn compile(
     graph: &Graph,
     c: &CompileArgs,
     report: Option<&Path>,
+    dir: Option<&Path>,
 ) -> anyhow::Result<(ipu_codegen::Build, u64)> {
     let target = target_of(&c.target)?;
     let tiles = c.tiles.unwrap_or(target.tiles);
     let start = Instant::now();
-    match ipu_codegen::build(graph, &BuildOptions { target, tiles }) {
+    let pb = ipu_insight::progress::bar(0, &format!("compiling {}", graph.name));
+    let built = ipu_codegen::build_explained(graph, &BuildOptions { target, tiles });
+    pb.finish_and_clear();
+    match built {
         Ok(build) => Ok((build, start.elapsed().as_millis() as u64)),
-        Err(e) => {
-            if let Some(path) = report {
-                write_atomically(path, refusal_json(graph, &target, tiles, &e)?.as_bytes())?;
-            }
-            Err(anyhow::Error::new(e).context(format!("building {}", graph.name)))
+        Err(refusal) => {
+            let e = refusal.error.clone();
+            let j = refusal_json(graph, &target, tiles, &e)?;
+            let html: Vec<PathBuf> = report
+                .map(|p| p.with_extension("html"))
+                .into_iter()
+                .collect();
+            let json: Vec<&Path> = report.into_iter().collect();
+            let dirs: Vec<&Path> = dir.into_iter().collect();
+            let e = crate::insight_run::on_refusal(j, &refusal, &json, &html, &dirs)?;
+            Err(e.context(format!("building {}", graph.name)))
         }
     }
 }
@@ -282,7 +295,7 @@ fn refusal_json(
     target: &Target,
     tiles: u32,
     e: &ipu_codegen::CodegenError,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<serde_json::Value> {
     let mut error = serde_json::to_value(e)?;
     error["message"] = json!(e.to_string());
     let j = json!({
@@ -292,7 +305,7 @@ fn refusal_json(
         "device": "simulator",
         "error": error,
     });
-    Ok(serde_json::to_string_pretty(&j)?)
+    Ok(j)
 }
 
 fn build_json(r: &BuildReport, compile_ms: u64) -> serde_json::Value {
@@ -314,7 +327,7 @@ pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
     if cmd_onnx::is_onnx(&a.model) {
         graph = choose_attention(graph, &a.compile)?;
     }
-    let (b, ms) = compile(&graph, &a.compile, a.report.as_deref())?;
+    let (b, ms) = compile(&graph, &a.compile, a.report.as_deref(), None)?;
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&a.output, &bytes)?;
@@ -336,6 +349,12 @@ pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
         j["target"] = json!(b.package.manifest.target);
         j["package_bytes"] = json!(bytes.len());
         write_atomically(path, serde_json::to_string_pretty(&j)?.as_bytes())?;
+        let html = ipu_insight::html::render(&ipu_insight::html::ReportInput {
+            summary: &j,
+            timeline: None,
+            view: b.report.view.as_deref(),
+        });
+        write_atomically(&path.with_extension("html"), html.as_bytes())?;
     }
     Ok(0)
 }
@@ -498,6 +517,7 @@ fn execute(
     s.start_host_exchange()?;
     let mut runs = Vec::new();
     let mut outputs = Vec::new();
+    let pb = ipu_insight::progress::bar(u64::from(d.iterations), "running");
     for iteration in 0..d.iterations {
         let inputs = iteration_inputs(expected, files, d.seed, iteration);
         for ((name, _), t) in expected.iter().zip(&inputs) {
@@ -512,7 +532,9 @@ fn execute(
         runs.push(s.call("run")?);
         outputs = read_outputs(&s, package)?;
         each(iteration, &inputs, &outputs)?;
+        pb.inc(1);
     }
+    pb.finish_and_clear();
     let (mut profile_tiles, mut profile_samples) = (0, 0);
     if let Some(p) = &profile {
         let prof = s.write_profile(p)?;
@@ -696,6 +718,10 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
     if let Some(p) = &a.device.report {
         write_atomically(p, text.as_bytes())?;
     }
+    let mut options = options_json_device(&a.device);
+    options["package"] = json!(a.package.display().to_string());
+    let dir = a.device.artifacts.as_deref();
+    crate::insight_run::after_run(dir, &report, None, &a.device.db, "exec", options, None)?;
     Ok(0)
 }
 
@@ -782,16 +808,20 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         )?;
     }
     log_input_sources(&expected_inputs, &files, &a.device);
-    let (b, compile_ms) = compile(&graph, &a.compile, a.device.report.as_deref())?;
     let dir = a
         .device
         .artifacts
         .clone()
         .unwrap_or_else(|| PathBuf::from("artifacts").join(&graph.name));
+    let (b, compile_ms) = compile(&graph, &a.compile, a.device.report.as_deref(), Some(&dir))?;
     let package_path = dir.join("model.ipuexe");
     // An earlier run's report and profile would sit beside this run's package as if they
     // were this run's until it writes its own: a run stopped before then leaves none.
-    for stale in [dir.join("report.json"), dir.join("execution.profile.json")] {
+    let views = crate::insight_run::RUN_FILES.map(|f| dir.join(f));
+    for stale in [dir.join("report.json"), dir.join("execution.profile.json")]
+        .into_iter()
+        .chain(views)
+    {
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(e).with_context(|| format!("removing {}", stale.display()));
@@ -972,5 +1002,33 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     if let Some(p) = &a.device.report {
         write_atomically(p, text.as_bytes())?;
     }
+    let view = b.report.view.as_deref();
+    crate::insight_run::write_view(&dir, view)?;
+    let options = options_json(&a.compile, &a.device);
+    let hash = ipu_insight::text_hash(&ipu_graph::print(&graph));
+    crate::insight_run::after_run(
+        Some(&dir),
+        &report,
+        view,
+        &a.device.db,
+        "run",
+        options,
+        Some(hash),
+    )?;
     Ok(if pass { 0 } else { 1 })
+}
+
+/// The options of a device run, for the run database.
+fn options_json_device(d: &DeviceArgs) -> serde_json::Value {
+    json!({"seed": d.seed, "iterations": d.iterations, "max_cycles": d.max_cycles})
+}
+
+/// The options of `ipu run`, for the run database.
+fn options_json(c: &CompileArgs, d: &DeviceArgs) -> serde_json::Value {
+    let mut j = options_json_device(d);
+    j["target"] = json!(c.target);
+    j["tiles"] = json!(c.tiles);
+    j["set"] = json!(c.set);
+    j["dim"] = json!(c.dim);
+    j
 }

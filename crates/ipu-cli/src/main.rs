@@ -18,9 +18,12 @@ mod cmd_isa;
 mod cmd_numerics;
 mod cmd_onnx;
 mod cmd_reference;
+mod cmd_report;
 mod cmd_run;
+mod cmd_runs;
 mod cmd_sim;
 mod graph_files;
+mod insight_run;
 mod npy;
 mod text_input;
 
@@ -62,6 +65,10 @@ enum Command {
     Exec(cmd_run::ExecArgs),
     /// Build, write, read back, execute and check a model against the host reference.
     Run(cmd_run::RunArgs),
+    /// Write the HTML report (and the trace) of a run directory.
+    Report(cmd_report::ReportArgs),
+    /// The runs kept in the run database: list, show, compare.
+    Runs(cmd_runs::RunsArgs),
 }
 
 #[derive(Subcommand)]
@@ -111,6 +118,8 @@ fn main() -> ExitCode {
         Command::Build(a) => cmd_run::build(a),
         Command::Exec(a) => cmd_run::exec(a),
         Command::Run(a) => cmd_run::run(a),
+        Command::Report(a) => cmd_report::report(a),
+        Command::Runs(a) => cmd_runs::runs(a),
     };
     if ipu_sim::interrupted() {
         eprintln!("{INTERRUPTED_MESSAGE}");

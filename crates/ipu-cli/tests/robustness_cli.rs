@@ -370,6 +370,7 @@ fn start_run(dir: &Path, model: &str) -> std::process::Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ipu"))
         .args(["run", model, "--artifacts", dir.join("a").to_str().unwrap()])
         .args(["--lock", dir.join("lock").to_str().unwrap()])
+        .arg("--no-db")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

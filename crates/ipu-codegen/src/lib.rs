@@ -30,6 +30,7 @@ pub mod ops;
 pub mod place;
 pub mod plan;
 pub mod program;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -204,6 +205,24 @@ pub struct BuildReport {
     /// The tile program's summary (one line per step; `TileProgram`'s `Display` is the whole
     /// text form).
     pub program_text: String,
+    /// The build's steps, memory per tile and finalists, for reports and traces.
+    pub view: Option<Box<view::BuildView>>,
+}
+
+/// A refused build: the error, and the view of the closest the build came to a package (the
+/// last program tried, when placement refused it; none when planning refused the graph).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// Why.
+    pub error: CodegenError,
+    /// The memory view of the program placement refused.
+    pub view: Option<Box<view::BuildView>>,
+}
+
+impl From<CodegenError> for Refusal {
+    fn from(error: CodegenError) -> Refusal {
+        Refusal { error, view: None }
+    }
 }
 
 /// A package and its build figures.
@@ -275,6 +294,11 @@ fn replan_budget(plan: &plan::OperatorPlan, e: &CodegenError) -> Option<(String,
 /// Compiles `graph` into a package: the phases in order, each a function of the previous
 /// phases' results, timed and logged by [`phase`].
 pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenError> {
+    build_explained(graph, options).map_err(|r| r.error)
+}
+
+/// [`build`], with the view of the closest candidate when placement refuses the program.
+pub fn build_explained(graph: &Graph, options: &BuildOptions) -> Result<Build, Refusal> {
     graph.verify().map_err(|e| CodegenError::Graph {
         message: e.to_string(),
     })?;
@@ -297,7 +321,7 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     // with the program, past any fixed reserve).
     let mut support_bytes = plan::SUPPORT_RESERVE_BYTES;
     let mut attempt = 0;
-    let (plan, lowered, kernels, step_index, sized, placement) = loop {
+    let (plan, lowered, kernels, step_index, sized, placement, support) = loop {
         let plan = phase(&mut report, "lower_mid", || {
             // Fused operations (flash attention) are planned and lowered as one operation
             // whose blocks are its sub-operations (`ops::flash`).
@@ -330,12 +354,20 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
         match phase(&mut report, "place_storage", || {
             place::place(program, &target, &support)
         }) {
-            Ok(placement) => break (plan, lowered, kernels, step_index, sized, placement),
+            Ok(placement) => {
+                break (
+                    plan, lowered, kernels, step_index, sized, placement, support,
+                );
+            }
             Err(e) => {
                 let Some((op, budget)) =
                     replan_budget(&plan, &e).filter(|_| attempt < PLACEMENT_REPLANS_MAX)
                 else {
-                    return Err(e);
+                    let closest = view::refusal_view(&plan, program, &support, &target);
+                    return Err(Refusal {
+                        error: e,
+                        view: Some(Box::new(closest)),
+                    });
                 };
                 let measured = support
                     .values()
@@ -381,6 +413,9 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     })?;
     (report.final_cycles, report.final_exchange_cycles) =
         cost::final_cycles(program, &exchanges, &target);
+    report.view = Some(Box::new(view::view(
+        &plan, program, &support, &placement, &exchanges, &target,
+    )));
     info!(
         final_cycles = report.final_cycles,
         final_exchange = report.final_exchange_cycles,

@@ -99,6 +99,10 @@ pub struct TileCounters {
     pub worker_instructions: u64,
     /// Worker launches.
     pub worker_launches: u64,
+    /// Sum over worker launches of their running cycles (occupancy: this over the worker
+    /// contexts times the compute cycles).
+    #[serde(default)]
+    pub worker_busy_cycles: u64,
 }
 
 /// One sampled profile record: a tile's counters when it arrived at a bulk-synchronous step.

@@ -103,6 +103,7 @@ fn tile_counters(tile: u32, c: &ipu_sim::TileCounters) -> TileCounters {
         instructions: c.instructions(),
         worker_instructions: c.worker_instructions,
         worker_launches: c.worker_launches,
+        worker_busy_cycles: c.worker_busy_cycles,
     }
 }
 

@@ -6,10 +6,17 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// A data directory of the test processes' own (`XDG_DATA_HOME`), so that a run without
+/// `--db` records into a scratch database, never the user's.
+pub fn data_home() -> PathBuf {
+    std::env::temp_dir().join(format!("ipu-tests-data-{}", std::process::id()))
+}
+
 /// Runs `ipu` with `args`, logging at the default level (info) on stderr.
 pub fn ipu(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ipu"))
         .args(args)
+        .env("XDG_DATA_HOME", data_home())
         .output()
         .expect("ipu runs")
 }
@@ -18,6 +25,7 @@ pub fn ipu(args: &[&str]) -> Output {
 pub fn ipu_quiet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ipu"))
         .args(args)
+        .env("XDG_DATA_HOME", data_home())
         .env("IPU_LOG", "warn")
         .output()
         .expect("run ipu")

@@ -1,0 +1,362 @@
+//! What a build shows a user: its steps with their estimates and kernels, every tile's memory
+//! and the buffers live at its peak, the bytes each tile exchanges, the planner's finalists.
+//! Plain data (serialisable) that reports and traces are drawn from; [`view`] builds it from
+//! the placed program, [`refusal_view`] from the last program tried when placement refused it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipu_target::{EXCHANGE_PHASE_OVERHEAD_CYCLES, Target};
+use serde::{Deserialize, Serialize};
+
+use crate::exchange::Scheduled;
+use crate::place::{Placement, TileSupport};
+use crate::plan::OperatorPlan;
+use crate::program::{Region, Step, SupOp, TileProgram};
+
+/// Version of [`BuildView`]'s serialised layout; bumped when a field changes meaning.
+pub const VIEW_FORMAT_VERSION: u32 = 1;
+
+/// The view of one build (or of the closest candidate of a refused one).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct BuildView {
+    /// [`VIEW_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Tiles taking part.
+    pub tiles_used: u32,
+    /// Bytes of standard (non-interleaved) data memory per tile.
+    pub standard_capacity_bytes: u32,
+    /// Bytes of interleaved memory per tile.
+    pub interleaved_capacity_bytes: u32,
+    /// The first `init_steps` steps are the `initialize` program, the rest `run`.
+    pub init_steps: usize,
+    /// Every step in order.
+    pub steps: Vec<StepView>,
+    /// Every active tile's memory, in tile order.
+    pub tiles: Vec<TileMemory>,
+    /// Names of buffers and operations, indexed by [`BufferView::name`] and
+    /// [`BufferView::op`] (many tiles hold buffers of the same names).
+    pub names: Vec<String>,
+    /// The planner's finalists, in the planner's order (per operation the selected first).
+    pub finalists: Vec<FinalistView>,
+    /// Whether buffer addresses are known (false for a program placement refused).
+    pub placed: bool,
+}
+
+/// One bulk-synchronous step.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StepView {
+    /// `host`, `exchange` or `compute`.
+    pub kind: String,
+    /// What it belongs to (the operation, or what a host exchange moves).
+    pub name: String,
+    /// The compiler's estimate of the step: a compute set's slowest tile plus the sync, an
+    /// exchange phase's scheduled horizon plus its overhead; none for host exchange (the
+    /// host's speed is not modelled).
+    pub estimated_cycles: Option<u64>,
+    /// Kernels the compute set launches, by name, each once.
+    pub kernels: Vec<String>,
+    /// Tiles that compute, send or receive in the step.
+    pub tiles: u32,
+    /// Copies (exchange and host exchange).
+    pub copies: u64,
+    /// Bytes moved (exchange and host exchange).
+    pub bytes: u64,
+}
+
+/// One tile's memory and traffic.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TileMemory {
+    /// The tile.
+    pub tile: u32,
+    /// Peak bytes of standard memory, code and support data included.
+    pub standard_bytes: u32,
+    /// Peak bytes of interleaved memory.
+    pub interleaved_bytes: u32,
+    /// Code and support data (vertex states, tables), at the bottom of standard memory.
+    pub support_bytes: u32,
+    /// The step at which the most buffer bytes are live.
+    pub peak_step: usize,
+    /// The buffers live at `peak_step`, largest first.
+    pub buffers: Vec<BufferView>,
+    /// Bytes the tile sends in the `run` program's exchange phases.
+    pub exchange_out_bytes: u64,
+    /// Bytes it receives in them.
+    pub exchange_in_bytes: u64,
+    /// Bytes host exchange writes into the tile in `run`.
+    pub host_in_bytes: u64,
+    /// Bytes host exchange reads from the tile in `run`.
+    pub host_out_bytes: u64,
+}
+
+/// A buffer live at its tile's peak.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct BufferView {
+    /// Index of its name in [`BuildView::names`].
+    pub name: u32,
+    /// Index of the user's operation it serves in [`BuildView::names`].
+    pub op: u32,
+    /// Bytes.
+    pub bytes: u32,
+    /// In interleaved memory.
+    pub interleaved: bool,
+    /// First step using it.
+    pub first: usize,
+    /// Last step using it.
+    pub last: usize,
+    /// Its address, when placed.
+    pub address: Option<u32>,
+}
+
+/// One of the planner's finalists.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct FinalistView {
+    /// The operation.
+    pub op: String,
+    /// The mapping.
+    pub mapping: String,
+    /// Estimated cycles.
+    pub estimated_cycles: u64,
+    /// Estimated exchange cycles.
+    pub estimated_exchange_cycles: u64,
+    /// Peak bytes per tile.
+    pub peak_tile_bytes: u64,
+    /// Tiles.
+    pub tiles: u32,
+    /// Candidates the operation had.
+    pub candidates: usize,
+}
+
+/// Interns names for [`BuildView::names`].
+#[derive(Default)]
+struct Names {
+    index: BTreeMap<String, u32>,
+    list: Vec<String>,
+}
+
+impl Names {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.list.len() as u32;
+        self.index.insert(s.to_string(), i);
+        self.list.push(s.to_string());
+        i
+    }
+}
+
+/// The view of a placed and scheduled program.
+pub fn view(
+    plan: &OperatorPlan,
+    program: &TileProgram,
+    support: &BTreeMap<u32, TileSupport>,
+    placement: &Placement,
+    exchanges: &BTreeMap<usize, Scheduled>,
+    target: &Target,
+) -> BuildView {
+    let mut v = common(plan, program, support, Some(placement), target);
+    for (i, s) in v.steps.iter_mut().enumerate() {
+        match &program.steps[i] {
+            Step::Compute { tiles, .. } => {
+                let slowest = tiles
+                    .values()
+                    .map(|o| crate::cost::estimate(o))
+                    .max()
+                    .unwrap_or(0);
+                s.estimated_cycles = Some(slowest + target.sync_cycles as u64);
+            }
+            Step::Exchange { .. } => {
+                s.estimated_cycles = exchanges
+                    .get(&i)
+                    .map(|x| x.horizon as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64);
+            }
+            Step::Host { .. } => {}
+        }
+    }
+    v
+}
+
+/// The view of a program placement refused: peaks from the live ranges (no addresses), compute
+/// estimates from the lowering; the closest the build came to a package.
+pub fn refusal_view(
+    plan: &OperatorPlan,
+    program: &TileProgram,
+    support: &BTreeMap<u32, TileSupport>,
+    target: &Target,
+) -> BuildView {
+    let mut v = common(plan, program, support, None, target);
+    for (i, s) in v.steps.iter_mut().enumerate() {
+        if let Step::Compute {
+            estimated_cycles, ..
+        } = &program.steps[i]
+        {
+            s.estimated_cycles = Some(*estimated_cycles + target.sync_cycles as u64);
+        }
+    }
+    v
+}
+
+fn common(
+    plan: &OperatorPlan,
+    program: &TileProgram,
+    support: &BTreeMap<u32, TileSupport>,
+    placement: Option<&Placement>,
+    target: &Target,
+) -> BuildView {
+    let steps_n = program.steps.len();
+    let mut names = Names::default();
+    let interleaved_of = |i: usize| match placement {
+        Some(p) => p.addresses[i] >= target.interleaved_base,
+        None => program.buffers[i].region == Region::Interleaved,
+    };
+    // Live bytes per tile and step, from each buffer's live range (a difference array).
+    let mut by_tile: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, b) in program.buffers.iter().enumerate() {
+        by_tile.entry(b.tile).or_default().push(i);
+    }
+    let mut tiles = Vec::with_capacity(program.tiles_used as usize);
+    for tile in 0..program.tiles_used {
+        let ids = by_tile.get(&tile).map(Vec::as_slice).unwrap_or(&[]);
+        let mut diff = vec![[0i64; 2]; steps_n + 1];
+        for &i in ids {
+            let b = &program.buffers[i];
+            if b.first > b.last || b.last >= steps_n {
+                continue;
+            }
+            let r = usize::from(interleaved_of(i));
+            diff[b.first][r] += b.bytes as i64;
+            diff[b.last + 1][r] -= b.bytes as i64;
+        }
+        let (mut live, mut peak, mut peak_step, mut peaks) = ([0i64; 2], 0i64, 0, [0i64; 2]);
+        for (s, d) in diff.iter().take(steps_n).enumerate() {
+            live[0] += d[0];
+            live[1] += d[1];
+            peaks[0] = peaks[0].max(live[0]);
+            peaks[1] = peaks[1].max(live[1]);
+            if live[0] + live[1] > peak {
+                (peak, peak_step) = (live[0] + live[1], s);
+            }
+        }
+        let support_bytes = support
+            .get(&tile)
+            .map_or(0, |s| s.support_end.saturating_sub(target.memory_base));
+        let mut buffers: Vec<BufferView> = ids
+            .iter()
+            .map(|&i| (i, &program.buffers[i]))
+            .filter(|(_, b)| b.first <= peak_step && peak_step <= b.last)
+            .map(|(i, b)| BufferView {
+                name: names.id(&b.name),
+                op: names.id(&b.op),
+                bytes: b.bytes,
+                interleaved: interleaved_of(i),
+                first: b.first,
+                last: b.last,
+                address: placement.map(|p| p.addresses[i]),
+            })
+            .collect();
+        buffers.sort_by_key(|b| (std::cmp::Reverse(b.bytes), b.first, b.name));
+        let (standard_bytes, interleaved_bytes) = match placement {
+            Some(p) => (
+                p.peak_standard_bytes.get(&tile).copied().unwrap_or(0),
+                p.peak_interleaved_bytes.get(&tile).copied().unwrap_or(0),
+            ),
+            None => (peaks[0] as u32 + support_bytes, peaks[1] as u32),
+        };
+        tiles.push(TileMemory {
+            tile,
+            standard_bytes,
+            interleaved_bytes,
+            support_bytes,
+            peak_step,
+            buffers,
+            ..Default::default()
+        });
+    }
+    let mut steps = Vec::with_capacity(steps_n);
+    for (i, s) in program.steps.iter().enumerate() {
+        let in_run = i >= program.init_steps;
+        let mut view = StepView::default();
+        let mut active = BTreeSet::new();
+        match s {
+            Step::Host { name, copies } => {
+                view.kind = "host".into();
+                view.name = name.clone();
+                for (c, to_host) in copies {
+                    let tile = program.buffers[c.buffer.0 as usize].tile;
+                    active.insert(tile);
+                    view.bytes += c.bytes as u64;
+                    if let (true, Some(t)) = (in_run, tiles.get_mut(tile as usize)) {
+                        if *to_host {
+                            t.host_out_bytes += c.bytes as u64;
+                        } else {
+                            t.host_in_bytes += c.bytes as u64;
+                        }
+                    }
+                }
+                view.copies = copies.len() as u64;
+            }
+            Step::Exchange { name, copies } => {
+                view.kind = "exchange".into();
+                view.name = name.clone();
+                for c in copies {
+                    let from = program.buffers[c.src.0 as usize].tile;
+                    let to = program.buffers[c.dst.0 as usize].tile;
+                    active.insert(from);
+                    active.insert(to);
+                    view.bytes += c.bytes as u64;
+                    if in_run {
+                        if let Some(t) = tiles.get_mut(from as usize) {
+                            t.exchange_out_bytes += c.bytes as u64;
+                        }
+                        if let Some(t) = tiles.get_mut(to as usize) {
+                            t.exchange_in_bytes += c.bytes as u64;
+                        }
+                    }
+                }
+                view.copies = copies.len() as u64;
+            }
+            Step::Compute {
+                name, tiles: work, ..
+            } => {
+                view.kind = "compute".into();
+                view.name = name.clone();
+                let mut kernels = BTreeSet::new();
+                for (&t, ops) in work {
+                    active.insert(t);
+                    for op in ops {
+                        if let SupOp::Run(k, ..) | SupOp::RunAll(k, ..) = op {
+                            kernels.insert(format!("{k:?}"));
+                        }
+                    }
+                }
+                view.kernels = kernels.into_iter().collect();
+            }
+        }
+        view.tiles = active.len() as u32;
+        steps.push(view);
+    }
+    BuildView {
+        format_version: VIEW_FORMAT_VERSION,
+        tiles_used: program.tiles_used,
+        standard_capacity_bytes: target.interleaved_base.saturating_sub(target.memory_base),
+        interleaved_capacity_bytes: target.memory_end.saturating_sub(target.interleaved_base),
+        init_steps: program.init_steps,
+        steps,
+        tiles,
+        names: names.list,
+        finalists: plan
+            .finalists
+            .iter()
+            .map(|f| FinalistView {
+                op: f.op.clone(),
+                mapping: f.mapping.clone(),
+                estimated_cycles: f.estimated_cycles,
+                estimated_exchange_cycles: f.estimated_exchange_cycles,
+                peak_tile_bytes: f.peak_tile_bytes,
+                tiles: f.tiles,
+                candidates: f.alternatives,
+            })
+            .collect(),
+        placed: placement.is_some(),
+    }
+}
