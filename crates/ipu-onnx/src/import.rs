@@ -310,17 +310,7 @@ impl Importer<'_> {
                 ),
             ));
         }
-        let device_bytes = if k.elem.is_integral() {
-            let values: Vec<f32> = k
-                .ints()
-                .unwrap_or_default()
-                .iter()
-                .map(|&v| v as f32)
-                .collect();
-            ipu_graph::encode_elements(dtype, &values)
-        } else {
-            k.bytes.clone()
-        };
+        let device_bytes = k.device_bytes(dtype);
         let key = origin.as_ref().map(|o| (o.clone(), k.shape.clone()));
         if let Some((known, id)) = key.as_ref().and_then(|key| self.constants.get(key))
             && (Rc::ptr_eq(known, k) || known.bytes == k.bytes)

@@ -308,6 +308,21 @@ impl Known {
         Ok(Known { elem, shape, bytes })
     }
 
+    /// The elements in `dtype`'s device layout (integers are held as i64 values here).
+    pub fn device_bytes(&self, dtype: DType) -> Vec<u8> {
+        if self.elem.is_integral() {
+            let values: Vec<f32> = self
+                .ints()
+                .unwrap_or_default()
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            ipu_graph::encode_elements(dtype, &values)
+        } else {
+            self.bytes.clone()
+        }
+    }
+
     /// Number of elements.
     pub fn elements(&self) -> usize {
         self.shape.iter().product()

@@ -132,17 +132,7 @@ pub fn decode_tensor(bytes: &[u8]) -> Result<TensorData, OnnxError> {
     let known = tensor::decode(&t, &name, &ImportOptions::default())?;
     match known.elem.device_dtype() {
         Some(dtype) => {
-            let bytes = if known.elem.is_integral() {
-                let values: Vec<f32> = known
-                    .ints()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|&v| v as f32)
-                    .collect();
-                ipu_graph::encode_elements(dtype, &values)
-            } else {
-                known.bytes
-            };
+            let bytes = known.device_bytes(dtype);
             Ok(TensorData {
                 name,
                 dtype,

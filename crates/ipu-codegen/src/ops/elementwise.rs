@@ -215,63 +215,51 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// Conversions in groups of four elements per tile.
+    /// Conversions in groups of four elements per tile: on the FP8 conversion unit and vector
+    /// units (`Kernel::Cast`), or, given an overflow rule, element by element
+    /// (`Kernel::Convert`).
     pub(crate) fn lower_cast(
         &mut self,
         index: usize,
+        convert: Option<ipu_numerics::Overflow>,
         tiles: &mut BTreeMap<u32, Vec<SupOp>>,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
         let (from, to) = (
-            cast_type(self.plan.values[op.inputs[0]].dtype),
-            cast_type(self.plan.values[op.output].dtype),
+            self.plan.values[op.inputs[0]].dtype,
+            self.plan.values[op.output].dtype,
         );
-        self.split_per_tile(
-            index,
-            tiles,
-            |n| n / 4,
-            |xb, ob, g0, g1| {
-                SupOp::Run(
+        let (fb, tb) = (from.bytes() as u32, to.bytes() as u32);
+        let (kernel, slots): (Kernel, Box<dyn Fn(u32) -> u32>) = match convert {
+            None => {
+                let (from, to) = (cast_type(from), cast_type(to));
+                (
                     Kernel::Cast { from, to },
-                    CastState {
-                        input: (xb, g0 * 4 * from.bytes()),
-                        out: (ob, g0 * 4 * to.bytes()),
-                        groups: g1 - g0,
-                    }
-                    .into(),
-                    kernels::cast_slots(from, to, g1 - g0),
+                    Box::new(move |g| kernels::cast_slots(from, to, g)),
                 )
-            },
-        );
-        Ok(())
-    }
-
-    /// Conversions by `Kernel::Convert`, in groups of four elements per tile.
-    pub(crate) fn lower_convert(
-        &mut self,
-        index: usize,
-        overflow: ipu_numerics::Overflow,
-        tiles: &mut BTreeMap<u32, Vec<SupOp>>,
-    ) -> Result<(), CodegenError> {
-        let op = &self.plan.ops[index];
-        let (from, to) = (
-            conv_type(self.plan.values[op.inputs[0]].dtype),
-            conv_type(self.plan.values[op.output].dtype),
-        );
+            }
+            Some(overflow) => {
+                let (from, to) = (conv_type(from), conv_type(to));
+                (
+                    Kernel::Convert { from, to, overflow },
+                    Box::new(move |g| kernels::convert_slots(from, to, overflow, g)),
+                )
+            }
+        };
         self.split_per_tile(
             index,
             tiles,
             |n| n / 4,
             |xb, ob, g0, g1| {
                 SupOp::Run(
-                    Kernel::Convert { from, to, overflow },
+                    kernel,
                     CastState {
-                        input: (xb, g0 * 4 * from.bytes()),
-                        out: (ob, g0 * 4 * to.bytes()),
+                        input: (xb, g0 * 4 * fb),
+                        out: (ob, g0 * 4 * tb),
                         groups: g1 - g0,
                     }
                     .into(),
-                    kernels::convert_slots(from, to, overflow, g1 - g0),
+                    slots(g1 - g0),
                 )
             },
         );

@@ -104,9 +104,9 @@ impl Lowerer<'_> {
             DevOpKind::CausalMask { key_start } => {
                 self.lower_causal_mask(index, *key_start, &mut steps.tiles)?;
             }
-            DevOpKind::Cast => self.lower_cast(index, &mut steps.tiles)?,
+            DevOpKind::Cast => self.lower_cast(index, None, &mut steps.tiles)?,
             DevOpKind::Convert(overflow) => {
-                self.lower_convert(index, *overflow, &mut steps.tiles)?
+                self.lower_cast(index, Some(*overflow), &mut steps.tiles)?
             }
             DevOpKind::IntBinary(bop) => self.lower_int_binary(index, *bop, &mut steps)?,
             DevOpKind::Flash(_) => unreachable!("lowered above"),
