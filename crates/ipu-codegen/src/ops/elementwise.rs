@@ -136,14 +136,52 @@ impl Lowerer<'_> {
         bop: BinOp,
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
+        let x = self.plan.ops[index].inputs[0];
+        let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
+        let eb = self.eb(x);
+        self.two_operands(index, steps, |xb, yb, ob, n| {
+            (
+                (n * eb) / 8,
+                Box::new(move |v0, v1| {
+                    SupOp::Run(
+                        Kernel::Binary { ty, op: bop },
+                        BinaryState {
+                            a: (xb, v0 * 8),
+                            b: (yb, v0 * 8),
+                            out: (ob, v0 * 8),
+                            vectors: v1 - v0,
+                        }
+                        .into(),
+                        kernels::binary_slots(ty, bop, v1 - v0),
+                    )
+                }),
+            )
+        });
+        if bop == BinOp::Div {
+            self.pad_clears(index, &mut steps.tiles);
+        }
+        Ok(())
+    }
+
+    /// For every tile of the output of the two-operand operation `index`: the buffers of the
+    /// first operand, the second (gathered into the output's layout when its own differs) and
+    /// the output, and its element count `n`; `launch` gives the units of work and the launch
+    /// of units `u0..u1`, which are split over the workers.
+    #[allow(clippy::type_complexity)]
+    fn two_operands(
+        &mut self,
+        index: usize,
+        steps: &mut OpSteps,
+        launch: impl Fn(BufferId, BufferId, BufferId, u32) -> (u32, Box<dyn Fn(u32, u32) -> SupOp>),
+    ) {
         let op = &self.plan.ops[index];
         let out = op.output;
         let out_layout = self.plan.values[out].layout.clone();
         let per_tile = out_layout.elements_per_tile();
         let (x, y) = (op.inputs[0], op.inputs[1]);
-        let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
         let eb = self.eb(x);
         let same = self.plan.values[y].layout == out_layout;
+        let name = op.name.clone();
         for tile in out_layout.tiles() {
             let n = per_tile[&tile];
             let xb = self.value_buffer(x, tile);
@@ -151,32 +189,16 @@ impl Lowerer<'_> {
             let yb = if same {
                 self.value_buffer(y, tile)
             } else {
-                let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{}.b", op.name));
+                let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{name}.b"));
                 let want = out_layout.ranges_on(tile);
                 let c = self.gather(y, tile, out_layout.group, &want, st);
                 steps.copies.extend(c);
                 st
             };
-            let vectors = (n as u32 * eb) / 8;
+            let (units, run) = launch(xb, yb, ob, n as u32);
             let ops = steps.tiles.entry(tile).or_default();
-            push_split(ops, vectors, |v0, v1| {
-                SupOp::Run(
-                    Kernel::Binary { ty, op: bop },
-                    BinaryState {
-                        a: (xb, v0 * 8),
-                        b: (yb, v0 * 8),
-                        out: (ob, v0 * 8),
-                        vectors: v1 - v0,
-                    }
-                    .into(),
-                    kernels::binary_slots(ty, bop, v1 - v0),
-                )
-            });
+            push_split(ops, units, run);
         }
-        if bop == BinOp::Div {
-            self.pad_clears(index, &mut steps.tiles);
-        }
-        Ok(())
     }
 
     /// `out = f(x)` per tile (`exp` and `log` clear their output's padding when something
@@ -274,51 +296,35 @@ impl Lowerer<'_> {
         bop: BinOp,
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
-        let op = &self.plan.ops[index];
-        let out = op.output;
-        let out_layout = self.plan.values[out].layout.clone();
-        let per_tile = out_layout.elements_per_tile();
-        let (x, y) = (op.inputs[0], op.inputs[1]);
+        let x = self.plan.ops[index].inputs[0];
         let f = self.plan.values[x]
             .dtype
             .int_format()
             .expect("planned on integers");
         let (bits, signed) = (f.bits as u8, f.signed);
         let eb = self.eb(x);
-        let same = self.plan.values[y].layout == out_layout;
-        for tile in out_layout.tiles() {
-            let n = per_tile[&tile];
-            let xb = self.value_buffer(x, tile);
-            let ob = self.value_buffer(out, tile);
-            let yb = if same {
-                self.value_buffer(y, tile)
-            } else {
-                let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{}.b", op.name));
-                let want = out_layout.ranges_on(tile);
-                let c = self.gather(y, tile, out_layout.group, &want, st);
-                steps.copies.extend(c);
-                st
-            };
-            let groups = n as u32 / 4;
-            let ops = steps.tiles.entry(tile).or_default();
-            push_split(ops, groups, |g0, g1| {
-                SupOp::Run(
-                    Kernel::IntBinary {
-                        op: bop,
-                        bits,
-                        signed,
-                    },
-                    BinaryState {
-                        a: (xb, g0 * 4 * eb),
-                        b: (yb, g0 * 4 * eb),
-                        out: (ob, g0 * 4 * eb),
-                        vectors: g1 - g0,
-                    }
-                    .into(),
-                    kernels::int_binary_slots(bop, bits, signed, g1 - g0),
-                )
-            });
-        }
+        self.two_operands(index, steps, |xb, yb, ob, n| {
+            (
+                n / 4,
+                Box::new(move |g0, g1| {
+                    SupOp::Run(
+                        Kernel::IntBinary {
+                            op: bop,
+                            bits,
+                            signed,
+                        },
+                        BinaryState {
+                            a: (xb, g0 * 4 * eb),
+                            b: (yb, g0 * 4 * eb),
+                            out: (ob, g0 * 4 * eb),
+                            vectors: g1 - g0,
+                        }
+                        .into(),
+                        kernels::int_binary_slots(bop, bits, signed, g1 - g0),
+                    )
+                }),
+            )
+        });
         Ok(())
     }
 
