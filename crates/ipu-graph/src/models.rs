@@ -72,13 +72,14 @@ pub enum ModelError {
         /// What is wrong.
         reason: String,
     },
-    /// The parameters give an invalid graph.
-    #[error("model `{model}`: {source}")]
+    /// The parameters give an invalid graph. (Not a `source`: the message includes the
+    /// verifier's, and an error chain would print it twice.)
+    #[error("model `{model}`: {error}")]
     Graph {
         /// Model name.
         model: String,
         /// The verifier's error.
-        source: GraphError,
+        error: GraphError,
     },
 }
 
@@ -101,6 +102,11 @@ const MODELS: &[ModelInfo] = &[
             param("k", "256", "inner dimension"),
             param("n", "256", "columns of b"),
             DTYPE,
+            param(
+                "partials",
+                "auto",
+                "accumulator type: f32, f16 (f16 or FP8 operands), or auto (f32 for f32 and f16 operands, f16 for FP8)",
+            ),
         ],
     },
     ModelInfo {
@@ -254,9 +260,9 @@ pub fn build(name: &str, params: &[(String, String)]) -> Result<Graph, ModelErro
         "typed-attention-small-fp8" => typed_attention_small_fp8(&p),
         _ => unreachable!("every name in MODELS has a builder"),
     }?;
-    graph.map_err(|source| ModelError::Graph {
+    graph.map_err(|error| ModelError::Graph {
         model: name.into(),
-        source,
+        error,
     })
 }
 
@@ -264,7 +270,13 @@ type Built = Result<Result<Graph, GraphError>, ModelError>;
 
 fn matmul(p: &Params<'_>) -> Built {
     let (m, k, n, dtype) = (p.size("m")?, p.size("k")?, p.size("n")?, p.dtype("dtype")?);
-    let (partials, out) = accumulation(dtype);
+    let (auto, out) = accumulation(dtype);
+    let partials = match p.raw("partials") {
+        "auto" => auto,
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        _ => return Err(p.bad("partials", "expected f32, f16 or auto")),
+    };
     Ok((|| {
         let mut b = GraphBuilder::new("matmul");
         let a = b.input("a", TensorType::new(dtype, [m, k]));

@@ -82,3 +82,32 @@ fn a_value_listed_as_an_output_twice_is_refused() {
     .to_string();
     assert!(e.contains("value %y: is listed as an output twice"), "{e}");
 }
+
+#[test]
+fn the_matmul_built_in_takes_its_partials_type() {
+    use ipu_graph::{DType, OpKind, models};
+    let params = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let partials = |g: &ipu_graph::Graph| match g.operations()[0].kind {
+        OpKind::MatMul { partials, .. } => partials,
+        _ => unreachable!("one matmul"),
+    };
+    let g = models::build("matmul", &params(&[("partials", "f16")])).unwrap();
+    assert_eq!(partials(&g), DType::F16);
+    let g = models::build("matmul", &params(&[])).unwrap();
+    assert_eq!(partials(&g), DType::F32);
+    let e = models::build("matmul", &params(&[("dtype", "f32"), ("partials", "f16")]))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "model `matmul`: operation %c (matmul), operand #0 %a: f16 partials need f16 or FP8 operands, got f32"
+    );
+    let e = models::build("matmul", &params(&[("partials", "f64")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected f32, f16 or auto"), "{e}");
+}
