@@ -1037,7 +1037,7 @@ fn read_tile_table_1(
     table: &[u8],
     table_at: u64,
 ) -> Result<TileImages, PackageError> {
-    if table.len() % 4 != 0 {
+    if !table.len().is_multiple_of(4) {
         return Err(PackageError::Invalid {
             offset: table_at,
             reason: format!(
@@ -1069,7 +1069,7 @@ fn read_tile_table(
     patches: Option<(u64, &[u8])>,
 ) -> Result<TileImages, PackageError> {
     let invalid = |offset: u64, reason: String| Err(PackageError::Invalid { offset, reason });
-    if table.len() % TILE_ENTRY_BYTES != 0 {
+    if !table.len().is_multiple_of(TILE_ENTRY_BYTES) {
         return invalid(
             table_at,
             format!(
