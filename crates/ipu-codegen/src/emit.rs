@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipu_isa::tables::{HostDirection, HostRow, HostTable};
 use ipu_isa::{Instr, MReg};
-use ipu_package::{Segment, TileImage};
+use ipu_package::{Segment, TileImage, TileImages};
 use ipu_target::Target;
 
 use crate::exchange::Scheduled;
@@ -543,8 +543,15 @@ pub fn emit_tile_code(
     Ok(laid?.into_iter().collect())
 }
 
-/// The image of every tile of the target: active tiles' code and data, empty images for the
-/// rest (a package covers every tile).
+/// Tiles whose images are built at a time before they are stored shared: a bound on the
+/// full images held at once (64 images of about 85 KB for the 2048³ matmul), large enough to
+/// keep both cores busy.
+pub const IMAGE_CHUNK_TILES: usize = 64;
+
+/// The image of every tile of the target, stored shared ([`TileImages`]): active tiles' code
+/// and data, empty images for the rest (a package covers every tile). Images are built and
+/// diffed against their shared image in parallel, a chunk of tiles at a time, and stored in
+/// tile order, so the store is the same at any thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn build_tile_images(
     program: &TileProgram,
@@ -555,27 +562,44 @@ pub fn build_tile_images(
     exchanges: &BTreeMap<usize, Scheduled>,
     addr: &(dyn Fn(BufferId) -> u32 + Sync),
     target: &Target,
-) -> Result<Vec<TileImage>, CodegenError> {
+) -> Result<TileImages, CodegenError> {
     let active: Vec<u32> = (0..program.tiles_used).collect();
-    let built: Result<Vec<TileImage>, CodegenError> = active
-        .par_iter()
-        .map(|&t| {
-            tile_image(
-                program,
-                index,
-                t,
-                kernels,
-                &sized[&t].0,
-                &supervisors[&t],
-                exchanges,
-                addr,
-                target,
-            )
-        })
-        .collect();
-    let mut images = vec![TileImage::default(); target.tiles as usize];
-    for (&t, image) in active.iter().zip(built?) {
-        images[t as usize] = image;
+    let mut store = TileImages::new();
+    for chunk in active.chunks(IMAGE_CHUNK_TILES) {
+        let built: Result<Vec<TileImage>, CodegenError> = chunk
+            .par_iter()
+            .map(|&t| {
+                tile_image(
+                    program,
+                    index,
+                    t,
+                    kernels,
+                    &sized[&t].0,
+                    &supervisors[&t],
+                    exchanges,
+                    addr,
+                    target,
+                )
+            })
+            .collect();
+        store.extend_with(built?, |pairs| {
+            pairs
+                .par_iter()
+                .map(|(shared, image)| ipu_package::diff(shared, image))
+                .collect()
+        });
     }
-    Ok(images)
+    for _ in program.tiles_used..target.tiles {
+        store.push(TileImage::default());
+    }
+    let (shared_bytes, patch_bytes) = (store.shared_bytes(), store.patch_bytes());
+    let patches: usize = store.tiles.iter().map(|t| t.patches.len()).sum();
+    tracing::info!(
+        shared_images = store.shared.len(),
+        shared_bytes,
+        patch_records = patches,
+        patch_bytes,
+        "stored tile images shared"
+    );
+    Ok(store)
 }

@@ -37,7 +37,7 @@ fn tiles_of(text: &str) -> u32 {
 /// its `halt`.
 fn run_program_text(b: &ipu_codegen::Build) -> String {
     let run = b.package.program("run").expect("a run program");
-    let image = &b.package.tiles[0];
+    let image = &b.package.tiles.image(0).expect("tile 0");
     let disassemble_from = |at: u32| {
         let seg = image
             .segments

@@ -9,12 +9,14 @@
 //! payloads         each section's bytes at its offset, in table order, 8-byte aligned
 //! ```
 //!
-//! Sections: the manifest (JSON), the tile-image store (unique images), the tile table
-//! (one entry for every tile of the target, naming its image) and, when the graph has
-//! constants, the constants page (format 1.1): the host page the `initialize` program moves
-//! onto the tiles. The reader validates every
-//! header field, bound and checksum, and the manifest against the images, before it returns
-//! anything.
+//! Sections: the manifest (JSON), the shared tile images, the tile table (one entry for every
+//! tile of the target: its shared image and how many patch records make it the tile's own),
+//! the patch records (format 2: the bytes where a tile differs from its shared image) and,
+//! when the graph has constants, the constants page: the host page the `initialize` program
+//! moves onto the tiles. The reader validates every header field, bound, checksum and patch
+//! record, and the manifest against the images, before it returns anything. In memory a
+//! package keeps the same shared form ([`TileImages`]); a tile's image is expanded when it is
+//! loaded ([`TileImages::image`]).
 
 use std::collections::BTreeMap;
 
@@ -23,12 +25,19 @@ use serde::{Deserialize, Serialize};
 
 /// First eight bytes of every package.
 pub const MAGIC: [u8; 8] = *b"IPUEXE\0\0";
-/// Major format version this crate writes; a reader rejects a newer major version.
-pub const FORMAT_MAJOR: u16 = 1;
-/// Minor format version this crate writes for a package with constants; newer minors are
-/// readable (additions only). Minor 1 added the constants page; a package without constants
-/// is written as 1.0.
-pub const FORMAT_MINOR: u16 = 1;
+/// Major format version this crate writes; a reader rejects a newer major version. Major 2
+/// stores tiles as shared images and patch records; the reader still reads major 1 (one whole
+/// image per tile, identical images once).
+pub const FORMAT_MAJOR: u16 = 2;
+/// Minor format version this crate writes; newer minors are readable (additions only).
+pub const FORMAT_MINOR: u16 = 0;
+/// Bytes of one tile-table entry in format 2: image index, patch record count.
+pub const TILE_ENTRY_BYTES: usize = 8;
+/// Bytes of a patch record's header: image byte offset, length.
+pub const PATCH_HEADER_BYTES: usize = 8;
+/// Equal bytes between two differing runs up to which one patch record covers both: a record
+/// header costs 8 bytes, so a shorter gap costs less inside a record than as a second one.
+pub const PATCH_MERGE_GAP_BYTES: usize = PATCH_HEADER_BYTES;
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 32;
 /// Bytes of one section-table entry.
@@ -48,6 +57,8 @@ pub enum SectionKind {
     TileTable = 3,
     /// The constants page: every constant tensor in its storage order (format 1.1).
     Constants = 4,
+    /// Patch records of the tiles, in tile order (format 2, only when a tile has some).
+    Patches = 5,
 }
 
 impl SectionKind {
@@ -57,6 +68,7 @@ impl SectionKind {
             2 => Some(SectionKind::Images),
             3 => Some(SectionKind::TileTable),
             4 => Some(SectionKind::Constants),
+            5 => Some(SectionKind::Patches),
             _ => None,
         }
     }
@@ -123,6 +135,244 @@ impl TileImage {
     pub fn bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.bytes.len() as u64).sum()
     }
+}
+
+/// Bytes of a tile image that differ from its shared image: `bytes` replace the image's bytes
+/// from `offset`, counted in the image's segments laid back to back (a patch never changes
+/// where segments are or how long they are).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Patch {
+    /// Byte offset in the shared image's bytes (its segments back to back).
+    pub offset: u32,
+    /// The tile's bytes there (at least one).
+    pub bytes: Vec<u8>,
+}
+
+/// How one tile's image is stored: a shared image and the patches that make it the tile's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct TileEntry {
+    /// Index of the shared image.
+    pub image: u32,
+    /// Patches in ascending offset order, not overlapping.
+    pub patches: Vec<Patch>,
+}
+
+/// The images of every tile of a package, stored shared: tiles whose images have the same
+/// segments (addresses and lengths) share the image of the first of them, each with the
+/// patches where it differs. Building ([`TileImages::push`]) is deterministic: the same images
+/// in the same order give the same store.
+#[derive(Debug, Clone, Eq, Default)]
+pub struct TileImages {
+    /// The shared images, in order of first use.
+    pub shared: Vec<TileImage>,
+    /// One entry per tile, in tile order.
+    pub tiles: Vec<TileEntry>,
+    /// Shared image of each segment layout (addresses and lengths).
+    layouts: BTreeMap<Vec<(u32, u32)>, u32>,
+}
+
+/// The segment layout of an image: each segment's address and length.
+fn layout_of(image: &TileImage) -> Vec<(u32, u32)> {
+    image
+        .segments
+        .iter()
+        .map(|s| (s.address, s.bytes.len() as u32))
+        .collect()
+}
+
+impl TileImages {
+    /// An empty store.
+    pub fn new() -> TileImages {
+        TileImages::default()
+    }
+
+    /// Tiles stored.
+    pub fn len(&self) -> usize {
+        self.tiles.len()
+    }
+
+    /// No tile stored.
+    pub fn is_empty(&self) -> bool {
+        self.tiles.is_empty()
+    }
+
+    /// Adds the next tile's image: the shared image of its layout with patches, or a new
+    /// shared image when no earlier tile had its layout.
+    pub fn push(&mut self, image: TileImage) {
+        let layout = layout_of(&image);
+        match self.layouts.get(&layout) {
+            Some(&i) => {
+                let patches = diff(&self.shared[i as usize], &image);
+                self.tiles.push(TileEntry { image: i, patches });
+            }
+            None => {
+                let i = self.shared.len() as u32;
+                self.layouts.insert(layout, i);
+                self.shared.push(image);
+                self.tiles.push(TileEntry {
+                    image: i,
+                    patches: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Adds the next tiles' images, as [`TileImages::push`] does one at a time, with the
+    /// diffs against their shared images computed by `diff_all` (given `(shared, image)` pairs
+    /// in tile order, it returns [`diff`] of each, in order: a caller may compute them in
+    /// parallel).
+    pub fn extend_with(
+        &mut self,
+        images: Vec<TileImage>,
+        diff_all: impl FnOnce(&[(&TileImage, &TileImage)]) -> Vec<Vec<Patch>>,
+    ) {
+        let mut shared_of = Vec::with_capacity(images.len());
+        let mut patched = Vec::new();
+        for image in images {
+            let layout = layout_of(&image);
+            match self.layouts.get(&layout) {
+                Some(&i) => {
+                    shared_of.push((i, true));
+                    patched.push(image);
+                }
+                None => {
+                    let i = self.shared.len() as u32;
+                    self.layouts.insert(layout, i);
+                    self.shared.push(image);
+                    shared_of.push((i, false));
+                }
+            }
+        }
+        let pairs: Vec<(&TileImage, &TileImage)> = shared_of
+            .iter()
+            .filter(|(_, p)| *p)
+            .zip(&patched)
+            .map(|(&(i, _), image)| (&self.shared[i as usize], image))
+            .collect();
+        let diffs = diff_all(&pairs);
+        assert_eq!(diffs.len(), pairs.len(), "one diff per patched image");
+        let mut diffs = diffs.into_iter();
+        for (image, is_patched) in shared_of {
+            let patches = if is_patched {
+                diffs.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            self.tiles.push(TileEntry { image, patches });
+        }
+    }
+
+    /// The image of `tile`, its patches applied; None past the last tile.
+    pub fn image(&self, tile: usize) -> Option<TileImage> {
+        let entry = self.tiles.get(tile)?;
+        let mut image = self.shared.get(entry.image as usize)?.clone();
+        apply(&mut image, &entry.patches);
+        Some(image)
+    }
+
+    /// Every tile's image, expanded one at a time, in tile order.
+    pub fn iter(&self) -> impl Iterator<Item = TileImage> + '_ {
+        (0..self.tiles.len()).filter_map(|t| self.image(t))
+    }
+
+    /// Bytes of patch records (headers and bytes, unpadded) over all tiles.
+    pub fn patch_bytes(&self) -> u64 {
+        self.tiles
+            .iter()
+            .flat_map(|t| &t.patches)
+            .map(|p| (PATCH_HEADER_BYTES + p.bytes.len()) as u64)
+            .sum()
+    }
+
+    /// Bytes of the shared images' segments.
+    pub fn shared_bytes(&self) -> u64 {
+        self.shared.iter().map(|i| i.bytes()).sum()
+    }
+}
+
+impl PartialEq for TileImages {
+    fn eq(&self, other: &TileImages) -> bool {
+        self.shared == other.shared && self.tiles == other.tiles
+    }
+}
+
+impl From<Vec<TileImage>> for TileImages {
+    fn from(images: Vec<TileImage>) -> TileImages {
+        let mut store = TileImages::new();
+        for image in images {
+            store.push(image);
+        }
+        store
+    }
+}
+
+/// Where a patch's bytes go: (segment, offset in it, length) pieces of `image`'s bytes
+/// `offset .. offset + len`, which must lie inside the image.
+fn pieces(image: &TileImage, offset: usize, len: usize) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    let (mut at, end) = (offset, offset + len);
+    let mut base = 0usize;
+    for (i, s) in image.segments.iter().enumerate() {
+        let seg_end = base + s.bytes.len();
+        if at < seg_end && at < end {
+            let n = end.min(seg_end) - at;
+            out.push((i, at - base, n));
+            at += n;
+        }
+        base = seg_end;
+    }
+    out
+}
+
+/// Applies `patches` to `image` (each inside its bytes: the reader and [`diff`] ensure it).
+fn apply(image: &mut TileImage, patches: &[Patch]) {
+    for p in patches {
+        let mut from = 0usize;
+        for (seg, at, n) in pieces(image, p.offset as usize, p.bytes.len()) {
+            image.segments[seg].bytes[at..at + n].copy_from_slice(&p.bytes[from..from + n]);
+            from += n;
+        }
+    }
+}
+
+/// The patches that make `shared` into `image` (both of the same layout): the runs of
+/// differing bytes of each segment, runs closer than [`PATCH_MERGE_GAP_BYTES`] merged into one
+/// record.
+pub fn diff(shared: &TileImage, image: &TileImage) -> Vec<Patch> {
+    let mut patches: Vec<Patch> = Vec::new();
+    let mut base = 0usize;
+    for (a, b) in shared.segments.iter().zip(&image.segments) {
+        let (a, b) = (&a.bytes, &b.bytes);
+        let mut i = 0usize;
+        while i < b.len() {
+            // Skip equal bytes eight at a time.
+            if i + 8 <= b.len() && a[i..i + 8] == b[i..i + 8] {
+                i += 8;
+                continue;
+            }
+            if a[i] == b[i] {
+                i += 1;
+                continue;
+            }
+            // A differing run, extended over gaps shorter than a record header.
+            let start = i;
+            let mut end = i + 1;
+            let mut j = end;
+            while j < b.len() && j - end < PATCH_MERGE_GAP_BYTES {
+                if a[j] != b[j] {
+                    end = j + 1;
+                }
+                j += 1;
+            }
+            patches.push(Patch {
+                offset: (base + start) as u32,
+                bytes: b[start..end].to_vec(),
+            });
+            i = end;
+        }
+        base += b.len();
+    }
+    patches
 }
 
 /// A program the host can call by name.
@@ -241,8 +491,8 @@ pub struct Manifest {
 pub struct Package {
     /// The manifest.
     pub manifest: Manifest,
-    /// One image per tile of the target, in tile order.
-    pub tiles: Vec<TileImage>,
+    /// One image per tile of the target, in tile order, stored shared ([`TileImages`]).
+    pub tiles: TileImages,
     /// The bytes of the constants page (empty without constants): the page named by the
     /// [`TensorRole::Constant`] tensors, as the host hands it to `initialize`.
     pub constants: Vec<u8>,
@@ -474,7 +724,7 @@ impl Package {
         }
         if self.tiles.len() != target.tiles as usize {
             return Err(PackageError::Manifest(format!(
-                "{} tile images for {} tiles",
+                "{} tile entries for {} tiles",
                 self.tiles.len(),
                 target.tiles
             )));
@@ -485,25 +735,45 @@ impl Package {
                 m.tiles_used
             )));
         }
-        for (i, img) in self.tiles.iter().enumerate() {
+        for (i, img) in self.tiles.shared.iter().enumerate() {
             let mut end = 0u64;
             for s in &img.segments {
                 if !target.in_memory(s.address, s.bytes.len() as u32)
                     || s.bytes.len() > target.memory_bytes() as usize
                 {
                     return Err(PackageError::Manifest(format!(
-                        "tile {i}: segment at {:#x} of {} bytes is outside tile memory",
+                        "shared image {i}: segment at {:#x} of {} bytes is outside tile memory",
                         s.address,
                         s.bytes.len()
                     )));
                 }
                 if (s.address as u64) < end {
                     return Err(PackageError::Manifest(format!(
-                        "tile {i}: segment at {:#x} overlaps the previous one",
+                        "shared image {i}: segment at {:#x} overlaps the previous one",
                         s.address
                     )));
                 }
                 end = s.address as u64 + s.bytes.len() as u64;
+            }
+        }
+        for (t, entry) in self.tiles.tiles.iter().enumerate() {
+            let Some(img) = self.tiles.shared.get(entry.image as usize) else {
+                return Err(PackageError::Manifest(format!(
+                    "tile {t} names shared image {} of {}",
+                    entry.image,
+                    self.tiles.shared.len()
+                )));
+            };
+            let image_bytes = img.bytes();
+            let mut end = 0u64;
+            for (k, p) in entry.patches.iter().enumerate() {
+                let (offset, len) = (u64::from(p.offset), p.bytes.len() as u64);
+                if len == 0 || offset < end || offset + len > image_bytes {
+                    return Err(PackageError::Manifest(format!(
+                        "tile {t}: patch {k} of {len} bytes at image offset {offset} is empty, overlaps the previous one or ends past the {image_bytes} bytes of its image"
+                    )));
+                }
+                end = offset + len;
             }
         }
         validate_programs(m, &target)?;
@@ -558,21 +828,9 @@ impl Package {
         self.validate()?;
         let manifest = serde_json::to_vec_pretty(&self.manifest)
             .map_err(|e| PackageError::Manifest(e.to_string()))?;
-        // Unique images in first-use order: deterministic.
-        let mut index: BTreeMap<&TileImage, u32> = BTreeMap::new();
-        let mut unique: Vec<&TileImage> = Vec::new();
-        let mut table = Vec::with_capacity(self.tiles.len() * 4);
-        for img in &self.tiles {
-            let next = unique.len() as u32;
-            let id = *index.entry(img).or_insert_with(|| {
-                unique.push(img);
-                next
-            });
-            table.extend_from_slice(&id.to_le_bytes());
-        }
         let mut images = Vec::new();
-        images.extend_from_slice(&(unique.len() as u32).to_le_bytes());
-        for img in unique {
+        images.extend_from_slice(&(self.tiles.shared.len() as u32).to_le_bytes());
+        for img in &self.tiles.shared {
             images.extend_from_slice(&(img.segments.len() as u32).to_le_bytes());
             for s in &img.segments {
                 images.extend_from_slice(&s.address.to_le_bytes());
@@ -581,19 +839,31 @@ impl Package {
                 images.resize(align8(images.len()), 0);
             }
         }
+        let mut table = Vec::with_capacity(self.tiles.len() * TILE_ENTRY_BYTES);
+        let mut patches = Vec::new();
+        for entry in &self.tiles.tiles {
+            table.extend_from_slice(&entry.image.to_le_bytes());
+            table.extend_from_slice(&(entry.patches.len() as u32).to_le_bytes());
+            for p in &entry.patches {
+                patches.extend_from_slice(&p.offset.to_le_bytes());
+                patches.extend_from_slice(&(p.bytes.len() as u32).to_le_bytes());
+                patches.extend_from_slice(&p.bytes);
+                patches.resize(patches.len().div_ceil(4) * 4, 0);
+            }
+        }
         let mut sections: Vec<(u32, &[u8])> = vec![
             (SectionKind::Manifest as u32, &manifest),
             (SectionKind::Images as u32, &images),
             (SectionKind::TileTable as u32, &table),
         ];
-        // Packages without constants stay format 1.0, readable by every 1.x reader.
-        let minor = if self.constants.is_empty() {
-            0
-        } else {
+        // The patch records only when a tile has some, the constants only with constants.
+        if !patches.is_empty() {
+            sections.push((SectionKind::Patches as u32, &patches));
+        }
+        if !self.constants.is_empty() {
             sections.push((SectionKind::Constants as u32, &self.constants));
-            FORMAT_MINOR
-        };
-        Ok(pack(minor, &sections))
+        }
+        Ok(pack(FORMAT_MINOR, &sections))
     }
 
     /// Parses and validates a package. Nothing is returned unless every check passes.
@@ -731,24 +1001,12 @@ impl Package {
         let (images_at, images) = section(SectionKind::Images)?;
         let unique = read_images(images, images_at)?;
         let (table_at, table) = section(SectionKind::TileTable)?;
-        if table.len() % 4 != 0 {
-            return Err(PackageError::Invalid {
-                offset: table_at,
-                reason: format!(
-                    "tile table of {} bytes is not a whole number of entries",
-                    table.len()
-                ),
-            });
-        }
-        let mut tiles = Vec::with_capacity(table.len() / 4);
-        for (i, c) in table.chunks_exact(4).enumerate() {
-            let id = u32::from_le_bytes(c.try_into().unwrap()) as usize;
-            let img = unique.get(id).ok_or_else(|| PackageError::Invalid {
-                offset: table_at + 4 * i as u64,
-                reason: format!("tile {i} names image {id} of {}", unique.len()),
-            })?;
-            tiles.push(img.clone());
-        }
+        let patches = payloads.get(&(SectionKind::Patches as u32)).copied();
+        let tiles = if major == 1 {
+            read_tile_table_1(unique, table, table_at)?
+        } else {
+            read_tile_table(unique, table, table_at, patches)?
+        };
         let constants = payloads
             .get(&(SectionKind::Constants as u32))
             .map_or_else(Vec::new, |(_, bytes)| bytes.to_vec());
@@ -771,6 +1029,163 @@ impl Package {
         }
         Ok(())
     }
+}
+
+/// The tile table of format 1: one u32 per tile naming its (whole) image.
+fn read_tile_table_1(
+    unique: Vec<TileImage>,
+    table: &[u8],
+    table_at: u64,
+) -> Result<TileImages, PackageError> {
+    if !table.len().is_multiple_of(4) {
+        return Err(PackageError::Invalid {
+            offset: table_at,
+            reason: format!(
+                "tile table of {} bytes is not a whole number of entries",
+                table.len()
+            ),
+        });
+    }
+    let mut store = TileImages::new();
+    for (i, c) in table.chunks_exact(4).enumerate() {
+        let id = u32::from_le_bytes(c.try_into().unwrap()) as usize;
+        let img = unique.get(id).ok_or_else(|| PackageError::Invalid {
+            offset: table_at + 4 * i as u64,
+            reason: format!("tile {i} names image {id} of {}", unique.len()),
+        })?;
+        store.push(img.clone());
+    }
+    Ok(store)
+}
+
+/// The tile table of format 2 (image index and patch record count per tile) and the patch
+/// records it counts, in tile order: every record inside its image, ascending and not
+/// overlapping, its padding zero, the records filling their section exactly, every shared image
+/// used by a tile.
+fn read_tile_table(
+    shared: Vec<TileImage>,
+    table: &[u8],
+    table_at: u64,
+    patches: Option<(u64, &[u8])>,
+) -> Result<TileImages, PackageError> {
+    let invalid = |offset: u64, reason: String| Err(PackageError::Invalid { offset, reason });
+    if !table.len().is_multiple_of(TILE_ENTRY_BYTES) {
+        return invalid(
+            table_at,
+            format!(
+                "tile table of {} bytes is not a whole number of {TILE_ENTRY_BYTES}-byte entries",
+                table.len()
+            ),
+        );
+    }
+    let (patches_at, records) = patches.unwrap_or((0, &[]));
+    if patches.is_some() && records.is_empty() {
+        return invalid(patches_at, "an empty patch section".into());
+    }
+    let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let sizes: Vec<u64> = shared.iter().map(|i| i.bytes()).collect();
+    let mut used = vec![false; shared.len()];
+    let mut tiles = Vec::with_capacity(table.len() / TILE_ENTRY_BYTES);
+    let mut at = 0usize;
+    for (t, e) in table.chunks_exact(TILE_ENTRY_BYTES).enumerate() {
+        let entry_at = table_at + (t * TILE_ENTRY_BYTES) as u64;
+        let (image, count) = (word(e, 0), word(e, 4) as usize);
+        let Some(&image_bytes) = sizes.get(image as usize) else {
+            return invalid(
+                entry_at,
+                format!("tile {t} names shared image {image} of {}", shared.len()),
+            );
+        };
+        used[image as usize] = true;
+        // Each record takes at least a header and one padded word: a bound on corrupt counts.
+        if count > (records.len() - at) / (PATCH_HEADER_BYTES + 4) {
+            return invalid(
+                entry_at + 4,
+                format!(
+                    "tile {t} has {count} patch records; {} bytes of records are left",
+                    records.len() - at
+                ),
+            );
+        }
+        let mut list = Vec::with_capacity(count);
+        let mut end = 0u64;
+        for k in 0..count {
+            let record_at = patches_at + at as u64;
+            if records.len() - at < PATCH_HEADER_BYTES {
+                return Err(PackageError::Truncated {
+                    offset: record_at,
+                    what: "patch record header",
+                    needed: PATCH_HEADER_BYTES as u64,
+                    available: (records.len() - at) as u64,
+                });
+            }
+            let (offset, len) = (word(records, at), word(records, at + 4) as usize);
+            let padded = len.div_ceil(4) * 4;
+            if len == 0 {
+                return invalid(
+                    record_at + 4,
+                    format!("tile {t}: patch record {k} is empty"),
+                );
+            }
+            if u64::from(offset) < end || u64::from(offset) + len as u64 > image_bytes {
+                return invalid(
+                    record_at,
+                    format!(
+                        "tile {t}: patch record {k} of {len} bytes at image offset {offset} overlaps the previous record (which ends at {end}) or ends past the {image_bytes} bytes of shared image {image}"
+                    ),
+                );
+            }
+            let data_at = at + PATCH_HEADER_BYTES;
+            if records.len() - data_at < padded {
+                return Err(PackageError::Truncated {
+                    offset: patches_at + data_at as u64,
+                    what: "patch record bytes",
+                    needed: padded as u64,
+                    available: (records.len() - data_at) as u64,
+                });
+            }
+            if let Some(i) = records[data_at + len..data_at + padded]
+                .iter()
+                .position(|&b| b != 0)
+            {
+                return invalid(
+                    patches_at + (data_at + len + i) as u64,
+                    format!("tile {t}: patch record {k}'s padding must be zero"),
+                );
+            }
+            list.push(Patch {
+                offset,
+                bytes: records[data_at..data_at + len].to_vec(),
+            });
+            end = u64::from(offset) + len as u64;
+            at = data_at + padded;
+        }
+        tiles.push(TileEntry {
+            image,
+            patches: list,
+        });
+    }
+    if at != records.len() {
+        return invalid(
+            patches_at + at as u64,
+            format!(
+                "{} bytes of patch records after the last tile's",
+                records.len() - at
+            ),
+        );
+    }
+    if let Some(i) = used.iter().position(|u| !u) {
+        return invalid(table_at, format!("shared image {i} is used by no tile"));
+    }
+    let mut store = TileImages {
+        shared,
+        tiles,
+        layouts: BTreeMap::new(),
+    };
+    for (i, img) in store.shared.iter().enumerate() {
+        store.layouts.entry(layout_of(img)).or_insert(i as u32);
+    }
+    Ok(store)
 }
 
 fn read_images(bytes: &[u8], base: u64) -> Result<Vec<TileImage>, PackageError> {
@@ -890,9 +1305,116 @@ mod tests {
                 }],
                 metadata: BTreeMap::new(),
             },
-            tiles,
+            tiles: tiles.into(),
             constants: Vec::new(),
         }
+    }
+
+    /// `sample()` with tiles 1..=4 of tile 0's layout, each differing from it in a few bytes
+    /// (one run in each segment, and tile 4 equal to tile 0).
+    fn with_patches() -> Package {
+        let mut p = sample();
+        let mut tiles: Vec<TileImage> = p.tiles.iter().collect();
+        for t in 1..=4usize {
+            let mut img = tiles[0].clone();
+            if t < 4 {
+                img.segments[0].bytes[t] = 100 + t as u8;
+                img.segments[1].bytes[3..3 + t].fill(t as u8);
+            }
+            tiles[t] = img;
+        }
+        p.tiles = tiles.into();
+        p
+    }
+
+    #[test]
+    fn tiles_of_one_layout_share_an_image_and_expand_to_their_own() {
+        let p = with_patches();
+        assert_eq!(p.tiles.shared.len(), 3); // tile 0's layout, the empty image, tile 5's
+        assert_eq!(p.tiles.tiles[2].image, 0);
+        assert_eq!(p.tiles.tiles[2].patches.len(), 2);
+        assert!(p.tiles.tiles[4].patches.is_empty());
+        let img = p.tiles.image(2).unwrap();
+        assert_eq!(img.segments[0].bytes, vec![1, 2, 102, 4, 5]);
+        assert_eq!(&img.segments[1].bytes[..6], &[9, 9, 9, 2, 2, 9]);
+        let b = p.to_bytes().unwrap();
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), FORMAT_MAJOR);
+        let q = Package::from_bytes(&b).unwrap();
+        assert_eq!(q, p);
+        assert_eq!(q.tiles.image(3), p.tiles.image(3));
+        // Every byte of the patch section is covered: by its checksum, or by a check.
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x21;
+            assert!(Package::from_bytes(&c).is_err(), "byte {i} accepted");
+        }
+    }
+
+    /// Repacks `p`'s sections with the patch section (kind 5) replaced by `records` and the
+    /// tile table's entry of `tile` counting `count` records.
+    fn repacked(p: &Package, tile: usize, count: u32, records: &[u8]) -> Vec<u8> {
+        let mut s = sections(&p.to_bytes().unwrap()).unwrap();
+        for (kind, payload) in &mut s {
+            if *kind == 3 {
+                for e in payload.chunks_exact_mut(8).skip(1) {
+                    e[4..8].fill(0);
+                }
+                payload[tile * 8 + 4..tile * 8 + 8].copy_from_slice(&count.to_le_bytes());
+            }
+            if *kind == 5 {
+                *payload = records.to_vec();
+            }
+        }
+        let refs: Vec<(u32, &[u8])> = s.iter().map(|(k, b)| (*k, b.as_slice())).collect();
+        pack(FORMAT_MINOR, &refs)
+    }
+
+    #[test]
+    fn patch_records_the_compiler_cannot_have_written_are_refused() {
+        let p = with_patches();
+        let record = |offset: u32, bytes: &[u8]| {
+            let mut r = offset.to_le_bytes().to_vec();
+            r.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            r.extend_from_slice(bytes);
+            r.resize(r.len().div_ceil(4) * 4, 0);
+            r
+        };
+        // Accepted: one record on tile 1.
+        let ok = repacked(&p, 1, 1, &record(2, &[7]));
+        let q = Package::from_bytes(&ok).unwrap();
+        assert_eq!(q.tiles.image(1).unwrap().segments[0].bytes[2], 7);
+        let refuse = |b: Vec<u8>, what: &str| {
+            let e = Package::from_bytes(&b).unwrap_err().to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        // Past the image (5 + 16 bytes), spanning its end.
+        refuse(
+            repacked(&p, 1, 1, &record(20, &[1, 2])),
+            "tile 1: patch record 0",
+        );
+        // Empty.
+        let mut empty = record(0, &[]);
+        empty.extend_from_slice(&[0; 4]);
+        refuse(
+            repacked(&p, 1, 1, &empty),
+            "tile 1: patch record 0 is empty",
+        );
+        // Overlapping, out of order.
+        let mut two = record(4, &[1, 2]);
+        two.extend(record(5, &[3]));
+        refuse(repacked(&p, 2, 2, &two), "tile 2: patch record 1");
+        // Nonzero padding.
+        let mut r = record(0, &[1]);
+        r[9] = 1;
+        refuse(repacked(&p, 1, 1, &r), "padding must be zero");
+        // More records counted than the section holds, and bytes left over.
+        refuse(
+            repacked(&p, 1, 9, &record(0, &[1])),
+            "tile 1 has 9 patch records",
+        );
+        let mut extra = record(0, &[1]);
+        extra.extend_from_slice(&[0; 12]);
+        refuse(repacked(&p, 1, 1, &extra), "after the last tile's");
     }
 
     #[test]
@@ -932,13 +1454,11 @@ mod tests {
     }
 
     #[test]
-    fn constants_round_trip_in_format_1_1_and_packages_without_stay_1_0() {
+    fn constants_round_trip() {
         let p = with_constants();
         let b = p.to_bytes().unwrap();
-        assert_eq!(u16::from_le_bytes([b[10], b[11]]), 1);
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), FORMAT_MAJOR);
         assert_eq!(Package::from_bytes(&b).unwrap(), p);
-        let b = sample().to_bytes().unwrap();
-        assert_eq!(u16::from_le_bytes([b[10], b[11]]), 0);
         // Every byte of the constants section is covered by its checksum.
         let b = p.to_bytes().unwrap();
         let at = b.len() - 16;
@@ -984,10 +1504,10 @@ mod tests {
     #[test]
     fn newer_major_is_rejected() {
         let mut b = sample().to_bytes().unwrap();
-        b[8] = 2;
+        b[8] = 3;
         assert_eq!(
             Package::from_bytes(&b),
-            Err(PackageError::NewerVersion { major: 2, minor: 0 })
+            Err(PackageError::NewerVersion { major: 3, minor: 0 })
         );
     }
 
@@ -1004,10 +1524,12 @@ mod tests {
     #[test]
     fn segment_outside_memory_is_rejected() {
         let mut p = sample();
-        p.tiles[3].segments.push(Segment {
+        let mut tiles: Vec<TileImage> = p.tiles.iter().collect();
+        tiles[3].segments.push(Segment {
             address: 0xE7FF0,
             bytes: vec![0; 32],
         });
+        p.tiles = tiles.into();
         assert!(matches!(p.to_bytes(), Err(PackageError::Manifest(_))));
     }
 }

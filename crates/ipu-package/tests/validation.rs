@@ -60,7 +60,7 @@ fn package() -> Package {
             register_writes: vec![],
             metadata: BTreeMap::new(),
         },
-        tiles,
+        tiles: tiles.into(),
         constants: vec![],
     }
 }

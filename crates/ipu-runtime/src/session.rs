@@ -145,8 +145,10 @@ impl<'p> Session<'p> {
         }
         let tile_count = package.tiles.len();
         info!(tile_count, "loading application");
+        // Each tile's image is expanded from its shared image and patches as it is loaded,
+        // one at a time: the package stays in its shared form.
         for (tile, image) in package.tiles.iter().enumerate() {
-            device.load_tile(tile as u32, image)?;
+            device.load_tile(tile as u32, &image)?;
         }
         let active = device.active_tiles().unwrap_or(0);
         if active != m.tiles_used {

@@ -222,7 +222,7 @@ pub fn package_of(
             register_writes,
             metadata: BTreeMap::new(),
         },
-        tiles: images,
+        tiles: images.into(),
         constants: Vec::new(),
     };
     package.validate().expect("the test package is valid");
