@@ -228,13 +228,15 @@ pub fn sweep(a: SweepArgs) -> anyhow::Result<u8> {
                     };
                     let r = run_point(a, exe, &points[i], &lock).and_then(|p| {
                         if let Some(p) = &p {
-                            pb.println(format!(
-                                "point={} result={} cycles={} wall_ms={}",
-                                p.dir,
-                                p.result,
-                                p.cycles.map_or("-".into(), |c| c.to_string()),
-                                p.wall_ms
-                            ));
+                            pb.suspend(|| {
+                                println!(
+                                    "point={} result={} cycles={} wall_ms={}",
+                                    p.dir,
+                                    p.result,
+                                    p.cycles.map_or("-".into(), |c| c.to_string()),
+                                    p.wall_ms
+                                )
+                            });
                             pb.inc(1);
                             let _g = summary.lock();
                             write_summary(&a.artifacts, title, keys, points)?;

@@ -123,6 +123,8 @@ struct Tried {
     estimated_cycles: u64,
     final_cycles: u64,
     measured_cycles: Option<u64>,
+    /// The measured call's host exchange cycles (the estimates cover the rest, on chip).
+    host_exchange_cycles: u64,
     pass: bool,
 }
 
@@ -267,17 +269,21 @@ fn print_tried(i: usize, t: &Tried) {
     let measured = t
         .measured_cycles
         .map_or("none".to_string(), |c| c.to_string());
-    let error = t.measured_cycles.map_or("n/a".to_string(), |c| {
+    let on_chip = t
+        .measured_cycles
+        .map(|c| c.saturating_sub(t.host_exchange_cycles));
+    let error = on_chip.map_or("n/a".to_string(), |c| {
         format!(
             "{:+.1}%",
             100.0 * (t.final_cycles as f64 - c as f64) / c.max(1) as f64
         )
     });
     println!(
-        "candidate={i} finalists={} estimated_cycles={} final_cycles={} measured_cycles={measured} estimate_error={error} result={}",
+        "candidate={i} finalists={} estimated_cycles={} final_cycles={} measured_cycles={measured} on_chip_cycles={} estimate_error={error} result={}",
         choices_text(&t.choices),
         t.estimated_cycles,
         t.final_cycles,
+        on_chip.map_or("none".to_string(), |c| c.to_string()),
         if t.measured_cycles.is_none() {
             "REFUSED"
         } else if t.pass {
@@ -319,6 +325,7 @@ impl Measure<'_> {
                     estimated_cycles: 0,
                     final_cycles: 0,
                     measured_cycles: None,
+                    host_exchange_cycles: 0,
                     pass: false,
                 });
             }
@@ -364,6 +371,7 @@ impl Measure<'_> {
             estimated_cycles: b.report.estimated_cycles,
             final_cycles: b.report.final_cycles,
             measured_cycles: Some(call.counters.cycles),
+            host_exchange_cycles: call.counters.host_exchange_cycles,
             pass,
         })
     }
