@@ -39,16 +39,20 @@ pub const ITERATIONS_MAX: u32 = 1_000_000;
 pub struct CompileArgs {
     /// Target: gc200, bow or c600.
     #[arg(long, default_value = "gc200")]
-    target: String,
+    pub(crate) target: String,
     /// Use the first N tiles (default: all of the target's).
     #[arg(long, allow_hyphen_values = true, value_parser = tile_count)]
-    tiles: Option<u32>,
+    pub(crate) tiles: Option<u32>,
     /// Override a built-in's parameter: `--set key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
-    set: Vec<String>,
+    pub(crate) set: Vec<String>,
     /// Bind a symbolic dimension of an ONNX model: `--dim batch=4` (repeatable).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
-    dim: Vec<String>,
+    pub(crate) dim: Vec<String>,
+    /// Bound the planner's search: N candidate mappings, or Nms milliseconds (the log says
+    /// why the search stopped).
+    #[arg(long, value_name = "N|Nms", value_parser = ipu_codegen::plan::SearchBudget::parse)]
+    pub(crate) search_budget: Option<ipu_codegen::plan::SearchBudget>,
 }
 
 /// Options of running on the device.
@@ -101,6 +105,9 @@ pub struct BuildArgs {
     /// Write the JSON build report here, and the HTML report beside it (`.html`).
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Where the build looks for a search incumbent (`ipu tune`): the run database.
+    #[command(flatten)]
+    db: crate::insight_run::DbArgs,
 }
 
 /// Arguments of `ipu exec`.
@@ -190,7 +197,7 @@ fn cosine(s: &str) -> Result<f64, String> {
     }
 }
 
-fn target_of(name: &str) -> anyhow::Result<Target> {
+pub(crate) fn target_of(name: &str) -> anyhow::Result<Target> {
     TargetKind::from_name(name)
         .map(|k| k.target())
         .ok_or_else(|| anyhow::anyhow!("unknown target {name:?}; known targets: gc200, bow, c600"))
@@ -208,20 +215,30 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> 
 /// Compiles `graph`. A refused build still writes the JSON report at `report` (and the HTML
 /// report beside it) and into `dir`, whose top-level `error` is the compiler's typed error
 /// (`kind` and its fields) with its `message`, with the memory view of the closest candidate.
+/// The build resumes from the search incumbent the run database `db` keeps for it, if any
+/// (`ipu tune`).
 fn compile(
     graph: &Graph,
     c: &CompileArgs,
     report: Option<&Path>,
     dir: Option<&Path>,
+    db: &crate::insight_run::DbArgs,
 ) -> anyhow::Result<(ipu_codegen::Build, u64)> {
     let target = target_of(&c.target)?;
     let tiles = c.tiles.unwrap_or(target.tiles);
+    let budget = c.search_budget.unwrap_or_default();
     let start = Instant::now();
+    let incumbent = crate::cmd_tune::incumbent_for(graph, &target, tiles, budget, db);
     let pb = ipu_insight::progress::bar(0, &format!("compiling {}", graph.name));
-    let built = ipu_codegen::build_explained(graph, &BuildOptions { target, tiles });
+    let built = ipu_codegen::build_resuming(
+        graph,
+        &BuildOptions { target, tiles },
+        incumbent.as_ref().map_err(String::as_str),
+        budget,
+    );
     pb.finish_and_clear();
     match built {
-        Ok(build) => Ok((build, start.elapsed().as_millis() as u64)),
+        Ok((build, _)) => Ok((build, start.elapsed().as_millis() as u64)),
         Err(refusal) => {
             let e = refusal.error.clone();
             let j = refusal_json(graph, &target, tiles, &e)?;
@@ -241,7 +258,7 @@ fn compile(
 /// one operation, lowered unfused (`attention`) or as `flash_attention`, whichever the planner
 /// estimates cheaper; the imported graph as it is when neither plans or nothing is fused. The
 /// log names the fused nodes and the estimates.
-fn choose_attention(graph: Graph, c: &CompileArgs) -> anyhow::Result<Graph> {
+pub(crate) fn choose_attention(graph: Graph, c: &CompileArgs) -> anyhow::Result<Graph> {
     let (fused_graph, fused) = ipu_graph::fuse::attention_subgraphs(&graph)?;
     if fused.is_empty() {
         return Ok(graph);
@@ -289,6 +306,34 @@ fn choose_attention(graph: Graph, c: &CompileArgs) -> anyhow::Result<Graph> {
     Ok(chosen.clone())
 }
 
+/// The tolerance of graph output `id` against its reference `exp`, `reordered` when the graph
+/// has a flash attention.
+pub(crate) fn output_tolerance(
+    graph: &Graph,
+    id: ipu_graph::ValueId,
+    exp: &Tensor,
+    precision: Precision,
+    reordered: bool,
+) -> Tolerance {
+    let mut tol = match precision {
+        Precision::Device => Tolerance::for_dtype(exp.dtype),
+        Precision::Exact => tolerance_versus_exact(graph, id),
+    };
+    if reordered && precision == Precision::Device {
+        // The device merges flash attention's key blocks in another order than the
+        // expansion the reference follows: a few units of the format's last place at
+        // the largest magnitude involved, carried through what follows. The element
+        // floor is then one unit at the output's scale (docs/numerics.md).
+        let scale = exp.data.iter().fold(0.0f32, |m, x| m.max(x.abs())) as f64;
+        let unit = match exp.dtype {
+            DType::F32 => f64::from(f32::EPSILON),
+            _ => (2.0f64).powi(-10),
+        };
+        tol.atol = tol.atol.max(scale * unit);
+    }
+    tol
+}
+
 /// The report of a refused build.
 fn refusal_json(
     graph: &Graph,
@@ -327,7 +372,7 @@ pub fn build(a: BuildArgs) -> anyhow::Result<u8> {
     if cmd_onnx::is_onnx(&a.model) {
         graph = choose_attention(graph, &a.compile)?;
     }
-    let (b, ms) = compile(&graph, &a.compile, a.report.as_deref(), None)?;
+    let (b, ms) = compile(&graph, &a.compile, a.report.as_deref(), None, &a.db)?;
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&a.output, &bytes)?;
@@ -452,7 +497,7 @@ fn log_input_sources(expected: &[(String, TensorType)], files: &FileInputs, d: &
 }
 
 /// The package's outputs read back from the session.
-fn read_outputs(s: &Session<'_>, package: &Package) -> anyhow::Result<Vec<Output>> {
+pub(crate) fn read_outputs(s: &Session<'_>, package: &Package) -> anyhow::Result<Vec<Output>> {
     let mut outputs = Vec::new();
     for t in host_tensors(package, TensorRole::Output) {
         let dense = s.read_output(&t.name)?;
@@ -575,7 +620,7 @@ fn tensor_type(t: &HostTensor) -> anyhow::Result<TensorType> {
 }
 
 /// The inputs of a graph, in order.
-fn graph_inputs(graph: &Graph) -> Vec<(String, TensorType)> {
+pub(crate) fn graph_inputs(graph: &Graph) -> Vec<(String, TensorType)> {
     graph
         .inputs()
         .iter()
@@ -813,7 +858,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         .artifacts
         .clone()
         .unwrap_or_else(|| PathBuf::from("artifacts").join(&graph.name));
-    let (b, compile_ms) = compile(&graph, &a.compile, a.device.report.as_deref(), Some(&dir))?;
+    let (b, compile_ms) = compile(
+        &graph,
+        &a.compile,
+        a.device.report.as_deref(),
+        Some(&dir),
+        &a.device.db,
+    )?;
     let package_path = dir.join("model.ipuexe");
     // An earlier run's report and profile would sit beside this run's package as if they
     // were this run's until it writes its own: a run stopped before then leaves none.
@@ -862,22 +913,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
             .iter()
             .any(|o| matches!(o.kind, ipu_graph::OpKind::FlashAttention { .. }));
         for ((o, exp), &id) in outputs.iter().zip(&expected).zip(graph.outputs()) {
-            let mut tol = match a.reference_precision {
-                Precision::Device => Tolerance::for_dtype(exp.dtype),
-                Precision::Exact => tolerance_versus_exact(&graph, id),
-            };
-            if reordered && a.reference_precision == Precision::Device {
-                // The device merges flash attention's key blocks in another order than the
-                // expansion the reference follows: a few units of the format's last place at
-                // the largest magnitude involved, carried through what follows. The element
-                // floor is then one unit at the output's scale (docs/numerics.md).
-                let scale = exp.data.iter().fold(0.0f32, |m, x| m.max(x.abs())) as f64;
-                let unit = match exp.dtype {
-                    DType::F32 => f64::from(f32::EPSILON),
-                    _ => (2.0f64).powi(-10),
-                };
-                tol.atol = tol.atol.max(scale * unit);
-            }
+            let mut tol = output_tolerance(&graph, id, exp, a.reference_precision, reordered);
             tol.atol = a.atol.unwrap_or(tol.atol);
             tol.rtol = a.rtol.unwrap_or(tol.rtol);
             tol.min_cosine = a.min_cosine.unwrap_or(tol.min_cosine);

@@ -22,6 +22,8 @@ mod cmd_report;
 mod cmd_run;
 mod cmd_runs;
 mod cmd_sim;
+mod cmd_sweep;
+mod cmd_tune;
 mod graph_files;
 mod insight_run;
 mod npy;
@@ -69,6 +71,10 @@ enum Command {
     Report(cmd_report::ReportArgs),
     /// The runs kept in the run database: list, show, compare.
     Runs(cmd_runs::RunsArgs),
+    /// Build and run the best finalists on the device; keep the fastest as the incumbent.
+    Tune(cmd_tune::TuneArgs),
+    /// Run a grid of parameters, one artifacts directory per point, with a summary.
+    Sweep(cmd_sweep::SweepArgs),
 }
 
 #[derive(Subcommand)]
@@ -120,6 +126,8 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Report(a) => cmd_report::report(a),
         Command::Runs(a) => cmd_runs::runs(a),
+        Command::Tune(a) => cmd_tune::tune(a),
+        Command::Sweep(a) => cmd_sweep::sweep(a),
     };
     if ipu_sim::interrupted() {
         eprintln!("{INTERRUPTED_MESSAGE}");

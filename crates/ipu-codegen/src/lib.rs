@@ -299,6 +299,97 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
 
 /// [`build`], with the view of the closest candidate when placement refuses the program.
 pub fn build_explained(graph: &Graph, options: &BuildOptions) -> Result<Build, Refusal> {
+    build_searched(graph, options, &Search::default())
+}
+
+/// How the planner searches: the finalist each operation selects (none: the planner's picks)
+/// and the bound of the search.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Search {
+    /// The finalists to select.
+    pub choices: plan::Choices,
+    /// The bound of the search.
+    pub budget: plan::SearchBudget,
+}
+
+/// Whether a build resumed from a stored search incumbent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumption {
+    /// The incumbent was validated and used.
+    pub resuming: bool,
+    /// Why not, when it was not.
+    pub reason: Option<String>,
+}
+
+/// [`build_searched`] from a stored search incumbent: `incumbent` is its choices, or why
+/// there is none (no record, a record for another compiler or graph). The incumbent is
+/// validated by building with it (the plan re-made under the same constraints must have the
+/// chosen mappings, and every checker must pass); a refused one is reported and the build
+/// falls back to the planner's picks. Either way the build ends with
+/// `validated search incumbent cycles=N resuming=true|false`, N the placed program's cost.
+pub fn build_resuming(
+    graph: &Graph,
+    options: &BuildOptions,
+    incumbent: Result<&plan::Choices, &str>,
+    budget: plan::SearchBudget,
+) -> Result<(Build, Resumption), Refusal> {
+    let span = info_span!("ipu_codegen.package.search");
+    let _g = span.enter();
+    let reason = match incumbent {
+        Ok(choices) => {
+            let search = Search {
+                choices: choices.clone(),
+                budget,
+            };
+            match build_searched(graph, options, &search) {
+                Ok(b) => {
+                    info!(
+                        cycles = b.report.final_cycles,
+                        resuming = true,
+                        "validated search incumbent"
+                    );
+                    let r = Resumption {
+                        resuming: true,
+                        reason: None,
+                    };
+                    return Ok((b, r));
+                }
+                Err(refusal) => {
+                    let why = format!("the stored incumbent was refused: {}", refusal.error);
+                    tracing::warn!(reason = %why, "search incumbent ignored");
+                    why
+                }
+            }
+        }
+        Err(why) => why.to_string(),
+    };
+    let search = Search {
+        choices: plan::Choices::new(),
+        budget,
+    };
+    let b = build_searched(graph, options, &search)?;
+    info!(
+        cycles = b.report.final_cycles,
+        resuming = false,
+        reason = %reason,
+        "validated search incumbent"
+    );
+    Ok((
+        b,
+        Resumption {
+            resuming: false,
+            reason: Some(reason),
+        },
+    ))
+}
+
+/// [`build_explained`] selecting the finalists of `search.choices` and bounding the planner's
+/// search by `search.budget`; the log says why the search stopped.
+pub fn build_searched(
+    graph: &Graph,
+    options: &BuildOptions,
+    search: &Search,
+) -> Result<Build, Refusal> {
     graph.verify().map_err(|e| CodegenError::Graph {
         message: e.to_string(),
     })?;
@@ -325,8 +416,21 @@ pub fn build_explained(graph: &Graph, options: &BuildOptions) -> Result<Build, R
         let plan = phase(&mut report, "lower_mid", || {
             // Fused operations (flash attention) are planned and lowered as one operation
             // whose blocks are its sub-operations (`ops::flash`).
-            let p =
-                plan::plan_with_budgets(graph, &target, options.tiles, &budgets, support_bytes)?;
+            let (p, outcome) = plan::plan_searched(
+                graph,
+                &target,
+                options.tiles,
+                &budgets,
+                support_bytes,
+                &search.choices,
+                search.budget,
+            )?;
+            info!(
+                candidates = outcome.examined,
+                budget = %search.budget,
+                reason = outcome.stopped.name(),
+                "planner search stopped"
+            );
             plan::check(&p)?;
             Ok(p)
         })?;

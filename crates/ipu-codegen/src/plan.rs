@@ -325,6 +325,150 @@ pub(crate) struct Planner<'a> {
     /// Bytes per tile the matmul planner keeps free for code and support data (see
     /// [`plan_with_budgets`]).
     pub(crate) support_reserve_bytes: u64,
+    /// The finalist to select per operation, when not the first (see [`plan_searched`]).
+    pub(crate) choices: Choices,
+    /// The search's bound and what it has spent.
+    pub(crate) search: SearchState,
+}
+
+/// The finalist an operation selects: its index among the operation's finalists (0: the
+/// planner's pick) and the mapping that finalist must describe, so that a choice made for
+/// another plan is detected rather than applied to a different mapping.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Choice {
+    /// Index among the operation's finalists.
+    pub finalist: usize,
+    /// The finalist's [`Finalist::mapping`].
+    pub mapping: String,
+}
+
+/// Chosen finalists by operation name ([`Finalist::op`]); operations absent select their
+/// first finalist.
+pub type Choices = BTreeMap<String, Choice>;
+
+/// A bound on the planner's search, as egg's runner bounds its iterations: candidate mappings
+/// examined over the whole graph, and wall-clock time. Once it is spent, each operation still
+/// to plan stops enumerating after its first candidate that fits. A time bound makes the plan
+/// depend on the machine's speed; a candidate bound keeps builds deterministic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SearchBudget {
+    /// Most candidates examined.
+    pub candidates_max: Option<u64>,
+    /// Most milliseconds spent.
+    pub time_max_ms: Option<u64>,
+}
+
+impl SearchBudget {
+    /// Parses `N` (candidates) or `Nms` (milliseconds).
+    pub fn parse(text: &str) -> Result<SearchBudget, String> {
+        let t = text.trim();
+        let (digits, ms) = match t.strip_suffix("ms") {
+            Some(d) => (d, true),
+            None => (t, false),
+        };
+        let n: u64 = digits.trim().parse().map_err(|_| {
+            format!("`{text}` is not a search budget: a number of candidates (`500`) or milliseconds (`200ms`)")
+        })?;
+        if n == 0 {
+            return Err("a search budget is at least 1".into());
+        }
+        Ok(if ms {
+            SearchBudget {
+                time_max_ms: Some(n),
+                ..Default::default()
+            }
+        } else {
+            SearchBudget {
+                candidates_max: Some(n),
+                ..Default::default()
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for SearchBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.candidates_max, self.time_max_ms) {
+            (None, None) => f.write_str("unbounded"),
+            (Some(c), None) => write!(f, "{c}"),
+            (None, Some(ms)) => write!(f, "{ms}ms"),
+            (Some(c), Some(ms)) => write!(f, "{c},{ms}ms"),
+        }
+    }
+}
+
+/// Why the planner's search stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchStop {
+    /// Every candidate of every operation was examined (within the families' own bounds).
+    Exhausted,
+    /// The candidate budget was reached.
+    CandidatesReached,
+    /// The time budget was reached.
+    TimeReached,
+}
+
+impl SearchStop {
+    /// Its name in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchStop::Exhausted => "space exhausted",
+            SearchStop::CandidatesReached => "candidate budget reached",
+            SearchStop::TimeReached => "time budget reached",
+        }
+    }
+}
+
+/// The search's bound and what it spent.
+#[derive(Debug, Clone)]
+pub(crate) struct SearchState {
+    pub(crate) budget: SearchBudget,
+    pub(crate) examined: u64,
+    pub(crate) start: std::time::Instant,
+    pub(crate) stopped: Option<SearchStop>,
+}
+
+impl SearchState {
+    fn new(budget: SearchBudget) -> SearchState {
+        SearchState {
+            budget,
+            examined: 0,
+            start: std::time::Instant::now(),
+            stopped: None,
+        }
+    }
+
+    /// Counts one candidate examined; true when the budget is spent (the family then keeps
+    /// what it has, once it has a candidate).
+    pub(crate) fn spend(&mut self) -> bool {
+        self.examined += 1;
+        if self.stopped.is_some() {
+            return true;
+        }
+        if self
+            .budget
+            .candidates_max
+            .is_some_and(|c| self.examined >= c)
+        {
+            self.stopped = Some(SearchStop::CandidatesReached);
+        } else if self
+            .budget
+            .time_max_ms
+            .is_some_and(|ms| self.start.elapsed().as_millis() as u64 >= ms)
+        {
+            self.stopped = Some(SearchStop::TimeReached);
+        }
+        self.stopped.is_some()
+    }
+}
+
+/// How the planner's search went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchOutcome {
+    /// Candidates examined.
+    pub examined: u64,
+    /// Why it stopped.
+    pub stopped: SearchStop,
 }
 
 /// Plans every operation of `graph` over tiles `0..tiles` of `target`.
@@ -350,6 +494,30 @@ pub fn plan_with_budgets(
     budgets: &BTreeMap<String, u64>,
     support_reserve_bytes: u64,
 ) -> Result<OperatorPlan, CodegenError> {
+    plan_searched(
+        graph,
+        target,
+        tiles,
+        budgets,
+        support_reserve_bytes,
+        &Choices::new(),
+        SearchBudget::default(),
+    )
+    .map(|(p, _)| p)
+}
+
+/// [`plan_with_budgets`] selecting the finalists of `choices` and bounding the search by
+/// `search`. A choice that does not match the plan (an operation without finalists, an index
+/// beyond them, another mapping at that index) is refused with [`CodegenError::Options`].
+pub fn plan_searched(
+    graph: &Graph,
+    target: &Target,
+    tiles: u32,
+    budgets: &BTreeMap<String, u64>,
+    support_reserve_bytes: u64,
+    choices: &Choices,
+    search: SearchBudget,
+) -> Result<(OperatorPlan, SearchOutcome), CodegenError> {
     // Layouts cut the last axis into column groups: a value needs one.
     if let Some(v) = graph.values().iter().find(|v| v.ty.shape.is_empty()) {
         return Err(CodegenError::unsupported(
@@ -378,6 +546,8 @@ pub fn plan_with_budgets(
         op_index: 0,
         budgets: budgets.clone(),
         support_reserve_bytes: support_reserve_bytes.max(SUPPORT_RESERVE_BYTES),
+        choices: choices.clone(),
+        search: SearchState::new(search),
     };
     // Inputs, and constants laid out like them (`initialize` writes those onto the tiles
     // once): a value balanced over the tiles from `first`, and the tiles it takes.
@@ -425,9 +595,14 @@ pub fn plan_with_budgets(
             ));
         }
     }
+    check_choices(&p.finalists, choices)?;
+    let outcome = SearchOutcome {
+        examined: p.search.examined,
+        stopped: p.search.stopped.unwrap_or(SearchStop::Exhausted),
+    };
     let estimated_cycles = p.ops.iter().map(|o| o.estimated_cycles).sum();
     let estimated_exchange_cycles = p.ops.iter().map(|o| o.estimated_exchange_cycles).sum();
-    Ok(OperatorPlan {
+    let plan = OperatorPlan {
         values: p.values,
         ops: p.ops,
         outputs,
@@ -437,7 +612,46 @@ pub fn plan_with_budgets(
         estimated_cycles,
         estimated_exchange_cycles,
         tiles_used: tiles,
-    })
+    };
+    Ok((plan, outcome))
+}
+
+/// Every choice names an operation with finalists, an index among them, and the mapping the
+/// plan has there.
+fn check_choices(finalists: &[Finalist], choices: &Choices) -> Result<(), CodegenError> {
+    for (op, c) in choices {
+        let of_op: Vec<&Finalist> = finalists.iter().filter(|f| &f.op == op).collect();
+        let refuse = |why: String| {
+            Err(CodegenError::Options {
+                message: format!("chosen finalist {} of {op}: {why}", c.finalist),
+            })
+        };
+        match of_op.get(c.finalist) {
+            None if of_op.is_empty() => return refuse("no such operation in the plan".into()),
+            None => return refuse(format!("the operation has {} finalists", of_op.len())),
+            Some(f) if f.mapping != c.mapping => {
+                return refuse(format!(
+                    "the plan's finalist is `{}`, not `{}`",
+                    f.mapping, c.mapping
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The finalists of every operation that had a choice (more than one candidate), by
+/// operation, in the planner's order (the first is its pick).
+pub fn finalists_with_choice(plan: &OperatorPlan) -> Vec<(String, Vec<Finalist>)> {
+    let mut by_op: Vec<(String, Vec<Finalist>)> = Vec::new();
+    for f in plan.finalists.iter().filter(|f| f.alternatives > 1) {
+        match by_op.iter_mut().find(|(op, _)| op == &f.op) {
+            Some((_, fs)) => fs.push(f.clone()),
+            None => by_op.push((f.op.clone(), vec![f.clone()])),
+        }
+    }
+    by_op
 }
 
 /// Checks a plan: every layout covers its value, every operation's operands precede it.
@@ -497,6 +711,16 @@ impl Planner<'_> {
     /// The budget of the operation being planned, if placement asked for one.
     pub(crate) fn budget(&self) -> Option<u64> {
         self.budgets.get(&self.origin).copied()
+    }
+
+    /// The index of the finalist operation `op` selects among its `finalists` (the first
+    /// unless [`Planner::choices`] says otherwise; an index beyond them is refused after
+    /// planning by `check_choices`).
+    pub(crate) fn chosen(&self, op: &str, finalists: usize) -> usize {
+        self.choices
+            .get(op)
+            .map_or(0, |c| c.finalist)
+            .min(finalists.saturating_sub(1))
     }
 
     pub(crate) fn other_live_bytes(&self) -> u64 {

@@ -68,6 +68,35 @@ pub const MIGRATIONS: &[&str] = &[
         peak_bytes INTEGER NOT NULL,
         PRIMARY KEY (run_id, region)
     );",
+    // 3: search incumbents (the plan a build resumes from) and the tuner's measurements.
+    "CREATE TABLE incumbents (
+        graph_hash TEXT NOT NULL,
+        target TEXT NOT NULL,
+        tiles INTEGER NOT NULL,
+        compiler_version TEXT NOT NULL,
+        options TEXT NOT NULL,
+        model TEXT NOT NULL,
+        choices TEXT NOT NULL,
+        measured_cycles INTEGER NOT NULL,
+        planner_cycles INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        PRIMARY KEY (graph_hash, target, tiles, compiler_version, options)
+    );
+    CREATE TABLE tune_measurements (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        recorded_at TEXT NOT NULL,
+        model TEXT NOT NULL,
+        graph_hash TEXT NOT NULL,
+        target TEXT NOT NULL,
+        tiles INTEGER NOT NULL,
+        compiler_version TEXT NOT NULL,
+        options TEXT NOT NULL,
+        choices TEXT NOT NULL,
+        estimated_cycles INTEGER,
+        final_cycles INTEGER,
+        measured_cycles INTEGER,
+        pass INTEGER
+    );",
 ];
 
 /// The schema version this build writes and reads.
@@ -164,11 +193,11 @@ pub fn default_path() -> Option<PathBuf> {
 
 /// The database of runs.
 pub struct RunDb {
-    conn: Connection,
-    path: PathBuf,
+    pub(crate) conn: Connection,
+    pub(crate) path: PathBuf,
 }
 
-fn db_err(path: &Path, e: rusqlite::Error) -> InsightError {
+pub(crate) fn db_err(path: &Path, e: rusqlite::Error) -> InsightError {
     let hint = match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase) => {
             " (the file is not a SQLite database, or is corrupt)"

@@ -8,7 +8,9 @@
 
 pub mod db;
 pub mod html;
+pub mod incumbent;
 pub mod progress;
+pub mod sweep;
 pub mod timeline;
 pub mod trace;
 
@@ -19,6 +21,7 @@ use ipu_runtime::Profile;
 use serde_json::Value;
 
 pub use db::{RunDb, RunRecord};
+pub use incumbent::{IncumbentKey, IncumbentRecord, Lookup, Measurement};
 pub use timeline::{Timeline, timeline};
 
 /// The run's JSON report in a run directory.

@@ -27,3 +27,16 @@ pub fn bar(total: u64, what: &str) -> ProgressBar {
     }
     pb
 }
+
+/// A bar of `total` units starting at `done`, with the time left estimated from the units
+/// done in this process; hidden unless stderr is a terminal.
+pub fn bar_with_eta(total: u64, done: u64, what: &str) -> ProgressBar {
+    let pb = bar(total, what);
+    if let Ok(s) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed} eta {eta}")
+    {
+        pb.set_style(s.progress_chars("=> "));
+    }
+    pb.set_position(done);
+    pb.reset_eta();
+    pb
+}

@@ -117,6 +117,9 @@ impl Planner<'_> {
                 if examined > MATMUL_CANDIDATES_MAX {
                     break 'outer;
                 }
+                if self.search.spend() && !candidates.is_empty() {
+                    break 'outer;
+                }
                 let blocks = batch * pm * pn;
                 let per_tile = blocks.div_ceil(tiles) as u64;
                 let bm = m.div_ceil(pm) as u64;
@@ -225,7 +228,8 @@ impl Planner<'_> {
                 alternatives: candidates.len(),
             });
         }
-        let (cost, exch, _, pm, pn, k_chunks) = candidates[0];
+        let chosen = self.chosen(name, candidates.len().min(FINALISTS));
+        let (cost, exch, _, pm, pn, k_chunks) = candidates[chosen];
         // Blocks in (batch, row, column) order, dealt to tiles round-robin.
         let mut blocks = Vec::new();
         // Blocks sharing a column range (the same weights) get consecutive tiles, so one

@@ -839,6 +839,9 @@ impl Planner<'_> {
             .take(crate::ops::flash::plan::MODELLED_MAX)
             .enumerate()
         {
+            if self.search.spend() && i > 0 {
+                break;
+            }
             let mut geo = base.clone();
             geo.rows = c.rows;
             geo.keys = c.keys;
@@ -876,7 +879,8 @@ impl Planner<'_> {
                 alternatives: candidates.len(),
             });
         }
-        let best = modelled_plans.into_iter().next();
+        let chosen = self.chosen(&op.name, modelled_plans.len().min(FINALISTS));
+        let best = modelled_plans.into_iter().nth(chosen);
         let (modelled, modelled_x, fp, chosen) = best.expect("at least one candidate");
         tracing::info!(
             selected = chosen,
