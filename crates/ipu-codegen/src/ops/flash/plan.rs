@@ -535,7 +535,7 @@ pub fn plan_flash(
     }
     let batch: usize = qs[..rank - 2].iter().product();
     let kv_batch: usize = ks[..rank - 2].iter().product();
-    if kv_batch == 0 || batch % kv_batch != 0 || vs[..rank - 2] != ks[..rank - 2] {
+    if kv_batch == 0 || !batch.is_multiple_of(kv_batch) || vs[..rank - 2] != ks[..rank - 2] {
         return unsupported(format!(
             "k and v need the same batch entries, a divisor of q's {batch} (got {kv_batch})"
         ));
