@@ -182,6 +182,38 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
 }
 
 #[test]
+fn flash_attention_with_fewer_kv_heads_than_query_heads() {
+    // Grouped-query attention: query head h reads kv head h / (heads / kv_heads); the items of
+    // one kv head's key block receive it by multicast. Every dtype, causal and not, several
+    // rounds of items on few tiles, and head_dim 128 and 256.
+    for (dtype, causal, seq, heads, kv_heads, head_dim, tiles) in [
+        ("f16", false, 96, 4, 2, 64, 13),
+        ("f16", true, 96, 4, 1, 64, 13),
+        ("f32", true, 80, 6, 2, 64, 7),
+        ("f143", false, 64, 4, 2, 64, 16),
+        ("f152", true, 48, 3, 1, 64, 5),
+        ("f16", false, 64, 4, 2, 128, 3),
+        ("f16", true, 48, 2, 1, 256, 8),
+    ] {
+        let g = common::model(
+            "attention-flash",
+            &[
+                ("seq", &seq.to_string()),
+                ("heads", &heads.to_string()),
+                ("kv_heads", &kv_heads.to_string()),
+                ("head_dim", &head_dim.to_string()),
+                ("dtype", dtype),
+                ("causal", &causal.to_string()),
+            ],
+        );
+        let what = format!(
+            "flash {dtype} causal={causal} seq={seq} heads={heads}/{kv_heads} d={head_dim} on {tiles} tiles"
+        );
+        common::run(&g, Target::gc200(), tiles, 6).assert_within(&what, 2e-3);
+    }
+}
+
+#[test]
 fn flash_attention_with_batch_dims_and_other_key_and_value_shapes() {
     // Two leading dimensions, 40 queries against 200 keys (a partly filled last key block),
     // values wider than queries.

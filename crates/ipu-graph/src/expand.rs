@@ -88,9 +88,46 @@ fn flash(
     partials: DType,
     out: DType,
 ) -> Result<ValueId, GraphError> {
-    let (q, k, v) = (ins[0], ins[1], ins[2]);
-    let rank = b.ty(k).shape.len();
+    let (mut q, mut k, mut v) = (ins[0], ins[1], ins[2]);
+    let q_shape = b.ty(q).shape.clone();
+    let mut rank = q_shape.len();
     let sk = b.ty(k).shape[rank - 2];
+    // The mask as an additive mask in the partials type, of the scores' rank.
+    let mut mask = match ins.get(3) {
+        Some(&m) => Some(additive_mask(b, name, m, rank, partials)?),
+        None => None,
+    };
+    // Grouped-query attention: the heads split into `[kv heads, group]`, k and v broadcast
+    // over the group (a size-1 dimension), so every product is that of the ungrouped form.
+    let group = if rank >= 3 {
+        q_shape[rank - 3] / b.ty(k).shape[rank - 3]
+    } else {
+        1
+    };
+    if group > 1 {
+        let split = |b: &mut GraphBuilder, x: ValueId, what: &str, inner: usize| {
+            let mut shape = b.ty(x).shape.clone();
+            let heads = shape[rank - 3];
+            shape.splice(rank - 3..rank - 2, [heads / inner, inner]);
+            b.op(
+                format!("{name}.{what}_grouped"),
+                OpKind::Reshape { shape },
+                &[x],
+            )
+        };
+        q = split(b, q, "q", group)?;
+        k = split(b, k, "k", 1)?;
+        v = split(b, v, "v", 1)?;
+        if let Some(m) = mask {
+            let inner = if b.ty(m).shape[rank - 3] == 1 {
+                1
+            } else {
+                group
+            };
+            mask = Some(split(b, m, "mask", inner)?);
+        }
+        rank += 1;
+    }
     let block = block_k.clamp(1, sk);
     let mut perm: Vec<usize> = (0..rank).collect();
     perm.swap(rank - 2, rank - 1);
@@ -135,6 +172,22 @@ fn flash(
         )?;
         let s = b.op(n("s"), mm.clone(), &[q, ktj])?;
         let mut t = b.op(n("t"), OpKind::Scale { factor: scale }, &[s])?;
+        if let Some(m) = mask {
+            let mj = if b.ty(m).shape[rank - 1] == 1 {
+                m
+            } else {
+                b.op(
+                    n("mask"),
+                    OpKind::Slice {
+                        axis: rank - 1,
+                        start: k0,
+                        end: k1,
+                    },
+                    &[m],
+                )?
+            };
+            t = b.op(n("added"), OpKind::Add, &[t, mj])?;
+        }
         if causal {
             t = b.op(n("masked"), OpKind::CausalMask { key_start: k0 }, &[t])?;
         }
@@ -171,12 +224,68 @@ fn flash(
         l.expect("at least one key block"),
         o.expect("at least one key block"),
     );
-    if out == partials {
-        b.op(name.to_string(), OpKind::Div, &[o, l])
+    let mut shape = q_shape;
+    *shape.last_mut().expect("rank >= 2") = b.ty(o).shape[rank - 1];
+    let grouped = if group > 1 { ".grouped" } else { "" };
+    let result = if out == partials {
+        b.op(format!("{name}{grouped}"), OpKind::Div, &[o, l])?
     } else {
         let r = b.op(format!("{name}.normalised"), OpKind::Div, &[o, l])?;
-        b.op(name.to_string(), OpKind::cast(out), &[r])
+        b.op(format!("{name}{grouped}"), OpKind::cast(out), &[r])?
+    };
+    if group > 1 {
+        b.op(name.to_string(), OpKind::Reshape { shape }, &[result])
+    } else {
+        Ok(result)
     }
+}
+
+/// The additive form of a flash attention's mask `m` in the partials type `partials`, of rank
+/// `rank` (leading dimensions of 1 added): a float mask cast, a bool mask `0` where true and
+/// the lowest finite value of `partials` where false (`(cast(m) - 1) * max`, exact), which any
+/// score that is not huge plus it rounds to.
+fn additive_mask(
+    b: &mut GraphBuilder,
+    name: &str,
+    m: ValueId,
+    rank: usize,
+    partials: DType,
+) -> Result<ValueId, GraphError> {
+    let mut x = m;
+    let shape = b.ty(m).shape.clone();
+    if shape.len() < rank {
+        let mut full = vec![1; rank - shape.len()];
+        full.extend(&shape);
+        x = b.op(
+            format!("{name}.mask_rank"),
+            OpKind::Reshape { shape: full },
+            &[x],
+        )?;
+    }
+    let dtype = b.ty(m).dtype;
+    if dtype == partials {
+        return Ok(x);
+    }
+    x = b.op(format!("{name}.mask_cast"), OpKind::cast(partials), &[x])?;
+    if dtype != DType::Bool {
+        return Ok(x);
+    }
+    let one = b.constant_values(
+        format!("{name}.mask_one"),
+        crate::TensorType::new(partials, vec![1; rank]),
+        &[1.0],
+    )?;
+    let hidden = b.op(format!("{name}.mask_hidden"), OpKind::Sub, &[x, one])?;
+    let largest = if partials == DType::F32 {
+        f32::MAX
+    } else {
+        65504.0
+    };
+    b.op(
+        format!("{name}.mask_add"),
+        OpKind::Scale { factor: largest },
+        &[hidden],
+    )
 }
 
 #[cfg(test)]
@@ -227,5 +336,67 @@ mod mask_tests {
         let bad = "graph m {\n  input %s: f143@-4[3, 4]\n  %m = causal_mask(%s) {key_start = 0}: f143@-4[3, 4]\n  output %m\n}\n";
         let e = parse(bad, "m.ipug").unwrap_err().to_string();
         assert!(e.contains("-inf"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod grouped_tests {
+    use super::*;
+    use crate::models;
+
+    fn build(params: &[(&str, &str)]) -> Graph {
+        let params: Vec<(String, String)> = params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        models::build("attention-flash", &params).unwrap()
+    }
+
+    #[test]
+    fn grouped_query_heads_and_masks_expand_with_the_same_interface() {
+        for params in [
+            &[("seq", "256"), ("heads", "8"), ("kv_heads", "2")][..],
+            &[("seq", "256"), ("mask", "bool")][..],
+            &[
+                ("seq", "256"),
+                ("heads", "4"),
+                ("kv_heads", "1"),
+                ("mask", "f16"),
+            ][..],
+            &[
+                ("seq", "256"),
+                ("mask", "padded"),
+                ("pad", "100"),
+                ("causal", "true"),
+            ][..],
+        ] {
+            let g = build(params);
+            let e = expand_fused(&g).unwrap();
+            assert!(!has_fused(&e), "{params:?}");
+            assert_eq!(e.inputs().len(), g.inputs().len(), "{params:?}");
+            let (go, eo) = (g.value(g.outputs()[0]), e.value(e.outputs()[0]));
+            assert_eq!((&go.name, &go.ty), (&eo.name, &eo.ty), "{params:?}");
+            // Scores stay blocked: never a whole [heads, seq, seq].
+            for v in e.values() {
+                assert!(
+                    v.ty.elements() <= 8 * 256 * 128,
+                    "{params:?}: %{} {}",
+                    v.name,
+                    v.ty
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kv_heads_that_do_not_divide_the_heads_are_refused_naming_k() {
+        let params: Vec<(String, String)> = [("heads", "4"), ("kv_heads", "3")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let e = models::build("attention-flash", &params)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not divide") && e.contains("%k"), "{e}");
     }
 }

@@ -89,6 +89,19 @@ fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError
         OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Max
     );
     for (i, t) in inputs.iter().enumerate() {
+        // A flash attention's mask (operand 3) is bool or an additive float mask.
+        if matches!(kind, OpKind::FlashAttention { .. }) && i == 3 {
+            if t.dtype != DType::Bool && !t.dtype.is_float() {
+                return err(
+                    Some(3),
+                    format!(
+                        "the mask of flash_attention is bool or an additive f32 or f16 mask, not {}",
+                        t.dtype
+                    ),
+                );
+            }
+            continue;
+        }
         let ok = match t.dtype.class() {
             DTypeClass::Float | DTypeClass::Fp8 => true,
             DTypeClass::Int(_) => integer_ok && t.dtype != DType::Bool,
@@ -370,7 +383,10 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             out,
             ..
         } => {
-            arity(inputs, 3)?;
+            let flash = matches!(kind, OpKind::FlashAttention { .. });
+            if !(flash && inputs.len() == 4) {
+                arity(inputs, 3)?;
+            }
             if let OpKind::FlashAttention {
                 block_q, block_k, ..
             } = kind
@@ -390,10 +406,54 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
                         format!("q, k and v need the same rank >= 2, got {q}, {k}, {v}"),
                     );
                 }
+                // Grouped-query attention (flash only): k and v may have fewer heads (the
+                // dimension before the sequence) than q, a divisor of q's; query head `h`
+                // reads kv head `h / (q heads / kv heads)`.
+                let gqa = flash && i > 0 && r >= 3 && t.shape[..r - 3] == q.shape[..r - 3];
+                if gqa && t.shape[r - 3] != q.shape[r - 3] {
+                    let (hq, hkv) = (q.shape[r - 3], t.shape[r - 3]);
+                    if hkv == 0 || hq % hkv != 0 {
+                        return err(
+                            Some(i),
+                            format!(
+                                "{} has {hkv} kv heads, which does not divide the {hq} heads of q {q}",
+                                ["q", "k", "v"][i]
+                            ),
+                        );
+                    }
+                    continue;
+                }
                 if t.shape[..r - 2] != q.shape[..r - 2] {
                     return err(
                         Some(i),
                         format!("batch dimensions of {t} differ from q {q}"),
+                    );
+                }
+            }
+            if flash && k.shape[..r - 2] != v.shape[..r - 2] {
+                return err(
+                    Some(2),
+                    format!("the heads of v {v} differ from those of k {k}"),
+                );
+            }
+            if let Some(m) = inputs.get(3) {
+                // Broadcastable to the scores `[.., heads, sq, sk]`, aligned from the right.
+                let mut scores = q.shape[..r - 1].to_vec();
+                scores.push(k.shape[r - 2]);
+                let fits = m.shape.len() >= 2
+                    && m.shape.len() <= r
+                    && m.shape
+                        .iter()
+                        .rev()
+                        .zip(scores.iter().rev())
+                        .all(|(&a, &b)| a == b || a == 1);
+                if !fits {
+                    let scores = TensorType::new(m.dtype, scores);
+                    return err(
+                        Some(3),
+                        format!(
+                            "the mask {m} does not broadcast to the scores {scores} (rank 2 to {r}, every dimension equal or 1)"
+                        ),
                     );
                 }
             }

@@ -492,7 +492,17 @@ pub enum OpKind {
         out: DType,
     },
     /// Attention computed as one fused operation, in blocks of `block_q` queries and
-    /// `block_k` keys with an online softmax. Same types and shapes as [`OpKind::Attention`].
+    /// `block_k` keys with an online softmax. Same types and shapes as [`OpKind::Attention`],
+    /// and two extensions:
+    /// - grouped-query attention: `k` and `v` may have fewer heads (the dimension before the
+    ///   sequence) than `q`, a divisor of `q`'s; query head `h` reads kv head
+    ///   `h / (q heads / kv heads)`;
+    /// - an optional fourth operand, a mask broadcastable to the scores `[.., sq, sk]`
+    ///   (aligned from the right, each dimension equal or 1): an f32 or f16 mask is added to
+    ///   the scaled scores, a bool mask hides the keys where it is false (the exact precision
+    ///   excludes them; the device precision sets their scores to the lowest finite value of
+    ///   the partials type, which is the same unless a row sees no key at all). The causal
+    ///   mask, if any, applies after it.
     FlashAttention {
         /// Score scale.
         scale: f32,

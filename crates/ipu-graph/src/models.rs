@@ -140,6 +140,18 @@ const MODELS: &[ModelInfo] = &[
             DTYPE,
             CAUSAL,
             param("block", "128", "query and key block size"),
+            param(
+                "kv_heads",
+                "heads",
+                "heads of k and v (grouped-query attention: a divisor of heads)",
+            ),
+            param(
+                "mask",
+                "none",
+                "none; bool, f32 or f16: an input mask[seq, seq]; padded: the last `pad` keys \
+                 hidden from every query by a constant bool mask[1, seq]",
+            ),
+            param("pad", "0", "keys hidden by mask=padded"),
         ],
     },
     ModelInfo {
@@ -334,6 +346,28 @@ fn attention(p: &Params<'_>, flash: bool) -> Built {
         _ => accumulation(dtype),
     };
     let scale = 1.0 / (head_dim as f32).sqrt();
+    // Grouped-query attention and the mask (flash only).
+    let (kv_heads, mask) = if flash {
+        let kv_heads = match p.raw("kv_heads") {
+            "heads" => heads,
+            _ => p.size("kv_heads")?,
+        };
+        let mask = match p.raw("mask") {
+            "none" => None,
+            "bool" => Some((DType::Bool, false)),
+            "f32" => Some((DType::F32, false)),
+            "f16" => Some((DType::F16, false)),
+            "padded" => Some((DType::Bool, true)),
+            _ => return Err(p.bad("mask", "expected none, bool, f32, f16 or padded")),
+        };
+        let pad = match p.raw("pad").parse::<usize>() {
+            Ok(n) if n < seq => n,
+            _ => return Err(p.bad("pad", format!("expected an integer in 0..{seq}"))),
+        };
+        (kv_heads, mask.map(|(d, padded)| (d, padded.then_some(pad))))
+    } else {
+        (heads, None)
+    };
     let kind = if flash {
         let block = p.size("block")?;
         OpKind::FlashAttention {
@@ -360,10 +394,22 @@ fn attention(p: &Params<'_>, flash: bool) -> Built {
     Ok((|| {
         let mut b = GraphBuilder::new(name);
         let ty = TensorType::new(dtype, [heads, seq, head_dim]);
-        let q = b.input("q", ty.clone());
-        let k = b.input("k", ty.clone());
-        let v = b.input("v", ty);
-        let o = b.op("out", kind, &[q, k, v])?;
+        let kv_ty = TensorType::new(dtype, [kv_heads, seq, head_dim]);
+        let q = b.input("q", ty);
+        let k = b.input("k", kv_ty.clone());
+        let v = b.input("v", kv_ty);
+        let mut ins = vec![q, k, v];
+        match mask {
+            None => {}
+            Some((d, None)) => ins.push(b.input("mask", TensorType::new(d, [seq, seq]))),
+            Some((d, Some(pad))) => {
+                let keep: Vec<f32> = (0..seq)
+                    .map(|j| f32::from(u8::from(j < seq - pad)))
+                    .collect();
+                ins.push(b.constant_values("mask", TensorType::new(d, [1, seq]), &keep)?);
+            }
+        }
+        let o = b.op("out", kind, &ins)?;
         b.output(o);
         b.finish()
     })())

@@ -362,3 +362,75 @@ fn ids_display_and_types() {
     assert_eq!(DType::from_name("f16@1"), None);
     assert_eq!(DType::F143 { scale: 5 }.name(), "f143@5");
 }
+
+#[test]
+fn flash_attention_grouped_query_heads_and_masks() {
+    let flash = OpKind::FlashAttention {
+        scale: 0.125,
+        causal: true,
+        block_q: 16,
+        block_k: 16,
+        partials: F32,
+        out: F16,
+    };
+    let q = t(F16, &[2, 8, 32, 16]);
+    let kv = t(F16, &[2, 2, 32, 16]);
+    assert_eq!(
+        ok(flash.clone(), &[q.clone(), kv.clone(), kv.clone()]),
+        t(F16, &[2, 8, 32, 16])
+    );
+    // kv heads that do not divide the query heads name the operand.
+    let (o, r) = bad(
+        flash.clone(),
+        &[q.clone(), t(F16, &[2, 3, 32, 16]), t(F16, &[2, 3, 32, 16])],
+    );
+    assert_eq!(o, Some(1));
+    assert!(r.contains("does not divide"), "{r}");
+    let (o, r) = bad(
+        flash.clone(),
+        &[q.clone(), kv.clone(), t(F16, &[2, 4, 32, 16])],
+    );
+    assert_eq!(o, Some(2), "{r}");
+    // Masks: bool or f32/f16, broadcastable to the scores [2, 8, 32, 32].
+    for (d, shape) in [
+        (DType::Bool, vec![32, 32]),
+        (F32, vec![1, 32]),
+        (F16, vec![8, 32, 1]),
+        (DType::Bool, vec![2, 1, 32, 32]),
+    ] {
+        ok(
+            flash.clone(),
+            &[q.clone(), kv.clone(), kv.clone(), t(d, &shape)],
+        );
+    }
+    for (d, shape, why) in [
+        (DType::Bool, vec![32, 31], "does not broadcast"),
+        (DType::Bool, vec![32], "does not broadcast"),
+        (F32, vec![1, 2, 1, 32, 32], "does not broadcast"),
+        (DType::U8, vec![32, 32], "bool or an additive"),
+        (F8, vec![32, 32], "bool or an additive"),
+    ] {
+        let (o, r) = bad(
+            flash.clone(),
+            &[q.clone(), kv.clone(), kv.clone(), t(d, &shape)],
+        );
+        assert_eq!(o, Some(3), "{r}");
+        assert!(r.contains(why), "{shape:?}: {r}");
+    }
+    // Plain attention takes neither.
+    let att = OpKind::Attention {
+        scale: 0.125,
+        causal: false,
+        partials: F32,
+        out: F16,
+    };
+    assert_eq!(
+        bad(att.clone(), &[q.clone(), kv.clone(), kv.clone()]).0,
+        Some(1)
+    );
+    assert!(
+        bad(att, &[q.clone(), q.clone(), q.clone(), t(F32, &[32, 32])])
+            .1
+            .contains("takes 3")
+    );
+}

@@ -334,6 +334,7 @@ fn attention(
     scale: f32,
     causal: bool,
     partials: DType,
+    mask: Option<(&[f32], &TensorType)>,
     ctx: Ctx,
 ) -> Vec<f32> {
     let AttentionShape {
@@ -343,6 +344,42 @@ fn attention(
         d,
         dv,
     } = attention_shape(q.1, k.1, v.1);
+    // Grouped-query attention: query batch entry `bi` reads kv entry `bi / group`.
+    let kv_batches: usize = k.1.shape[..k.1.shape.len() - 2].iter().product();
+    let group = batches / kv_batches.max(1);
+    // The mask's element strides against the scores `[.., sq, sk]` (0 where it broadcasts).
+    let mask_strides = mask.map(|(_, mt)| {
+        let r = q.1.shape.len();
+        let mut scores = q.1.shape[..r - 1].to_vec();
+        scores.push(sk);
+        let lead = r - mt.shape.len();
+        let mut strides = vec![0usize; r];
+        let mut s = 1;
+        for i in (0..mt.shape.len()).rev() {
+            if mt.shape[i] != 1 {
+                strides[lead + i] = s;
+            }
+            s *= mt.shape[i];
+        }
+        (scores, strides)
+    });
+    // The mask's element for score `(bi, i, j)`.
+    let mask_at = |bi: usize, i: usize, j: usize| -> Option<f32> {
+        let ((m, _), (scores, strides)) = (mask?, mask_strides.as_ref()?);
+        let r = scores.len();
+        let mut at = i * strides[r - 2] + j * strides[r - 1];
+        let mut rest = bi;
+        for dim in (0..r - 2).rev() {
+            at += (rest % scores[dim]) * strides[dim];
+            rest /= scores[dim];
+        }
+        Some(m[at])
+    };
+    let bool_mask = mask.is_some_and(|(_, t)| t.dtype == DType::Bool);
+    assert!(
+        !ctx.device() || mask.is_none(),
+        "the device precision evaluates a masked flash attention's expansion"
+    );
     let mut out = vec![0.0f32; batches * sq * dv];
     let (qd, kd, vd) = if ctx.device() {
         (
@@ -355,8 +392,9 @@ fn attention(
     };
     for bi in 0..batches {
         let qm = &qd[bi * sq * d..(bi + 1) * sq * d];
-        let km = &kd[bi * sk * d..(bi + 1) * sk * d];
-        let vm = &vd[bi * sk * dv..(bi + 1) * sk * dv];
+        let kvi = bi / group;
+        let km = &kd[kvi * sk * d..(kvi + 1) * sk * d];
+        let vm = &vd[kvi * sk * dv..(kvi + 1) * sk * dv];
         let om = &mut out[bi * sq * dv..(bi + 1) * sq * dv];
         let kt = transpose2(km, sk, d);
         let masked = |i: usize, j: usize| causal && j > i;
@@ -393,10 +431,13 @@ fn attention(
                 let row = &mut s[i * sk..(i + 1) * sk];
                 let mut mx = f64::NEG_INFINITY;
                 for (j, x) in row.iter_mut().enumerate() {
-                    *x = if masked(i, j) {
+                    let hidden = masked(i, j) || (bool_mask && mask_at(bi, i, j) == Some(0.0));
+                    *x = if hidden {
                         f64::NEG_INFINITY
-                    } else {
+                    } else if bool_mask {
                         *x * f64::from(scale)
+                    } else {
+                        *x * f64::from(scale) + mask_at(bi, i, j).map_or(0.0, f64::from)
                     };
                     mx = mx.max(*x);
                 }
@@ -569,7 +610,9 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             causal,
             partials,
             ..
-        } => attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx),
+        } => attention(
+            ins[0], ins[1], ins[2], *scale, *causal, *partials, None, ctx,
+        ),
         // Only the exact precision meets a fused operation (the device precision evaluates its
         // expansion): attention computed directly, without blocks.
         OpKind::FlashAttention {
@@ -577,7 +620,16 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             causal,
             partials,
             ..
-        } => attention(ins[0], ins[1], ins[2], *scale, *causal, *partials, ctx),
+        } => attention(
+            ins[0],
+            ins[1],
+            ins[2],
+            *scale,
+            *causal,
+            *partials,
+            ins.get(3).copied(),
+            ctx,
+        ),
     };
     if device {
         round_slice(out.dtype, &mut r);

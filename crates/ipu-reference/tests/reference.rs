@@ -647,3 +647,116 @@ fn softmax_rows_of_nan_are_nan_and_fully_masked_rows_are_zeros() {
         assert!(y[4].is_nan() && y[5].is_nan(), "{y:?}");
     }
 }
+
+fn flash_kind(causal: bool, block: usize) -> OpKind {
+    OpKind::FlashAttention {
+        scale: 0.25,
+        causal,
+        block_q: block,
+        block_k: block,
+        partials: F32,
+        out: F16,
+    }
+}
+
+/// Grouped-query attention is attention with each kv head repeated for its query heads: equal
+/// in both precisions (the expansion broadcasts k and v over the group, so every product is
+/// the ungrouped one).
+#[test]
+fn grouped_query_flash_attention_is_attention_with_repeated_kv_heads() {
+    let (heads, kv_heads, seq, d) = (6, 2, 24, 16);
+    let group = heads / kv_heads;
+    for causal in [false, true] {
+        let grouped = single(
+            flash_kind(causal, 7),
+            &[
+                t(F16, &[heads, seq, d]),
+                t(F16, &[kv_heads, seq, d]),
+                t(F16, &[kv_heads, seq, d]),
+            ],
+        );
+        let ins = make_inputs(&grouped, 3);
+        let repeat = |x: &Tensor| Tensor {
+            dtype: x.dtype,
+            shape: vec![heads, seq, d],
+            data: (0..heads)
+                .flat_map(|h| {
+                    let kv = h / group;
+                    x.data[kv * seq * d..(kv + 1) * seq * d].to_vec()
+                })
+                .collect(),
+        };
+        let plain = single(flash_kind(causal, 7), &vec![t(F16, &[heads, seq, d]); 3]);
+        let plain_ins = vec![ins[0].clone(), repeat(&ins[1]), repeat(&ins[2])];
+        for precision in [Precision::Exact, Precision::Device] {
+            let a = evaluate(&grouped, &ins, precision, 1).unwrap().remove(0);
+            let b = evaluate(&plain, &plain_ins, precision, 1)
+                .unwrap()
+                .remove(0);
+            assert_eq!(a.data, b.data, "causal {causal} {precision:?}");
+        }
+    }
+}
+
+/// A bool mask that hides the keys after each query is the causal mask, bit for bit in both
+/// precisions (the device precision's lowest finite score and the causal `-inf` both give
+/// `exp = 0`, and every row sees key 0); a mask `[1, sq, sk]` broadcasts over the heads.
+#[test]
+fn a_lower_triangular_bool_mask_is_the_causal_mask() {
+    let (heads, seq, d) = (2, 20, 16);
+    let qkv = [
+        t(F16, &[heads, seq, d]),
+        t(F16, &[heads, seq, d]),
+        t(F16, &[heads, seq, d]),
+    ];
+    let causal = single(flash_kind(true, 8), &qkv);
+    let ins = make_inputs(&causal, 5);
+    for shape in [vec![seq, seq], vec![1, seq, seq]] {
+        let mut with_mask = qkv.to_vec();
+        with_mask.push(t(DType::Bool, &shape));
+        let masked = single(flash_kind(false, 8), &with_mask);
+        let mut mins = ins.clone();
+        mins.push(Tensor {
+            dtype: DType::Bool,
+            shape: shape.clone(),
+            data: (0..seq * seq)
+                .map(|e| f32::from(u8::from(e % seq <= e / seq)))
+                .collect(),
+        });
+        for precision in [Precision::Exact, Precision::Device] {
+            let a = evaluate(&causal, &ins, precision, 1).unwrap().remove(0);
+            let b = evaluate(&masked, &mins, precision, 1).unwrap().remove(0);
+            assert_eq!(a.data, b.data, "mask {shape:?} {precision:?}");
+        }
+    }
+}
+
+/// An additive mask, shared by the heads or per head, per query or shared by the queries, in
+/// f32 and f16: the device precision's expansion stays within f16 tolerance of the exact
+/// evaluation, which adds it to the scaled scores.
+#[test]
+fn additive_masks_broadcast_and_agree_with_the_exact_precision() {
+    let (heads, seq, d) = (3, 33, 16);
+    for (mask_dtype, shape) in [
+        (F32, vec![seq, seq]),
+        (F16, vec![1, seq]),
+        (F32, vec![heads, 1, seq]),
+        (F16, vec![heads, seq, seq]),
+    ] {
+        let mut ins_ty = vec![t(F16, &[heads, seq, d]); 3];
+        ins_ty.push(t(mask_dtype, &shape));
+        let g = single(flash_kind(false, 16), &ins_ty);
+        let mut ins = make_inputs(&g, 9);
+        ins[3].data.iter_mut().for_each(|x| *x *= 4.0);
+        let exact = evaluate(&g, &ins, Precision::Exact, 1).unwrap().remove(0);
+        let device = evaluate(&g, &ins, Precision::Device, 1).unwrap().remove(0);
+        let c = compare(&device, &exact, &Tolerance::for_dtype(F16));
+        assert!(c.pass(), "{mask_dtype} {shape:?}: {c}");
+        // Without the mask the output differs: the mask took part.
+        let plain = single(flash_kind(false, 16), &ins_ty[..3]);
+        let unmasked = evaluate(&plain, &ins[..3], Precision::Exact, 1)
+            .unwrap()
+            .remove(0);
+        assert_ne!(unmasked.data, exact.data, "{shape:?}");
+    }
+}

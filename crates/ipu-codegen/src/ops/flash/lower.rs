@@ -687,7 +687,7 @@ impl Lowerer<'_> {
                 Region::Interleaved,
                 format!("{name}.v"),
             );
-            let key = (it.batch, it.k0);
+            let key = (g.kv_of(it.batch), it.k0);
             let entry = kv_groups
                 .entry(key)
                 .or_insert((u32::MAX, u32::MAX, BTreeSet::new()));
@@ -750,7 +750,8 @@ impl Lowerer<'_> {
                  home: &BTreeMap<u32, BufferId>,
                  dst: BufferId,
                  (groups, width, dst_positions): (usize, usize, usize)| {
-                    for (hi, pos, run) in fp.home_runs(x, it.batch, start, end) {
+                    let entry = if x == 0 { it.batch } else { g.kv_of(it.batch) };
+                    for (hi, pos, run) in fp.home_runs(x, entry, start, end) {
                         let h = fp.homes[x][hi];
                         let n = fp.home_positions[x][&h.tile];
                         for dg in 0..groups {
@@ -776,7 +777,7 @@ impl Lowerer<'_> {
                 q,
                 (g.d / kb, kb, g.rows),
             );
-            for (hi, pos, run) in fp.home_runs(1, it.batch, it.k0, it.k0 + keys) {
+            for (hi, pos, run) in fp.home_runs(1, g.kv_of(it.batch), it.k0, it.k0 + keys) {
                 let h = fp.homes[1][hi];
                 let g0 = kt_first[hi] + (pos - h.s0) / cols;
                 item_copies.push(Copy {

@@ -9,8 +9,9 @@
 //! whose keys all follow their queries are not items at all. An item whose scores would not
 //! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum.
 //!
-//! Items are numbered head-major, then by key block, then by query block, and sit on tiles in
-//! that order, so the items sharing a key block are on consecutive tiles and receive `k` and `v`
+//! Items are numbered kv-head-major, then by key block, then by query head of that kv head
+//! (grouped-query attention: several query heads read one kv head; otherwise one), then by
+//! query block, and sit on tiles in that order, so the items sharing a key block are on consecutive tiles and receive `k` and `v`
 //! by multicast. With more items than tiles (small tile counts), item `i` goes to tile
 //! `i mod tiles` in round `i / tiles`: rounds run one after another and reuse the memory of the
 //! operands and scores, only the partial results staying until the merge. `q`, `k` and `v`
@@ -55,6 +56,9 @@ pub const KEY_CANDIDATES_MAX: usize = 512;
 pub struct FlashGeometry {
     /// Batch entries (all leading dimensions, e.g. heads).
     pub batch: usize,
+    /// Batch entries of `k` and `v`: fewer than `batch` with grouped-query attention, where
+    /// query entry `b` reads kv entry `b / group` (see [`FlashGeometry::group`]).
+    pub kv_batch: usize,
     /// Query positions.
     pub sq: usize,
     /// Key positions.
@@ -90,6 +94,14 @@ pub struct FlashGeometry {
 pub const SUB_KEYS: usize = 128;
 
 impl FlashGeometry {
+    /// Query batch entries per kv batch entry (1 without grouped-query attention).
+    pub fn group(&self) -> usize {
+        self.batch / self.kv_batch
+    }
+    /// The kv batch entry query batch entry `b` reads.
+    pub fn kv_of(&self, b: usize) -> usize {
+        b / self.group()
+    }
     /// The AMP geometry.
     pub fn amp(&self) -> AmpGeometry {
         amp_geometry(self.mode)
@@ -170,7 +182,7 @@ fn elem_of(d: DType) -> Elem {
 pub struct FlashItem {
     /// Tile.
     pub tile: u32,
-    /// Batch entry.
+    /// Batch entry (of `q` and the output; `k` and `v` are at [`FlashGeometry::kv_of`]).
     pub batch: usize,
     /// First query row.
     pub q0: usize,
@@ -195,8 +207,8 @@ pub struct FlashCombiner {
     pub out_local: usize,
 }
 
-/// Positions `s0..s1` of batch entry `batch` of `q`, `k` or `v`, held on `tile` from local
-/// position `local`.
+/// Positions `s0..s1` of batch entry `batch` of `q`, `k` or `v` (kv batch entries for `k` and
+/// `v`), held on `tile` from local position `local`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlashHome {
     /// Tile.
@@ -216,7 +228,8 @@ pub struct FlashHome {
 pub struct FlashPlan {
     /// Shape, types and mapping.
     pub geo: FlashGeometry,
-    /// Items, numbered head-major, then by key block, then by query block.
+    /// Items, numbered kv-head-major, then by key block, then by query head, then by query
+    /// block.
     pub items: Vec<FlashItem>,
     /// Merges.
     pub combiners: Vec<FlashCombiner>,
@@ -521,6 +534,12 @@ pub fn plan_flash(
         return unsupported("q, k and v must have the same rank, at least 2".into());
     }
     let batch: usize = qs[..rank - 2].iter().product();
+    let kv_batch: usize = ks[..rank - 2].iter().product();
+    if kv_batch == 0 || !batch.is_multiple_of(kv_batch) || vs[..rank - 2] != ks[..rank - 2] {
+        return unsupported(format!(
+            "k and v need the same batch entries, a divisor of q's {batch} (got {kv_batch})"
+        ));
+    }
     let (sq, d) = (qs[rank - 2], qs[rank - 1]);
     let (sk, dv) = (ks[rank - 2], vs[rank - 1]);
     if !(scale > 0.0 && scale.is_finite()) {
@@ -555,6 +574,7 @@ pub fn plan_flash(
     }
     let mut geo = FlashGeometry {
         batch,
+        kv_batch,
         sq,
         sk,
         d,
@@ -589,7 +609,8 @@ pub fn plan_flash(
     let home_bytes: u64 = [(sq, d, 0), (sk, d, 1), (sk, dv, 2)]
         .iter()
         .map(|&(s, width, x)| {
-            let units = (batch * s.div_ceil(HOME_UNIT)) as u64;
+            let entries = if x == 0 { batch } else { kv_batch };
+            let units = (entries * s.div_ceil(HOME_UNIT)) as u64;
             let n = HOME_UNIT as u64 * units.div_ceil(tiles as u64);
             let copies = usize::from(inputs[x] != a)
                 + match x {
@@ -707,19 +728,24 @@ pub fn plan_flash(
 pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     let mut items = Vec::new();
     let kblocks = geo.sk.div_ceil(geo.keys);
-    for b in 0..geo.batch {
+    let group = geo.group();
+    for kvb in 0..geo.kv_batch {
         for kj in 0..kblocks {
-            for q0 in (0..geo.sq).step_by(geo.rows) {
-                let q1 = (q0 + geo.rows).min(geo.sq);
-                if needed(geo.causal, q1, kj * geo.keys) {
-                    // Consecutive items on consecutive tiles (multicast of a key block); with
-                    // more items than tiles, a tile takes every `tiles`-th.
-                    items.push(FlashItem {
-                        tile: (items.len() % tiles as usize) as u32,
-                        batch: b,
-                        q0,
-                        k0: kj * geo.keys,
-                    });
+            // The query entries of one kv entry read the same key blocks: their items follow
+            // one another too.
+            for b in kvb * group..(kvb + 1) * group {
+                for q0 in (0..geo.sq).step_by(geo.rows) {
+                    let q1 = (q0 + geo.rows).min(geo.sq);
+                    if needed(geo.causal, q1, kj * geo.keys) {
+                        // Consecutive items on consecutive tiles (multicast of a key block);
+                        // with more items than tiles, a tile takes every `tiles`-th.
+                        items.push(FlashItem {
+                            tile: (items.len() % tiles as usize) as u32,
+                            batch: b,
+                            q0,
+                            k0: kj * geo.keys,
+                        });
+                    }
                 }
             }
         }
@@ -760,7 +786,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     for x in 0..3 {
         let s = if x == 0 { geo.sq } else { geo.sk };
         let per = s.div_ceil(HOME_UNIT);
-        let units = per * geo.batch;
+        let units = per * if x == 0 { geo.batch } else { geo.kv_batch };
         let offset = x as u64 * tiles as u64 / 3;
         for u in 0..units {
             let tile = ((u as u64 * tiles as u64 / units as u64 + offset) % tiles as u64) as u32;
@@ -805,6 +831,12 @@ impl Planner<'_> {
         partials: DType,
         out_dtype: DType,
     ) -> Result<(), CodegenError> {
+        if ins.len() > 3 {
+            return Err(CodegenError::unsupported(
+                format!("%{}", op.name),
+                "a masked flash_attention is not lowered to the device yet".to_string(),
+            ));
+        }
         let shapes = [
             &self.values[ins[0]].shape[..],
             &self.values[ins[1]].shape[..],
