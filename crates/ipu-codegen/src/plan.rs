@@ -724,17 +724,45 @@ impl Planner<'_> {
     }
 
     pub(crate) fn other_live_bytes(&self) -> u64 {
-        self.values
-            .iter()
-            .filter_map(|v| {
-                let g = v.graph?;
-                let last = *self.last_use.get(&g)?;
-                (last > self.op_index).then(|| {
-                    let bytes = v.layout.most_elements_on_a_tile() * v.dtype.bytes();
-                    (bytes as u64).div_ceil(8) * 8
-                })
+        self.other_live().map(|(_, b)| b).sum()
+    }
+
+    /// The values [`Planner::other_live_bytes`] counts, with their bytes.
+    fn other_live(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.values.iter().filter_map(|v| {
+            let g = v.graph?;
+            let last = *self.last_use.get(&g)?;
+            (last > self.op_index).then(|| {
+                let bytes = v.layout.most_elements_on_a_tile() * v.dtype.bytes();
+                (v.name.as_str(), (bytes as u64).div_ceil(8) * 8)
             })
-            .sum()
+        })
+    }
+
+    /// The largest values live beside the operation being planned, for a refusal: what to
+    /// move, shrink or recompute to make room.
+    fn largest_live(&self) -> String {
+        let mut live: Vec<(&str, u64)> = self.other_live().collect();
+        if live.is_empty() {
+            return String::new();
+        }
+        live.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let total: u64 = live.iter().map(|(_, b)| b).sum();
+        let shown: Vec<String> = live
+            .iter()
+            .take(5)
+            .map(|(n, b)| format!("%{n} {b} bytes"))
+            .collect();
+        let more = live.len().saturating_sub(5);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!(
+            "; the largest values live meanwhile (each at its largest share of one tile, {total} bytes in all): {}{more}",
+            shown.join(", ")
+        )
     }
 
     /// The planning refusal of the current operation: the busiest tile of the closest mapping
@@ -752,7 +780,7 @@ impl Planner<'_> {
             region,
             need_bytes,
             available_bytes,
-            detail,
+            detail: format!("{detail}{}", self.largest_live()),
         }
     }
 

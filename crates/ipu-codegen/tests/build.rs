@@ -92,3 +92,15 @@ fn flash_attention_package_bytes_do_not_depend_on_the_thread_count() {
     };
     assert_eq!(with(1), with(2));
 }
+
+#[test]
+fn a_planning_refusal_names_the_largest_values_live_beside_the_operation() {
+    // Layer 0's matmul must leave room for the weights of layers 1 and 2, read later.
+    let g = common::model("mlp", &[("width", "4096"), ("depth", "3")]);
+    let (e, _, detail) = common::does_not_fit(&g, 4, "%h0");
+    assert!(
+        detail.contains("the largest values live meanwhile")
+            && detail.contains("%w1 8388608 bytes, %w2 8388608 bytes"),
+        "{e}"
+    );
+}
