@@ -8,6 +8,7 @@
 //! should set `MATMUL_NUM_THREADS=1` so the two do not multiply (the `ipu` CLI does).
 
 use ipu_target::AmpMode;
+pub use ipu_target::reduce::{K_SPLITS_MAX, REDUCE_TWO_STAGES_FROM, reduce_plan};
 
 /// f16's smallest normal magnitude, 2^-14.
 const F16_MIN_NORMAL: f32 = 6.103_515_6e-5;
@@ -205,6 +206,79 @@ pub fn matmul_device(
     });
 }
 
+/// Sums `parts` (equal-length vectors) by `plan` (from [`reduce_plan`]): each intermediate
+/// stage of depth `d` sums the consecutive runs `parts[len * i / d .. len * (i + 1) / d]` in
+/// index order, the last stage sums what is left in index order; every sum is f32, rounded to
+/// f16 after each stage for f16 partials.
+pub fn reduce_partials(parts: Vec<Vec<f32>>, plan: &[usize], partials: Partials) -> Vec<f32> {
+    let round = |v: &mut Vec<f32>| {
+        if partials == Partials::F16 {
+            v.iter_mut().for_each(|x| *x = round_to_f16_fast(*x));
+        }
+    };
+    let sum_run = |run: &[Vec<f32>]| {
+        let mut acc = run[0].clone();
+        for p in &run[1..] {
+            acc.iter_mut().zip(p).for_each(|(a, &b)| *a += b);
+        }
+        acc
+    };
+    let mut level = parts;
+    for &d in plan.iter().chain(std::iter::once(&1)) {
+        let len = level.len();
+        assert!(d >= 1 && d <= len, "stage depth {d} of {len} partials");
+        level = (0..d)
+            .map(|i| {
+                let mut s = sum_run(&level[len * i / d..len * (i + 1) / d]);
+                round(&mut s);
+                s
+            })
+            .collect();
+    }
+    level.pop().unwrap_or_default()
+}
+
+/// Device-precision product of a k split into `splits` chunks (a 3-D split): chunk `s` takes
+/// the K blocks `kb * s / splits .. kb * (s + 1) / splits` (`kb` = k in K blocks) and forms its
+/// partial by [`matmul_device`]'s rule from zero; the partials are then summed by
+/// [`reduce_partials`] with the plan [`reduce_plan`]`(splits)`. One split is [`matmul_device`].
+pub fn matmul_device_k_split(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    rule: AmpRule,
+    splits: usize,
+    threads: usize,
+) {
+    let kb = k.div_ceil(rule.k_block);
+    let splits = splits.clamp(1, kb.max(1));
+    if splits == 1 {
+        return matmul_device(a, b, c, (m, k, n), rule, threads);
+    }
+    let parts: Vec<Vec<f32>> = (0..splits)
+        .map(|s| {
+            let k0 = (kb * s / splits * rule.k_block).min(k);
+            let k1 = (kb * (s + 1) / splits * rule.k_block).min(k);
+            let kc = k1 - k0;
+            let a_chunk: Vec<f32> = (0..m)
+                .flat_map(|r| a[r * k + k0..r * k + k1].iter().copied())
+                .collect();
+            let mut part = vec![0.0f32; m * n];
+            matmul_device(
+                &a_chunk,
+                &b[k0 * n..k1 * n],
+                &mut part,
+                (m, kc, n),
+                rule,
+                threads,
+            );
+            part
+        })
+        .collect();
+    c.copy_from_slice(&reduce_partials(parts, &reduce_plan(splits), rule.partials));
+}
+
 /// A `matrixmultiply` kernel (`sgemm`, `dgemm`): `c = alpha a b + beta c` over `m x k` and
 /// `k x n` operands, each matrix given by a pointer and its row and column strides.
 pub type GemmKernel<T> = unsafe fn(
@@ -289,6 +363,60 @@ mod tests {
             "{x:e} ({:#x}): fast {fast:e}, half {slow:e}",
             x.to_bits()
         );
+    }
+
+    /// The reduction plans follow PopLibs' two-stage choice.
+    #[test]
+    fn reduce_plans_follow_conv_reduce_plan() {
+        use super::reduce_plan;
+        assert!(reduce_plan(1).is_empty());
+        assert!(reduce_plan(15).is_empty());
+        assert_eq!(reduce_plan(16), vec![4]);
+        assert_eq!(reduce_plan(24), vec![5]);
+        assert_eq!(reduce_plan(32), vec![6]);
+        assert_eq!(reduce_plan(124), vec![11]);
+    }
+
+    /// One split is the unsplit product; a split product sums per-chunk partials in the
+    /// plan's order (checked against the sums written out).
+    #[test]
+    fn k_split_sums_chunk_partials_in_plan_order() {
+        use super::{AmpRule, matmul_device, matmul_device_k_split};
+        let (m, k, n) = (5, 64, 8);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.0)
+            .collect();
+        for rule in [AmpRule::F16F32, AmpRule::F16F16] {
+            let mut whole = vec![0.0; m * n];
+            matmul_device(&a, &b, &mut whole, (m, k, n), rule, 1);
+            let mut one = vec![0.0; m * n];
+            matmul_device_k_split(&a, &b, &mut one, (m, k, n), rule, 1, 1);
+            assert_eq!(whole, one);
+            // Two chunks of 32: each chunk's partial, then one sum.
+            let half = |k0: usize| {
+                let ac: Vec<f32> = (0..m)
+                    .flat_map(|r| a[r * k + k0..r * k + k0 + 32].to_vec())
+                    .collect();
+                let mut p = vec![0.0; m * n];
+                matmul_device(&ac, &b[k0 * n..(k0 + 32) * n], &mut p, (m, 32, n), rule, 1);
+                p
+            };
+            let (p0, p1) = (half(0), half(32));
+            let mut two = vec![0.0; m * n];
+            matmul_device_k_split(&a, &b, &mut two, (m, k, n), rule, 2, 3);
+            for i in 0..m * n {
+                let s = p0[i] + p1[i];
+                let s = if rule == AmpRule::F16F16 {
+                    super::round_to_f16_fast(s)
+                } else {
+                    s
+                };
+                assert_eq!(two[i].to_bits(), s.to_bits(), "element {i}");
+            }
+        }
     }
 
     /// Every f16 value, the f32 neighbours of every f16 value and of every midpoint between

@@ -452,6 +452,8 @@ mod tests {
 
 /// Device configuration registers, written by the host before tile images are loaded (the
 /// package lists the writes; the runtime replays them). The project's own definition.
+pub mod reduce;
+
 pub mod config {
     /// Per tile: 1 if the tile takes part in programs, 0 if it stays idle. Active tiles must be
     /// `0..n` for some `n`.

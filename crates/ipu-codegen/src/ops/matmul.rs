@@ -215,6 +215,27 @@ impl Planner<'_> {
             });
         }
         candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4));
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // The 3-D split's estimate beside the 2-D winner (costed only, see
+            // `k_split_estimate`).
+            let k_split = k_split_estimate(
+                mode,
+                (batch, m, k, n),
+                tiles,
+                (self.target.memory_bytes() as u64)
+                    .saturating_sub(reserve + other_live)
+                    .min(budget.unwrap_or(u64::MAX)),
+                self.target.interleaved_bytes() as u64,
+                self.target.sync_cycles as u64,
+                MATMUL_CANDIDATES_MAX,
+            );
+            tracing::debug!(
+                op = name,
+                two_d_cycles = candidates[0].0,
+                ?k_split,
+                "matmul splits"
+            );
+        }
         for (cost, exch, mem, pm, pn, chunks) in candidates.iter().take(FINALISTS) {
             self.finalists.push(Finalist {
                 op: name.to_string(),
@@ -285,6 +306,131 @@ impl Planner<'_> {
         });
         Ok(c)
     }
+}
+
+/// A 3-D split of a matmul (rows × column groups × k chunks on separate tiles) as costed by
+/// [`k_split_estimate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KSplitEstimate {
+    /// Row blocks.
+    pub pm: usize,
+    /// Column-group blocks.
+    pub pn: usize,
+    /// k chunks, each on its own tiles, reduced afterwards.
+    pub splits: usize,
+    /// Products and reduction, in cycles.
+    pub cycles: u64,
+    /// Of which exchange (operands and partials).
+    pub exchange_cycles: u64,
+    /// Of which the reduction stages (exchange and adds).
+    pub reduce_cycles: u64,
+    /// Bytes on the busiest tile.
+    pub tile_bytes: u64,
+}
+
+/// The cheapest 3-D split of `[batch] m × k × n` in `mode` on `tiles` tiles whose busiest tile
+/// holds at most `tile_bytes_max` (weights at most `interleaved_bytes_max`), by the same round
+/// and exchange model as [`Planner::plan_matmul`]'s 2-D candidates plus the reduction of the
+/// `splits` partials of every output element: one stage below 16 partials, two from 16, as
+/// PopLibs' `ConvReducePlan` chooses (`ipu_target::reduce::reduce_plan`, after
+/// `getMultiStageReducePlan` in `lib/poplin/ConvReducePlan.cpp`, graphcore/poplibs). Each
+/// stage spreads its outputs over all tiles, receives their partials (`depth / next` per
+/// output, in the partials type) in one exchange phase and adds them with the vector add
+/// kernel (`Kernel::Binary` add, [`kernels::binary_slots`]) on six workers.
+///
+/// Only costed, not selectable: the lowering of the partial products and their reduction is not
+/// written, and the reference's device precision of a split product
+/// (`ipu_reference::gemm::matmul_device_k_split`) is not yet told the planner's choice.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn k_split_estimate(
+    mode: AmpMode,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    tiles: usize,
+    tile_bytes_max: u64,
+    interleaved_bytes_max: u64,
+    sync_cycles: u64,
+    candidates_max: usize,
+) -> Option<KSplitEstimate> {
+    let geo = amp_geometry(mode);
+    let groups = n.div_ceil(geo.cols);
+    let kb = k.div_ceil(geo.k_block);
+    let slot = BARREL_SLOT_CYCLES as u64;
+    let workers = WORKER_CONTEXTS as u64;
+    let phase = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + sync_cycles;
+    let elem = if geo.out_bytes == 2 {
+        kernels::Elem::F16
+    } else {
+        kernels::Elem::F32
+    };
+    let outputs = (batch * m * groups * geo.cols) as u64;
+    let mut best: Option<KSplitEstimate> = None;
+    let mut examined = 0;
+    for splits in 2..=kb.min(ipu_target::reduce::K_SPLITS_MAX).min(tiles) {
+        for pm in 1..=m.min(tiles / splits) {
+            for pn in 1..=groups.min(tiles / splits / pm) {
+                examined += 1;
+                if examined > candidates_max {
+                    return best;
+                }
+                let blocks = batch * pm * pn * splits;
+                let per_tile = blocks.div_ceil(tiles) as u64;
+                let bm = m.div_ceil(pm) as u64;
+                let bg = groups.div_ceil(pn) as u64;
+                let kc = kb.div_ceil(splits) as u64;
+                let a_bytes = kc * geo.k_block as u64 * bm * geo.in_bytes as u64;
+                let b_bytes = bg * kc * (geo.k_block * geo.cols * geo.in_bytes) as u64;
+                let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
+                // The reduction's receive buffers on a tile: its share of the first stage's
+                // inputs.
+                let reduce_bytes =
+                    (outputs * splits as u64 * geo.out_bytes as u64).div_ceil(tiles as u64);
+                let mem = per_tile * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64)
+                    + reduce_bytes;
+                if mem > tile_bytes_max || per_tile * b_bytes > interleaved_bytes_max {
+                    continue;
+                }
+                let rows_per_worker = bm.div_ceil(workers) as u32;
+                let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
+                let round = slot * kernels::amp_slots(rows_per_worker, true) as u64
+                    + slot
+                    + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
+                    + slot * (2 + workers * 2 + 1);
+                let compute = per_tile * bg * kc * round;
+                let exchange =
+                    per_tile * (a_bytes + b_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
+                let mut reduce = 0;
+                let mut depth = splits as u64;
+                let plan = ipu_target::reduce::reduce_plan(splits);
+                for next in plan.iter().map(|&d| d as u64).chain(std::iter::once(1)) {
+                    let out_per_tile = (outputs * next).div_ceil(tiles as u64);
+                    let in_per_tile = out_per_tile * depth.div_ceil(next);
+                    let moved = in_per_tile * geo.out_bytes as u64;
+                    let vectors = (out_per_tile * geo.out_bytes as u64).div_ceil(8);
+                    let adds = depth.div_ceil(next) - 1;
+                    let per_worker = vectors.div_ceil(workers) as u32;
+                    reduce += moved / EXCHANGE_BYTES_PER_CYCLE as u64
+                        + phase
+                        + adds
+                            * slot
+                            * kernels::binary_slots(elem, kernels::BinOp::Add, per_worker) as u64;
+                    depth = next;
+                }
+                let cycles = compute + exchange + reduce;
+                if best.is_none_or(|b| cycles < b.cycles) {
+                    best = Some(KSplitEstimate {
+                        pm,
+                        pn,
+                        splits,
+                        cycles,
+                        exchange_cycles: exchange,
+                        reduce_cycles: reduce,
+                        tile_bytes: mem,
+                    });
+                }
+            }
+        }
+    }
+    best
 }
 
 impl Lowerer<'_> {
@@ -463,5 +609,40 @@ impl Lowerer<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 3-D estimate of the shapes on 1472 tiles (f16 operands, f32 partials), with
+    /// the whole tile as the limit less the support reserve; printed for docs/perf.md.
+    #[test]
+    fn k_split_estimates_of_the_transformer_shapes() {
+        let target = ipu_target::Target::gc200();
+        let tile = target.memory_bytes() as u64 - crate::plan::SUPPORT_RESERVE_BYTES;
+        for (m, k, n) in [
+            (2048, 2048, 2048),
+            (512, 768, 3072),
+            (512, 3072, 768),
+            (128, 768, 768),
+            (4096, 4096, 4096),
+        ] {
+            let e = k_split_estimate(
+                AmpMode::F16F32,
+                (1, m, k, n),
+                1472,
+                tile,
+                target.interleaved_bytes() as u64,
+                target.sync_cycles as u64,
+                MATMUL_CANDIDATES_MAX,
+            );
+            println!("{m}x{k}x{n}: {e:?}");
+            if let Some(e) = e {
+                assert!(e.splits >= 2 && e.pm * e.pn * e.splits <= 1472);
+                assert!(e.tile_bytes <= tile && e.reduce_cycles < e.cycles);
+            }
+        }
     }
 }
