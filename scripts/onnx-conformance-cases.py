@@ -11,8 +11,8 @@ and listed in OUT/cases.tsv, one line per case: name, tested op type, and the `-
 bindings of symbolic input dimensions (taken from the data set's arrays), space-separated.
 
 A case is in scope when the operator it tests (the node given to the suite's `expect`; for an
-`_expanded` case, the operator whose function body it holds) is in OPS below, the operators of
-issue 10. An expanded case is in scope only when every operator of the body is in OPS too:
+`_expanded` case, the operator whose function body it holds) is in OPS below, the operators the
+importer maps. An expanded case is in scope only when every operator of the body is in OPS too:
 its other operators (CastLike, ReduceLogSum, ...) are outside the importer's list by design.
 
 Inputs that are not floating point (int64 shapes, axes, indices, starts, bool conditions)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ONNX backend node tests of the operators ipu-onnx imports (issue 10's list), run on the
+# The ONNX backend node tests of the operators ipu-onnx imports (OPS in onnx-conformance-cases.py), run on the
 # simulated device: every case is `ipu run MODEL --data DATASET --tiles 4`, which checks the
 # outputs against the suite's expected outputs (and against the host reference).
 #

@@ -616,7 +616,7 @@ impl Lowerer<'_> {
 mod tests {
     use super::*;
 
-    /// The 3-D estimate of the shapes on 1472 tiles (f16 operands, f32 partials), with
+    /// The 3-D estimate of the transformer shapes on 1472 tiles (f16 operands, f32 partials), with
     /// the whole tile as the limit less the support reserve; printed for docs/perf.md.
     #[test]
     fn k_split_estimates_of_the_transformer_shapes() {
