@@ -120,9 +120,79 @@ struct Launch {
     entry: u32,
     start: u64,
     end: u64,
-    reads: Vec<(u32, u32)>,
-    writes: Vec<(u32, u32)>,
+    reads: RangeList,
+    writes: RangeList,
     overflow: bool,
+}
+
+/// Most recently touched ranges a [`RangeList`] tries to extend before it adds a new one.
+const RECENT: usize = 4;
+
+/// The byte ranges one launch read (or wrote): their union is what the race check uses.
+///
+/// An access that touches one of the [`RECENT`] most recently touched ranges extends it, so
+/// a worker walking a few streams at once keeps a few ranges instead of one per access
+/// (sorting them when the window closes was a fifth of the simulation's time). `count` and
+/// `last` follow the list the check used to keep (extend only the last range, else append)
+/// so that the [`RACE_RANGES_MAX`] limit trips at exactly the same access as before.
+#[derive(Clone, Debug, Default)]
+struct RangeList {
+    ranges: Vec<(u32, u32)>,
+    /// Indices into `ranges`, most recent first (`recent_len` valid).
+    recent: [u32; RECENT],
+    recent_len: usize,
+    /// Length and last range of the extend-the-last-or-append list.
+    count: usize,
+    last: (u32, u32),
+}
+
+impl RangeList {
+    /// Adds `[addr, end)`; false when the limit is reached (nothing added).
+    #[inline(always)]
+    fn add(&mut self, addr: u32, end: u32) -> bool {
+        if self.count > 0 && addr <= self.last.1 && end >= self.last.0 {
+            self.last = (self.last.0.min(addr), self.last.1.max(end));
+        } else {
+            if self.count >= RACE_RANGES_MAX {
+                return false;
+            }
+            self.count += 1;
+            self.last = (addr, end);
+        }
+        for i in 0..self.recent_len {
+            let k = self.recent[i] as usize;
+            let r = &mut self.ranges[k];
+            if addr <= r.1 && end >= r.0 {
+                r.0 = r.0.min(addr);
+                r.1 = r.1.max(end);
+                for j in (1..=i).rev() {
+                    self.recent[j] = self.recent[j - 1];
+                }
+                self.recent[0] = k as u32;
+                return true;
+            }
+        }
+        let n = (self.recent_len + 1).min(RECENT);
+        for j in (1..n).rev() {
+            self.recent[j] = self.recent[j - 1];
+        }
+        self.recent[0] = self.ranges.len() as u32;
+        self.recent_len = n;
+        self.ranges.push((addr, end));
+        true
+    }
+
+    fn clear(&mut self) {
+        self.ranges.clear();
+        self.recent_len = 0;
+        self.count = 0;
+    }
+
+    /// Sorts and merges the ranges in place (the recent ranges are forgotten).
+    fn normalize(&mut self) {
+        normalize(&mut self.ranges);
+        self.recent_len = 0;
+    }
 }
 
 /// Records the address ranges workers touch.
@@ -153,23 +223,12 @@ impl Tracker {
             return;
         }
         let list = if write { &mut l.writes } else { &mut l.reads };
-        let end = addr + len;
-        if let Some(last) = list.last_mut()
-            && addr <= last.1
-            && end >= last.0
-        {
-            last.0 = last.0.min(addr);
-            last.1 = last.1.max(end);
-            return;
-        }
-        if list.len() >= RACE_RANGES_MAX {
+        if !list.add(addr, addr + len) {
             l.overflow = true;
             tracing::warn!(
                 "a worker touched more than {RACE_RANGES_MAX} disjoint ranges; its races are not checked"
             );
-            return;
         }
-        list.push((addr, end));
     }
 }
 
@@ -1224,8 +1283,8 @@ impl Tile {
         let n = self.tracker.used;
         let ls = &mut self.tracker.launches[..n];
         for l in ls.iter_mut() {
-            normalize(&mut l.reads);
-            normalize(&mut l.writes);
+            l.reads.normalize();
+            l.writes.normalize();
         }
         let mut found = None;
         'outer: for j in 1..n {
@@ -1237,12 +1296,12 @@ impl Tile {
                 if !(a.start < b.end && b.start < a.end) {
                     continue;
                 }
-                if let Some(x) = intersect(&a.writes, &b.writes) {
+                if let Some(x) = intersect(&a.writes.ranges, &b.writes.ranges) {
                     found = Some((b.ctx, b.entry, a.ctx, true, x));
                     break 'outer;
                 }
-                if let Some(x) =
-                    intersect(&a.writes, &b.reads).or_else(|| intersect(&a.reads, &b.writes))
+                if let Some(x) = intersect(&a.writes.ranges, &b.reads.ranges)
+                    .or_else(|| intersect(&a.reads.ranges, &b.writes.ranges))
                 {
                     found = Some((b.ctx, b.entry, a.ctx, false, x));
                     break 'outer;
@@ -1256,11 +1315,11 @@ impl Tile {
                 if l.overflow || !(l.start <= t && t < l.end) {
                     continue;
                 }
-                let hit = intersect(&l.writes, &[(lo, hi)])
+                let hit = intersect(&l.writes.ranges, &[(lo, hi)])
                     .map(|a| (a, true))
                     .or_else(|| {
                         if write {
-                            intersect(&l.reads, &[(lo, hi)]).map(|a| (a, false))
+                            intersect(&l.reads.ranges, &[(lo, hi)]).map(|a| (a, false))
                         } else {
                             None
                         }
@@ -1561,16 +1620,20 @@ fn commit(r: &mut Regs, w: AWrite) {
     }
 }
 
+/// Sorts `v` and merges overlapping and adjacent ranges, in place.
 fn normalize(v: &mut Vec<(u32, u32)>) {
     v.sort_unstable();
-    let mut out: Vec<(u32, u32)> = Vec::with_capacity(v.len());
-    for &(s, e) in v.iter() {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
+    let mut n = 0usize;
+    for i in 0..v.len() {
+        let (s, e) = v[i];
+        if n > 0 && s <= v[n - 1].1 {
+            v[n - 1].1 = v[n - 1].1.max(e);
+        } else {
+            v[n] = (s, e);
+            n += 1;
         }
     }
-    *v = out;
+    v.truncate(n);
 }
 
 /// The first address in both sorted, merged range lists.
