@@ -651,14 +651,28 @@ pub(crate) fn amp_step(
     }
     let p = phase as usize;
     #[cfg(target_arch = "x86_64")]
-    if mode == AmpMode::F16F16 && unit.simd {
-        return Ok(crate::simd::amp_f16f16(
-            &unit.weights,
-            acc,
-            input,
-            partials,
-            p,
-        ));
+    if unit.simd {
+        match mode {
+            AmpMode::F16F16 => {
+                return Ok(crate::simd::amp_f16f16(
+                    &unit.weights,
+                    acc,
+                    input,
+                    partials,
+                    p,
+                ));
+            }
+            AmpMode::F16F32 => {
+                return Ok(crate::simd::amp_f16f32(
+                    &unit.weights,
+                    acc,
+                    input,
+                    partials,
+                    p,
+                ));
+            }
+            _ => {}
+        }
     }
     let g = amp_geometry(mode);
     let mut x = [0f32; 8];
@@ -1735,6 +1749,62 @@ mod tests {
                         p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
                         "case {case}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vectorised_f16f32_step_matches_the_portable_step() {
+        if !crate::simd::available() {
+            return;
+        }
+        let mut seed = 0x0F1E_2D3C_4B5A_6978u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let half_bits = |n: &mut dyn FnMut() -> u64| -> u32 {
+            let r = n();
+            match r % 16 {
+                0 => (r >> 8) as u32 & 0x83FF,
+                1 => 0x7C00 | ((r >> 8) as u32 & 0x8000),
+                2 => 0x7C01 | ((r >> 8) as u32 & 0x83FF),
+                3 => 0x7800 | ((r >> 8) as u32 & 0x83FF),
+                _ => (r >> 8) as u32 & 0xBFFF,
+            }
+        };
+        for case in 0..300 {
+            let mut weights = [0f32; AMP_WEIGHTS_MAX];
+            for w in weights.iter_mut().take(128) {
+                *w = h(half_bits(&mut next));
+            }
+            let unit = |simd| AmpUnit {
+                mode: Some(AmpMode::F16F32),
+                simd,
+                weights,
+            };
+            let (portable, fast) = (unit(false), unit(true));
+            let (mut a, mut b) = (AmpAcc::default(), AmpAcc::default());
+            for step in 0..16u8 {
+                let input = [
+                    half_bits(&mut next) | half_bits(&mut next) << 16,
+                    half_bits(&mut next) | half_bits(&mut next) << 16,
+                ];
+                let partials = [
+                    h(half_bits(&mut next)).to_bits(),
+                    h(half_bits(&mut next)).to_bits(),
+                ];
+                let fp8 = (Fp8Format::F143, 0);
+                let x = amp_step(&portable, &mut a, input, partials, step % 4, fp8).unwrap();
+                let y = amp_step(&fast, &mut b, input, partials, step % 4, fp8).unwrap();
+                // Equal bits, except that which NaN's payload survives may differ (see `simd`).
+                let same = |p: u32, q: u32| p == q || (f(p).is_nan() && f(q).is_nan());
+                assert!(same(x[0], y[0]) && same(x[1], y[1]), "case {case}");
+                for (p, q) in a.acc.iter().chain(&a.prev).zip(b.acc.iter().chain(&b.prev)) {
+                    assert!(same(p.to_bits(), q.to_bits()), "case {case} step {step}");
                 }
             }
         }
