@@ -259,8 +259,17 @@ enum Flow {
 }
 
 /// A trap inside an instruction: the fault kind and address.
-type Trap = (FaultKind, Option<u32>);
+/// Boxed so that every `R<T>` stays two words and comes back in registers (a `FaultKind` is
+/// 72 bytes); the box is only allocated when something faults.
+type Trap = Box<(FaultKind, Option<u32>)>;
 type R<T> = Result<T, Trap>;
+
+/// A trap of `kind` at `addr`.
+#[cold]
+#[inline(never)]
+fn trap(kind: FaultKind, addr: Option<u32>) -> Trap {
+    Box::new((kind, addr))
+}
 
 /// One tile.
 #[derive(Clone, Debug)]
@@ -509,7 +518,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
         }
         Instr::FReduce { ty, op, d, a: x } => {
             if !ty.is_pair() {
-                return Err((
+                return Err(trap(
                     FaultKind::IllegalOperands("reduction of a non-pair type"),
                     None,
                 ));
@@ -546,7 +555,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
                         v: [l | l << 16, l | l << 16],
                     }
                 }
-                _ => return Err((FaultKind::IllegalOperands("broadcast type"), None)),
+                _ => return Err(trap(FaultKind::IllegalOperands("broadcast type"), None)),
             }
         }
         Instr::F16v2Pack { d, a: x, b: y } => AWrite {
@@ -558,7 +567,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
             ],
         },
         _ => {
-            return Err((
+            return Err(trap(
                 FaultKind::IllegalOperands("not a float-pipeline instruction"),
                 None,
             ));
@@ -644,10 +653,10 @@ pub(crate) fn amp_step(
     fp8: (Fp8Format, i8),
 ) -> R<[u32; 2]> {
     let Some(mode) = unit.mode else {
-        return Err((FaultKind::AmpNotConfigured, None));
+        return Err(trap(FaultKind::AmpNotConfigured, None));
     };
     if phase > 3 {
-        return Err((FaultKind::IllegalOperands("amp phase above 3"), None));
+        return Err(trap(FaultKind::IllegalOperands("amp phase above 3"), None));
     }
     let p = phase as usize;
     #[cfg(target_arch = "x86_64")]
@@ -787,7 +796,7 @@ impl Tile {
         }
     }
 
-    fn fault(&self, ctx: Context, pc: u32, trap: Trap) -> Fault {
+    fn fault(&self, ctx: Context, pc: u32, trap: (FaultKind, Option<u32>)) -> Fault {
         let instruction = self
             .code
             .lookup(pc)
@@ -827,15 +836,15 @@ impl Tile {
     #[cold]
     fn fetch_slow(&mut self, pc: u32) -> R<Decoded> {
         if pc & 3 != 0 || !self.target.in_executable(pc, 4) {
-            return Err((FaultKind::FetchNotExecutable, Some(pc)));
+            return Err(trap(FaultKind::FetchNotExecutable, Some(pc)));
         }
         let w0 = self.mem.word(pc);
         let two = self.target.in_executable(pc, 8);
         let words = [w0, if two { self.mem.word(pc + 4) } else { 0 }];
         let (slot, n) = ipu_isa::decode_slot(&words[..if two { 2 } else { 1 }])
-            .map_err(|e| (FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
+            .map_err(|e| trap(FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
         if n == 2 && pc & 7 != 0 {
-            return Err((
+            return Err(trap(
                 FaultKind::InvalidEncoding(
                     "a bundle at an address that is not 8-byte aligned".into(),
                 ),
@@ -862,10 +871,10 @@ impl Tile {
     #[inline(always)]
     fn check(&self, addr: u32, len: u32) -> R<()> {
         if !self.mem.contains(addr, len) {
-            return Err((FaultKind::OutOfRange { bytes: len }, Some(addr)));
+            return Err(trap(FaultKind::OutOfRange { bytes: len }, Some(addr)));
         }
         if addr & (len - 1) != 0 {
-            return Err((FaultKind::Misaligned { align: len }, Some(addr)));
+            return Err(trap(FaultKind::Misaligned { align: len }, Some(addr)));
         }
         Ok(())
     }
@@ -966,7 +975,7 @@ impl Tile {
                 let len = width.bytes();
                 self.check(addr, len)?;
                 if width == Width::B128 && !self.target.in_interleaved(addr, 16) {
-                    return Err((FaultKind::NotInterleaved, Some(addr)));
+                    return Err(trap(FaultKind::NotInterleaved, Some(addr)));
                 }
                 self.tracker.note(addr, len, false);
                 r.post_increment(base, mode);
@@ -992,7 +1001,7 @@ impl Tile {
                         }
                     }
                     _ => {
-                        return Err((
+                        return Err(trap(
                             FaultKind::IllegalOperands("load register does not fit its width"),
                             Some(addr),
                         ));
@@ -1008,7 +1017,7 @@ impl Tile {
                 let addr = r.address(base, mode);
                 match (width, s) {
                     (Width::B8 | Width::B16, _) => {
-                        return Err((FaultKind::SubWordStore, Some(addr)));
+                        return Err(trap(FaultKind::SubWordStore, Some(addr)));
                     }
                     (Width::B32, DataReg::M(x)) => {
                         self.store_bytes(addr, &r.m[x.0 as usize & 15].to_le_bytes())?
@@ -1020,7 +1029,7 @@ impl Tile {
                         self.store64(addr, [r.a[x as usize], r.a[x as usize + 1]])?
                     }
                     _ => {
-                        return Err((
+                        return Err(trap(
                             FaultKind::IllegalOperands("store register does not fit its width"),
                             Some(addr),
                         ));
@@ -1061,7 +1070,7 @@ impl Tile {
             Instr::Rpt { count, body } => {
                 let c = m(r, count);
                 if c > ipu_target::RPT_COUNT_MAX {
-                    return Err((FaultKind::RptCountTooLarge(c), None));
+                    return Err(trap(FaultKind::RptCountTooLarge(c), None));
                 }
                 return Ok(Flow::Rpt { count: c, body });
             }
@@ -1073,15 +1082,15 @@ impl Tile {
             }
             Instr::Exit => {
                 if ctx == SUPERVISOR_CONTEXT {
-                    return Err((FaultKind::WorkerOnly, None));
+                    return Err(trap(FaultKind::WorkerOnly, None));
                 }
                 return Ok(Flow::Exit);
             }
             _ => {
                 if instr.class() == Class::Supervisor {
-                    return Err((FaultKind::SupervisorOnly, None));
+                    return Err(trap(FaultKind::SupervisorOnly, None));
                 }
-                return Err((
+                return Err(trap(
                     FaultKind::IllegalOperands("not a main-pipeline instruction"),
                     None,
                 ));
@@ -1095,7 +1104,7 @@ impl Tile {
     fn exec_float(&self, r: &Regs, acc: &mut AmpAcc, instr: &Instr, ctx: u32) -> R<AWrite> {
         if let Instr::Amp { d, a, p, phase } = *instr {
             if ctx == SUPERVISOR_CONTEXT {
-                return Err((FaultKind::WorkerOnly, None));
+                return Err(trap(FaultKind::WorkerOnly, None));
             }
             let out = amp_step(
                 &self.amp,
@@ -1180,7 +1189,7 @@ impl Tile {
         let result = (|| -> Result<(), Fault> {
             loop {
                 let pc = r.pc;
-                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, t))?;
+                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, *t))?;
                 time += SLOT * d.cost as u64;
                 slots += d.cost as u64;
                 instrs += if matches!(d.slot, Slot::Bundle(_)) {
@@ -1196,7 +1205,7 @@ impl Tile {
                 }
                 match self
                     .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
-                    .map_err(|t| self.fault(cx, pc, t))?
+                    .map_err(|t| self.fault(cx, pc, *t))?
                 {
                     Flow::Next => r.pc = pc + d.bytes,
                     Flow::Jump(t) => r.pc = t,
@@ -1205,14 +1214,14 @@ impl Tile {
                         let body_start = pc + 4;
                         let end = self
                             .rpt_body_end(body_start, body)
-                            .map_err(|t| self.fault(cx, body_start, t))?;
+                            .map_err(|t| self.fault(cx, body_start, *t))?;
                         // The body's decoded slots, resolved once; refetched from the cache
                         // whenever a store may have changed code (the cache's epoch moves).
                         let mut buf = std::mem::take(&mut self.rpt_buf);
                         buf.clear();
                         let mut q = body_start;
                         while q < end {
-                            let d = self.fetch(q).map_err(|t| self.fault(cx, q, t))?;
+                            let d = self.fetch(q).map_err(|t| self.fault(cx, q, *t))?;
                             buf.push((q, d));
                             q += d.bytes;
                         }
@@ -1237,7 +1246,7 @@ impl Tile {
                             }
                             match tile
                                 .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
-                                .map_err(|t| tile.fault(cx, p, t))?
+                                .map_err(|t| tile.fault(cx, p, *t))?
                             {
                                 Flow::Next => Ok(()),
                                 _ => Err(tile.fault(cx, p, (FaultKind::ControlInRptBody, None))),
@@ -1261,7 +1270,7 @@ impl Tile {
                                 let d = match self.fetch(p) {
                                     Ok(d) => d,
                                     Err(t) => {
-                                        result = Err(self.fault(cx, p, t));
+                                        result = Err(self.fault(cx, p, *t));
                                         break 'iterations;
                                     }
                                 };
@@ -1395,7 +1404,7 @@ impl Tile {
         let mut dummy_acc = AmpAcc::default();
         loop {
             let pc = r.pc;
-            let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, t))?;
+            let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, *t))?;
             if self.time > deadline {
                 return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
             }
@@ -1533,7 +1542,7 @@ impl Tile {
             let now = self.time;
             match self
                 .exec_slot(r, &mut dummy_acc, &d.slot, pc, 6, now)
-                .map_err(|t| self.fault(cx, pc, t))?
+                .map_err(|t| self.fault(cx, pc, *t))?
             {
                 Flow::Next => r.pc = pc + d.bytes,
                 Flow::Jump(t) => r.pc = t,
@@ -1542,11 +1551,11 @@ impl Tile {
                     let body_start = pc + 4;
                     let end = self
                         .rpt_body_end(body_start, body)
-                        .map_err(|t| self.fault(cx, body_start, t))?;
+                        .map_err(|t| self.fault(cx, body_start, *t))?;
                     for _ in 0..count {
                         let mut p = body_start;
                         while p < end {
-                            let d = self.fetch(p).map_err(|t| self.fault(cx, p, t))?;
+                            let d = self.fetch(p).map_err(|t| self.fault(cx, p, *t))?;
                             if matches!(d.slot, Slot::Single(i) if i.class() == Class::Supervisor) {
                                 return Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None)));
                             }
@@ -1570,7 +1579,7 @@ impl Tile {
                             let now = self.time;
                             match self
                                 .exec_slot(r, &mut dummy_acc, &d.slot, p, 6, now)
-                                .map_err(|t| self.fault(cx, p, t))?
+                                .map_err(|t| self.fault(cx, p, *t))?
                             {
                                 Flow::Next => {}
                                 _ => {
