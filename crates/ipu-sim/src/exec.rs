@@ -643,7 +643,7 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
 /// current row against the weights into every column, adds the partials-in to the columns of
 /// chunk `phase`, and returns the chunk-`phase` columns of the previously completed row,
 /// rounded to the partials type. Phase 3 completes the row.
-#[inline]
+#[inline(always)]
 pub(crate) fn amp_step(
     unit: &AmpUnit,
     acc: &mut AmpAcc,
@@ -658,27 +658,37 @@ pub(crate) fn amp_step(
     if phase > 3 {
         return Err(trap(FaultKind::IllegalOperands("amp phase above 3"), None));
     }
-    let p = phase as usize;
+    Ok(amp_run(
+        unit,
+        mode,
+        acc,
+        input,
+        partials,
+        phase as usize,
+        fp8,
+    ))
+}
+
+/// [`amp_step`] once the mode and phase (below 4) are known good.
+#[inline]
+fn amp_run(
+    unit: &AmpUnit,
+    mode: AmpMode,
+    acc: &mut AmpAcc,
+    input: [u32; 2],
+    partials: [u32; 2],
+    p: usize,
+    fp8: (Fp8Format, i8),
+) -> [u32; 2] {
+    let phase = p as u8;
     #[cfg(target_arch = "x86_64")]
     if unit.simd {
         match mode {
             AmpMode::F16F16 => {
-                return Ok(crate::simd::amp_f16f16(
-                    &unit.weights,
-                    acc,
-                    input,
-                    partials,
-                    p,
-                ));
+                return crate::simd::amp_f16f16(&unit.weights, acc, input, partials, p);
             }
             AmpMode::F16F32 => {
-                return Ok(crate::simd::amp_f16f32(
-                    &unit.weights,
-                    acc,
-                    input,
-                    partials,
-                    p,
-                ));
+                return crate::simd::amp_f16f32(&unit.weights, acc, input, partials, p);
             }
             _ => {}
         }
@@ -733,7 +743,7 @@ pub(crate) fn amp_step(
         acc.prev = acc.acc;
         acc.acc = [0.0; 16];
     }
-    Ok(out)
+    out
 }
 
 /// `acc[c] += x[j] * w[k0 + j][c]` for every column, lanes in order (each column's sum is
@@ -1147,6 +1157,23 @@ impl Tile {
             Slot::Bundle(b) => {
                 // Both halves read their operands before either writes: the float half is
                 // computed first into a pending write, committed after the main half.
+                if let Instr::Amp { d, a, p, phase } = b.float {
+                    // As `exec_float` then `commit`, with the result kept in registers.
+                    if ctx == SUPERVISOR_CONTEXT {
+                        return Err(trap(FaultKind::WorkerOnly, None));
+                    }
+                    let out = amp_step(
+                        &self.amp,
+                        acc,
+                        pair(r, a.0),
+                        pair(r, p.0),
+                        phase,
+                        (r.fp8_format, r.fp8_scale),
+                    )?;
+                    let flow = self.exec_main(r, &b.main, pc, ctx, now)?;
+                    set_pair(r, d.0, out);
+                    return Ok(flow);
+                }
                 let w = self.exec_float(r, acc, &b.float, ctx)?;
                 let flow = self.exec_main(r, &b.main, pc, ctx, now)?;
                 commit(r, w);
