@@ -122,11 +122,18 @@ fn step_f16f32(
             let w = _mm256_loadu_ps(rows.as_ptr().add(j * 8));
             v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_set1_ps(xj), w));
         }
+        // The partials are added to columns 2p and 2p + 1 in the vector, the other lanes
+        // adding -0.0, which leaves every value as it is (-0.0 + -0.0 is -0.0, and the
+        // accumulators hold no signalling NaN): a scalar store into the accumulators here
+        // would stall the next step's vector load.
+        let pair = (partials[0] as u64 | (partials[1] as u64) << 32) as i64;
+        let neg_zeros = 0x8000_0000_8000_0000u64 as i64;
+        let lane = |q: usize| if q == phase { pair } else { neg_zeros };
+        let pv = _mm256_castsi256_ps(_mm256_set_epi64x(lane(3), lane(2), lane(1), lane(0)));
+        v = _mm256_add_ps(v, pv);
         _mm256_storeu_ps(a, v);
     }
     let c0 = 2 * phase;
-    acc.acc[c0] += f32::from_bits(partials[0]);
-    acc.acc[c0 + 1] += f32::from_bits(partials[1]);
     let out = [acc.prev[c0].to_bits(), acc.prev[c0 + 1].to_bits()];
     if phase == 3 {
         acc.prev = acc.acc;
