@@ -63,11 +63,22 @@ fn step(acc: &mut AmpAcc, rows: &[f32; 64], input: i64, partials: i64, phase: us
             lo = _mm256_add_ps(lo, _mm256_mul_ps(b, _mm256_loadu_ps(w)));
             hi = _mm256_add_ps(hi, _mm256_mul_ps(b, _mm256_loadu_ps(w.add(8))));
         }
+        // The partials are added to columns 4p .. 4p + 4 in the vectors, the other lanes
+        // adding -0.0, which leaves every value as it is (see `step_f16f32`): a narrower
+        // store into the accumulators would stall the next step's vector loads.
+        let p = _mm_cvtph_ps(_mm_set_epi64x(0, partials));
+        let neg = _mm_set1_ps(-0.0);
+        let none = _mm256_set1_ps(-0.0);
+        let (plo, phi) = match phase {
+            0 => (_mm256_set_m128(neg, p), none),
+            1 => (_mm256_set_m128(p, neg), none),
+            2 => (none, _mm256_set_m128(neg, p)),
+            _ => (none, _mm256_set_m128(p, neg)),
+        };
+        lo = _mm256_add_ps(lo, plo);
+        hi = _mm256_add_ps(hi, phi);
         _mm256_storeu_ps(a, lo);
         _mm256_storeu_ps(a.add(8), hi);
-        let chunk = a.add(4 * phase);
-        let p = _mm_cvtph_ps(_mm_set_epi64x(0, partials));
-        _mm_storeu_ps(chunk, _mm_add_ps(_mm_loadu_ps(chunk), p));
         let out = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_loadu_ps(
             acc.prev.as_ptr().add(4 * phase),
         ));
