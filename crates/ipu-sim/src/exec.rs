@@ -478,6 +478,26 @@ fn is_f16(ty: FType) -> bool {
 
 /// The semantics of a float-pipeline instruction (other than `amp`): the register write.
 fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite> {
+    // The most frequent form, f32v2 arithmetic, without the generic lane loop: the same
+    // operations on the same lanes as the `FBin` arm below.
+    if let Instr::FBin {
+        ty: FType::F32v2,
+        op,
+        d,
+        a: x,
+        b: y,
+    } = *instr
+    {
+        let (x, y, z) = (x as usize & 14, y as usize & 14, d as usize & 14);
+        return Ok(AWrite {
+            d: d & 14,
+            n: 2,
+            v: [
+                op_f32(op, f(a[x]), f(a[y]), f(a[z])),
+                op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
+            ],
+        });
+    }
     Ok(match *instr {
         Instr::FBin {
             ty,
