@@ -120,9 +120,79 @@ struct Launch {
     entry: u32,
     start: u64,
     end: u64,
-    reads: Vec<(u32, u32)>,
-    writes: Vec<(u32, u32)>,
+    reads: RangeList,
+    writes: RangeList,
     overflow: bool,
+}
+
+/// Most recently touched ranges a [`RangeList`] tries to extend before it adds a new one.
+const RECENT: usize = 4;
+
+/// The byte ranges one launch read (or wrote): their union is what the race check uses.
+///
+/// An access that touches one of the [`RECENT`] most recently touched ranges extends it, so
+/// a worker walking a few streams at once keeps a few ranges instead of one per access
+/// (sorting them when the window closes was a fifth of the simulation's time). `count` and
+/// `last` follow the list the check used to keep (extend only the last range, else append)
+/// so that the [`RACE_RANGES_MAX`] limit trips at exactly the same access as before.
+#[derive(Clone, Debug, Default)]
+struct RangeList {
+    ranges: Vec<(u32, u32)>,
+    /// Indices into `ranges`, most recent first (`recent_len` valid).
+    recent: [u32; RECENT],
+    recent_len: usize,
+    /// Length and last range of the extend-the-last-or-append list.
+    count: usize,
+    last: (u32, u32),
+}
+
+impl RangeList {
+    /// Adds `[addr, end)`; false when the limit is reached (nothing added).
+    #[inline(always)]
+    fn add(&mut self, addr: u32, end: u32) -> bool {
+        if self.count > 0 && addr <= self.last.1 && end >= self.last.0 {
+            self.last = (self.last.0.min(addr), self.last.1.max(end));
+        } else {
+            if self.count >= RACE_RANGES_MAX {
+                return false;
+            }
+            self.count += 1;
+            self.last = (addr, end);
+        }
+        for i in 0..self.recent_len {
+            let k = self.recent[i] as usize;
+            let r = &mut self.ranges[k];
+            if addr <= r.1 && end >= r.0 {
+                r.0 = r.0.min(addr);
+                r.1 = r.1.max(end);
+                for j in (1..=i).rev() {
+                    self.recent[j] = self.recent[j - 1];
+                }
+                self.recent[0] = k as u32;
+                return true;
+            }
+        }
+        let n = (self.recent_len + 1).min(RECENT);
+        for j in (1..n).rev() {
+            self.recent[j] = self.recent[j - 1];
+        }
+        self.recent[0] = self.ranges.len() as u32;
+        self.recent_len = n;
+        self.ranges.push((addr, end));
+        true
+    }
+
+    fn clear(&mut self) {
+        self.ranges.clear();
+        self.recent_len = 0;
+        self.count = 0;
+    }
+
+    /// Sorts and merges the ranges in place (the recent ranges are forgotten).
+    fn normalize(&mut self) {
+        normalize(&mut self.ranges);
+        self.recent_len = 0;
+    }
 }
 
 /// Records the address ranges workers touch.
@@ -153,23 +223,12 @@ impl Tracker {
             return;
         }
         let list = if write { &mut l.writes } else { &mut l.reads };
-        let end = addr + len;
-        if let Some(last) = list.last_mut()
-            && addr <= last.1
-            && end >= last.0
-        {
-            last.0 = last.0.min(addr);
-            last.1 = last.1.max(end);
-            return;
-        }
-        if list.len() >= RACE_RANGES_MAX {
+        if !list.add(addr, addr + len) {
             l.overflow = true;
             tracing::warn!(
                 "a worker touched more than {RACE_RANGES_MAX} disjoint ranges; its races are not checked"
             );
-            return;
         }
-        list.push((addr, end));
     }
 }
 
@@ -200,8 +259,17 @@ enum Flow {
 }
 
 /// A trap inside an instruction: the fault kind and address.
-type Trap = (FaultKind, Option<u32>);
+/// Boxed so that every `R<T>` stays two words and comes back in registers (a `FaultKind` is
+/// 72 bytes); the box is only allocated when something faults.
+type Trap = Box<(FaultKind, Option<u32>)>;
 type R<T> = Result<T, Trap>;
+
+/// A trap of `kind` at `addr`.
+#[cold]
+#[inline(never)]
+fn trap(kind: FaultKind, addr: Option<u32>) -> Trap {
+    Box::new((kind, addr))
+}
 
 /// One tile.
 #[derive(Clone, Debug)]
@@ -410,6 +478,26 @@ fn is_f16(ty: FType) -> bool {
 
 /// The semantics of a float-pipeline instruction (other than `amp`): the register write.
 fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite> {
+    // The most frequent form, f32v2 arithmetic, without the generic lane loop: the same
+    // operations on the same lanes as the `FBin` arm below.
+    if let Instr::FBin {
+        ty: FType::F32v2,
+        op,
+        d,
+        a: x,
+        b: y,
+    } = *instr
+    {
+        let (x, y, z) = (x as usize & 14, y as usize & 14, d as usize & 14);
+        return Ok(AWrite {
+            d: d & 14,
+            n: 2,
+            v: [
+                op_f32(op, f(a[x]), f(a[y]), f(a[z])),
+                op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
+            ],
+        });
+    }
     Ok(match *instr {
         Instr::FBin {
             ty,
@@ -450,7 +538,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
         }
         Instr::FReduce { ty, op, d, a: x } => {
             if !ty.is_pair() {
-                return Err((
+                return Err(trap(
                     FaultKind::IllegalOperands("reduction of a non-pair type"),
                     None,
                 ));
@@ -487,7 +575,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
                         v: [l | l << 16, l | l << 16],
                     }
                 }
-                _ => return Err((FaultKind::IllegalOperands("broadcast type"), None)),
+                _ => return Err(trap(FaultKind::IllegalOperands("broadcast type"), None)),
             }
         }
         Instr::F16v2Pack { d, a: x, b: y } => AWrite {
@@ -499,7 +587,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
             ],
         },
         _ => {
-            return Err((
+            return Err(trap(
                 FaultKind::IllegalOperands("not a float-pipeline instruction"),
                 None,
             ));
@@ -575,7 +663,7 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
 /// current row against the weights into every column, adds the partials-in to the columns of
 /// chunk `phase`, and returns the chunk-`phase` columns of the previously completed row,
 /// rounded to the partials type. Phase 3 completes the row.
-#[inline]
+#[inline(always)]
 pub(crate) fn amp_step(
     unit: &AmpUnit,
     acc: &mut AmpAcc,
@@ -585,21 +673,45 @@ pub(crate) fn amp_step(
     fp8: (Fp8Format, i8),
 ) -> R<[u32; 2]> {
     let Some(mode) = unit.mode else {
-        return Err((FaultKind::AmpNotConfigured, None));
+        return Err(trap(FaultKind::AmpNotConfigured, None));
     };
     if phase > 3 {
-        return Err((FaultKind::IllegalOperands("amp phase above 3"), None));
+        return Err(trap(FaultKind::IllegalOperands("amp phase above 3"), None));
     }
-    let p = phase as usize;
+    Ok(amp_run(
+        unit,
+        mode,
+        acc,
+        input,
+        partials,
+        phase as usize,
+        fp8,
+    ))
+}
+
+/// [`amp_step`] once the mode and phase (below 4) are known good.
+#[inline]
+fn amp_run(
+    unit: &AmpUnit,
+    mode: AmpMode,
+    acc: &mut AmpAcc,
+    input: [u32; 2],
+    partials: [u32; 2],
+    p: usize,
+    fp8: (Fp8Format, i8),
+) -> [u32; 2] {
+    let phase = p as u8;
     #[cfg(target_arch = "x86_64")]
-    if mode == AmpMode::F16F16 && unit.simd {
-        return Ok(crate::simd::amp_f16f16(
-            &unit.weights,
-            acc,
-            input,
-            partials,
-            p,
-        ));
+    if unit.simd {
+        match mode {
+            AmpMode::F16F16 => {
+                return crate::simd::amp_f16f16(&unit.weights, acc, input, partials, p);
+            }
+            AmpMode::F16F32 => {
+                return crate::simd::amp_f16f32(&unit.weights, acc, input, partials, p);
+            }
+            _ => {}
+        }
     }
     let g = amp_geometry(mode);
     let mut x = [0f32; 8];
@@ -651,7 +763,7 @@ pub(crate) fn amp_step(
         acc.prev = acc.acc;
         acc.acc = [0.0; 16];
     }
-    Ok(out)
+    out
 }
 
 /// `acc[c] += x[j] * w[k0 + j][c]` for every column, lanes in order (each column's sum is
@@ -714,7 +826,7 @@ impl Tile {
         }
     }
 
-    fn fault(&self, ctx: Context, pc: u32, trap: Trap) -> Fault {
+    fn fault(&self, ctx: Context, pc: u32, trap: (FaultKind, Option<u32>)) -> Fault {
         let instruction = self
             .code
             .lookup(pc)
@@ -754,15 +866,15 @@ impl Tile {
     #[cold]
     fn fetch_slow(&mut self, pc: u32) -> R<Decoded> {
         if pc & 3 != 0 || !self.target.in_executable(pc, 4) {
-            return Err((FaultKind::FetchNotExecutable, Some(pc)));
+            return Err(trap(FaultKind::FetchNotExecutable, Some(pc)));
         }
         let w0 = self.mem.word(pc);
         let two = self.target.in_executable(pc, 8);
         let words = [w0, if two { self.mem.word(pc + 4) } else { 0 }];
         let (slot, n) = ipu_isa::decode_slot(&words[..if two { 2 } else { 1 }])
-            .map_err(|e| (FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
+            .map_err(|e| trap(FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
         if n == 2 && pc & 7 != 0 {
-            return Err((
+            return Err(trap(
                 FaultKind::InvalidEncoding(
                     "a bundle at an address that is not 8-byte aligned".into(),
                 ),
@@ -789,10 +901,10 @@ impl Tile {
     #[inline(always)]
     fn check(&self, addr: u32, len: u32) -> R<()> {
         if !self.mem.contains(addr, len) {
-            return Err((FaultKind::OutOfRange { bytes: len }, Some(addr)));
+            return Err(trap(FaultKind::OutOfRange { bytes: len }, Some(addr)));
         }
         if addr & (len - 1) != 0 {
-            return Err((FaultKind::Misaligned { align: len }, Some(addr)));
+            return Err(trap(FaultKind::Misaligned { align: len }, Some(addr)));
         }
         Ok(())
     }
@@ -893,7 +1005,7 @@ impl Tile {
                 let len = width.bytes();
                 self.check(addr, len)?;
                 if width == Width::B128 && !self.target.in_interleaved(addr, 16) {
-                    return Err((FaultKind::NotInterleaved, Some(addr)));
+                    return Err(trap(FaultKind::NotInterleaved, Some(addr)));
                 }
                 self.tracker.note(addr, len, false);
                 r.post_increment(base, mode);
@@ -919,7 +1031,7 @@ impl Tile {
                         }
                     }
                     _ => {
-                        return Err((
+                        return Err(trap(
                             FaultKind::IllegalOperands("load register does not fit its width"),
                             Some(addr),
                         ));
@@ -935,7 +1047,7 @@ impl Tile {
                 let addr = r.address(base, mode);
                 match (width, s) {
                     (Width::B8 | Width::B16, _) => {
-                        return Err((FaultKind::SubWordStore, Some(addr)));
+                        return Err(trap(FaultKind::SubWordStore, Some(addr)));
                     }
                     (Width::B32, DataReg::M(x)) => {
                         self.store_bytes(addr, &r.m[x.0 as usize & 15].to_le_bytes())?
@@ -947,7 +1059,7 @@ impl Tile {
                         self.store64(addr, [r.a[x as usize], r.a[x as usize + 1]])?
                     }
                     _ => {
-                        return Err((
+                        return Err(trap(
                             FaultKind::IllegalOperands("store register does not fit its width"),
                             Some(addr),
                         ));
@@ -988,7 +1100,7 @@ impl Tile {
             Instr::Rpt { count, body } => {
                 let c = m(r, count);
                 if c > ipu_target::RPT_COUNT_MAX {
-                    return Err((FaultKind::RptCountTooLarge(c), None));
+                    return Err(trap(FaultKind::RptCountTooLarge(c), None));
                 }
                 return Ok(Flow::Rpt { count: c, body });
             }
@@ -1000,15 +1112,15 @@ impl Tile {
             }
             Instr::Exit => {
                 if ctx == SUPERVISOR_CONTEXT {
-                    return Err((FaultKind::WorkerOnly, None));
+                    return Err(trap(FaultKind::WorkerOnly, None));
                 }
                 return Ok(Flow::Exit);
             }
             _ => {
                 if instr.class() == Class::Supervisor {
-                    return Err((FaultKind::SupervisorOnly, None));
+                    return Err(trap(FaultKind::SupervisorOnly, None));
                 }
-                return Err((
+                return Err(trap(
                     FaultKind::IllegalOperands("not a main-pipeline instruction"),
                     None,
                 ));
@@ -1022,7 +1134,7 @@ impl Tile {
     fn exec_float(&self, r: &Regs, acc: &mut AmpAcc, instr: &Instr, ctx: u32) -> R<AWrite> {
         if let Instr::Amp { d, a, p, phase } = *instr {
             if ctx == SUPERVISOR_CONTEXT {
-                return Err((FaultKind::WorkerOnly, None));
+                return Err(trap(FaultKind::WorkerOnly, None));
             }
             let out = amp_step(
                 &self.amp,
@@ -1065,6 +1177,23 @@ impl Tile {
             Slot::Bundle(b) => {
                 // Both halves read their operands before either writes: the float half is
                 // computed first into a pending write, committed after the main half.
+                if let Instr::Amp { d, a, p, phase } = b.float {
+                    // As `exec_float` then `commit`, with the result kept in registers.
+                    if ctx == SUPERVISOR_CONTEXT {
+                        return Err(trap(FaultKind::WorkerOnly, None));
+                    }
+                    let out = amp_step(
+                        &self.amp,
+                        acc,
+                        pair(r, a.0),
+                        pair(r, p.0),
+                        phase,
+                        (r.fp8_format, r.fp8_scale),
+                    )?;
+                    let flow = self.exec_main(r, &b.main, pc, ctx, now)?;
+                    set_pair(r, d.0, out);
+                    return Ok(flow);
+                }
                 let w = self.exec_float(r, acc, &b.float, ctx)?;
                 let flow = self.exec_main(r, &b.main, pc, ctx, now)?;
                 commit(r, w);
@@ -1107,7 +1236,7 @@ impl Tile {
         let result = (|| -> Result<(), Fault> {
             loop {
                 let pc = r.pc;
-                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, t))?;
+                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, *t))?;
                 time += SLOT * d.cost as u64;
                 slots += d.cost as u64;
                 instrs += if matches!(d.slot, Slot::Bundle(_)) {
@@ -1123,7 +1252,7 @@ impl Tile {
                 }
                 match self
                     .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
-                    .map_err(|t| self.fault(cx, pc, t))?
+                    .map_err(|t| self.fault(cx, pc, *t))?
                 {
                     Flow::Next => r.pc = pc + d.bytes,
                     Flow::Jump(t) => r.pc = t,
@@ -1132,14 +1261,14 @@ impl Tile {
                         let body_start = pc + 4;
                         let end = self
                             .rpt_body_end(body_start, body)
-                            .map_err(|t| self.fault(cx, body_start, t))?;
+                            .map_err(|t| self.fault(cx, body_start, *t))?;
                         // The body's decoded slots, resolved once; refetched from the cache
                         // whenever a store may have changed code (the cache's epoch moves).
                         let mut buf = std::mem::take(&mut self.rpt_buf);
                         buf.clear();
                         let mut q = body_start;
                         while q < end {
-                            let d = self.fetch(q).map_err(|t| self.fault(cx, q, t))?;
+                            let d = self.fetch(q).map_err(|t| self.fault(cx, q, *t))?;
                             buf.push((q, d));
                             q += d.bytes;
                         }
@@ -1164,7 +1293,7 @@ impl Tile {
                             }
                             match tile
                                 .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
-                                .map_err(|t| tile.fault(cx, p, t))?
+                                .map_err(|t| tile.fault(cx, p, *t))?
                             {
                                 Flow::Next => Ok(()),
                                 _ => Err(tile.fault(cx, p, (FaultKind::ControlInRptBody, None))),
@@ -1188,7 +1317,7 @@ impl Tile {
                                 let d = match self.fetch(p) {
                                     Ok(d) => d,
                                     Err(t) => {
-                                        result = Err(self.fault(cx, p, t));
+                                        result = Err(self.fault(cx, p, *t));
                                         break 'iterations;
                                     }
                                 };
@@ -1224,8 +1353,8 @@ impl Tile {
         let n = self.tracker.used;
         let ls = &mut self.tracker.launches[..n];
         for l in ls.iter_mut() {
-            normalize(&mut l.reads);
-            normalize(&mut l.writes);
+            l.reads.normalize();
+            l.writes.normalize();
         }
         let mut found = None;
         'outer: for j in 1..n {
@@ -1237,12 +1366,12 @@ impl Tile {
                 if !(a.start < b.end && b.start < a.end) {
                     continue;
                 }
-                if let Some(x) = intersect(&a.writes, &b.writes) {
+                if let Some(x) = intersect(&a.writes.ranges, &b.writes.ranges) {
                     found = Some((b.ctx, b.entry, a.ctx, true, x));
                     break 'outer;
                 }
-                if let Some(x) =
-                    intersect(&a.writes, &b.reads).or_else(|| intersect(&a.reads, &b.writes))
+                if let Some(x) = intersect(&a.writes.ranges, &b.reads.ranges)
+                    .or_else(|| intersect(&a.reads.ranges, &b.writes.ranges))
                 {
                     found = Some((b.ctx, b.entry, a.ctx, false, x));
                     break 'outer;
@@ -1256,11 +1385,11 @@ impl Tile {
                 if l.overflow || !(l.start <= t && t < l.end) {
                     continue;
                 }
-                let hit = intersect(&l.writes, &[(lo, hi)])
+                let hit = intersect(&l.writes.ranges, &[(lo, hi)])
                     .map(|a| (a, true))
                     .or_else(|| {
                         if write {
-                            intersect(&l.reads, &[(lo, hi)]).map(|a| (a, false))
+                            intersect(&l.reads.ranges, &[(lo, hi)]).map(|a| (a, false))
                         } else {
                             None
                         }
@@ -1322,7 +1451,7 @@ impl Tile {
         let mut dummy_acc = AmpAcc::default();
         loop {
             let pc = r.pc;
-            let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, t))?;
+            let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, *t))?;
             if self.time > deadline {
                 return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
             }
@@ -1460,7 +1589,7 @@ impl Tile {
             let now = self.time;
             match self
                 .exec_slot(r, &mut dummy_acc, &d.slot, pc, 6, now)
-                .map_err(|t| self.fault(cx, pc, t))?
+                .map_err(|t| self.fault(cx, pc, *t))?
             {
                 Flow::Next => r.pc = pc + d.bytes,
                 Flow::Jump(t) => r.pc = t,
@@ -1469,11 +1598,11 @@ impl Tile {
                     let body_start = pc + 4;
                     let end = self
                         .rpt_body_end(body_start, body)
-                        .map_err(|t| self.fault(cx, body_start, t))?;
+                        .map_err(|t| self.fault(cx, body_start, *t))?;
                     for _ in 0..count {
                         let mut p = body_start;
                         while p < end {
-                            let d = self.fetch(p).map_err(|t| self.fault(cx, p, t))?;
+                            let d = self.fetch(p).map_err(|t| self.fault(cx, p, *t))?;
                             if matches!(d.slot, Slot::Single(i) if i.class() == Class::Supervisor) {
                                 return Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None)));
                             }
@@ -1497,7 +1626,7 @@ impl Tile {
                             let now = self.time;
                             match self
                                 .exec_slot(r, &mut dummy_acc, &d.slot, p, 6, now)
-                                .map_err(|t| self.fault(cx, p, t))?
+                                .map_err(|t| self.fault(cx, p, *t))?
                             {
                                 Flow::Next => {}
                                 _ => {
@@ -1561,16 +1690,20 @@ fn commit(r: &mut Regs, w: AWrite) {
     }
 }
 
+/// Sorts `v` and merges overlapping and adjacent ranges, in place.
 fn normalize(v: &mut Vec<(u32, u32)>) {
     v.sort_unstable();
-    let mut out: Vec<(u32, u32)> = Vec::with_capacity(v.len());
-    for &(s, e) in v.iter() {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
+    let mut n = 0usize;
+    for i in 0..v.len() {
+        let (s, e) = v[i];
+        if n > 0 && s <= v[n - 1].1 {
+            v[n - 1].1 = v[n - 1].1.max(e);
+        } else {
+            v[n] = (s, e);
+            n += 1;
         }
     }
-    *v = out;
+    v.truncate(n);
 }
 
 /// The first address in both sorted, merged range lists.
@@ -1672,6 +1805,62 @@ mod tests {
                         p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
                         "case {case}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vectorised_f16f32_step_matches_the_portable_step() {
+        if !crate::simd::available() {
+            return;
+        }
+        let mut seed = 0x0F1E_2D3C_4B5A_6978u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let half_bits = |n: &mut dyn FnMut() -> u64| -> u32 {
+            let r = n();
+            match r % 16 {
+                0 => (r >> 8) as u32 & 0x83FF,
+                1 => 0x7C00 | ((r >> 8) as u32 & 0x8000),
+                2 => 0x7C01 | ((r >> 8) as u32 & 0x83FF),
+                3 => 0x7800 | ((r >> 8) as u32 & 0x83FF),
+                _ => (r >> 8) as u32 & 0xBFFF,
+            }
+        };
+        for case in 0..300 {
+            let mut weights = [0f32; AMP_WEIGHTS_MAX];
+            for w in weights.iter_mut().take(128) {
+                *w = h(half_bits(&mut next));
+            }
+            let unit = |simd| AmpUnit {
+                mode: Some(AmpMode::F16F32),
+                simd,
+                weights,
+            };
+            let (portable, fast) = (unit(false), unit(true));
+            let (mut a, mut b) = (AmpAcc::default(), AmpAcc::default());
+            for step in 0..16u8 {
+                let input = [
+                    half_bits(&mut next) | half_bits(&mut next) << 16,
+                    half_bits(&mut next) | half_bits(&mut next) << 16,
+                ];
+                let partials = [
+                    h(half_bits(&mut next)).to_bits(),
+                    h(half_bits(&mut next)).to_bits(),
+                ];
+                let fp8 = (Fp8Format::F143, 0);
+                let x = amp_step(&portable, &mut a, input, partials, step % 4, fp8).unwrap();
+                let y = amp_step(&fast, &mut b, input, partials, step % 4, fp8).unwrap();
+                // Equal bits, except that which NaN's payload survives may differ (see `simd`).
+                let same = |p: u32, q: u32| p == q || (f(p).is_nan() && f(q).is_nan());
+                assert!(same(x[0], y[0]) && same(x[1], y[1]), "case {case}");
+                for (p, q) in a.acc.iter().chain(&a.prev).zip(b.acc.iter().chain(&b.prev)) {
+                    assert!(same(p.to_bits(), q.to_bits()), "case {case} step {step}");
                 }
             }
         }

@@ -171,25 +171,40 @@ impl CodeCache {
 
     /// Forgets every slot that may cover a byte of `[addr, addr + len)` (including a bundle
     /// that starts in the word before).
-    #[inline]
+    #[inline(always)]
     pub fn invalidate(&mut self, addr: u32, len: u32) {
         if addr >= self.end || (addr as u64 + len as u64) <= self.base as u64 || len == 0 {
             return;
         }
-        self.epoch += 1;
         let lo = addr.saturating_sub(4).max(self.base);
-        let hi = (addr + len).min(self.end);
-        let mut w = (lo - self.base) >> 2;
+        let hi = (addr as u64 + len as u64).min(self.end as u64) as u32;
+        let w = (lo - self.base) >> 2;
         let w_end = (hi - self.base).div_ceil(4);
+        // A store into data usually lands on a page of the cache that holds no code.
+        let (p0, p1) = (w >> CACHE_PAGE_SHIFT, (w_end - 1) >> CACHE_PAGE_SHIFT);
+        if p1 <= p0 + 1 && self.pages[p0 as usize].is_none() && self.pages[p1 as usize].is_none() {
+            return;
+        }
+        self.forget(w, w_end);
+    }
+
+    /// Forgets the cached slots of words `[w, w_end)`.
+    fn forget(&mut self, mut w: u32, w_end: u32) {
+        let mut removed = false;
         while w < w_end {
             if let Some(p) = &mut self.pages[(w >> CACHE_PAGE_SHIFT) as usize] {
-                p[(w as usize) & (CACHE_PAGE_WORDS - 1)] = None;
+                removed |= p[(w as usize) & (CACHE_PAGE_WORDS - 1)].take().is_some();
             }
             w += 1;
         }
+        // Only a removed slot can make a copy taken from the cache stale: stores into data
+        // that shares the executable range leave the epoch (and running `rpt` bodies) alone.
+        if removed {
+            self.epoch += 1;
+        }
     }
 
-    /// Changes whenever cached code may have changed.
+    /// Changes whenever a cached slot is forgotten.
     #[inline(always)]
     pub fn epoch(&self) -> u64 {
         self.epoch
