@@ -182,6 +182,24 @@ pub fn sweep(a: SweepArgs) -> anyhow::Result<u8> {
             .collect()
     };
     crate::cmd_graph::load_model_with(&a.model, &sets_of(&points[0]), &[])?;
+    // Every value of every list, each with the first point's other values: a malformed value
+    // is refused naming its key before anything runs (a combination the model refuses is a
+    // failed point).
+    for axis in axes
+        .iter()
+        .filter(|x| x.key != "tiles" && x.key != "target")
+    {
+        for v in &axis.values {
+            let mut p = points[0].clone();
+            for (k, val) in p.iter_mut() {
+                if *k == axis.key {
+                    *val = v.clone();
+                }
+            }
+            crate::cmd_graph::load_model_with(&a.model, &sets_of(&p), &[])
+                .with_context(|| format!("--set {}: value `{v}`", axis.key))?;
+        }
+    }
     std::fs::create_dir_all(&a.artifacts)
         .with_context(|| format!("creating {}", a.artifacts.display()))?;
     let keys: Vec<String> = axes.iter().map(|x| x.key.clone()).collect();

@@ -210,5 +210,7 @@ fn sweep_refuses_empty_and_malformed_lists_naming_the_key() {
     refused(&sweep(&d, &["m=8,,16"]), "--set m: an empty value");
     refused(&sweep(&d, &["m"]), "--set `m`");
     refused(&sweep(&d, &["nosuch=1"]), "nosuch");
+    // A malformed value anywhere in a list, not only in the first point.
+    refused(&sweep(&d, &["m=8,x"]), "--set m: value `x`");
     assert!(!d.join("sweep").join("summary.csv").exists());
 }
