@@ -465,7 +465,12 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     } else {
         0
     };
-    let prep = (super::plan::HOME_UNIT * g.d) as u64 * 4 + sync;
+    let prep = (super::plan::HOME_UNIT * g.d) as u64 * 4
+        + sync
+        + super::plan::mask_prep_cycles(
+            g,
+            fp.mask_positions.values().copied().max().unwrap_or(0) as u64,
+        );
     let exchange = recv + merge_x;
     (
         prep + compute + k * sync + merge + sync + exchange,

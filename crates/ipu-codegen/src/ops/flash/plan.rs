@@ -554,6 +554,36 @@ fn amp_round_cycles(rows: usize) -> u64 {
     slot * (kernels::amp_slots(per, true) as u64 + 3 * 6 + 1) + 32
 }
 
+/// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
+/// type and, for a bool mask, `flash_mask_additive`, each over six workers (0 without a mask
+/// or when the mask is already in the partials type).
+pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
+    let Some(m) = &geo.mask else {
+        return 0;
+    };
+    if m.dtype == geo.p {
+        return 0;
+    }
+    let elems = rows * geo.amp().cols as u64;
+    let groups = elems.div_ceil(4).div_ceil(WORKER_CONTEXTS as u64) as u32;
+    let slots = if m.dtype == DType::Bool {
+        let (f, t) = (
+            crate::plan::conv_type(m.dtype),
+            crate::plan::conv_type(geo.p),
+        );
+        let vectors = (elems * geo.pb() as u64 / 8).div_ceil(WORKER_CONTEXTS as u64) as u32;
+        kernels::convert_slots(f, t, ipu_numerics::Overflow::Saturate, groups)
+            + kernels::flash::flash_mask_additive_slots(vectors)
+    } else {
+        let (f, t) = (
+            crate::plan::cast_type(m.dtype),
+            crate::plan::cast_type(geo.p),
+        );
+        kernels::cast_slots(f, t, groups)
+    };
+    BARREL_SLOT_CYCLES as u64 * slots as u64 + SYNC_CYCLES as u64
+}
+
 /// The analytical estimate of a mapping: (cycles, exchange cycles).
 pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let amp = geo.amp();
@@ -806,6 +836,11 @@ pub fn plan_flash(
             let copies = usize::from(m.dtype != partials);
             n * cols as u64 * (m.dtype.bytes() + copies * partials.bytes()) as u64
         });
+    // The busiest mask home's preparation (the homes do not depend on the mapping).
+    let mask_prep = geo.mask.as_ref().map_or(0, |m| {
+        let units = (m.entries * sk.div_ceil(cols) * m.rows.div_ceil(HOME_UNIT)) as u64;
+        mask_prep_cycles(&geo, HOME_UNIT as u64 * units.div_ceil(tiles as u64))
+    });
     while nk <= key_max {
         geo.keys = nk;
         // Rows per item: the fewest whose items fit on the tiles one per tile, and, for small
@@ -866,7 +901,10 @@ pub fn plan_flash(
                     continue;
                 }
                 let (cycles, exchange) = estimate(&geo, merge);
-                let (cycles, exchange) = (cycles * per_tile as u64, exchange * per_tile as u64);
+                let (cycles, exchange) = (
+                    cycles * per_tile as u64 + mask_prep,
+                    exchange * per_tile as u64,
+                );
                 candidates.push(FlashCandidate {
                     rows: geo.rows,
                     keys: nk,
