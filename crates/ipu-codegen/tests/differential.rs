@@ -245,3 +245,122 @@ fn matmul_split_into_serial_k_chunks_is_still_exact() {
     );
     common::run_within(&g, &[13], 12, "8x20000x8 f32 on 13 tiles", 0.0);
 }
+
+#[test]
+fn flash_attention_with_a_mask_operand() {
+    // Bool and additive masks `[seq, seq]` (an input) and padded keys (a constant bool
+    // `[1, seq]`, one row broadcast over the queries), causal or not, every input dtype,
+    // scales folded into `q` (head_dim 64) or not (96), sub-blocks, rounds on few tiles.
+    for (dtype, causal, seq, heads, head_dim, mask, pad, tiles) in [
+        ("f16", false, 96, 2, 64, "bool", 0, 13),
+        ("f16", true, 96, 2, 64, "f16", 0, 13),
+        ("f16", false, 100, 1, 96, "f32", 0, 64),
+        ("f32", false, 80, 2, 64, "f32", 0, 7),
+        ("f32", true, 72, 1, 96, "bool", 0, 1),
+        ("f32", false, 64, 2, 64, "f16", 0, 5),
+        ("f143", true, 64, 2, 64, "bool", 0, 16),
+        ("f152", false, 48, 1, 64, "f16", 0, 5),
+        ("f16", false, 96, 2, 64, "padded", 17, 13),
+        ("f16", true, 96, 2, 96, "padded", 40, 3),
+        ("f32", false, 80, 1, 64, "padded", 9, 7),
+        ("f16", false, 1024, 1, 64, "padded", 300, 16),
+        ("f16", true, 1024, 1, 64, "bool", 0, 64),
+    ] {
+        let g = common::model(
+            "attention-flash",
+            &[
+                ("seq", &seq.to_string()),
+                ("heads", &heads.to_string()),
+                ("head_dim", &head_dim.to_string()),
+                ("dtype", dtype),
+                ("causal", &causal.to_string()),
+                ("mask", mask),
+                ("pad", &pad.to_string()),
+            ],
+        );
+        let what = format!(
+            "flash {dtype} causal={causal} seq={seq} heads={heads} d={head_dim} mask={mask} \
+             pad={pad} on {tiles} tiles"
+        );
+        common::run(&g, Target::gc200(), tiles, 6).assert_within(&what, 2e-3);
+    }
+}
+
+#[test]
+fn flash_attention_with_masks_broadcast_over_batch_and_rows() {
+    // Masks of fewer dimensions than the scores, with 1s where they broadcast.
+    for (mask, partials) in [
+        ("bool[3, 1, 200]", "f32"),
+        ("f32[40, 200]", "f32"),
+        ("f16[2, 1, 40, 200]", "f16"),
+        ("bool[1, 200]", "f16"),
+        ("f16[2, 3, 40, 200]", "f32"),
+    ] {
+        let g = graph(&format!(
+            "graph cross {{\n  input %q: f16[2, 3, 40, 64]\n  input %k: f16[2, 3, 200, 64]\n  input %v: f16[2, 3, 200, 64]\n  input %m: {mask}\n  %out = flash_attention(%q, %k, %v, %m) {{scale = 0.1, causal = false, block_q = 128, block_k = 64, partials = {partials}}}: f16[2, 3, 40, 64]\n  output %out\n}}\n"
+        ));
+        common::run_within(
+            &g,
+            &[5, 37],
+            4,
+            &format!("mask {mask} partials {partials}"),
+            2e-3,
+        );
+    }
+}
+
+#[test]
+fn flash_attention_with_a_bool_mask_that_hides_keys_and_whole_rows() {
+    // A constant bool mask hiding every seventh key pattern and every key from query rows 3
+    // and 20 (one of them on a diagonal block of a causal mask): where a row sees no key the
+    // device gives the reference's average of v, finite. Every input dtype, f32 and f16
+    // partials, the scale folded into `q` (head_dim 64) or applied by `flash_mask` (96).
+    use ipu_graph::{DType, GraphBuilder, OpKind, TensorType};
+    let seq = 48usize;
+    for (dtype, causal, partials, d, tiles) in [
+        (DType::F16, false, DType::F32, 64usize, 5),
+        (DType::F16, true, DType::F16, 64, 13),
+        (DType::F32, true, DType::F32, 96, 7),
+        (DType::F32, false, DType::F32, 64, 1),
+        (DType::F16, false, DType::F16, 96, 3),
+        (DType::F143 { scale: 0 }, true, DType::F16, 64, 16),
+        (DType::F152 { scale: 0 }, false, DType::F32, 64, 5),
+    ] {
+        let mut b = GraphBuilder::new("hidden");
+        let ty = TensorType::new(dtype, [1, seq, d]);
+        let q = b.input("q", ty.clone());
+        let k = b.input("k", ty.clone());
+        let v = b.input("v", ty);
+        let keep: Vec<f32> = (0..seq * seq)
+            .map(|i| f32::from(u8::from(i / seq != 3 && i / seq != 20 && i % 7 != 2)))
+            .collect();
+        let m = b
+            .constant_values("mask", TensorType::new(DType::Bool, [seq, seq]), &keep)
+            .unwrap();
+        let out = if dtype == DType::F32 {
+            DType::F32
+        } else {
+            DType::F16
+        };
+        let kind = OpKind::FlashAttention {
+            scale: 1.0 / (d as f32).sqrt(),
+            causal,
+            block_q: 16,
+            block_k: 16,
+            partials,
+            out,
+        };
+        let o = b.op("out", kind, &[q, k, v, m]).unwrap();
+        b.output(o);
+        let g = b.finish().unwrap();
+        let what = format!("bool mask {dtype} causal={causal} partials={partials} d={d}");
+        let run = common::run(&g, Target::gc200(), tiles, 3);
+        run.assert_within(&what, 2e-3);
+        let out = &run.outputs[0].data;
+        assert!(out.iter().all(|x| x.is_finite()), "{what}: NaN or inf");
+        assert!(
+            out[3 * d..4 * d].iter().any(|&x| x != 0.0),
+            "{what}: the hidden row is zeros"
+        );
+    }
+}

@@ -333,6 +333,144 @@ pub fn flash_softmax_slots(
     18 + rows * (row_fixed + running + super_groups * (pass1 + pass2))
 }
 
+/// Adds a mask to a block of scores in place, both in the scores' layout `[groups][R][cols]`
+/// (partials type): `s = s * scale + mask` with `scaled` (two roundings, as the expansion's
+/// `scale` and `add`), `s = s + mask` without (the scores arrive scaled). The mask's rows
+/// advance by `mask_row_step` bytes: 32 for a mask with a row per query, 0 for one row
+/// broadcast over the queries. f32 arithmetic for f32 scores; f16 scores are widened for the
+/// multiplication, narrowed, and added as f16v4 (one rounding, as the expansion's f16 `add`).
+///
+/// State: S (row 0, group 0), mask (row 0, group 0), rows, groups, S group stride (bytes),
+/// mask group stride (bytes), mask row step (bytes), scale (f32 bits).
+pub fn flash_mask(c: &mut Code, s_ty: Elem, scaled: bool) {
+    load_state(c, FlashMaskState::WORDS);
+    let (s, mk, rows, groups, s_stride, m_stride, m_step) =
+        (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
+    let (ps, pm, g) = (m(9), m(10), m(11));
+    let end = c.label();
+    loop_counts(c, &[rows, groups], end);
+    c.op(alu_imm(
+        AluOp::Sub,
+        s_stride,
+        s_stride,
+        GROUP_ROW_BYTES as i16,
+    ));
+    c.op(alu_imm(
+        AluOp::Sub,
+        m_stride,
+        m_stride,
+        GROUP_ROW_BYTES as i16,
+    ));
+    if scaled {
+        c.op(mov_a(8, m(8)));
+        c.op(bcast(8, 8));
+    }
+    let row = c.label();
+    c.bind(row);
+    c.op(mov_m(ps, s));
+    c.op(mov_m(pm, mk));
+    c.op(mov_m(g, groups));
+    let group = c.label();
+    c.bind(group);
+    for _ in 0..GROUP_ROW_BYTES / 8 {
+        match s_ty {
+            Elem::F32 => {
+                c.op(ld64_at(0, ps, 0));
+                c.op(ld64step(ap(2), pm, 8));
+                if scaled {
+                    c.op(fbin(FType::F32v2, FBinOp::Mul, 0, 0, 8));
+                }
+                c.op(fbin(FType::F32v2, FBinOp::Add, 0, 0, 2));
+                c.op(st64step(ap(0), ps, 8));
+            }
+            Elem::F16 => {
+                c.op(ld64_at(12, ps, 0));
+                c.op(ld64step(ap(14), pm, 8));
+                if scaled {
+                    widen4(c, 0, 12);
+                    c.op(fbin(FType::F32v2, FBinOp::Mul, 0, 0, 8));
+                    c.op(fbin(FType::F32v2, FBinOp::Mul, 2, 2, 8));
+                    narrow4(c, 12, 0);
+                }
+                c.op(fbin(FType::F16v4, FBinOp::Add, 12, 12, 14));
+                c.op(st64step(ap(12), ps, 8));
+            }
+        }
+    }
+    c.op(alu(AluOp::Add, ps, ps, s_stride));
+    c.op(alu(AluOp::Add, pm, pm, m_stride));
+    c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
+    c.op(alu_imm(AluOp::Add, s, s, GROUP_ROW_BYTES as i16));
+    c.op(alu(AluOp::Add, mk, mk, m_step));
+    close_rows_and_exit(c, rows, row, end);
+}
+
+/// Issue slots of [`flash_mask`] over `rows` rows of `groups` groups.
+pub fn flash_mask_slots(s_ty: Elem, scaled: bool, rows: u32, groups: u32) -> u32 {
+    // Per 64 bits: two loads, the add, the store, and the scaling (f16: widen, two
+    // multiplications, narrow).
+    let per = 4 + match (s_ty, scaled) {
+        (_, false) => 0,
+        (Elem::F32, true) => 1,
+        (Elem::F16, true) => 6,
+    };
+    let fixed = 8 + 4 + 2 + if scaled { 2 } else { 0 } + 1;
+    fixed + rows * (6 + groups * (4 * per + 3))
+}
+
+/// f32 bits of 1.0 and of the largest finite f32; the f16 pairs of the same.
+const ONE_F32: u32 = 0x3F80_0000;
+const ONE_F16X2: u32 = 0x3C00_3C00;
+/// The largest finite value of each partials type (`x` bits for f32, two halves for f16).
+pub const LARGEST_F32: u32 = 0x7F7F_FFFF;
+/// See [`LARGEST_F32`].
+pub const LARGEST_F16X2: u32 = 0x7BFF_7BFF;
+
+/// A boolean mask, already cast to 0 or 1 in `ty`, made additive in place:
+/// `x = (x - 1) * largest`, exactly 0 for a visible key and the lowest finite value of `ty`
+/// for a hidden one (`docs/numerics.md`, flash attention with a mask).
+///
+/// State ([`UnaryState`]): input, out, 64-bit vectors, `largest` (f32 bits, or two f16
+/// halves).
+pub fn flash_mask_additive(c: &mut Code, ty: Elem) {
+    load_state(c, UnaryState::WORDS);
+    let (input, out, vectors, tmp) = (m(1), m(2), m(3), m(5));
+    let end = c.label();
+    loop_counts(c, &[vectors], end);
+    li(
+        c,
+        tmp,
+        match ty {
+            Elem::F32 => ONE_F32,
+            Elem::F16 => ONE_F16X2,
+        },
+    );
+    c.op(mov_a(4, tmp));
+    c.op(mov_a(5, tmp));
+    c.op(mov_a(6, m(4)));
+    c.op(mov_a(7, m(4)));
+    let v = ty.vector_type();
+    let body = c.label();
+    c.bind(body);
+    c.op(ld64step(ap(0), input, 8));
+    c.op(fbin(v, FBinOp::Sub, 0, 0, 4));
+    c.op(fbin(v, FBinOp::Mul, 0, 0, 6));
+    c.op(st64step(ap(0), out, 8));
+    c.branch(
+        Instr::Brnzdec {
+            a: vectors,
+            target: 0,
+        },
+        body,
+    );
+    exit_at(c, end);
+}
+
+/// Issue slots of [`flash_mask_additive`] over `vectors` 64-bit vectors.
+pub fn flash_mask_additive_slots(vectors: u32) -> u32 {
+    4 + 2 + 2 + 4 + 1 + vectors * 5
+}
+
 /// Rescales the partial output of rows by their `alpha` (the third statistics word):
 /// `O[g][r] *= alpha_r` for the `groups` groups of 32 bytes of `p_ty`.
 ///

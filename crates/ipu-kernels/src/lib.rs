@@ -97,6 +97,12 @@ pub enum Kernel {
     /// Flash attention: a partial output rescaled by its rows' factors
     /// (`flash_kernels::flash_rescale`).
     FlashRescale { p: Elem },
+    /// Flash attention: a mask added to a block of scores, scaling them first with `scaled`
+    /// (`flash_kernels::flash_mask`).
+    FlashMask { s: Elem, scaled: bool },
+    /// Flash attention: a boolean mask cast to 0 or 1 made additive, `(x - 1) * largest`
+    /// (`flash_kernels::flash_mask_additive`).
+    FlashMaskAdditive { ty: Elem },
     /// Flash attention: partial results of key blocks merged and normalised
     /// (`flash_kernels::flash_combine`).
     FlashCombine {
@@ -233,6 +239,8 @@ pub fn generate(kernel: Kernel) -> Code {
             running,
         } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running),
         Kernel::FlashRescale { p } => flash::flash_rescale(&mut c, p),
+        Kernel::FlashMask { s, scaled } => flash::flash_mask(&mut c, s, scaled),
+        Kernel::FlashMaskAdditive { ty } => flash::flash_mask_additive(&mut c, ty),
         Kernel::FlashCombine {
             p,
             out,

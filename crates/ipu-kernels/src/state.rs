@@ -399,6 +399,28 @@ state! {
 }
 
 state! {
+    /// [`crate::Kernel::FlashMask`]: a mask added to a block of scores.
+    FlashMaskState {
+        /// Scores, row 0 of group 0.
+        s: Loc,
+        /// Mask, row 0 of group 0.
+        mask: Loc,
+        /// Rows.
+        rows: u32,
+        /// Groups of 32 bytes per row.
+        groups: u32,
+        /// Bytes between the scores' groups.
+        group_stride: u32,
+        /// Bytes between the mask's groups.
+        mask_group_stride: u32,
+        /// Bytes from one row of the mask to the next (0: one row for all).
+        mask_row_step: u32,
+        /// The score scale as f32 bits.
+        scale_bits: u32,
+    }
+}
+
+state! {
     /// [`crate::Kernel::FlashRescale`]: a partial output rescaled by its rows' factors.
     FlashRescaleState {
         /// Partial output, row 0 of group 0.
@@ -548,6 +570,7 @@ states! {
     RowApply(RowApplyState),
     FlashSoftmax(FlashSoftmaxState),
     FlashRescale(FlashRescaleState),
+    FlashMask(FlashMaskState),
     FlashCombine(FlashCombineState),
 }
 
@@ -609,6 +632,8 @@ impl crate::Kernel {
             K::RowApply { .. } => StateKind::RowApply,
             K::FlashSoftmax { .. } => StateKind::FlashSoftmax,
             K::FlashRescale { .. } => StateKind::FlashRescale,
+            K::FlashMask { .. } => StateKind::FlashMask,
+            K::FlashMaskAdditive { .. } => StateKind::Unary,
             K::FlashCombine { .. } => StateKind::FlashCombine,
         }
     }

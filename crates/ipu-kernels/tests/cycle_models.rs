@@ -10,7 +10,8 @@
 use ipu_isa::{Fp8Format, Instr};
 use ipu_kernels::code::{Code, m, setzi};
 use ipu_kernels::flash::{
-    GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
+    GROUP_ROW_BYTES, LARGEST_F32, flash_combine_slots, flash_mask_additive_slots, flash_mask_slots,
+    flash_rescale_slots, flash_softmax_slots,
 };
 use ipu_kernels::rows::*;
 use ipu_kernels::*;
@@ -567,6 +568,45 @@ fn cases() -> Vec<Case> {
                 }
             }
         }
+        if mode != AmpMode::F16F32 {
+            // The scores' types: f32 (f32f32) and f16 (f16f16).
+            for scaled in [false, true] {
+                for (rows, groups, step) in [(1u32, 1u32, 32u32), (5, 8, 32), (5, 8, 0)] {
+                    out.push(case(
+                        format!(
+                            "flash_mask {s:?} scaled={scaled} rows={rows} groups={groups} step={step}"
+                        ),
+                        Kernel::FlashMask { s, scaled },
+                        FlashMaskState {
+                            s: at(0, 0),
+                            mask: at(2, 0),
+                            rows,
+                            groups,
+                            group_stride: rows * GROUP_ROW_BYTES,
+                            mask_group_stride: if step == 0 { 32 } else { rows * 32 },
+                            mask_row_step: step,
+                            scale_bits: 0.125f32.to_bits(),
+                        },
+                        flash_mask_slots(s, scaled, rows, groups),
+                        s,
+                    ));
+                }
+            }
+            for vectors in [1u32, 37] {
+                out.push(case(
+                    format!("flash_mask_additive {s:?} vectors={vectors}"),
+                    Kernel::FlashMaskAdditive { ty: s },
+                    UnaryState {
+                        input: at(0, 0),
+                        out: at(2, 0),
+                        vectors,
+                        factor_bits: LARGEST_F32,
+                    },
+                    flash_mask_additive_slots(vectors),
+                    s,
+                ));
+            }
+        }
         for (rows, groups) in [(1u32, 1u32), (5, 8)] {
             out.push(case(
                 format!("flash_rescale {s:?} rows={rows} groups={groups}"),
@@ -655,7 +695,7 @@ fn every_cycle_model_matches_the_device() {
         table.join("\n")
     );
     // Every state layout, so every kernel family, is covered.
-    assert_eq!(kinds.len(), 18, "{kinds:?}");
+    assert_eq!(kinds.len(), 19, "{kinds:?}");
     assert!(
         failures.is_empty(),
         "{} of {} cases off their model:\n{}",

@@ -237,3 +237,111 @@ fn rescale_multiplies_each_row_by_its_factor() {
         }
     }
 }
+
+fn f16_of(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn mask_adds_to_scores_like_the_expansion() {
+    // 3 rows, 2 groups of 32 bytes; masks with a row per query and one broadcast row.
+    let (rows, groups) = (3usize, 2usize);
+    let (s_addr, m_addr) = (0x60000u32, 0x61000u32);
+    let scale = 0.3f32;
+    for s_ty in [Elem::F32, Elem::F16] {
+        let per = if s_ty == Elem::F32 { 8 } else { 16 };
+        for scaled in [false, true] {
+            for broadcast in [false, true] {
+                let mrows = if broadcast { 1 } else { rows };
+                let sc: Vec<f32> = (0..groups * rows * per).map(|i| value(i) * 5.0).collect();
+                let mk: Vec<f32> = (0..groups * mrows * per)
+                    .map(|i| if i % 5 == 0 { -1e4 } else { value(i + 3) })
+                    .collect();
+                let (sb, mb) = match s_ty {
+                    Elem::F32 => (bytes(&sc), bytes(&mk)),
+                    Elem::F16 => (f16_of(&sc), f16_of(&mk)),
+                };
+                let state = [
+                    s_addr,
+                    m_addr,
+                    rows as u32,
+                    groups as u32,
+                    (rows * 32) as u32,
+                    (mrows * 32) as u32,
+                    if broadcast { 0 } else { 32 },
+                    scale.to_bits(),
+                ];
+                let dev = run(
+                    Kernel::FlashMask { s: s_ty, scaled },
+                    &state,
+                    &[(s_addr, sb), (m_addr, mb)],
+                );
+                for g in 0..groups {
+                    for r in 0..rows {
+                        for lane in 0..per {
+                            let i = (g * rows + r) * per + lane;
+                            let mi = (g * mrows + if broadcast { 0 } else { r }) * per + lane;
+                            let what = format!("{s_ty:?} scaled={scaled} group {g} row {r}");
+                            match s_ty {
+                                Elem::F32 => {
+                                    let x = if scaled { sc[i] * scale } else { sc[i] };
+                                    let got = f32s(&dev, s_addr + 4 * i as u32, 1)[0];
+                                    assert_eq!(got, x + mk[mi], "{what}");
+                                }
+                                Elem::F16 => {
+                                    let h = |x: f32| half::f16::from_f32(x).to_f32();
+                                    let x = if scaled {
+                                        h(h(sc[i]) * scale)
+                                    } else {
+                                        h(sc[i])
+                                    };
+                                    let got = f16_bits(&dev, s_addr + 2 * i as u32, 1)[0];
+                                    let want = half::f16::from_f32(x + h(mk[mi])).to_bits();
+                                    assert_eq!(got, want, "{what}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bool_mask_becomes_zero_or_the_lowest_finite_value() {
+    let addr = 0x60000u32;
+    let out = 0x61000u32;
+    let x: Vec<f32> = (0..16).map(|i| (i % 3 == 0) as u8 as f32).collect();
+    for ty in [Elem::F32, Elem::F16] {
+        let (input, largest, vectors) = match ty {
+            Elem::F32 => (bytes(&x), kernels::flash::LARGEST_F32, 8),
+            Elem::F16 => (f16_of(&x), kernels::flash::LARGEST_F16X2, 4),
+        };
+        let dev = run(
+            Kernel::FlashMaskAdditive { ty },
+            &[addr, out, vectors, largest],
+            &[(addr, input)],
+        );
+        for (i, &b) in x.iter().enumerate() {
+            match ty {
+                Elem::F32 => {
+                    let want = if b == 1.0 { 0.0 } else { f32::MIN };
+                    let got = f32s(&dev, out + 4 * i as u32, 1)[0];
+                    assert_eq!(got.to_bits(), want.to_bits(), "f32 element {i}");
+                }
+                Elem::F16 => {
+                    let want = if b == 1.0 {
+                        0
+                    } else {
+                        half::f16::MIN.to_bits()
+                    };
+                    let got = f16_bits(&dev, out + 2 * i as u32, 1)[0];
+                    assert_eq!(got, want, "f16 element {i}");
+                }
+            }
+        }
+    }
+}

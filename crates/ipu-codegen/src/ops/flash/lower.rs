@@ -2,10 +2,11 @@
 //!
 //! 1. `NAME.homes` (only when an input is not already laid out on its homes): exchange;
 //! 2. `NAME.prep`: homes cast FP8 to f16, transpose `k` into the AMP's weight layout and
-//!    regroup `v` into it;
+//!    regroup `v` into it, and cast the mask to the partials type (a bool one made additive);
 //! 3. `NAME.distribute`: every item receives its rows of `q` and its keys of `kᵀ` and `v`
-//!    (multicast to the items of one key block);
-//! 4. `NAME.scores`: per item, `S = q kᵀ` on the AMP, the masks, `flash_softmax`, `O = P v`;
+//!    (multicast to the items of one key block), and its mask's rows per key group;
+//! 4. `NAME.scores`: per item, `S = q kᵀ` on the AMP, the mask operand (`flash_mask`), the
+//!    causal and padding masks, `flash_softmax`, `O = P v`;
 //! 5. `NAME.merge` (exchange, when a query block has several key blocks) and `NAME.merge`
 //!    (compute): `flash_combine` on the merging tiles, into the output's layout.
 
@@ -18,7 +19,7 @@ use crate::CodegenError;
 use crate::cost::estimate;
 use crate::lower::*;
 use crate::plan::default_group;
-use crate::plan::{DevOpKind, DevValueId, cast_type};
+use crate::plan::{DevOpKind, DevValueId, cast_type, conv_type};
 use crate::program::*;
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
@@ -38,6 +39,8 @@ pub(crate) struct ItemBuffers {
     pub p: BufferId,
     pub t: BufferId,
     pub part: BufferId,
+    /// The item's mask, `[keys / cols][mask rows][cols]` (partials type), when there is one.
+    pub mask: Option<BufferId>,
 }
 
 /// The AMP rounds of `out[R, groups] (+)= in[R, kblocks] x W` over `rows` rows: for output
@@ -159,6 +162,41 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
             r,
             false,
         );
+        // The mask operand, added to the scores (scaled first unless `q` was): before the
+        // causal and padding masks, which then overwrite the keys they hide.
+        if let Some(mask) = b.mask.filter(|_| g.mask.is_some()) {
+            let mr = g.mask_rows() as u32;
+            let step = if mr == 1 { 0 } else { GRB };
+            for (r0, r1) in split(r, WORKERS) {
+                if r1 > r0 {
+                    let state = FlashMaskState {
+                        s: (b.s, r0 * GRB),
+                        mask: (mask, (kg0 as u32 * mr + r0 * step / GRB) * GRB),
+                        rows: r1 - r0,
+                        groups: (sub / cols) as u32,
+                        group_stride: r * GRB,
+                        mask_group_stride: mr * GRB,
+                        mask_row_step: step,
+                        scale_bits: g.scale.to_bits(),
+                    };
+                    let scaled = !g.prescale();
+                    ops.push(SupOp::Run(
+                        Kernel::FlashMask {
+                            s: g.p_elem(),
+                            scaled,
+                        },
+                        state.into(),
+                        kernels::flash::flash_mask_slots(
+                            g.p_elem(),
+                            scaled,
+                            r1 - r0,
+                            (sub / cols) as u32,
+                        ),
+                    ));
+                }
+            }
+            ops.push(SupOp::WaitW);
+        }
         // Masks: keys after the query (causal) and keys past the sequence become -inf, for
         // the rows whose mask reaches into the group. Two waves (causal, then padding): both
         // may rewrite the same rows.
@@ -220,7 +258,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
             a: g.a_elem(),
             cols: cols as u32,
             kb: kb as u32,
-            scaled: !g.prescale(),
+            scaled: g.softmax_scaled(),
             running,
         };
         for (r0, r1) in split(r, WORKERS) {
@@ -242,7 +280,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
                         g.a_elem(),
                         cols as u32,
                         kb as u32,
-                        !g.prescale(),
+                        g.softmax_scaled(),
                         running,
                         r1 - r0,
                         (sub / lkeys) as u32,
@@ -358,6 +396,7 @@ pub(crate) const COSTING_BUFFERS: ItemBuffers = ItemBuffers {
     p: BufferId(4),
     t: BufferId(5),
     part: BufferId(6),
+    mask: Some(BufferId(7)),
 };
 
 /// The modelled cycles of a plan: the slowest item's and merge's supervisor programs
@@ -414,13 +453,24 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     let (compute, merge, merge_recv) = (compute * k, merge * km, merge_recv * km);
     let ab = g.ab() as u64;
     // Each round has its own distribution and scores step.
-    let recv = k * (((g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab) / 4 + overhead + sync);
+    let mask_bytes = if g.mask.is_some() {
+        (g.mask_rows() * g.keys_padded() * g.pb()) as u64
+    } else {
+        0
+    };
+    let recv = k
+        * (((g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab + mask_bytes) / 4 + overhead + sync);
     let merge_x = if merge_recv > 0 {
         merge_recv + overhead + sync
     } else {
         0
     };
-    let prep = (super::plan::HOME_UNIT * g.d) as u64 * 4 + sync;
+    let prep = (super::plan::HOME_UNIT * g.d) as u64 * 4
+        + sync
+        + super::plan::mask_prep_cycles(
+            g,
+            fp.mask_positions.values().copied().max().unwrap_or(0) as u64,
+        );
     let exchange = recv + merge_x;
     (
         prep + compute + k * sync + merge + sync + exchange,
@@ -437,21 +487,25 @@ impl Lowerer<'_> {
         let fp: FlashPlan = (**fp).clone();
         let name = op.name.clone();
         let (ins, out) = ([op.inputs[0], op.inputs[1], op.inputs[2]], op.output);
-        let homes = self.flash_homes(&name, &fp, ins);
-        let bufs = self.flash_scores(&name, &fp, &homes);
+        let mask = op.inputs.get(3).copied();
+        let (homes, mask_home) = self.flash_homes(&name, &fp, ins, mask);
+        let bufs = self.flash_scores(&name, &fp, &homes, &mask_home);
         self.flash_merge(&name, &fp, out, &bufs);
         Ok(())
     }
 
     /// Steps `NAME.homes` (when an input is laid out elsewhere) and `NAME.prep`: each input on
-    /// its homes, then `q` (cast, scaled), `kᵀ` and `v` (cast, regrouped) ready to send. Returns
-    /// the buffers holding them per home tile.
+    /// its homes, then `q` (cast, scaled), `kᵀ` and `v` (cast, regrouped) and the mask (cast to
+    /// the partials type, made additive) ready to send. Returns the buffers holding them per
+    /// home tile.
+    #[allow(clippy::type_complexity)]
     fn flash_homes(
         &mut self,
         name: &str,
         fp: &FlashPlan,
         ins: [DevValueId; 3],
-    ) -> [BTreeMap<u32, BufferId>; 3] {
+        mask: Option<DevValueId>,
+    ) -> ([BTreeMap<u32, BufferId>; 3], BTreeMap<u32, BufferId>) {
         let g = fp.geo.clone();
         let amp = g.amp();
         let (kb, cols) = (amp.k_block, amp.cols);
@@ -484,6 +538,30 @@ impl Lowerer<'_> {
                 staging[x].insert(tile, buf);
             }
         }
+        // The mask on its homes, in its own type, in the scores' group.
+        let mut mask_staging: BTreeMap<u32, BufferId> = BTreeMap::new();
+        if let Some(v) = mask {
+            let layout = fp.mask_home_layout();
+            let eb = self.eb(v);
+            let same = self.plan.values[v].layout == layout;
+            for (&tile, &n) in &fp.mask_positions {
+                let buf = if same {
+                    self.value_buffer(v, tile)
+                } else {
+                    let bytes = (n * cols) as u32 * eb + OVERREAD_BYTES;
+                    let st = self.prog.buffer(
+                        tile,
+                        align8(bytes as u64) as u32,
+                        Region::Any,
+                        format!("stage:{name}.home_mask"),
+                    );
+                    let want = layout.ranges_on(tile);
+                    home_copies.extend(self.gather(v, tile, cols, &want, st));
+                    st
+                };
+                mask_staging.insert(tile, buf);
+            }
+        }
         if !home_copies.is_empty() {
             self.prog.steps.push(Step::Exchange {
                 name: format!("{name}.homes"),
@@ -492,6 +570,79 @@ impl Lowerer<'_> {
         }
         // Prep on the homes.
         let mut prep: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+        let mut mask_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+        if let (Some(v), Some(m)) = (mask, &g.mask) {
+            let from = self.plan.values[v].dtype;
+            debug_assert_eq!(from, m.dtype);
+            let pb = g.pb() as u32;
+            for (&tile, &n) in &fp.mask_positions {
+                let src = mask_staging[&tile];
+                let elems = (n * cols) as u32;
+                if from == g.p {
+                    mask_home.insert(tile, src);
+                    continue;
+                }
+                let ops = prep.entry(tile).or_default();
+                let buf = self.scratch_buffer(tile, elems * pb, format!("stage:{name}.mask"));
+                let fb = from.bytes() as u32;
+                for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
+                    if g1 > g0 {
+                        let state = CastState {
+                            input: (src, g0 * 4 * fb),
+                            out: (buf, g0 * 4 * pb),
+                            groups: g1 - g0,
+                        };
+                        ops.push(if from == ipu_graph::DType::Bool {
+                            let (f, t) = (conv_type(from), conv_type(g.p));
+                            let overflow = ipu_numerics::Overflow::Saturate;
+                            SupOp::Run(
+                                Kernel::Convert {
+                                    from: f,
+                                    to: t,
+                                    overflow,
+                                },
+                                state.into(),
+                                kernels::convert_slots(f, t, overflow, g1 - g0),
+                            )
+                        } else {
+                            let (f, t) = (cast_type(from), cast_type(g.p));
+                            SupOp::Run(
+                                Kernel::Cast { from: f, to: t },
+                                state.into(),
+                                kernels::cast_slots(f, t, g1 - g0),
+                            )
+                        });
+                    }
+                }
+                ops.push(SupOp::WaitW);
+                if from == ipu_graph::DType::Bool {
+                    // 0 or 1 to 0 or the lowest finite value, in place.
+                    let largest = if g.p == ipu_graph::DType::F32 {
+                        kernels::flash::LARGEST_F32
+                    } else {
+                        kernels::flash::LARGEST_F16X2
+                    };
+                    let vectors = elems * pb / 8;
+                    for (v0, v1) in split(vectors, WORKERS) {
+                        if v1 > v0 {
+                            ops.push(SupOp::Run(
+                                Kernel::FlashMaskAdditive { ty: g.p_elem() },
+                                UnaryState {
+                                    input: (buf, v0 * 8),
+                                    out: (buf, v0 * 8),
+                                    vectors: v1 - v0,
+                                    factor_bits: largest,
+                                }
+                                .into(),
+                                kernels::flash::flash_mask_additive_slots(v1 - v0),
+                            ));
+                        }
+                    }
+                    ops.push(SupOp::WaitW);
+                }
+                mask_home.insert(tile, buf);
+            }
+        }
         let mut q_home: BTreeMap<u32, BufferId> = BTreeMap::new();
         let mut kt_home: BTreeMap<u32, BufferId> = BTreeMap::new();
         let mut v_home: BTreeMap<u32, BufferId> = BTreeMap::new();
@@ -639,7 +790,7 @@ impl Lowerer<'_> {
                 estimated_cycles,
             });
         }
-        [q_home, kt_home, v_home]
+        ([q_home, kt_home, v_home], mask_home)
     }
 
     /// Items' buffers, then per round `NAME.distribute` (q rows, kᵀ and v of the item's keys)
@@ -649,6 +800,7 @@ impl Lowerer<'_> {
         name: &str,
         fp: &FlashPlan,
         homes: &[BTreeMap<u32, BufferId>; 3],
+        mask_home: &BTreeMap<u32, BufferId>,
     ) -> Vec<ItemBuffers> {
         let g = fp.geo.clone();
         let amp = g.amp();
@@ -731,6 +883,16 @@ impl Lowerer<'_> {
                 Region::Any,
                 format!("{name}.partial"),
             );
+            let mr = g.mask_rows();
+            let mask_bytes = (mr * nkp) as u32 * pb;
+            let mask = g.mask.as_ref().map(|_| {
+                self.prog.buffer(
+                    tile,
+                    mask_bytes + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("{name}.mask"),
+                )
+            });
             bufs.push(ItemBuffers {
                 q,
                 kt,
@@ -739,6 +901,7 @@ impl Lowerer<'_> {
                 p,
                 t,
                 part,
+                mask,
             });
             let mut item_copies = Vec::new();
             // The positions `start..end` of operand `x` from their homes to `dst`, both stored
@@ -797,7 +960,32 @@ impl Lowerer<'_> {
                 v,
                 (g.dv / cols, cols, nkk),
             );
+            // The mask's rows (or its one row) of each of the item's key groups.
+            if let (Some(mb), Some(m)) = (mask, &g.mask) {
+                let e = m.entry_of(it.batch);
+                let (p0, p1) = if mr == 1 {
+                    (0, 1)
+                } else {
+                    (it.q0, it.q0 + rows)
+                };
+                for j in 0..keys.div_ceil(cols) {
+                    let hb = e * g.key_groups() + it.k0 / cols + j;
+                    for (hi, pos, run) in fp.mask_runs(hb, p0, p1) {
+                        let h = fp.mask_homes[hi];
+                        item_copies.push(Copy {
+                            src: mask_home[&h.tile],
+                            src_offset: (h.local + pos - h.s0) as u32 * GRB,
+                            dst: mb,
+                            dst_offset: (j * mr + pos - p0) as u32 * GRB,
+                            bytes: run as u32 * GRB,
+                        });
+                    }
+                }
+            }
             let mut ops = Vec::new();
+            if let Some(mb) = mask {
+                self.zero_gaps(mb, mask_bytes, &item_copies, &mut ops);
+            }
             self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, &mut ops);
             self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &item_copies, &mut ops);
             if !ops.is_empty() {

@@ -7,7 +7,9 @@
 //! maximum, row sum, unnormalised output) in a second exchange and compute step (the running-
 //! max rescaling of flash attention, applied across key blocks). With a causal mask, blocks
 //! whose keys all follow their queries are not items at all. An item whose scores would not
-//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum.
+//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum. A mask
+//! operand ([`FlashMask`]) is added to each item's scores in their own layout, so it too
+//! never makes the scores change layout.
 //!
 //! Items are numbered kv-head-major, then by key block, then by query head of that kv head
 //! (grouped-query attention: several query heads read one kv head; otherwise one), then by
@@ -20,8 +22,8 @@
 //! all items.
 //!
 //! Cost model (tile cycles): per item, `ceil(nk / cols) * d / kb + dv / cols * nk / kb` AMP
-//! rounds of `R` rows (see `plan.rs`), the softmax kernel's slots, the receive time of its
-//! operands at 4 bytes per cycle, and for merged rows the receive time of the other items'
+//! rounds of `R` rows (see `plan.rs`), the softmax kernel's slots (and the mask kernel's),
+//! the receive time of its operands (and its mask) at 4 bytes per cycle, and for merged rows the receive time of the other items'
 //! partials and the merge kernel's slots; the slowest tile counts (items of several rounds add
 //! up). Memory: an item's buffers, the partial results of all of a tile's items, the homes'
 //! share of the inputs, and the supervisor code and vertex states (code in executable memory).
@@ -87,6 +89,41 @@ pub struct FlashGeometry {
     pub keys: usize,
     /// Keys per sub-block (see [`FlashGeometry::sub_blocks`]); at least `keys` for one pass.
     pub sub: usize,
+    /// The mask operand, if any.
+    pub mask: Option<FlashMask>,
+}
+
+/// The mask of a flash attention: broadcastable to the scores `[.., sq, sk]`, with every key
+/// (its last dimension is `sk`) and a row per query or one row for all.
+///
+/// On the device it is additive in the partials type (a bool mask becomes 0 or the lowest
+/// finite value, `docs/numerics.md`) and lives on its homes in the scores' key-group layout:
+/// the storage order in group `cols` (`[entries][sk / cols][rows][cols]`) is exactly the
+/// order of the scores' groups, so an item receives one run of rows per key group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashMask {
+    /// The mask operand's type (bool, f32 or f16).
+    pub dtype: DType,
+    /// Entries of the mask's leading dimensions.
+    pub entries: usize,
+    /// Rows: `sq`, or 1 for a mask broadcast over the queries.
+    pub rows: usize,
+    /// Per leading dimension of `q`, its size and the stride of the mask's entries along it
+    /// (0 where the mask broadcasts).
+    pub batch_strides: Vec<(usize, usize)>,
+}
+
+impl FlashMask {
+    /// The mask entry that query batch entry `b` reads.
+    pub fn entry_of(&self, b: usize) -> usize {
+        let mut rest = b;
+        let mut e = 0;
+        for &(size, stride) in self.batch_strides.iter().rev() {
+            e += (rest % size) * stride;
+            rest /= size;
+        }
+        e
+    }
 }
 
 /// Keys of the sub-blocks an item walks through with a running maximum when its keys' scores
@@ -153,6 +190,23 @@ impl FlashGeometry {
     pub fn prescale(&self) -> bool {
         let bits = self.scale.to_bits();
         bits & 0x007F_FFFF == 0 && (bits >> 23) & 0xFF != 0
+    }
+    /// Whether `flash_softmax` multiplies the scores by the scale. Not when `q` was scaled
+    /// on its homes, nor with a mask: `flash_mask` scales the scores before adding it, so that
+    /// the mask is added to scaled scores as the expansion does.
+    pub fn softmax_scaled(&self) -> bool {
+        !self.prescale() && self.mask.is_none()
+    }
+    /// Rows of an item's mask buffer: `R`, or 1 for a mask broadcast over the queries.
+    pub fn mask_rows(&self) -> usize {
+        match &self.mask {
+            Some(m) if m.rows == 1 => 1,
+            _ => self.rows,
+        }
+    }
+    /// Key groups of `cols` keys of the whole sequence (the mask's groups per entry).
+    pub fn key_groups(&self) -> usize {
+        self.sk.div_ceil(self.amp().cols)
     }
     /// Vector element type of the partials.
     pub fn p_elem(&self) -> Elem {
@@ -237,6 +291,11 @@ pub struct FlashPlan {
     pub homes: [Vec<FlashHome>; 3],
     /// Positions held per tile, per tensor (for home buffer sizes).
     pub home_positions: [std::collections::BTreeMap<u32, usize>; 3],
+    /// Homes of the mask: `batch` is `entry * key groups + key group`, positions are the
+    /// mask's rows, each one group of `cols` partials wide.
+    pub mask_homes: Vec<FlashHome>,
+    /// Mask rows held per tile.
+    pub mask_positions: std::collections::BTreeMap<u32, usize>,
 }
 
 impl FlashPlan {
@@ -265,6 +324,31 @@ impl FlashPlan {
         }
         pieces.sort_by_key(|p| p.start);
         Layout { group, pieces }
+    }
+
+    /// The layout of the mask on its homes, in group `cols`: per tile `[rows][cols]` of each
+    /// home in turn (the storage order of the mask in that group).
+    pub fn mask_home_layout(&self) -> Layout {
+        let cols = self.geo.amp().cols;
+        let rows = self.geo.mask.as_ref().map_or(1, |m| m.rows);
+        let mut pieces: Vec<Piece> = self
+            .mask_homes
+            .iter()
+            .map(|h| {
+                let start = (h.batch * rows + h.s0) * cols;
+                Piece {
+                    tile: h.tile,
+                    start,
+                    end: start + (h.s1 - h.s0) * cols,
+                    local: h.local * cols,
+                }
+            })
+            .collect();
+        pieces.sort_by_key(|p| p.start);
+        Layout {
+            group: cols,
+            pieces,
+        }
     }
 
     /// The layout of the output: per merging tile `[dv / gout][rows][gout]`.
@@ -302,20 +386,12 @@ impl FlashPlan {
         p0: usize,
         p1: usize,
     ) -> Vec<(usize, usize, usize)> {
-        let homes = &self.homes[x];
-        // Homes are in (batch, position) order.
-        let mut hi = homes.partition_point(|h| (h.batch, h.s1) <= (b, p0));
-        let mut runs = Vec::new();
-        let mut pos = p0;
-        while pos < p1 {
-            let h = homes[hi];
-            debug_assert!(h.batch == b && h.s0 <= pos && pos < h.s1);
-            let run = h.s1.min(p1) - pos;
-            runs.push((hi, pos, run));
-            pos += run;
-            hi += 1;
-        }
-        runs
+        home_runs_in(&self.homes[x], b, p0, p1)
+    }
+
+    /// [`FlashPlan::home_runs`] of the mask's homes (`b`: entry * key groups + key group).
+    pub fn mask_runs(&self, b: usize, p0: usize, p1: usize) -> Vec<(usize, usize, usize)> {
+        home_runs_in(&self.mask_homes, b, p0, p1)
     }
 
     /// Per home of `k`, its first group of `cols` keys in its tile's `kᵀ` buffer (a tile's homes
@@ -353,6 +429,23 @@ impl FlashPlan {
     pub fn valid_keys(&self, item: usize) -> usize {
         (self.geo.sk - self.items[item].k0).min(self.geo.keys)
     }
+}
+
+/// The homes among `homes` (in (batch, position) order) holding positions `p0..p1` of batch
+/// entry `b`: `(home index, first position, positions)`.
+fn home_runs_in(homes: &[FlashHome], b: usize, p0: usize, p1: usize) -> Vec<(usize, usize, usize)> {
+    let mut hi = homes.partition_point(|h| (h.batch, h.s1) <= (b, p0));
+    let mut runs = Vec::new();
+    let mut pos = p0;
+    while pos < p1 {
+        let h = homes[hi];
+        debug_assert!(h.batch == b && h.s0 <= pos && pos < h.s1);
+        let run = h.s1.min(p1) - pos;
+        runs.push((hi, pos, run));
+        pos += run;
+        hi += 1;
+    }
+    runs
 }
 
 /// The figures of one candidate mapping.
@@ -431,7 +524,16 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let scratch = 6 * geo.dv as u64 * 4 + slack;
     let out = rows_c * geo.dv as u64 * geo.out.bytes() as u64 + slack;
     let n = per_tile as u64;
-    (q + s + p + t + n * (part + stage + out) + scratch, kt + v)
+    // The item's mask: its rows (or one) by its keys, in the partials type.
+    let mask = if geo.mask.is_some() {
+        geo.mask_rows() as u64 * kp * pb + slack
+    } else {
+        0
+    };
+    (
+        q + s + p + t + mask + n * (part + stage + out) + scratch,
+        kt + v,
+    )
 }
 
 /// Bytes of an item's supervisor code and of its vertex states (about 40 of each per AMP
@@ -452,6 +554,36 @@ fn amp_round_cycles(rows: usize) -> u64 {
     slot * (kernels::amp_slots(per, true) as u64 + 3 * 6 + 1) + 32
 }
 
+/// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
+/// type and, for a bool mask, `flash_mask_additive`, each over six workers (0 without a mask
+/// or when the mask is already in the partials type).
+pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
+    let Some(m) = &geo.mask else {
+        return 0;
+    };
+    if m.dtype == geo.p {
+        return 0;
+    }
+    let elems = rows * geo.amp().cols as u64;
+    let groups = elems.div_ceil(4).div_ceil(WORKER_CONTEXTS as u64) as u32;
+    let slots = if m.dtype == DType::Bool {
+        let (f, t) = (
+            crate::plan::conv_type(m.dtype),
+            crate::plan::conv_type(geo.p),
+        );
+        let vectors = (elems * geo.pb() as u64 / 8).div_ceil(WORKER_CONTEXTS as u64) as u32;
+        kernels::convert_slots(f, t, ipu_numerics::Overflow::Saturate, groups)
+            + kernels::flash::flash_mask_additive_slots(vectors)
+    } else {
+        let (f, t) = (
+            crate::plan::cast_type(m.dtype),
+            crate::plan::cast_type(geo.p),
+        );
+        kernels::cast_slots(f, t, groups)
+    };
+    BARREL_SLOT_CYCLES as u64 * slots as u64 + SYNC_CYCLES as u64
+}
+
 /// The analytical estimate of a mapping: (cycles, exchange cycles).
 pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let amp = geo.amp();
@@ -467,12 +599,28 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             geo.a_elem(),
             amp.cols as u32,
             amp.k_block as u32,
-            !geo.prescale(),
+            geo.softmax_scaled(),
             false,
             r.div_ceil(6) as u32,
             nk.div_ceil(lkeys) as u32,
         ) as u64;
-    let mask = if geo.causal {
+    // The mask's add (with the scaling when `q` is not prescaled), and its receive time.
+    let (mask, mask_recv) = if geo.mask.is_some() {
+        let slots = kernels::flash::flash_mask_slots(
+            geo.p_elem(),
+            !geo.prescale(),
+            r.div_ceil(6) as u32,
+            nk.div_ceil(amp.cols) as u32,
+        );
+        let bytes = geo.mask_rows() * geo.keys_padded() * geo.pb();
+        (
+            slot * slots as u64,
+            (bytes / EXCHANGE_BYTES as usize) as u64,
+        )
+    } else {
+        (0, 0)
+    };
+    let causal_mask = if geo.causal {
         slot * kernels::mask_rows_bound_slots(
             geo.p != DType::F32,
             r.div_ceil(WORKER_CONTEXTS as usize) as u32,
@@ -483,7 +631,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
         0
     };
     let recv = ((r * geo.d + nk * (geo.d + geo.dv)) * geo.ab()) as u64 / EXCHANGE_BYTES as u64;
-    let distribute = recv + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + SYNC_CYCLES as u64;
+    let distribute = recv + mask_recv + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + SYNC_CYCLES as u64;
     let rows_c = r.div_ceil(merge);
     let merge_recv = if merge > 1 {
         ((merge - 1) * (geo.gv() + 1) * rows_c * GROUP_ROW_BYTES as usize) as u64
@@ -507,7 +655,14 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let prep = (HOME_UNIT * geo.d) as u64 * 4 + SYNC_CYCLES as u64;
     let exchange = distribute + merge_recv;
     (
-        amp_cycles + stats + mask + combine + prep + 2 * SYNC_CYCLES as u64 + exchange,
+        amp_cycles
+            + stats
+            + mask
+            + causal_mask
+            + combine
+            + prep
+            + 2 * SYNC_CYCLES as u64
+            + exchange,
         exchange,
     )
 }
@@ -520,6 +675,7 @@ pub fn plan_flash(
     name: &str,
     shapes: [&[usize]; 3],
     inputs: [DType; 3],
+    mask: Option<(&[usize], DType)>,
     scale: f32,
     causal: bool,
     partials: DType,
@@ -572,6 +728,57 @@ pub fn plan_flash(
     if out.is_fp8() {
         return unsupported("an FP8 output is not lowered; use f16 or f32".into());
     }
+    let mask = match mask {
+        None => None,
+        Some((ms, dtype)) => {
+            // The verifier has checked that the mask broadcasts to the scores.
+            let mr = ms.len();
+            let (rows, keys) = match mr {
+                0 => (1, 1),
+                1 => (1, ms[0]),
+                _ => (ms[mr - 2], ms[mr - 1]),
+            };
+            if keys != sk {
+                return unsupported(format!(
+                    "a mask broadcast over the keys (its last dimension {keys}, the keys {sk}) \
+                     is not lowered to the device; give it every key"
+                ));
+            }
+            if rows != sq && rows != 1 {
+                return unsupported(format!(
+                    "the mask's rows ({rows}) are neither the queries ({sq}) nor 1"
+                ));
+            }
+            let lead = &ms[..mr.saturating_sub(2)];
+            let qlead = &qs[..rank - 2];
+            if lead.len() > qlead.len() {
+                return unsupported("the mask has more leading dimensions than q".into());
+            }
+            let mut batch_strides = vec![(0, 0); qlead.len()];
+            let mut stride = 1;
+            for (i, &size) in qlead.iter().enumerate().rev() {
+                let from_end = qlead.len() - 1 - i;
+                let m = if from_end < lead.len() {
+                    lead[lead.len() - 1 - from_end]
+                } else {
+                    1
+                };
+                if m != 1 && m != size {
+                    return unsupported(format!(
+                        "the mask's leading dimension {m} does not broadcast to q's {size}"
+                    ));
+                }
+                batch_strides[i] = (size, if m == 1 { 0 } else { stride });
+                stride *= m;
+            }
+            Some(FlashMask {
+                dtype,
+                entries: lead.iter().product(),
+                rows,
+                batch_strides,
+            })
+        }
+    };
     let mut geo = FlashGeometry {
         batch,
         kv_batch,
@@ -589,6 +796,7 @@ pub fn plan_flash(
         rows: ROW_STEP,
         keys: KEY_STEP,
         sub: usize::MAX,
+        mask,
     };
     let available = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
     let interleaved = target.interleaved_bytes() as u64 - 8 * 1024;
@@ -620,7 +828,19 @@ pub fn plan_flash(
                 };
             n * width as u64 * (inputs[x].bytes() + copies * a.bytes()) as u64
         })
-        .sum();
+        .sum::<u64>()
+        + geo.mask.as_ref().map_or(0, |m| {
+            // The mask's rows per key group, in its type and in the partials type.
+            let units = (m.entries * sk.div_ceil(cols) * m.rows.div_ceil(HOME_UNIT)) as u64;
+            let n = HOME_UNIT as u64 * units.div_ceil(tiles as u64);
+            let copies = usize::from(m.dtype != partials);
+            n * cols as u64 * (m.dtype.bytes() + copies * partials.bytes()) as u64
+        });
+    // The busiest mask home's preparation (the homes do not depend on the mapping).
+    let mask_prep = geo.mask.as_ref().map_or(0, |m| {
+        let units = (m.entries * sk.div_ceil(cols) * m.rows.div_ceil(HOME_UNIT)) as u64;
+        mask_prep_cycles(&geo, HOME_UNIT as u64 * units.div_ceil(tiles as u64))
+    });
     while nk <= key_max {
         geo.keys = nk;
         // Rows per item: the fewest whose items fit on the tiles one per tile, and, for small
@@ -681,7 +901,10 @@ pub fn plan_flash(
                     continue;
                 }
                 let (cycles, exchange) = estimate(&geo, merge);
-                let (cycles, exchange) = (cycles * per_tile as u64, exchange * per_tile as u64);
+                let (cycles, exchange) = (
+                    cycles * per_tile as u64 + mask_prep,
+                    exchange * per_tile as u64,
+                );
                 candidates.push(FlashCandidate {
                     rows: geo.rows,
                     keys: nk,
@@ -807,12 +1030,41 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
             }
         }
     }
+    // The mask's homes: units of up to 16 rows of one key group of one entry, spread over
+    // the tiles like the others' (from a sixth of the way round).
+    let mut mask_homes: Vec<FlashHome> = Vec::new();
+    let mut mask_positions: std::collections::BTreeMap<u32, usize> = Default::default();
+    if let Some(m) = &geo.mask {
+        let per = m.rows.div_ceil(HOME_UNIT);
+        let units = m.entries * geo.key_groups() * per;
+        let offset = tiles as u64 / 6;
+        for u in 0..units {
+            let tile = ((u as u64 * tiles as u64 / units as u64 + offset) % tiles as u64) as u32;
+            let (b, s0) = (u / per, (u % per) * HOME_UNIT);
+            let s1 = (s0 + HOME_UNIT).min(m.rows);
+            let n = mask_positions.entry(tile).or_insert(0);
+            let local = *n;
+            *n += s1 - s0;
+            match mask_homes.last_mut() {
+                Some(h) if h.tile == tile && h.batch == b && h.s1 == s0 => h.s1 = s1,
+                _ => mask_homes.push(FlashHome {
+                    tile,
+                    batch: b,
+                    s0,
+                    s1,
+                    local,
+                }),
+            }
+        }
+    }
     FlashPlan {
         geo,
         items,
         combiners,
         homes,
         home_positions,
+        mask_homes,
+        mask_positions,
     }
 }
 
@@ -831,12 +1083,6 @@ impl Planner<'_> {
         partials: DType,
         out_dtype: DType,
     ) -> Result<(), CodegenError> {
-        if ins.len() > 3 {
-            return Err(CodegenError::unsupported(
-                format!("%{}", op.name),
-                "a masked flash_attention is not lowered to the device yet".to_string(),
-            ));
-        }
         let shapes = [
             &self.values[ins[0]].shape[..],
             &self.values[ins[1]].shape[..],
@@ -847,10 +1093,14 @@ impl Planner<'_> {
             self.values[ins[1]].dtype,
             self.values[ins[2]].dtype,
         ];
+        let mask = ins
+            .get(3)
+            .map(|&m| (&self.values[m].shape[..], self.values[m].dtype));
         let (candidates, base) = crate::ops::flash::plan::plan_flash(
             &op.name,
             shapes,
             dtypes,
+            mask,
             scale,
             causal,
             partials,
@@ -942,6 +1192,25 @@ impl Planner<'_> {
                 && ins.iter().filter(|&&i| i == v).count() == 1;
             if only_here && self.values[v].layout.group == hgs[x] {
                 self.values[v].layout = fp.home_layout(x, hgs[x]);
+            }
+        }
+        // So does a mask only this operation reads, when it is stored in the scores' group.
+        if let Some(&v) = ins.get(3)
+            && let Some(gv) = self.values[v].graph
+        {
+            let only_here = self.graph.inputs().contains(&gv)
+                && !self.graph.outputs().contains(&gv)
+                && self
+                    .graph
+                    .operations()
+                    .iter()
+                    .filter(|o| o.inputs.contains(&gv))
+                    .count()
+                    == 1
+                && ins.iter().filter(|&&i| i == v).count() == 1;
+            let cols = amp_geometry(fp.geo.mode).cols;
+            if only_here && self.values[v].layout.group == cols {
+                self.values[v].layout = fp.mask_home_layout();
             }
         }
         let r = self.add_graph_value(op.outputs[0], out_val, out_dtype, fp.output_layout());
