@@ -884,6 +884,15 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&package_path, &bytes)?;
     info!("application package written");
+    // The run uses the package read back and the build's figures: neither the built package
+    // nor its bytes stay beside it.
+    let package_bytes = bytes.len();
+    drop(bytes);
+    let ipu_codegen::Build {
+        package: built,
+        report: build_report,
+    } = b;
+    drop(built);
     let package = read_package(&package_path)?;
     let target = target_of(&package.manifest.target)?;
     // Every iteration's outputs against the reference of that iteration's inputs; inputs that
@@ -967,16 +976,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     let host_exchange_cycles = c.host_exchange_cycles;
     let on_chip_cycles = c.cycles.saturating_sub(host_exchange_cycles);
     let eff = |cycles: u64| {
-        peak_macs_per_cycle(&target, b.report.amp_mode)
-            .filter(|_| cycles > 0 && b.report.macs > 0)
-            .map(|peak| b.report.macs as f64 / (peak as f64 * cycles as f64))
+        peak_macs_per_cycle(&target, build_report.amp_mode)
+            .filter(|_| cycles > 0 && build_report.macs > 0)
+            .map(|peak| build_report.macs as f64 / (peak as f64 * cycles as f64))
     };
     let (efficiency, efficiency_on_chip) = (eff(c.cycles), eff(on_chip_cycles));
     let text = |e: Option<f64>| e.map_or("n/a".to_string(), |e| format!("{e:.4}"));
     println!(
         "estimated_cycles={} final_cycles={} device_cycles={} host_exchange_cycles={host_exchange_cycles} on_chip_cycles={on_chip_cycles} efficiency={} efficiency_on_chip={}",
-        b.report.estimated_cycles,
-        b.report.final_cycles,
+        build_report.estimated_cycles,
+        build_report.final_cycles,
         c.cycles,
         text(efficiency),
         text(efficiency_on_chip)
@@ -1007,21 +1016,21 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     let report = json!({
         "model": graph.name,
         "target": package.manifest.target,
-        "tiles_used": b.report.tiles_used,
-        "phases": b.report.phases.iter().map(|(n, ms)| json!({"name": n, "elapsed_ms": ms})).collect::<Vec<_>>(),
+        "tiles_used": build_report.tiles_used,
+        "phases": build_report.phases.iter().map(|(n, ms)| json!({"name": n, "elapsed_ms": ms})).collect::<Vec<_>>(),
         "compile_ms": compile_ms,
-        "estimated_cycles": b.report.estimated_cycles,
-        "final_cycles": b.report.final_cycles,
+        "estimated_cycles": build_report.estimated_cycles,
+        "final_cycles": build_report.final_cycles,
         "device": device_json(r.first()),
-        "peak_tile_bytes": {"standard": b.report.peak_standard_bytes, "interleaved": b.report.peak_interleaved_bytes},
-        "package_bytes": bytes.len(),
+        "peak_tile_bytes": {"standard": build_report.peak_standard_bytes, "interleaved": build_report.peak_interleaved_bytes},
+        "package_bytes": package_bytes,
         "checks": checks.iter().map(|(n, c)| check_json(n, c)).collect::<Vec<_>>(),
-        "flops": 2 * b.report.macs,
+        "flops": 2 * build_report.macs,
         "efficiency": efficiency,
         "efficiency_on_chip": efficiency_on_chip,
         "on_chip_cycles": on_chip_cycles,
         "host_exchange_cycles": host_exchange_cycles,
-        "amp_mode": b.report.amp_mode.map(|m| format!("{m:?}")),
+        "amp_mode": build_report.amp_mode.map(|m| format!("{m:?}")),
         "reference_precision": a.reference_precision.to_string(),
         "seed": a.device.seed,
         "inputs": inputs_json(&expected_inputs, &files),
@@ -1038,7 +1047,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
     if let Some(p) = &a.device.report {
         write_atomically(p, text.as_bytes())?;
     }
-    let view = b.report.view.as_deref();
+    let view = build_report.view.as_deref();
     crate::insight_run::write_view(&dir, view)?;
     let options = options_json(&a.compile, &a.device);
     let hash = ipu_insight::text_hash(&ipu_graph::print(&graph));

@@ -42,22 +42,25 @@ pub struct KernelLibrary {
 
 /// The kernels `program` launches: each is specialised and linked once, whatever the number of
 /// launches.
+/// Launches are inserted one by one, with no list of every launch in between (the 2048³
+/// matmul launches about two million).
 pub fn plan_kernels(program: &TileProgram) -> BTreeSet<Kernel> {
-    program
-        .steps
-        .iter()
-        .flat_map(|s| match s {
-            Step::Compute { tiles, .. } => tiles
-                .values()
-                .flatten()
-                .filter_map(|op| match op {
-                    SupOp::Run(k, _, _) | SupOp::RunAll(k, _, _) => Some(*k),
-                    _ => None,
-                })
-                .collect::<Vec<_>>(),
-            _ => vec![],
-        })
-        .collect()
+    let mut used = BTreeSet::new();
+    let mut last = None;
+    for s in &program.steps {
+        if let Step::Compute { tiles, .. } = s {
+            for op in tiles.values().flatten() {
+                if let SupOp::Run(k, _, _) | SupOp::RunAll(k, _, _) = op
+                    // Launches repeat one kernel in long runs: the set is asked once per run.
+                    && last != Some(*k)
+                {
+                    used.insert(*k);
+                    last = Some(*k);
+                }
+            }
+        }
+    }
+    used
 }
 
 /// Specialises and lays out the kernels `used`, after the entry trampolines.
@@ -513,7 +516,8 @@ pub fn support_areas(sized: &BTreeMap<u32, SizedTile>) -> BTreeMap<u32, TileSupp
 }
 
 /// Every active tile's supervisor programs with the placed addresses, laid out where they were
-/// sized (in parallel, collected in tile order).
+/// sized (in parallel, collected in tile order); their bytes, without the slots of the text
+/// form.
 pub fn emit_tile_code(
     program: &TileProgram,
     kernels: &KernelLibrary,
@@ -526,10 +530,16 @@ pub fn emit_tile_code(
         .map(|&t| {
             let (support, addrs) = &sized[&t];
             let (s, i, r) = supervisor_code(program, t, kernels, support, addr);
+            // Only the bytes go into the image: the slots kept for the text form would hold
+            // every tile's instructions (several times their bytes) until the images are built.
+            let bytes_only = |mut laid: Laid| {
+                laid.slots = Vec::new();
+                laid
+            };
             let laid = [
-                s.lay_out(addrs[0])?,
-                i.lay_out(addrs[1])?,
-                r.lay_out(addrs[2])?,
+                bytes_only(s.lay_out(addrs[0])?),
+                bytes_only(i.lay_out(addrs[1])?),
+                bytes_only(r.lay_out(addrs[2])?),
             ];
             let end = laid[2].address + laid[2].bytes.len() as u32;
             if end > support.base {

@@ -228,6 +228,26 @@ impl Resolved {
             .fold(free, u32::max)
     }
 
+    /// [`Resolved::ready`] when it is below `bound`; `None` when it is not (the receivers are
+    /// looked at only until one pushes the start to `bound`).
+    fn ready_below(
+        &self,
+        free: u32,
+        recv_free: &[u32],
+        target: &Target,
+        bound: u32,
+    ) -> Option<u32> {
+        let mut start = free;
+        for d in self.receivers() {
+            let l = target.exchange_latency_cycles(self.src_tile, d);
+            start = start.max(recv_free[d as usize].saturating_sub(l));
+            if start >= bound {
+                return None;
+            }
+        }
+        (start < bound).then_some(start)
+    }
+
     /// Books the receivers' ports from `start`; returns the end of the last arrival.
     fn book(&self, start: u32, recv_free: &mut [u32], target: &Target) -> u32 {
         let duration = self.duration(target);
@@ -271,16 +291,28 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
     let (mut order, mut starts, mut horizon) = (Vec::new(), Vec::new(), 0);
     while let Some(Reverse((free, src))) = heap.pop() {
         let queues = pending.get_mut(&src).expect("sender has rows");
-        let (&key, _) = queues
-            .iter()
-            .min_by_key(|(key, q)| (q[0].ready(free, &recv_free, target), **key))
-            .expect("a non-empty queue");
+        // The queue whose head is ready soonest, the first in key order among equals: queues
+        // are visited in key order, a later one is looked at only as far as it could start
+        // strictly sooner, and the search stops at a head ready as soon as the port is free.
+        let mut best: Option<(u32, (u32, u32))> = None;
+        for (&key, q) in queues.iter() {
+            let ready = match best {
+                None => Some(q[0].ready(free, &recv_free, target)),
+                Some((bound, _)) => q[0].ready_below(free, &recv_free, target, bound),
+            };
+            if let Some(r) = ready {
+                best = Some((r, key));
+                if r == free {
+                    break;
+                }
+            }
+        }
+        let (start, key) = best.expect("a non-empty queue");
         let queue = queues.get_mut(&key).expect("chosen queue");
         let c = queue.pop_front().expect("non-empty");
         if queue.is_empty() {
             queues.remove(&key);
         }
-        let start = c.ready(free, &recv_free, target);
         horizon = horizon.max(c.book(start, &mut recv_free, target));
         order.push(c);
         starts.push(start);

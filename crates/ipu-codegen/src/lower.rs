@@ -64,22 +64,44 @@ pub(crate) const AMP_ROW_SLOTS: u32 = 4;
 /// `LAUNCH_SLOTS` later than worker `w - 1`, so earlier workers take more rows. Each row goes
 /// to the worker that would finish it first (ties to the lower worker); contiguous ranges in
 /// worker order.
+///
+/// Row `j` (from 1) of worker `w` finishes at `LAUNCH_SLOTS (w + 1) + AMP_ROW_SLOTS j`, so the
+/// rows handed out one by one are the `n` smallest `(finish, worker)` pairs: the workers take
+/// every row finishing before the smallest finish `t` with `n` rows at or before it, and the
+/// rows finishing at `t` go to the lowest workers. Computed directly (this runs for every AMP
+/// round of every tile), the same split as handing out the rows one by one.
 pub(crate) fn split_staggered(n: u32) -> Vec<(u32, u32)> {
-    let mut rows = vec![0u32; WORKERS as usize];
-    for _ in 0..n {
-        let w = (0..WORKERS as usize)
-            .min_by_key(|&w| {
-                (
-                    LAUNCH_SLOTS * (w as u32 + 1) + AMP_ROW_SLOTS * (rows[w] + 1),
-                    w,
-                )
-            })
-            .expect("workers");
-        rows[w] += 1;
+    let workers = WORKERS as u64;
+    // Rows of worker `w` finishing at or before `t`.
+    let upto = |w: u64, t: u64| {
+        let first = LAUNCH_SLOTS as u64 * (w + 1);
+        t.saturating_sub(first) / AMP_ROW_SLOTS as u64
+    };
+    let total = |t: u64| (0..workers).map(|w| upto(w, t)).sum::<u64>();
+    // The smallest finish by which `n` rows are done: worker 0 alone finishes `n` rows by
+    // `hi`.
+    let (mut lo, mut hi) = (0u64, LAUNCH_SLOTS as u64 + AMP_ROW_SLOTS as u64 * n as u64);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if total(mid) >= n as u64 {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let t = lo;
+    let mut rows: Vec<u64> = (0..workers).map(|w| upto(w, t.saturating_sub(1))).collect();
+    let mut left = n as u64 - rows.iter().sum::<u64>();
+    for (w, r) in rows.iter_mut().enumerate() {
+        if left > 0 && upto(w as u64, t) > *r {
+            *r += 1;
+            left -= 1;
+        }
     }
     let mut at = 0;
     rows.iter()
         .map(|&r| {
+            let r = r as u32;
             at += r;
             (at - r, at)
         })
@@ -531,4 +553,39 @@ pub fn log_lowered(lowered: &Lowered) {
         padding_clears = lowered.padding_clears,
         "lowered graph for package construction"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split made by handing out the rows one by one.
+    fn split_one_by_one(n: u32) -> Vec<(u32, u32)> {
+        let mut rows = vec![0u32; WORKERS as usize];
+        for _ in 0..n {
+            let w = (0..WORKERS as usize)
+                .min_by_key(|&w| {
+                    (
+                        LAUNCH_SLOTS * (w as u32 + 1) + AMP_ROW_SLOTS * (rows[w] + 1),
+                        w,
+                    )
+                })
+                .expect("workers");
+            rows[w] += 1;
+        }
+        let mut at = 0;
+        rows.iter()
+            .map(|&r| {
+                at += r;
+                (at - r, at)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn staggered_split_is_the_one_by_one_split() {
+        for n in 0..3000 {
+            assert_eq!(split_staggered(n), split_one_by_one(n), "{n} rows");
+        }
+    }
 }

@@ -185,9 +185,7 @@ impl TileProgram {
         }
         let steps = std::mem::take(&mut self.steps);
         for (i, s) in steps.iter().enumerate() {
-            for b in step_buffers(s) {
-                self.touch(b, i);
-            }
+            visit_step_buffers(s, &mut |b| self.touch(b, i));
         }
         for b in self.buffers.iter_mut().filter(|b| b.resident) {
             (b.first, b.last) = (0, steps.len().saturating_sub(1));
@@ -274,26 +272,33 @@ impl TileProgram {
 /// Buffers a step reads or writes (with repeats).
 pub fn step_buffers(s: &Step) -> Vec<BufferId> {
     let mut out = Vec::new();
+    visit_step_buffers(s, &mut |b| out.push(b));
+    out
+}
+
+/// Calls `f` on every buffer a step reads or writes (with repeats, in the order of
+/// [`step_buffers`]), without collecting them: a compute step of a large matmul names millions.
+pub fn visit_step_buffers(s: &Step, f: &mut impl FnMut(BufferId)) {
     match s {
-        Step::Host { copies, .. } => out.extend(copies.iter().map(|(c, _)| c.buffer)),
+        Step::Host { copies, .. } => copies.iter().for_each(|(c, _)| f(c.buffer)),
         Step::Exchange { copies, .. } => {
-            out.reserve(2 * copies.len());
             for c in copies {
-                out.push(c.src);
-                out.push(c.dst);
+                f(c.src);
+                f(c.dst);
             }
         }
         Step::Compute { tiles, .. } => {
             for op in tiles.values().flatten() {
                 match op {
-                    SupOp::AmpW(b, _) => out.push(*b),
-                    SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => out.extend(st.buffers()),
+                    SupOp::AmpW(b, _) => f(*b),
+                    SupOp::Run(_, st, _) | SupOp::RunAll(_, st, _) => {
+                        st.buffers().for_each(&mut *f)
+                    }
                     _ => {}
                 }
             }
         }
     }
-    out
 }
 
 impl TileProgram {

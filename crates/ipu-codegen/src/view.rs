@@ -320,16 +320,18 @@ fn common(
             } => {
                 view.kind = "compute".into();
                 view.name = name.clone();
+                // Each kernel named once, not once per launch (millions in a large matmul).
                 let mut kernels = BTreeSet::new();
                 for (&t, ops) in work {
                     active.insert(t);
                     for op in ops {
                         if let SupOp::Run(k, ..) | SupOp::RunAll(k, ..) = op {
-                            kernels.insert(format!("{k:?}"));
+                            kernels.insert(*k);
                         }
                     }
                 }
-                view.kernels = kernels.into_iter().collect();
+                let names: BTreeSet<String> = kernels.iter().map(|k| format!("{k:?}")).collect();
+                view.kernels = names.into_iter().collect();
             }
         }
         view.tiles = active.len() as u32;

@@ -120,6 +120,9 @@ impl Lowerer<'_> {
             });
         }
         for ops in tiles.values_mut() {
+            // One more slot, not a doubling: the vectors hold every tile's supervisor work
+            // (80 bytes an operation, millions for a large matmul) until the package is built.
+            ops.reserve_exact(1);
             ops.push(SupOp::WaitW);
         }
         let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
