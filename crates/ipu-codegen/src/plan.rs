@@ -886,7 +886,28 @@ impl Planner<'_> {
         let workers = WORKER_CONTEXTS as u64;
         let per_worker = most.div_ceil(workers);
         let slot = BARREL_SLOT_CYCLES as u64;
-        let compute = slot * (per_worker * 2 / PIECE_GRAIN as u64 + 12) + workers * slot * 3;
+        // The element-at-a-time kernels cost what their slot models say (tens of slots per
+        // element); the vector kernels about two slots per piece.
+        let groups = per_worker.div_ceil(4) as u32;
+        let worker_slots = match kind {
+            DevOpKind::Convert(overflow) => u64::from(kernels::convert_slots(
+                conv_type(self.values[inputs[0]].dtype),
+                conv_type(out.dtype),
+                overflow,
+                groups,
+            )),
+            DevOpKind::IntBinary(bop) => {
+                let f = out.dtype.int_format().expect("integer arithmetic");
+                u64::from(kernels::int_binary_slots(
+                    bop,
+                    f.bits as u8,
+                    f.signed,
+                    groups,
+                ))
+            }
+            _ => per_worker * 2 / PIECE_GRAIN as u64 + 12,
+        };
+        let compute = slot * worker_slots + workers * slot * 3;
         let mut exchange = 0;
         for &i in &inputs[1..] {
             if self.values[i].layout != out.layout {
