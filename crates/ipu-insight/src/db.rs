@@ -370,6 +370,19 @@ impl RunDb {
         Ok(id)
     }
 
+    /// The rows `sql` (with `?1` bound to the run `id`) gives, each read by `f`.
+    fn rows<T>(
+        &self,
+        sql: &str,
+        id: i64,
+        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, InsightError> {
+        let e = |err| db_err(&self.path, err);
+        let mut st = self.conn.prepare(sql).map_err(e)?;
+        let rows = st.query_map([id], f).map_err(e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(e)
+    }
+
     /// Every run, newest first (steps, checks and memory left empty).
     pub fn list(&self) -> Result<Vec<RunRecord>, InsightError> {
         let e = |err| db_err(&self.path, err);
@@ -396,12 +409,10 @@ impl RunDb {
         else {
             return Ok(None);
         };
-        let mut st = self
-            .conn
-            .prepare("SELECT kind, name, cycles, compute_cycles, sync_cycles, exchange_cycles, estimated_cycles FROM steps WHERE run_id = ?1 ORDER BY idx")
-            .map_err(e)?;
-        r.steps = st
-            .query_map([id], |row| {
+        r.steps = self.rows(
+            "SELECT kind, name, cycles, compute_cycles, sync_cycles, exchange_cycles, estimated_cycles FROM steps WHERE run_id = ?1 ORDER BY idx",
+            id,
+            |row| {
                 Ok(StepRecord {
                     kind: row.get(0)?,
                     name: row.get(1)?,
@@ -411,16 +422,12 @@ impl RunDb {
                     exchange_cycles: row.get::<_, i64>(5)?.max(0) as u64,
                     estimated_cycles: opt_u64(row.get(6)?),
                 })
-            })
-            .map_err(e)?
-            .collect::<Result<_, _>>()
-            .map_err(e)?;
-        let mut st = self
-            .conn
-            .prepare("SELECT name, count, max_abs_error, rms_error, min_cosine, pass FROM checks WHERE run_id = ?1 ORDER BY name")
-            .map_err(e)?;
-        r.checks = st
-            .query_map([id], |row| {
+            },
+        )?;
+        r.checks = self.rows(
+            "SELECT name, count, max_abs_error, rms_error, min_cosine, pass FROM checks WHERE run_id = ?1 ORDER BY name",
+            id,
+            |row| {
                 Ok(CheckRecord {
                     name: row.get(0)?,
                     count: row.get::<_, i64>(1)?.max(0) as u64,
@@ -429,21 +436,13 @@ impl RunDb {
                     min_cosine: row.get(4)?,
                     pass: row.get(5)?,
                 })
-            })
-            .map_err(e)?
-            .collect::<Result<_, _>>()
-            .map_err(e)?;
-        let mut st = self
-            .conn
-            .prepare("SELECT region, peak_bytes FROM memory WHERE run_id = ?1 ORDER BY region")
-            .map_err(e)?;
-        r.memory = st
-            .query_map([id], |row| {
-                Ok((row.get(0)?, row.get::<_, i64>(1)?.max(0) as u64))
-            })
-            .map_err(e)?
-            .collect::<Result<_, _>>()
-            .map_err(e)?;
+            },
+        )?;
+        r.memory = self.rows(
+            "SELECT region, peak_bytes FROM memory WHERE run_id = ?1 ORDER BY region",
+            id,
+            |row| Ok((row.get(0)?, row.get::<_, i64>(1)?.max(0) as u64)),
+        )?;
         Ok(Some(r))
     }
 }

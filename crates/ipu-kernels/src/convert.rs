@@ -357,12 +357,25 @@ fn select(c: &mut Code, d: ipu_isa::MReg, a: ipu_isa::MReg, b: ipu_isa::MReg, ma
     c.op(alu(AluOp::Xor, d, a, b));
 }
 
-/// Issue slots of the conversion of one element (the generator's own count).
+/// Issue slots of the conversion of one element (the generator's own count). Building the
+/// tables takes thousands of encodings, and the planner and lowering ask for every launch, so
+/// each conversion's count is computed once per process.
 fn element_slots(from: ConvType, to: ConvType, overflow: Overflow) -> u32 {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Key = (ConvType, ConvType, Overflow);
+    static SLOTS: OnceLock<Mutex<HashMap<Key, u32>>> = OnceLock::new();
+    let slots = SLOTS.get_or_init(Default::default);
+    let key = (from, to, overflow);
+    if let Some(&n) = slots.lock().expect("not poisoned").get(&key) {
+        return n;
+    }
     let mut c = Code::new();
     let d = data(from, to, overflow);
     convert_element(&mut c, from, to, 0, &d);
-    c.len() as u32
+    let n = c.len() as u32;
+    slots.lock().expect("not poisoned").insert(key, n);
+    n
 }
 
 /// The conversion kernel: state in, out, groups of 4 ([`CastState`]).

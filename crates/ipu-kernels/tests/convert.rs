@@ -3,16 +3,11 @@
 //! the specials and the out-of-range cases), integer arithmetic against the reference's
 //! definition, and both cycle models against the device's slot counter.
 
-use ipu_isa::Instr;
-use ipu_kernels::code::{Code, m, setzi};
+mod common;
+
 use ipu_kernels::*;
 use ipu_numerics::{Fp8Format, IntFormat, Overflow};
-use ipu_sim::{Device, RunLimits};
-use ipu_target::{MEMORY_BASE, Target};
 
-const CODE: u32 = MEMORY_BASE;
-const KERNEL: u32 = 0x4D000;
-const STATE: u32 = 0x58000;
 const IN_A: u32 = 0x80000;
 const IN_B: u32 = 0x90000;
 const OUT: u32 = 0xA0000;
@@ -20,27 +15,7 @@ const OUT: u32 = 0xA0000;
 /// Runs `kernel` with `state` words on tile 0; returns `out_bytes` of the output and the
 /// worker's issue slots.
 fn run(kernel: Kernel, state: &[u32], inputs: &[(u32, Vec<u8>)], out_bytes: u32) -> (Vec<u8>, u64) {
-    let mut dev = Device::new(Target::gc200(), 1);
-    let k = generate(kernel).lay_out(KERNEL).expect("kernel lays out");
-    dev.write(0, KERNEL, &k.bytes).unwrap();
-    for (at, bytes) in inputs {
-        dev.write(0, *at, bytes).unwrap();
-    }
-    let words: Vec<u8> = state.iter().flat_map(|w| w.to_le_bytes()).collect();
-    dev.write(0, STATE, &words).unwrap();
-    let mut sup = Code::new();
-    sup.op(setzi(m(2), KERNEL));
-    sup.op(setzi(m(3), STATE));
-    sup.op(Instr::Run {
-        entry: m(2),
-        state: m(3),
-    });
-    sup.op(Instr::WaitW);
-    sup.op(Instr::Halt);
-    let s = sup.lay_out(CODE).unwrap();
-    dev.write(0, CODE, &s.bytes).unwrap();
-    dev.run(CODE, &RunLimits::default())
-        .unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+    let dev = common::run(kernel, state, inputs);
     (
         dev.read(0, OUT, out_bytes).unwrap(),
         dev.counters()[0].worker_slots,

@@ -1,39 +1,10 @@
 //! The flash-attention kernels on the simulated device against a host computation.
 
-use ipu_isa::Instr;
-use ipu_kernels::code::{Code, m, setzi};
+mod common;
+
+use common::run;
 use ipu_kernels::{self as kernels, Elem, Kernel};
-use ipu_sim::{Device, RunLimits};
-use ipu_target::{MEMORY_BASE, Target};
-
-const CODE: u32 = MEMORY_BASE;
-const KERNEL: u32 = 0x4D000;
-const STATE: u32 = 0x50000;
-
-/// Runs `kernel` once on tile 0 with `state` after writing `mem`; returns the device.
-fn run(kernel: Kernel, state: &[u32], mem: &[(u32, Vec<u8>)]) -> Device {
-    let mut dev = Device::new(Target::gc200(), 1);
-    let k = kernels::generate(kernel).lay_out(KERNEL).unwrap();
-    dev.write(0, KERNEL, &k.bytes).unwrap();
-    let mut sup = Code::new();
-    sup.op(setzi(m(2), KERNEL));
-    sup.op(setzi(m(3), STATE));
-    sup.op(Instr::Run {
-        entry: m(2),
-        state: m(3),
-    });
-    sup.op(Instr::WaitW);
-    sup.op(Instr::Halt);
-    let s = sup.lay_out(CODE).unwrap();
-    dev.write(0, CODE, &s.bytes).unwrap();
-    let words: Vec<u8> = state.iter().flat_map(|w| w.to_le_bytes()).collect();
-    dev.write(0, STATE, &words).unwrap();
-    for (addr, bytes) in mem {
-        dev.write(0, *addr, bytes).unwrap();
-    }
-    dev.run(CODE, &RunLimits::default()).unwrap();
-    dev
-}
+use ipu_sim::Device;
 
 fn f32s(dev: &Device, addr: u32, n: usize) -> Vec<f32> {
     dev.read(0, addr, 4 * n as u32)

@@ -653,16 +653,7 @@ fn computed_in(
 
 /// `v` as f32 (a known tensor is converted at import).
 fn to_f32(imp: &mut Importer<'_>, node: &Node<'_>, v: &Val, name: &str) -> Result<Val, OnnxError> {
-    let f32 = Elem::Float(DType::F32);
-    if imp.ty(v).0 == f32 {
-        return Ok(v.clone());
-    }
-    if let Val::Known(k, _) = v {
-        return known::cast(k, f32)
-            .map(Val::known)
-            .map_err(|e| node.graph_error(e));
-    }
-    unary_op(imp, node, OpKind::cast(DType::F32), v, 0, name)
+    cast_val(imp, node, v, DType::F32, name)
 }
 
 /// How QuantizeLinear and DequantizeLinear apply their scale: `x`'s shape, the shape `x` is

@@ -136,17 +136,7 @@ pub struct Tensor {
 /// Rounds `x` to `dtype` (f16: round-to-nearest-even; FP8: RNE with saturation at the dtype's
 /// scale; f32 unchanged; the other dtypes as [`convert`] with saturation).
 pub fn round_to_dtype(dtype: DType, x: f32) -> f32 {
-    match dtype {
-        DType::F32 => x,
-        DType::F16 => round_to_f16(x),
-        DType::F143 { scale } | DType::F152 { scale } => ipu_numerics::quantize(
-            dtype.fp8_format().expect("FP8 dtype"),
-            x,
-            i32::from(scale),
-            Overflow::Saturate,
-        ),
-        _ => convert(dtype, Overflow::Saturate, x),
-    }
+    convert(dtype, Overflow::Saturate, x)
 }
 
 /// `x` converted to `dtype` and back to f32: what a `cast` to `dtype` holds. Floats round to

@@ -1745,29 +1745,35 @@ mod tests {
     use super::*;
     use half::f16;
 
+    /// A deterministic xorshift generator.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    /// An f16 bit pattern from one draw: ordinary values, subnormals, large values,
+    /// infinities, NaNs.
+    fn half_bits(n: &mut dyn FnMut() -> u64) -> u32 {
+        let r = n();
+        match r % 16 {
+            0 => (r >> 8) as u32 & 0x83FF,            // zero or subnormal
+            1 => 0x7C00 | ((r >> 8) as u32 & 0x8000), // infinity
+            2 => 0x7C01 | ((r >> 8) as u32 & 0x83FF), // NaN
+            3 => 0x7800 | ((r >> 8) as u32 & 0x83FF), // large
+            _ => (r >> 8) as u32 & 0xBFFF,            // |x| < 2
+        }
+    }
+
     #[test]
     fn vectorised_f16f16_step_matches_the_portable_step() {
         if !crate::simd::available() {
             return;
         }
-        let mut seed = 0x1234_5678_9ABC_DEF1u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        // f16 bit patterns: ordinary values, subnormals, large values, infinities, NaNs.
-        let half_bits = |n: &mut dyn FnMut() -> u64| -> u32 {
-            let r = n();
-            match r % 16 {
-                0 => (r >> 8) as u32 & 0x83FF,            // zero or subnormal
-                1 => 0x7C00 | ((r >> 8) as u32 & 0x8000), // infinity
-                2 => 0x7C01 | ((r >> 8) as u32 & 0x83FF), // NaN
-                3 => 0x7800 | ((r >> 8) as u32 & 0x83FF), // large
-                _ => (r >> 8) as u32 & 0xBFFF,            // |x| < 2
-            }
-        };
+        let mut next = xorshift(0x1234_5678_9ABC_DEF1);
         for case in 0..200 {
             let mut weights = [0f32; AMP_WEIGHTS_MAX];
             for w in weights.iter_mut().take(256) {
@@ -1815,23 +1821,7 @@ mod tests {
         if !crate::simd::available() {
             return;
         }
-        let mut seed = 0x0F1E_2D3C_4B5A_6978u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        let half_bits = |n: &mut dyn FnMut() -> u64| -> u32 {
-            let r = n();
-            match r % 16 {
-                0 => (r >> 8) as u32 & 0x83FF,
-                1 => 0x7C00 | ((r >> 8) as u32 & 0x8000),
-                2 => 0x7C01 | ((r >> 8) as u32 & 0x83FF),
-                3 => 0x7800 | ((r >> 8) as u32 & 0x83FF),
-                _ => (r >> 8) as u32 & 0xBFFF,
-            }
-        };
+        let mut next = xorshift(0x0F1E_2D3C_4B5A_6978);
         for case in 0..300 {
             let mut weights = [0f32; AMP_WEIGHTS_MAX];
             for w in weights.iter_mut().take(128) {

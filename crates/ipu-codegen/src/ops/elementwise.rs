@@ -27,32 +27,6 @@ impl Planner<'_> {
         let out = op.outputs[0];
         let (x, y) = (ins[0], ins[1]);
         let dtype = self.values[x].dtype;
-        if dtype.int_format().is_some() {
-            let bop = match op.kind {
-                OpKind::Add => BinOp::Add,
-                OpKind::Sub => BinOp::Sub,
-                OpKind::Mul => BinOp::Mul,
-                OpKind::Div => BinOp::Div,
-                _ => BinOp::Max,
-            };
-            if self.values[x].shape != out_val.ty.shape || self.values[y].shape != out_val.ty.shape
-            {
-                return unsupported(
-                    op,
-                    "integer arithmetic on operands of different shapes (broadcasting) is not lowered",
-                );
-            }
-            let layout = self.values[x].layout.clone();
-            let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
-            self.push_simple(op.name.clone(), DevOpKind::IntBinary(bop), vec![x, y], r);
-            return Ok(());
-        }
-        if elem(dtype).is_none() {
-            return unsupported(
-                op,
-                "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
-            );
-        }
         let bop = match op.kind {
             OpKind::Add => BinOp::Add,
             OpKind::Sub => BinOp::Sub,
@@ -60,12 +34,29 @@ impl Planner<'_> {
             OpKind::Div => BinOp::Div,
             _ => BinOp::Max,
         };
-        if self.values[x].shape != out_val.ty.shape || self.values[y].shape != out_val.ty.shape {
+        let same_shape =
+            self.values[x].shape == out_val.ty.shape && self.values[y].shape == out_val.ty.shape;
+        let kind = if dtype.int_format().is_some() {
+            if !same_shape {
+                return unsupported(
+                    op,
+                    "integer arithmetic on operands of different shapes (broadcasting) is not lowered",
+                );
+            }
+            DevOpKind::IntBinary(bop)
+        } else if elem(dtype).is_none() {
+            return unsupported(
+                op,
+                "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
+            );
+        } else if !same_shape {
             return self.plan_broadcast(op, bop, ins, out_val);
-        }
+        } else {
+            DevOpKind::Binary(bop)
+        };
         let layout = self.values[x].layout.clone();
         let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
-        self.push_simple(op.name.clone(), DevOpKind::Binary(bop), vec![x, y], r);
+        self.push_simple(op.name.clone(), kind, vec![x, y], r);
         Ok(())
     }
 

@@ -1175,41 +1175,30 @@ impl Planner<'_> {
         // Inputs only this operation reads sit on their homes.
         let kb = amp_geometry(fp.geo.mode).k_block;
         let hgs = [kb, kb, default_group(fp.geo.a)];
+        // A graph input read by this operation alone, once (not an output).
+        let only_here = |p: &Self, v: DevValueId| {
+            p.values[v].graph.is_some_and(|gv| {
+                p.graph.inputs().contains(&gv)
+                    && !p.graph.outputs().contains(&gv)
+                    && p.graph
+                        .operations()
+                        .iter()
+                        .filter(|o| o.inputs.contains(&gv))
+                        .count()
+                        == 1
+                    && ins.iter().filter(|&&i| i == v).count() == 1
+            })
+        };
         for x in 0..3 {
             let v = ins[x];
-            let Some(gv) = self.values[v].graph else {
-                continue;
-            };
-            let only_here = self.graph.inputs().contains(&gv)
-                && !self.graph.outputs().contains(&gv)
-                && self
-                    .graph
-                    .operations()
-                    .iter()
-                    .filter(|o| o.inputs.contains(&gv))
-                    .count()
-                    == 1
-                && ins.iter().filter(|&&i| i == v).count() == 1;
-            if only_here && self.values[v].layout.group == hgs[x] {
+            if only_here(self, v) && self.values[v].layout.group == hgs[x] {
                 self.values[v].layout = fp.home_layout(x, hgs[x]);
             }
         }
         // So does a mask only this operation reads, when it is stored in the scores' group.
-        if let Some(&v) = ins.get(3)
-            && let Some(gv) = self.values[v].graph
-        {
-            let only_here = self.graph.inputs().contains(&gv)
-                && !self.graph.outputs().contains(&gv)
-                && self
-                    .graph
-                    .operations()
-                    .iter()
-                    .filter(|o| o.inputs.contains(&gv))
-                    .count()
-                    == 1
-                && ins.iter().filter(|&&i| i == v).count() == 1;
+        if let Some(&v) = ins.get(3) {
             let cols = amp_geometry(fp.geo.mode).cols;
-            if only_here && self.values[v].layout.group == cols {
+            if only_here(self, v) && self.values[v].layout.group == cols {
                 self.values[v].layout = fp.mask_home_layout();
             }
         }
