@@ -15,7 +15,7 @@ use ipu_codegen::{BuildOptions, BuildReport};
 use ipu_graph::{DType, Graph, TensorType};
 use ipu_package::{HostTensor, Package, TensorRole};
 use ipu_reference::{
-    Comparison, Precision, Tensor, Tolerance, compare, evaluate, iteration_seed, make_input,
+    Comparison, Precision, Tensor, Tolerance, compare, evaluate_split, iteration_seed, make_input,
     tolerance_versus_exact,
 };
 use ipu_runtime::{
@@ -880,6 +880,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
             _ => {}
         }
     }
+    // The device precision of a matmul split over k follows the build's split.
+    let k_splits = b.report.k_splits.clone();
     let bytes = b.package.to_bytes()?;
     info!(tiles = b.package.tiles.len(), "writing application package");
     write_atomically(&package_path, &bytes)?;
@@ -905,7 +907,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
             None => {
                 let start = Instant::now();
                 info!(threads = a.threads, "configured host reference threads");
-                let e = evaluate(&graph, inputs, a.reference_precision, a.threads)?;
+                let e =
+                    evaluate_split(&graph, inputs, a.reference_precision, a.threads, &k_splits)?;
                 info!(
                     elapsed_ms = start.elapsed().as_millis() as u64,
                     "evaluated host reference"

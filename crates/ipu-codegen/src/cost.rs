@@ -81,10 +81,11 @@ pub fn count_macs(plan: &OperatorPlan) -> (u64, Option<AmpMode>) {
     let mut macs = 0u64;
     let mut mode_used = None;
     for op in &plan.ops {
-        if let DevOpKind::MatMul { mode, .. } = op.kind {
+        if let DevOpKind::MatMul { mode, k_splits, .. } = op.kind {
             let (a, c) = (&plan.values[op.inputs[0]], &plan.values[op.output]);
             let k = *a.shape.last().unwrap_or(&1) as u64;
-            macs += c.shape.iter().product::<usize>() as u64 * k;
+            // A k split's output holds a slice of partials per split, each over its share of k.
+            macs += c.shape.iter().product::<usize>() as u64 / k_splits as u64 * k;
             mode_used = Some(mode);
         }
         if let DevOpKind::Flash(fp) = &op.kind {

@@ -197,6 +197,10 @@ pub struct BuildReport {
     pub macs: u64,
     /// The AMP mode of the matmuls, if any (the peak rate for efficiency).
     pub amp_mode: Option<ipu_target::AmpMode>,
+    /// The graph matmuls split over k on separate tiles (3-D splits), by operation name, with
+    /// their number of k chunks: the device precision of such a product sums the chunks'
+    /// partials (`ipu_reference::DeviceSplits` takes this map).
+    pub k_splits: std::collections::BTreeMap<String, usize>,
     /// Device operations.
     pub device_operations: usize,
     /// Operations re-planned after placement found their memory short, with the per-tile
@@ -498,6 +502,16 @@ pub fn build_searched(
     report.estimated_exchange_cycles = plan.estimated_exchange_cycles;
     report.device_operations = plan.ops.len();
     (report.macs, report.amp_mode) = cost::count_macs(&plan);
+    report.k_splits = plan
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            plan::DevOpKind::MatMul { k_splits, .. } if k_splits > 1 => {
+                Some((o.name.clone(), k_splits))
+            }
+            _ => None,
+        })
+        .collect();
     let program = &lowered.program;
     report.program_text = program.summary();
     report.peak_standard_bytes = placement

@@ -80,6 +80,8 @@ pub struct Block {
     pub g0: usize,
     /// One past the last column group.
     pub g1: usize,
+    /// The k split it computes (0 unless the matmul splits k over tiles).
+    pub split: usize,
 }
 
 /// Geometry of an AMP mode: K block, columns, input and output element bytes.
@@ -122,6 +124,19 @@ pub enum DevOpKind {
         /// Serial chunks of the k blocks: each has its own exchange and compute steps and
         /// stages only its share of the operands; accumulation carries across them.
         k_chunks: usize,
+        /// Chunks of the k blocks on separate tiles (a 3-D split): block `split` takes the K
+        /// blocks `kb * split / k_splits .. kb * (split + 1) / k_splits` and writes its own
+        /// partials, slice `split` of the output `[k_splits, ..]`, which
+        /// [`DevOpKind::SumSplits`] then reduces. 1: no split.
+        k_splits: usize,
+    },
+    /// The sums of runs of a stacked value `[depth, ..]` (the partials of a k split): run `i`
+    /// adds slices `depth * i / runs .. depth * (i + 1) / runs` in index order; the output is
+    /// `[runs, ..]`, or the slices' shape for one run. Each slice of the output is spread
+    /// over the tiles alike, and each tile adds its share.
+    SumSplits {
+        /// Runs (the depth after this stage).
+        runs: usize,
     },
     /// Elementwise binary.
     Binary(BinOp),

@@ -9,7 +9,9 @@ use arbitrary::{Result as ArbResult, Unstructured};
 use ipu_codegen::{BuildOptions, CodegenError, build};
 use ipu_graph::Graph;
 use ipu_package::{Package, TensorRole};
-use ipu_reference::{Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs};
+use ipu_reference::{
+    Comparison, Precision, Tensor, Tolerance, compare, evaluate_split, make_inputs,
+};
 use ipu_runtime::{Session, SimulatorDevice};
 use ipu_target::Target;
 
@@ -98,7 +100,7 @@ pub fn run_on_device(
     }
     s.call("initialize").map_err(device)?;
     let run = s.call("run").map_err(device)?;
-    let expected = evaluate(graph, &inputs, Precision::Device, 1)
+    let expected = evaluate_split(graph, &inputs, Precision::Device, 1, &b.report.k_splits)
         .map_err(|e| format!("{}: reference: {e}", graph.name))?;
     let outs: Vec<_> = package
         .manifest

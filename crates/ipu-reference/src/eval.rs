@@ -5,14 +5,21 @@ use ipu_graph::strided::{broadcast_strides, strides, walk};
 use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
-use crate::gemm::{AmpRule, Partials, gemm, matmul_device};
+use crate::gemm::{AmpRule, Partials, gemm, matmul_device, matmul_device_k_split};
 use crate::{Precision, ReferenceError, Tensor, round_slice, unary};
 
 #[derive(Clone, Copy)]
 struct Ctx {
     precision: Precision,
     threads: usize,
+    /// The k chunks the device splits the current matmul into (1: none).
+    k_splits: usize,
 }
+
+/// The build's choices that change the device's order of operations, which the device
+/// precision follows: the graph matmuls split over k on separate tiles, by operation name,
+/// with their number of k chunks (a build's `k_splits`). Empty: no split.
+pub type DeviceSplits = std::collections::BTreeMap<String, usize>;
 
 impl Ctx {
     fn device(self) -> bool {
@@ -29,6 +36,19 @@ pub fn evaluate(
     precision: Precision,
     threads: usize,
 ) -> Result<Vec<Tensor>, ReferenceError> {
+    evaluate_split(graph, inputs, precision, threads, &DeviceSplits::new())
+}
+
+/// [`evaluate`] of a build that splits the matmuls `splits` names over k: in device precision
+/// each of them sums its chunks' partials as the device does
+/// ([`crate::gemm::matmul_device_k_split`]); the exact precision ignores `splits`.
+pub fn evaluate_split(
+    graph: &Graph,
+    inputs: &[Tensor],
+    precision: Precision,
+    threads: usize,
+    splits: &DeviceSplits,
+) -> Result<Vec<Tensor>, ReferenceError> {
     graph.verify()?;
     if inputs.len() != graph.inputs().len() {
         return Err(ReferenceError::InputCount {
@@ -42,7 +62,7 @@ pub fn evaluate(
     // (`ipu_graph::expand`), evaluated operation by operation.
     if precision == Precision::Device && ipu_graph::expand::has_fused(graph) {
         let expanded = ipu_graph::expand::expand_fused(graph)?;
-        return evaluate(&expanded, inputs, precision, threads);
+        return evaluate_split(&expanded, inputs, precision, threads, splits);
     }
     let _span =
         tracing::info_span!("reference", graph = %graph.name, precision = %precision).entered();
@@ -75,7 +95,11 @@ pub fn evaluate(
     for &o in graph.outputs() {
         last_use[o.0 as usize] = usize::MAX;
     }
-    let ctx = Ctx { precision, threads };
+    let ctx = Ctx {
+        precision,
+        threads,
+        k_splits: 1,
+    };
     let started = std::time::Instant::now();
     for (i, op) in graph.operations().iter().enumerate() {
         let ins: Vec<(&[f32], &TensorType)> = op
@@ -91,6 +115,10 @@ pub fn evaluate(
             })
             .collect();
         let out_ty = &graph.value(op.outputs[0]).ty;
+        let ctx = Ctx {
+            k_splits: splits.get(&op.name).copied().unwrap_or(1),
+            ..ctx
+        };
         let result = run_op(&op.kind, &ins, out_ty, ctx);
         debug_assert_eq!(result.len(), out_ty.elements(), "operation %{}", op.name);
         values[op.outputs[0].0 as usize] = Some(result);
@@ -288,12 +316,13 @@ fn matmul(
         let bm = &b[ob * k * n..(ob + 1) * k * n];
         let cm = &mut r[batch * m * n..(batch + 1) * m * n];
         if ctx.device() {
-            matmul_device(
+            matmul_device_k_split(
                 am,
                 bm,
                 cm,
                 (m, k, n),
                 partials_rule(ta.dtype, partials),
+                ctx.k_splits,
                 ctx.threads,
             );
         } else {

@@ -208,18 +208,20 @@ pub fn matmul_device(
 
 /// Sums `parts` (equal-length vectors) by `plan` (from [`reduce_plan`]): each intermediate
 /// stage of depth `d` sums the consecutive runs `parts[len * i / d .. len * (i + 1) / d]` in
-/// index order, the last stage sums what is left in index order; every sum is f32, rounded to
-/// f16 after each stage for f16 partials.
+/// index order, the last stage sums what is left in index order; every sum is f32, and for
+/// f16 partials rounded to f16 after every addition (the device adds them with the f16
+/// vector add).
 pub fn reduce_partials(parts: Vec<Vec<f32>>, plan: &[usize], partials: Partials) -> Vec<f32> {
-    let round = |v: &mut Vec<f32>| {
-        if partials == Partials::F16 {
-            v.iter_mut().for_each(|x| *x = round_to_f16_fast(*x));
-        }
-    };
+    let f16 = partials == Partials::F16;
     let sum_run = |run: &[Vec<f32>]| {
         let mut acc = run[0].clone();
         for p in &run[1..] {
-            acc.iter_mut().zip(p).for_each(|(a, &b)| *a += b);
+            acc.iter_mut().zip(p).for_each(|(a, &b)| {
+                *a += b;
+                if f16 {
+                    *a = round_to_f16_fast(*a);
+                }
+            });
         }
         acc
     };
@@ -228,11 +230,7 @@ pub fn reduce_partials(parts: Vec<Vec<f32>>, plan: &[usize], partials: Partials)
         let len = level.len();
         assert!(d >= 1 && d <= len, "stage depth {d} of {len} partials");
         level = (0..d)
-            .map(|i| {
-                let mut s = sum_run(&level[len * i / d..len * (i + 1) / d]);
-                round(&mut s);
-                s
-            })
+            .map(|i| sum_run(&level[len * i / d..len * (i + 1) / d]))
             .collect();
     }
     level.pop().unwrap_or_default()

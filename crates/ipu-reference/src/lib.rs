@@ -49,7 +49,7 @@ use ipu_graph::DType;
 use ipu_numerics::{Overflow, round_to_f16};
 
 pub use compare::{Comparison, Stats, Tolerance, compare, tolerance_versus_exact};
-pub use eval::evaluate;
+pub use eval::{DeviceSplits, evaluate, evaluate_split};
 pub use gemm::F16_PARTIALS_K_BLOCK;
 pub use inputs::{iteration_seed, make_input, make_inputs};
 

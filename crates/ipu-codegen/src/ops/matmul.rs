@@ -63,7 +63,15 @@ impl Planner<'_> {
             b = self.cast_to(b, DType::F16, &format!("{}.b_f16", op.name));
         }
         let partials_dtype = *partials;
-        let c = self.plan_matmul(&op.name, mode, a, b, partials_dtype, &out_val.ty.shape)?;
+        let c = self.plan_matmul(
+            &op.name,
+            mode,
+            a,
+            b,
+            partials_dtype,
+            &out_val.ty.shape,
+            true,
+        )?;
         if partials_dtype == *out_dtype {
             self.rename(c, out_val.name.clone(), out);
         } else {
@@ -74,8 +82,12 @@ impl Planner<'_> {
         Ok(())
     }
 
-    /// Enumerates `(pm, pn)` splits of rows and column groups (and batch), costs each, keeps the
-    /// cheapest that fits.
+    /// Enumerates `(pm, pn)` splits of rows and column groups (and batch), and with `k_split`
+    /// also 3-D splits (k chunks on separate tiles, their partials summed afterwards), costs
+    /// each, keeps the cheapest that fits. `k_split` is for graph matmuls only: the
+    /// reference's device precision of a 3-D split is told the split by the build's
+    /// [`crate::BuildReport::k_splits`], keyed by the graph operation.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn plan_matmul(
         &mut self,
         name: &str,
@@ -84,6 +96,7 @@ impl Planner<'_> {
         b: DevValueId,
         partials: DType,
         out_shape: &[usize],
+        k_split: bool,
     ) -> Result<DevValueId, CodegenError> {
         if !self.target.supports_amp(mode) {
             return Err(CodegenError::unsupported(
@@ -101,7 +114,8 @@ impl Planner<'_> {
         let kb = k.div_ceil(geo.k_block);
         let kp = kb * geo.k_block;
         let slot = BARREL_SLOT_CYCLES as u64;
-        let mut candidates: Vec<(u64, u64, u64, usize, usize, usize)> = Vec::new();
+        // (cycles, exchange cycles, bytes per tile, pm, pn, serial k chunks, k splits).
+        let mut candidates: Vec<(u64, u64, u64, usize, usize, usize, usize)> = Vec::new();
         let mut examined = 0;
         // The candidate that misses by the least: (bytes over in total, bytes over in
         // interleaved memory, bytes per tile, pm, pn).
@@ -174,7 +188,49 @@ impl Planner<'_> {
                 let compute = per_tile * bg * kb as u64 * round;
                 let exchange = per_tile * (a_bytes + b_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64
                     + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
-                candidates.push((compute + exchange, exchange, mem, pm, pn, chunks as usize));
+                candidates.push((
+                    compute + exchange,
+                    exchange,
+                    mem,
+                    pm,
+                    pn,
+                    chunks as usize,
+                    1,
+                ));
+            }
+        }
+        if k_split {
+            let limit = (self.target.memory_bytes() as u64)
+                .saturating_sub(reserve + other_live)
+                .min(budget.unwrap_or(u64::MAX));
+            let shape = KSplitShape {
+                mode,
+                batch,
+                m,
+                k,
+                n,
+                tiles,
+            };
+            let found = k_split_candidates(
+                &shape,
+                limit,
+                self.target.interleaved_bytes() as u64,
+                self.target.sync_cycles as u64,
+                MATMUL_CANDIDATES_MAX,
+            );
+            for e in found {
+                if self.search.spend() && !candidates.is_empty() {
+                    break;
+                }
+                candidates.push((
+                    e.cycles,
+                    e.exchange_cycles,
+                    e.tile_bytes,
+                    e.pm,
+                    e.pn,
+                    1,
+                    e.splits,
+                ));
             }
         }
         if candidates.is_empty() {
@@ -214,81 +270,97 @@ impl Planner<'_> {
                 ),
             });
         }
-        candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4));
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            // The 3-D split's estimate beside the 2-D winner (costed only, see
-            // `k_split_estimate`).
-            let k_split = k_split_estimate(
-                mode,
-                (batch, m, k, n),
-                tiles,
-                (self.target.memory_bytes() as u64)
-                    .saturating_sub(reserve + other_live)
-                    .min(budget.unwrap_or(u64::MAX)),
-                self.target.interleaved_bytes() as u64,
-                self.target.sync_cycles as u64,
-                MATMUL_CANDIDATES_MAX,
-            );
-            tracing::debug!(
-                op = name,
-                two_d_cycles = candidates[0].0,
-                ?k_split,
-                "matmul splits"
-            );
-        }
-        for (cost, exch, mem, pm, pn, chunks) in candidates.iter().take(FINALISTS) {
+        candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4, c.6));
+        for (cost, exch, mem, pm, pn, chunks, splits) in candidates.iter().take(FINALISTS) {
+            let mapping = if *splits > 1 {
+                format!("matmul rows/{pm} column-groups/{pn} k-splits/{splits} mode={mode:?}")
+            } else {
+                format!("matmul rows/{pm} column-groups/{pn} k-chunks/{chunks} mode={mode:?}")
+            };
+            let tiles = if *splits > 1 {
+                tiles
+            } else {
+                (batch * pm * pn).min(tiles)
+            };
             self.finalists.push(Finalist {
                 op: name.to_string(),
-                mapping: format!(
-                    "matmul rows/{pm} column-groups/{pn} k-chunks/{chunks} mode={mode:?}"
-                ),
+                mapping,
                 estimated_cycles: *cost,
                 estimated_exchange_cycles: *exch,
                 peak_tile_bytes: *mem,
-                tiles: (batch * pm * pn).min(tiles) as u32,
+                tiles: tiles as u32,
                 alternatives: candidates.len(),
             });
         }
         let chosen = self.chosen(name, candidates.len().min(FINALISTS));
-        let (cost, exch, _, pm, pn, k_chunks) = candidates[chosen];
-        // Blocks in (batch, row, column) order, dealt to tiles round-robin.
+        let (cost, exch, _, pm, pn, k_chunks, k_splits) = candidates[chosen];
+        // Blocks in (split, batch, row, column) order, dealt to tiles round-robin.
         let mut blocks = Vec::new();
         // Blocks sharing a column range (the same weights) get consecutive tiles, so one
         // multicast exchange row can send them their weights.
-        for bi in 0..batch {
-            for j in 0..pn {
-                for i in 0..pm {
-                    let (m0, m1) = (m * i / pm, m * (i + 1) / pm);
-                    let (g0, g1) = (groups * j / pn, groups * (j + 1) / pn);
-                    if m1 > m0 && g1 > g0 {
-                        let tile = (blocks.len() % tiles) as u32;
-                        blocks.push(Block {
-                            tile,
-                            batch: bi,
-                            m0,
-                            m1,
-                            g0,
-                            g1,
-                        });
+        for split in 0..k_splits {
+            for bi in 0..batch {
+                for j in 0..pn {
+                    for i in 0..pm {
+                        let (m0, m1) = (m * i / pm, m * (i + 1) / pm);
+                        let (g0, g1) = (groups * j / pn, groups * (j + 1) / pn);
+                        if m1 > m0 && g1 > g0 {
+                            let tile = (blocks.len() % tiles) as u32;
+                            blocks.push(Block {
+                                tile,
+                                batch: bi,
+                                m0,
+                                m1,
+                                g0,
+                                g1,
+                                split,
+                            });
+                        }
                     }
                 }
             }
         }
-        // The output's layout: per block, per column group, its rows.
+        // The output's layout: per block, per column group, its rows; a k split's partials
+        // are slice `split` of `[k_splits, ..]`.
+        let slice = batch * groups * m * geo.cols;
         let ranges = blocks.iter().flat_map(|bl| {
             (bl.g0..bl.g1).map(move |g| {
-                let base = bl.batch * groups * m * geo.cols + g * m * geo.cols;
+                let base = bl.split * slice + bl.batch * groups * m * geo.cols + g * m * geo.cols;
                 (bl.tile, base + bl.m0 * geo.cols, base + bl.m1 * geo.cols)
             })
         });
         let layout = Layout::from_ranges(geo.cols, ranges.collect::<Vec<_>>());
+        let mut shape = out_shape.to_vec();
+        if k_splits > 1 {
+            shape.insert(0, k_splits);
+        }
         let c = self.add_value(
-            format!("{name}.partials"),
+            if k_splits > 1 {
+                format!("{name}.split_partials")
+            } else {
+                format!("{name}.partials")
+            },
             partials,
-            out_shape.to_vec(),
+            shape,
             None,
             layout,
         );
+        let reduce = if k_splits > 1 {
+            let per_tile = (batch * pm * pn * k_splits).div_ceil(tiles) as u64;
+            let c_bytes = (groups.div_ceil(pn) * m.div_ceil(pm) * geo.cols * geo.out_bytes) as u64;
+            reduce_estimates(
+                mode,
+                slice,
+                k_splits,
+                tiles,
+                (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64,
+                per_tile * c_bytes,
+            )
+        } else {
+            Vec::new()
+        };
+        let reduce_cycles: u64 = reduce.iter().map(|r| r.cycles).sum();
+        let reduce_exchange: u64 = reduce.iter().map(|r| r.exchange_cycles).sum();
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name: name.to_string(),
@@ -298,18 +370,61 @@ impl Planner<'_> {
                 pm,
                 pn,
                 k_chunks,
+                k_splits,
             },
             inputs: vec![a, b],
             output: c,
-            estimated_cycles: cost,
-            estimated_exchange_cycles: exch,
+            estimated_cycles: cost - reduce_cycles,
+            estimated_exchange_cycles: exch - reduce_exchange,
         });
-        Ok(c)
+        // The reduction, stage by stage, each stage's slices spread alike over all tiles.
+        let mut x = c;
+        for (i, r) in reduce.iter().enumerate() {
+            let one = Layout::balanced(out_shape, geo.cols, tiles as u32);
+            let ranges = (0..r.runs).flat_map(|s| {
+                one.pieces
+                    .iter()
+                    .map(move |p| (p.tile, s * slice + p.start, s * slice + p.end))
+            });
+            let layout = Layout::from_ranges(geo.cols, ranges.collect::<Vec<_>>());
+            let mut shape = out_shape.to_vec();
+            let last = i + 1 == reduce.len();
+            if !last {
+                shape.insert(0, r.runs);
+            }
+            let value_name = if last {
+                format!("{name}.partials")
+            } else {
+                format!("{name}.reduce{i}")
+            };
+            let y = self.add_value(value_name, partials, shape, None, layout);
+            self.ops.push(DevOp {
+                origin: self.origin.clone(),
+                name: format!("{name}.reduce{i}"),
+                kind: DevOpKind::SumSplits { runs: r.runs },
+                inputs: vec![x],
+                output: y,
+                estimated_cycles: r.cycles,
+                estimated_exchange_cycles: r.exchange_cycles,
+            });
+            x = y;
+        }
+        Ok(x)
     }
 }
 
+/// A matmul's dimensions and the tiles it may use, for the 3-D candidates.
+pub(crate) struct KSplitShape {
+    pub mode: AmpMode,
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub tiles: usize,
+}
+
 /// A 3-D split of a matmul (rows × column groups × k chunks on separate tiles) as costed by
-/// [`k_split_estimate`].
+/// [`k_split_candidates`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KSplitEstimate {
     /// Row blocks.
@@ -328,49 +443,203 @@ pub(crate) struct KSplitEstimate {
     pub tile_bytes: u64,
 }
 
-/// The cheapest 3-D split of `[batch] m × k × n` in `mode` on `tiles` tiles whose busiest tile
-/// holds at most `tile_bytes_max` (weights at most `interleaved_bytes_max`), by the same round
-/// and exchange model as [`Planner::plan_matmul`]'s 2-D candidates plus the reduction of the
-/// `splits` partials of every output element: one stage below 16 partials, two from 16, as
-/// PopLibs' `ConvReducePlan` chooses (`ipu_target::reduce::reduce_plan`, after
-/// `getMultiStageReducePlan` in `lib/poplin/ConvReducePlan.cpp`, graphcore/poplibs). Each
-/// stage spreads its outputs over all tiles, receives their partials (`depth / next` per
-/// output, in the partials type) in one exchange phase and adds them with the vector add
-/// kernel (`Kernel::Binary` add, [`kernels::binary_slots`]) on six workers.
-///
-/// Only costed, not selectable: the lowering of the partial products and their reduction is not
-/// written, and the reference's device precision of a split product
-/// (`ipu_reference::gemm::matmul_device_k_split`) is not yet told the planner's choice.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn k_split_estimate(
+/// One stage of the reduction of a k split's partials, as costed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReduceStage {
+    /// The depth after the stage.
+    pub runs: usize,
+    /// The stage's cycles: its exchange (none when its inputs are already where it adds
+    /// them), the additions and the sync.
+    pub cycles: u64,
+    /// Of which exchange.
+    pub exchange_cycles: u64,
+}
+
+/// The most elements of one slice of `slice` storage elements a tile holds when
+/// [`Layout::balanced`] spreads it over `tiles` tiles.
+fn balanced_share(slice: usize, tiles: usize) -> usize {
+    let units = slice / crate::layout::PIECE_GRAIN;
+    let used = tiles.clamp(1, units.max(1));
+    units.div_ceil(used) * crate::layout::PIECE_GRAIN
+}
+
+/// The vector-kernel type of `mode`'s partials.
+fn partials_elem(mode: AmpMode) -> kernels::Elem {
+    if amp_geometry(mode).out_bytes == 2 {
+        kernels::Elem::F16
+    } else {
+        kernels::Elem::F32
+    }
+}
+
+/// The stages reducing `splits` partial slices of `slice` storage elements each (one stage
+/// below 16 partials, two from 16, as PopLibs' `ConvReducePlan` chooses:
+/// `ipu_target::reduce::reduce_plan`, after `getMultiStageReducePlan` in
+/// `lib/poplin/ConvReducePlan.cpp`, graphcore/poplibs). Every stage spreads each of its output
+/// slices over all tiles alike, so only the first moves data: each tile receives its share of
+/// every partial slice, while a product tile sends its partials (`send_bytes`); later stages
+/// add what their tiles already hold. The additions are the lowering's own
+/// ([`sum_splits_ops`]), costed by the supervisor model; `phase` is an exchange phase's
+/// overhead and sync.
+pub(crate) fn reduce_estimates(
     mode: AmpMode,
-    (batch, m, k, n): (usize, usize, usize, usize),
+    slice: usize,
+    splits: usize,
     tiles: usize,
+    phase: u64,
+    send_bytes: u64,
+) -> Vec<ReduceStage> {
+    let eb = amp_geometry(mode).out_bytes as u64;
+    let n = balanced_share(slice, tiles);
+    let plan = ipu_target::reduce::reduce_plan(splits);
+    let mut depth = splits;
+    let mut stages = Vec::new();
+    for (i, runs) in plan.iter().copied().chain(std::iter::once(1)).enumerate() {
+        let mut ops = sum_splits_ops(
+            partials_elem(mode),
+            eb as u32,
+            n as u32,
+            depth,
+            runs,
+            ((BufferId(0), 0), (BufferId(0), 0), (BufferId(0), 0)),
+        );
+        ops.push(SupOp::WaitW);
+        let sync = phase - EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
+        let exchange = if i == 0 {
+            let recv = depth as u64 * n as u64 * eb;
+            recv.max(send_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64
+                + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64
+        } else {
+            0
+        };
+        stages.push(ReduceStage {
+            runs,
+            cycles: exchange + estimate(&ops) + sync,
+            exchange_cycles: exchange,
+        });
+        depth = runs;
+    }
+    stages
+}
+
+/// The supervisor work of one tile's share of a [`DevOpKind::SumSplits`] stage: `recv` holds
+/// the `depth` input slices' `n` elements one after another, `out` the `runs` output
+/// slices' the same way, `temp` room for as many (buffer and byte offset each). Run `i` adds
+/// its slices in index order, each addition into `out` or `temp` by turns so that the last
+/// writes `out` (the vector add reads a little past its end, so it never adds in place: a
+/// neighbouring worker's read would meet this one's write); the runs' `j`-th additions share
+/// a wave of the workers, and a wait separates the waves.
+pub(crate) fn sum_splits_ops(
+    ty: kernels::Elem,
+    eb: u32,
+    n: u32,
+    depth: usize,
+    runs: usize,
+    (recv, out, temp): ((BufferId, u32), (BufferId, u32), (BufferId, u32)),
+) -> Vec<SupOp> {
+    let vectors = n * eb / 8;
+    let run = |i: usize| (depth * i / runs, depth * (i + 1) / runs);
+    let longest = (0..runs).map(|i| run(i).1 - run(i).0).max().unwrap_or(0);
+    let at = |buf: (BufferId, u32), slice: usize| (buf.0, buf.1 + slice as u32 * n * eb);
+    let mut ops = Vec::new();
+    for j in 1..longest {
+        // The additions into `out`, then those into `temp`, each set in its own wave: one
+        // run's read past its slice of one must not meet another's write to the next slice.
+        for to_out in [true, false] {
+            let mut wave = Vec::new();
+            for i in 0..runs {
+                let (s0, s1) = run(i);
+                if s0 + j >= s1 {
+                    continue;
+                }
+                // Addition `j` of `len - 1` writes `out` when an even number follow it.
+                let into_out = |j: usize| (s1 - s0 - 1 - j).is_multiple_of(2);
+                if into_out(j) != to_out {
+                    continue;
+                }
+                let into = |j: usize| {
+                    if into_out(j) { at(out, i) } else { at(temp, i) }
+                };
+                let a = if j == 1 { at(recv, s0) } else { into(j - 1) };
+                let b = at(recv, s0 + j);
+                let o = into(j);
+                for (v0, v1) in crate::lower::split(vectors, WORKER_CONTEXTS) {
+                    if v1 > v0 {
+                        wave.push(SupOp::Run(
+                            kernels::Kernel::Binary {
+                                ty,
+                                op: kernels::BinOp::Add,
+                            },
+                            kernels::state::BinaryState {
+                                a: (a.0, a.1 + v0 * 8),
+                                b: (b.0, b.1 + v0 * 8),
+                                out: (o.0, o.1 + v0 * 8),
+                                vectors: v1 - v0,
+                            }
+                            .into(),
+                            kernels::binary_slots(ty, kernels::BinOp::Add, v1 - v0),
+                        ));
+                    }
+                }
+            }
+            if !wave.is_empty() {
+                if !ops.is_empty() {
+                    ops.push(SupOp::WaitW);
+                }
+                ops.extend(wave);
+            }
+        }
+    }
+    ops
+}
+
+/// Every 3-D split of `shape` (rows × column groups × k chunks on separate tiles, blocks
+/// dealt to the tiles round-robin) whose busiest tile holds at most `tile_bytes_max` (weights
+/// at most `interleaved_bytes_max`), costed by the same round and exchange model as
+/// [`Planner::plan_matmul`]'s 2-D candidates plus the reduction of the `splits` partials of
+/// every output element ([`reduce_estimates`]), cheapest first; at most `candidates_max`
+/// are examined.
+pub(crate) fn k_split_candidates(
+    shape: &KSplitShape,
     tile_bytes_max: u64,
     interleaved_bytes_max: u64,
     sync_cycles: u64,
     candidates_max: usize,
-) -> Option<KSplitEstimate> {
+) -> Vec<KSplitEstimate> {
+    let KSplitShape {
+        mode,
+        batch,
+        m,
+        k,
+        n,
+        tiles,
+    } = *shape;
     let geo = amp_geometry(mode);
     let groups = n.div_ceil(geo.cols);
     let kb = k.div_ceil(geo.k_block);
     let slot = BARREL_SLOT_CYCLES as u64;
     let workers = WORKER_CONTEXTS as u64;
     let phase = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + sync_cycles;
-    let elem = if geo.out_bytes == 2 {
-        kernels::Elem::F16
-    } else {
-        kernels::Elem::F32
-    };
-    let outputs = (batch * m * groups * geo.cols) as u64;
-    let mut best: Option<KSplitEstimate> = None;
+    let slice = batch * groups * m * geo.cols;
+    let share = balanced_share(slice, tiles) as u64;
+    let mut found = Vec::new();
     let mut examined = 0;
     for splits in 2..=kb.min(ipu_target::reduce::K_SPLITS_MAX).min(tiles) {
+        // The reduction's buffers on a tile: its share of every partial slice, of the sum and
+        // of the sum's other half (the stages after the first hold less).
+        let reduce_bytes = share * (splits as u64 + 2) * geo.out_bytes as u64;
+        // The stages' cost without the product tiles' sends, which the first stage's exchange
+        // waits for when they exceed a tile's receipts.
+        let stages = reduce_estimates(mode, slice, splits, tiles, phase, 0);
+        let reduce_base: u64 = stages.iter().map(|r| r.cycles).sum();
+        let reduce_exchange: u64 = stages.iter().map(|r| r.exchange_cycles).sum();
+        let recv = splits as u64 * share * geo.out_bytes as u64;
         for pm in 1..=m.min(tiles / splits) {
             for pn in 1..=groups.min(tiles / splits / pm) {
                 examined += 1;
                 if examined > candidates_max {
-                    return best;
+                    found.sort_by_key(|e: &KSplitEstimate| (e.cycles, e.tile_bytes, e.pm, e.pn));
+                    return found;
                 }
                 let blocks = batch * pm * pn * splits;
                 let per_tile = blocks.div_ceil(tiles) as u64;
@@ -380,12 +649,11 @@ pub(crate) fn k_split_estimate(
                 let a_bytes = kc * geo.k_block as u64 * bm * geo.in_bytes as u64;
                 let b_bytes = bg * kc * (geo.k_block * geo.cols * geo.in_bytes) as u64;
                 let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
-                // The reduction's receive buffers on a tile: its share of the first stage's
-                // inputs.
-                let reduce_bytes =
-                    (outputs * splits as u64 * geo.out_bytes as u64).div_ceil(tiles as u64);
-                let mem = per_tile * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64)
-                    + reduce_bytes;
+                // The products' buffers die before the reduction's are born; the partials
+                // live through both.
+                let mem = (per_tile
+                    * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64))
+                    .max(per_tile * c_bytes + reduce_bytes);
                 if mem > tile_bytes_max || per_tile * b_bytes > interleaved_bytes_max {
                     continue;
                 }
@@ -398,40 +666,27 @@ pub(crate) fn k_split_estimate(
                 let compute = per_tile * bg * kc * round;
                 let exchange =
                     per_tile * (a_bytes + b_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
-                let mut reduce = 0;
-                let mut depth = splits as u64;
-                let plan = ipu_target::reduce::reduce_plan(splits);
-                for next in plan.iter().map(|&d| d as u64).chain(std::iter::once(1)) {
-                    let out_per_tile = (outputs * next).div_ceil(tiles as u64);
-                    let in_per_tile = out_per_tile * depth.div_ceil(next);
-                    let moved = in_per_tile * geo.out_bytes as u64;
-                    let vectors = (out_per_tile * geo.out_bytes as u64).div_ceil(8);
-                    let adds = depth.div_ceil(next) - 1;
-                    let per_worker = vectors.div_ceil(workers) as u32;
-                    reduce += moved / EXCHANGE_BYTES_PER_CYCLE as u64
-                        + phase
-                        + adds
-                            * slot
-                            * kernels::binary_slots(elem, kernels::BinOp::Add, per_worker) as u64;
-                    depth = next;
-                }
-                let cycles = compute + exchange + reduce;
-                if best.is_none_or(|b| cycles < b.cycles) {
-                    best = Some(KSplitEstimate {
-                        pm,
-                        pn,
-                        splits,
-                        cycles,
-                        exchange_cycles: exchange,
-                        reduce_cycles: reduce,
-                        tile_bytes: mem,
-                    });
-                }
+                let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;
+                let sends = (per_tile * c_bytes).max(recv) / bpc - recv / bpc;
+                let reduce = reduce_base + sends;
+                found.push(KSplitEstimate {
+                    pm,
+                    pn,
+                    splits,
+                    cycles: compute + exchange + reduce,
+                    exchange_cycles: exchange + reduce_exchange + sends,
+                    reduce_cycles: reduce,
+                    tile_bytes: mem,
+                });
             }
         }
     }
-    best
+    found.sort_by_key(|e| (e.cycles, e.tile_bytes, e.pm, e.pn));
+    found
 }
+
+/// The weights a block stages: (batch, first and last column group, k split).
+type WeightKey = (usize, usize, usize, usize);
 
 impl Lowerer<'_> {
     #[allow(clippy::too_many_arguments)]
@@ -440,7 +695,7 @@ impl Lowerer<'_> {
         index: usize,
         mode: AmpMode,
         blocks: &[crate::plan::Block],
-        k_chunks: usize,
+        (k_chunks, k_splits): (usize, usize),
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
@@ -453,6 +708,9 @@ impl Lowerer<'_> {
         let groups = n.div_ceil(cols);
         let kb = k.div_ceil(kblk);
         let c_layout = self.plan.values[c].layout.clone();
+        // A k split's partials: slice `split` of `[k_splits, ..]`.
+        let (out_batch, _, _) = split_shape(&self.plan.values[c].shape[(k_splits > 1) as usize..]);
+        let slice = out_batch * groups * m * cols;
         let row_bytes = (kblk * geo.in_bytes) as u32; // 32 for every mode
         let out_row_bytes = (cols * geo.out_bytes) as u32; // 32 for every mode
         let weight_bytes = (kblk * cols * geo.in_bytes) as u32;
@@ -467,7 +725,8 @@ impl Lowerer<'_> {
                 .buffer(bl.tile, c_bytes, Region::Any, format!("pingpong:{name}"));
             let mut offsets = Vec::new();
             for g in bl.g0..bl.g1 {
-                let start = bl.batch * groups * m * cols + (g * m + bl.m0) * cols;
+                let start =
+                    bl.split * slice + bl.batch * groups * m * cols + (g * m + bl.m0) * cols;
                 let piece = c_layout
                     .pieces
                     .iter()
@@ -480,17 +739,25 @@ impl Lowerer<'_> {
             outputs.push((c_buf, t_buf, offsets));
         }
         let chunks = k_chunks.clamp(1, kb);
+        let k_splits = k_splits.clamp(1, kb);
         for chunk in 0..chunks {
-            let (kb0, kb1) = (kb * chunk / chunks, kb * (chunk + 1) / chunks);
-            let kc = kb1 - kb0;
-            let kcp = kc * kblk;
-            let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
             let mut step_copies: Vec<Copy> = Vec::new();
             let mut step_tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
-            let mut weight_groups: BTreeMap<(usize, usize, usize), (u32, BTreeSet<u32>)> =
-                BTreeMap::new();
+            let mut weight_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
             for (bl, (c_buf, t_buf, offsets)) in blocks.iter().zip(&outputs) {
                 let (c_buf, t_buf) = (*c_buf, *t_buf);
+                // The K blocks of this chunk (serial chunks carry the accumulation, so the
+                // block's first round is K block 0 and its last `kb - 1`), or of the block's
+                // k split (its own partials from zero).
+                let (kb0, kb1, first, last) = if k_splits > 1 {
+                    let (s0, s1) = (kb * bl.split / k_splits, kb * (bl.split + 1) / k_splits);
+                    (s0, s1, s0, s1 - 1)
+                } else {
+                    (kb * chunk / chunks, kb * (chunk + 1) / chunks, 0, kb - 1)
+                };
+                let kc = kb1 - kb0;
+                let kcp = kc * kblk;
+                let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
                 let bm = bl.m1 - bl.m0;
                 let bg = bl.g1 - bl.g0;
                 // A staging: [kc][bm][kblk].
@@ -523,7 +790,12 @@ impl Lowerer<'_> {
                 );
                 // Blocks with the same weights hold them at the same address (a placement
                 // group), so the exchange can multicast them.
-                let key = (if b_batch == 1 { 0 } else { bl.batch }, bl.g0, bl.g1);
+                let key = (
+                    if b_batch == 1 { 0 } else { bl.batch },
+                    bl.g0,
+                    bl.g1,
+                    bl.split,
+                );
                 let entry = weight_groups
                     .entry(key)
                     .or_insert((u32::MAX, BTreeSet::new()));
@@ -560,7 +832,7 @@ impl Lowerer<'_> {
                         debug_assert_eq!(w_off % weight_bytes, 0);
                         ops.push(SupOp::AmpW(b_st, w_off));
                         // The last round writes the output buffer; rounds alternate before it.
-                        let (dst, src) = if (kb - 1 - kk) % 2 == 0 {
+                        let (dst, src) = if (last - kk) % 2 == 0 {
                             (c_buf, t_buf)
                         } else {
                             (t_buf, c_buf)
@@ -570,7 +842,7 @@ impl Lowerer<'_> {
                                 let a_row = ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes;
                                 ops.push(amp_run(
                                     (a_st, a_row),
-                                    (kk > 0).then_some((src, c_off + r0 * out_row_bytes)),
+                                    (kk > first).then_some((src, c_off + r0 * out_row_bytes)),
                                     (dst, c_off + r0 * out_row_bytes),
                                     r1 - r0,
                                 ));
@@ -610,38 +882,172 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+
+    /// A [`DevOpKind::SumSplits`] stage: every tile of the output receives its share of every
+    /// input slice (none when the input already sits there in that order, as after an earlier
+    /// stage) and adds them ([`sum_splits_ops`]).
+    pub(crate) fn lower_sum_splits(
+        &mut self,
+        index: usize,
+        runs: usize,
+        steps: &mut OpSteps,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (x, out) = (op.inputs[0], op.output);
+        let name = op.name.clone();
+        let xv = &self.plan.values[x];
+        let depth = xv.shape[0];
+        let group = xv.layout.group;
+        let x_slice = ipu_package::storage_elements(&xv.shape, group) / depth;
+        let ty = elem(xv.dtype)
+            .ok_or_else(|| CodegenError::internal(format!("{name}: partials of {}", xv.dtype)))?;
+        let eb = self.eb(x);
+        let out_layout = self.plan.values[out].layout.clone();
+        let x_layout = xv.layout.clone();
+        for tile in out_layout.tiles() {
+            // The tile's share of output slice 0; every other slice has the same ranges, at
+            // `slice * n` elements further in the buffer.
+            let mine: Vec<(usize, usize, usize)> = out_layout
+                .ranges_on(tile)
+                .into_iter()
+                .filter(|r| r.0 < x_slice)
+                .collect();
+            let n: usize = mine.iter().map(|r| r.1 - r.0).sum();
+            let want: Vec<(usize, usize, usize)> = (0..depth)
+                .flat_map(|s| {
+                    mine.iter()
+                        .map(move |&(a, b, l)| (s * x_slice + a, s * x_slice + b, s * n + l))
+                })
+                .collect();
+            let recv = if x_layout.ranges_on(tile) == want {
+                self.value_buffer(x, tile)
+            } else {
+                let st = self.scratch_buffer(
+                    tile,
+                    (depth * n) as u32 * eb,
+                    format!("stage:{name}.partials"),
+                );
+                let copies = self.gather(x, tile, group, &want, st);
+                steps.copies.extend(copies);
+                st
+            };
+            let ob = self.value_buffer(out, tile);
+            let temp =
+                self.scratch_buffer(tile, (runs * n) as u32 * eb, format!("pingpong:{name}"));
+            let ops = sum_splits_ops(
+                ty,
+                eb,
+                n as u32,
+                depth,
+                runs,
+                ((recv, 0), (ob, 0), (temp, 0)),
+            );
+            steps.tiles.entry(tile).or_default().extend(ops);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The 3-D estimate of the transformer shapes on 1472 tiles (f16 operands, f32 partials), with
-    /// the whole tile as the limit less the support reserve; printed for docs/perf.md.
+    /// The cheapest 3-D split of the transformer shapes on 1472 tiles, with the whole tile as
+    /// the limit less the support reserve (`cargo test -p ipu-codegen --lib k_split --
+    /// --nocapture` prints them).
     #[test]
-    fn k_split_estimates_of_the_transformer_shapes() {
+    fn k_split_candidates_of_the_transformer_shapes() {
         let target = ipu_target::Target::gc200();
         let tile = target.memory_bytes() as u64 - crate::plan::SUPPORT_RESERVE_BYTES;
-        for (m, k, n) in [
-            (2048, 2048, 2048),
-            (512, 768, 3072),
-            (512, 3072, 768),
-            (128, 768, 768),
-            (4096, 4096, 4096),
+        for (mode, m, k, n) in [
+            (AmpMode::F16F32, 2048, 2048, 2048),
+            (AmpMode::F16F16, 2048, 2048, 2048),
+            (AmpMode::F32F32, 2048, 2048, 2048),
+            (AmpMode::F16F32, 512, 768, 3072),
+            (AmpMode::F16F32, 512, 3072, 768),
+            (AmpMode::F16F32, 128, 768, 768),
+            (AmpMode::F16F32, 4096, 4096, 4096),
         ] {
-            let e = k_split_estimate(
-                AmpMode::F16F32,
-                (1, m, k, n),
-                1472,
+            let shape = KSplitShape {
+                mode,
+                batch: 1,
+                m,
+                k,
+                n,
+                tiles: 1472,
+            };
+            let found = k_split_candidates(
+                &shape,
                 tile,
                 target.interleaved_bytes() as u64,
                 target.sync_cycles as u64,
                 MATMUL_CANDIDATES_MAX,
             );
-            println!("{m}x{k}x{n}: {e:?}");
-            if let Some(e) = e {
+            println!("{mode:?} {m}x{k}x{n}: {:?}", found.first());
+            for e in &found {
                 assert!(e.splits >= 2 && e.pm * e.pn * e.splits <= 1472);
                 assert!(e.tile_bytes <= tile && e.reduce_cycles < e.cycles);
+            }
+            assert!(found.windows(2).all(|w| w[0].cycles <= w[1].cycles));
+        }
+    }
+
+    /// The reduction's additions sum every run in index order into its slice of the output,
+    /// and no wave reads (its own slice or, past its end, the next) what another of its
+    /// launches writes.
+    #[test]
+    fn sum_splits_adds_runs_in_order_without_a_race() {
+        use kernels::state::State;
+        let (recv, out, temp) = (BufferId(1), BufferId(2), BufferId(3));
+        let n = 64u32;
+        let slice_bytes = n * 4;
+        for depth in 2..40 {
+            for runs in 1..=depth / 2 {
+                let ops = sum_splits_ops(
+                    kernels::Elem::F32,
+                    4,
+                    n,
+                    depth,
+                    runs,
+                    ((recv, 0), (out, 0), (temp, 0)),
+                );
+                // What each (buffer, slice) holds: the input slices summed into it, in order.
+                let mut held: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
+                for s in 0..depth {
+                    held.insert((1, s as u32), vec![s]);
+                }
+                for wave in ops.split(|o| *o == SupOp::WaitW) {
+                    let mut reads = BTreeSet::new();
+                    let mut writes = BTreeSet::new();
+                    let mut results = Vec::new();
+                    for op in wave {
+                        let Some((_, State::Binary(st))) = op.launch() else {
+                            panic!("{op:?}");
+                        };
+                        let slot = |l: (BufferId, u32)| (l.0.0, l.1 / slice_bytes);
+                        let (a, b, o) = (slot(st.a), slot(st.b), slot(st.out));
+                        for r in [a, b] {
+                            reads.insert(r);
+                            reads.insert((r.0, r.1 + 1));
+                        }
+                        writes.insert(o);
+                        if st.a.1 % slice_bytes == 0 {
+                            let mut sum = held[&a].clone();
+                            sum.extend(&held[&b]);
+                            results.push((o, sum));
+                        }
+                    }
+                    assert!(reads.is_disjoint(&writes), "depth {depth} runs {runs}");
+                    held.extend(results);
+                }
+                for i in 0..runs {
+                    let want: Vec<usize> = (depth * i / runs..depth * (i + 1) / runs).collect();
+                    assert_eq!(
+                        held[&(2, i as u32)],
+                        want,
+                        "depth {depth} runs {runs} run {i}"
+                    );
+                }
             }
         }
     }

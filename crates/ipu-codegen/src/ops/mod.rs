@@ -8,7 +8,7 @@
 //!
 //! | family | graph operations | device operations |
 //! |---|---|---|
-//! | [`matmul`] | `matmul` | `DevOpKind::MatMul` |
+//! | [`matmul`] | `matmul` | `DevOpKind::MatMul`, `SumSplits` (a 3-D split's reduction) |
 //! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `exp`, `sqrt`, `tanh`, `erf`, `cast`, `causal_mask` | `Binary`, `Unary`, `Cast`, `CausalMask` |
 //! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | `Rows` |
 //! | [`flash`] | `flash_attention` | `Flash` |
@@ -90,10 +90,12 @@ impl Lowerer<'_> {
                 mode,
                 blocks,
                 k_chunks,
+                k_splits,
                 ..
             } => {
-                self.lower_matmul(index, *mode, blocks, *k_chunks, &mut steps)?;
+                self.lower_matmul(index, *mode, blocks, (*k_chunks, *k_splits), &mut steps)?;
             }
+            DevOpKind::SumSplits { runs } => self.lower_sum_splits(index, *runs, &mut steps)?,
             DevOpKind::Rows(rop) => {
                 self.lower_rows(index, rop, &mut steps)?;
             }

@@ -765,7 +765,15 @@ impl Planner<'_> {
         let kt = self.plan_transpose(&format!("{name}.k_t"), k, &perm, None)?;
         let mut sshape = qs.clone();
         sshape[r - 1] = ks[r - 2];
-        let s = self.plan_matmul(&format!("{name}.scores"), mode, q, kt, partials, &sshape)?;
+        let s = self.plan_matmul(
+            &format!("{name}.scores"),
+            mode,
+            q,
+            kt,
+            partials,
+            &sshape,
+            false,
+        )?;
         let layout = self.values[s].layout.clone();
         let t = self.add_value(
             format!("{name}.scaled"),
@@ -797,7 +805,15 @@ impl Planner<'_> {
         let why = format!("no AMP mode for {partials_name} probabilities");
         let mode2 = amp_mode(self, partials, why)?;
         let oshape = out_val.ty.shape.clone();
-        let o = self.plan_matmul(&format!("{name}.context"), mode2, p, v2, partials, &oshape)?;
+        let o = self.plan_matmul(
+            &format!("{name}.context"),
+            mode2,
+            p,
+            v2,
+            partials,
+            &oshape,
+            false,
+        )?;
         let out = op.outputs[0];
         if partials == out_dtype {
             self.rename(o, out_val.name.clone(), out);
