@@ -24,10 +24,11 @@ if [ -z "${IPU:-}" ]; then
 fi
 db="$out/runs.sqlite"
 IPU_LOG=warn "$IPU" run attention-flash --artifacts "$out/flash" --db "$db" >"$out/flash.txt"
-# A graph planning refuses for memory: exit 2, and the report is still written.
+# A graph planning refuses for memory: exit 2, and the report is still written, with the view
+# of every tile at the refused operation (the weights of later layers live beside it).
 status=0
-IPU_LOG=warn "$IPU" run attention --set seq=512 --tiles 4 --artifacts "$out/refused" --db "$db" \
-  >"$out/refused.txt" 2>&1 || status=$?
+IPU_LOG=warn "$IPU" run mlp --set width=4096 --set depth=3 --tiles 4 --artifacts "$out/refused" \
+  --db "$db" >"$out/refused.txt" 2>&1 || status=$?
 [ "$status" -eq 2 ] || { echo "the refused graph exited with $status, not 2" >&2; exit 1; }
 check() {
   local name="$1" page="$2"
@@ -48,3 +49,5 @@ check() {
 }
 check flash "$out/flash/report.html"
 check refused "$out/refused/report.html"
+grep -q '"planning":true' "$out/refused/report.html" \
+  || { echo "the refused graph's report has no planning refusal's memory view" >&2; exit 1; }

@@ -118,7 +118,7 @@ pub fn after_run(
 }
 
 /// A refused build: its JSON report gains the busiest tile of the closest candidate, the error
-/// names that tile and its largest buffers, and each of `html` gets the HTML report (with the
+/// names that tile and its largest buffers (a planning refusal's error names them itself), and each of `html` gets the HTML report (with the
 /// memory view) and each of `dirs` the report, the view and the HTML report. Returns the error
 /// to stop with.
 pub fn on_refusal(
@@ -131,7 +131,9 @@ pub fn on_refusal(
     let view = refusal.view.as_deref();
     let busiest = view.and_then(|v| busiest_tile_json(v, REFUSAL_BUFFERS));
     let mut message = refusal.error.to_string();
-    if let Some(b) = &busiest {
+    // A planning refusal's error already names its busiest tile and the values there.
+    let named = view.is_some_and(|v| v.planning_refusal);
+    if let Some(b) = busiest.as_ref().filter(|_| !named) {
         let names: Vec<String> = b["largest_buffers"]
             .as_array()
             .into_iter()
@@ -154,6 +156,8 @@ pub fn on_refusal(
             b["peak_step"],
             names.join(", ")
         );
+    }
+    if let Some(b) = &busiest {
         report["busiest_tile"] = b.clone();
     }
     let text = serde_json::to_string_pretty(&report)?;

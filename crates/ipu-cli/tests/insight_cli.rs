@@ -155,6 +155,47 @@ fn a_refused_build_writes_a_report_with_its_error() {
 }
 
 #[test]
+fn a_planning_refusal_writes_the_memory_view_of_every_tile() {
+    // The mlp's first layer is refused at planning: the report draws each tile's live values
+    // (the weights of every layer, a quarter on each tile) and the error names the busiest.
+    let d = scratch_in("insight", "planning-refused");
+    let dir = d.join("a");
+    let o = ipu_quiet(&[
+        "run",
+        "mlp",
+        "--set",
+        "width=4096",
+        "--set",
+        "depth=3",
+        "--tiles",
+        "4",
+        "--artifacts",
+        s(&dir),
+        "--no-db",
+    ]);
+    let err = refused(&o, "busiest tile 0: %w0 8388608 bytes, %w1 8388608 bytes");
+    assert_eq!(err.matches("busiest tile").count(), 1, "named once: {err}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["error"]["tile"], 0, "{report}");
+    let b = &report["busiest_tile"];
+    assert_eq!(b["planning_refusal"], true, "{report}");
+    let names: Vec<&str> = b["largest_buffers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"%w2") && names.contains(&"%h0 working set (estimate)"),
+        "{names:?}"
+    );
+    assert!(dir.join("build.view.json").exists());
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("\"planning\":true") && html.contains("Planning refused an operation"));
+}
+
+#[test]
 fn runs_are_listed_newest_first_shown_and_compared() {
     let d = scratch_in("insight", "runs");
     let db = d.join("runs.sqlite");

@@ -213,13 +213,15 @@ pub struct BuildReport {
     pub view: Option<Box<view::BuildView>>,
 }
 
-/// A refused build: the error, and the view of the closest the build came to a package (the
-/// last program tried, when placement refused it; none when planning refused the graph).
+/// A refused build: the error, and the view of the closest the build came to a package: the
+/// last program tried, when placement refused it; every tile's live values and the refused
+/// operation's estimated working set, when planning refused an operation for memory; none
+/// for other refusals.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
     /// Why.
     pub error: CodegenError,
-    /// The memory view of the program placement refused.
+    /// The memory view of the closest candidate.
     pub view: Option<Box<view::BuildView>>,
 }
 
@@ -301,7 +303,8 @@ pub fn build(graph: &Graph, options: &BuildOptions) -> Result<Build, CodegenErro
     build_explained(graph, options).map_err(|r| r.error)
 }
 
-/// [`build`], with the view of the closest candidate when placement refuses the program.
+/// [`build`], with the view of the closest candidate when placement refuses the program or
+/// planning refuses an operation for memory.
 pub fn build_explained(graph: &Graph, options: &BuildOptions) -> Result<Build, Refusal> {
     build_searched(graph, options, &Search::default())
 }
@@ -417,10 +420,12 @@ pub fn build_searched(
     let mut support_bytes = plan::SUPPORT_RESERVE_BYTES;
     let mut attempt = 0;
     let (plan, lowered, kernels, step_index, sized, placement, support) = loop {
-        let plan = phase(&mut report, "lower_mid", || {
+        // The view of every tile at the operation planning refused for memory, if it did.
+        let mut planning_view = None;
+        let planned = phase(&mut report, "lower_mid", || {
             // Fused operations (flash attention) are planned and lowered as one operation
             // whose blocks are its sub-operations (`ops::flash`).
-            let (p, outcome) = plan::plan_searched(
+            let (p, outcome) = plan::plan_explained(
                 graph,
                 &target,
                 options.tiles,
@@ -428,7 +433,11 @@ pub fn build_searched(
                 support_bytes,
                 &search.choices,
                 search.budget,
-            )?;
+            )
+            .map_err(|r| {
+                planning_view = r.view;
+                r.error
+            })?;
             info!(
                 candidates = outcome.examined,
                 budget = %search.budget,
@@ -437,6 +446,10 @@ pub fn build_searched(
             );
             plan::check(&p)?;
             Ok(p)
+        });
+        let plan = planned.map_err(|error| Refusal {
+            error,
+            view: planning_view,
         })?;
         phase(&mut report, "select_finalist", || {
             plan::log_finalists(&plan);

@@ -20,7 +20,8 @@ use ipu_target::{
 };
 
 use crate::layout::{Layout, PIECE_GRAIN};
-use crate::{CodegenError, MemoryRegion};
+use crate::view::{self, LiveValue, PlanningRefusal};
+use crate::{CodegenError, MemoryRegion, Refusal};
 use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
 pub use crate::ops::rows::{GatherKind, RowOp};
@@ -344,6 +345,9 @@ pub(crate) struct Planner<'a> {
     pub(crate) choices: Choices,
     /// The search's bound and what it has spent.
     pub(crate) search: SearchState,
+    /// The tile the current operation's closest mapping needs its bytes on, when its family
+    /// refused it for memory and knows which (see [`Planner::fits_any`]).
+    pub(crate) refused_tile: Option<u32>,
 }
 
 /// The finalist an operation selects: its index among the operation's finalists (0: the
@@ -533,12 +537,37 @@ pub fn plan_searched(
     choices: &Choices,
     search: SearchBudget,
 ) -> Result<(OperatorPlan, SearchOutcome), CodegenError> {
+    plan_explained(
+        graph,
+        target,
+        tiles,
+        budgets,
+        support_reserve_bytes,
+        choices,
+        search,
+    )
+    .map_err(|r| r.error)
+}
+
+/// [`plan_searched`], with the view of every tile at the operation refused when planning
+/// refuses one for memory ([`view::planning_refusal_view`]; the error then names the busiest
+/// tile and its largest values).
+pub fn plan_explained(
+    graph: &Graph,
+    target: &Target,
+    tiles: u32,
+    budgets: &BTreeMap<String, u64>,
+    support_reserve_bytes: u64,
+    choices: &Choices,
+    search: SearchBudget,
+) -> Result<(OperatorPlan, SearchOutcome), Refusal> {
     // Layouts cut the last axis into column groups: a value needs one.
     if let Some(v) = graph.values().iter().find(|v| v.ty.shape.is_empty()) {
         return Err(CodegenError::unsupported(
             format!("%{}", v.name),
             "rank-0 (scalar) tensors are not lowered; give the value the shape [1]",
-        ));
+        )
+        .into());
     }
     if tiles == 0 || tiles > target.tiles {
         return Err(CodegenError::Options {
@@ -546,7 +575,8 @@ pub fn plan_searched(
                 "--tiles {tiles} is outside 1..={} for {}",
                 target.tiles, target.kind
             ),
-        });
+        }
+        .into());
     }
     let mut p = Planner {
         graph,
@@ -563,6 +593,7 @@ pub fn plan_searched(
         support_reserve_bytes: support_reserve_bytes.max(SUPPORT_RESERVE_BYTES),
         choices: choices.clone(),
         search: SearchState::new(search),
+        refused_tile: None,
     };
     // Inputs, and constants laid out like them (`initialize` writes those onto the tiles
     // once): a value balanced over the tiles from `first`, and the tiles it takes.
@@ -592,7 +623,10 @@ pub fn plan_searched(
     for (i, op) in graph.operations().iter().enumerate() {
         p.origin = format!("%{}", op.name);
         p.op_index = i;
-        p.plan_op(op)?;
+        p.refused_tile = None;
+        if let Err(e) = p.plan_op(op) {
+            return Err(p.refusal(e));
+        }
     }
     let outputs = graph
         .outputs()
@@ -607,7 +641,8 @@ pub fn plan_searched(
             return Err(CodegenError::unsupported(
                 format!("%{}", p.values[o].name),
                 "the output is a graph input or a constant; nothing to compute",
-            ));
+            )
+            .into());
         }
     }
     check_choices(&p.finalists, choices)?;
@@ -699,6 +734,62 @@ pub fn check(plan: &OperatorPlan) -> Result<(), CodegenError> {
     Ok(())
 }
 
+/// Largest values of the busiest tile a planning refusal names.
+pub const REFUSAL_VALUES_NAMED: usize = 5;
+
+/// The busiest tile `t` of a planning refusal's view `v`, in words: its largest values (at
+/// their share of the tile) beside the refused operation's estimated need.
+fn busiest_text(v: &view::BuildView, t: &view::TileMemory, need_bytes: u64) -> String {
+    let values: Vec<&view::BufferView> = t.buffers.iter().filter(|b| !b.estimate).collect();
+    let name = |b: &view::BufferView| name_of(v, b.name);
+    let total: u64 = values.iter().map(|b| u64::from(b.bytes)).sum();
+    // Operands read last by the refused operation: their homes are live, though the screen
+    // (`other_live_bytes`) leaves them to the reserve's slack.
+    let operands: u64 = values
+        .iter()
+        .filter(|b| b.last == t.peak_step)
+        .filter(|b| {
+            v.steps
+                .get(t.peak_step)
+                .is_none_or(|s| name_of(v, b.op) != s.name)
+        })
+        .map(|b| u64::from(b.bytes))
+        .sum();
+    let operands = if operands > 0 {
+        format!(", {operands} of them its operands' homes")
+    } else {
+        String::new()
+    };
+    let need = if t.buffers.iter().any(|b| b.estimate) {
+        format!("the closest mapping's {need_bytes} bytes")
+    } else {
+        format!("the closest mapping's {need_bytes} bytes on another tile")
+    };
+    if values.is_empty() {
+        return format!("busiest tile {}: no values live beside {need}", t.tile);
+    }
+    let shown: Vec<String> = values
+        .iter()
+        .take(REFUSAL_VALUES_NAMED)
+        .map(|b| format!("{} {} bytes", name(b), b.bytes))
+        .collect();
+    let more = values.len().saturating_sub(REFUSAL_VALUES_NAMED);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "busiest tile {}: {}{more} ({total} bytes of values live there{operands}) beside {need}",
+        t.tile,
+        shown.join(", ")
+    )
+}
+
+fn name_of(v: &view::BuildView, i: u32) -> &str {
+    v.names.get(i as usize).map_or("?", String::as_str)
+}
+
 /// Per graph value, the index of the last operation that reads it; graph outputs and constants
 /// stay live to the end.
 fn last_uses(graph: &Graph) -> std::collections::HashMap<ValueId, usize> {
@@ -718,11 +809,6 @@ fn last_uses(graph: &Graph) -> std::collections::HashMap<ValueId, usize> {
 }
 
 impl Planner<'_> {
-    /// Bytes the busiest tile holds for other values while the current graph operation runs:
-    /// every planned graph value that a later operation still reads (constants and outputs
-    /// included), at its largest share of one tile. The operation's own operands count only
-    /// when read again later (a lone operation's homes are within the support reserve's
-    /// slack). A conservative bound: the largest shares need not be on one tile.
     /// The budget of the operation being planned, if placement asked for one.
     pub(crate) fn budget(&self) -> Option<u64> {
         self.budgets.get(&self.origin).copied()
@@ -738,6 +824,11 @@ impl Planner<'_> {
             .min(finalists.saturating_sub(1))
     }
 
+    /// Bytes the busiest tile holds for other values while the current graph operation runs:
+    /// every planned graph value that a later operation still reads (constants and outputs
+    /// included), at its largest share of one tile. The operation's own operands count only
+    /// when read again later (a lone operation's homes are within the support reserve's
+    /// slack). A conservative bound: the largest shares need not be on one tile.
     pub(crate) fn other_live_bytes(&self) -> u64 {
         self.other_live().map(|(_, b)| b).sum()
     }
@@ -754,34 +845,10 @@ impl Planner<'_> {
         })
     }
 
-    /// The largest values live beside the operation being planned, for a refusal: what to
-    /// move, shrink or recompute to make room.
-    fn largest_live(&self) -> String {
-        let mut live: Vec<(&str, u64)> = self.other_live().collect();
-        if live.is_empty() {
-            return String::new();
-        }
-        live.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let total: u64 = live.iter().map(|(_, b)| b).sum();
-        let shown: Vec<String> = live
-            .iter()
-            .take(5)
-            .map(|(n, b)| format!("%{n} {b} bytes"))
-            .collect();
-        let more = live.len().saturating_sub(5);
-        let more = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
-        format!(
-            "; the largest values live meanwhile (each at its largest share of one tile, {total} bytes in all): {}{more}",
-            shown.join(", ")
-        )
-    }
-
     /// The planning refusal of the current operation: the busiest tile of the closest mapping
-    /// needs `need_bytes` of `region`, where `available_bytes` are free.
+    /// needs `need_bytes` of `region`, where `available_bytes` are free. Which tile that is
+    /// the family says through [`Planner::refused_tile`] when it knows; the refusal's view
+    /// ([`Planner::refusal`]) adds the values live on each tile.
     pub(crate) fn does_not_fit(
         &self,
         region: MemoryRegion,
@@ -795,22 +862,115 @@ impl Planner<'_> {
             region,
             need_bytes,
             available_bytes,
-            detail: format!("{detail}{}", self.largest_live()),
+            detail,
         }
     }
 
-    /// [`Planner::does_not_fit`] in any region when `need_bytes` exceed `available_bytes`.
+    /// [`Planner::does_not_fit`] in any region when `need_bytes` exceed `available_bytes`,
+    /// the need on `tile` when the family knows its busiest tile (none: spread over the tiles
+    /// or not known).
     pub(crate) fn fits_any(
-        &self,
+        &mut self,
+        tile: Option<u32>,
         need_bytes: u64,
         available_bytes: u64,
         detail: impl FnOnce() -> String,
     ) -> Result<(), CodegenError> {
         if need_bytes > available_bytes {
+            self.refused_tile = tile;
             let region = MemoryRegion::Any;
             return Err(self.does_not_fit(region, need_bytes, available_bytes, detail()));
         }
         Ok(())
+    }
+
+    /// The values planned so far that are live at the operation being planned: graph values
+    /// made at or before it and read at or after it (its operands included: their homes are
+    /// on the tiles while it runs; constants and outputs to the end), and the intermediates
+    /// its own planning made.
+    fn live_at_current(&self) -> Vec<LiveValue> {
+        let ops = self.graph.operations();
+        let made_by: std::collections::HashMap<ValueId, usize> = ops
+            .iter()
+            .enumerate()
+            .flat_map(|(i, o)| o.outputs.iter().map(move |&v| (v, i)))
+            .collect();
+        let last_op = ops.len().saturating_sub(1);
+        self.values
+            .iter()
+            .filter_map(|v| {
+                let (first, last) = match v.graph {
+                    Some(g) => {
+                        let last = *self.last_use.get(&g)?;
+                        let first = made_by.get(&g).copied().unwrap_or(0);
+                        (first <= self.op_index && last >= self.op_index)
+                            .then_some((first, last.min(last_op)))?
+                    }
+                    None => (v.origin == self.origin).then_some((self.op_index, self.op_index))?,
+                };
+                let bytes_per_tile = v
+                    .layout
+                    .elements_per_tile()
+                    .into_iter()
+                    .map(|(t, e)| (t, ((e * v.dtype.bytes()) as u64).div_ceil(8) * 8))
+                    .filter(|&(_, b)| b > 0)
+                    .collect();
+                Some(LiveValue {
+                    name: format!("%{}", v.name),
+                    origin: v.origin.clone(),
+                    first,
+                    last,
+                    bytes_per_tile,
+                })
+            })
+            .collect()
+    }
+
+    /// The refusal of the operation being planned. One for memory gains the view of every
+    /// tile at it ([`view::planning_refusal_view`]), names its busiest tile and the largest
+    /// values live there.
+    pub(crate) fn refusal(&self, error: CodegenError) -> Refusal {
+        let CodegenError::DoesNotFit {
+            op,
+            tile: None,
+            region,
+            need_bytes,
+            available_bytes,
+            detail,
+        } = error
+        else {
+            return error.into();
+        };
+        let r = PlanningRefusal {
+            operations: (self.graph.operations().iter())
+                .map(|o| format!("%{}", o.name))
+                .collect(),
+            refused: self.op_index,
+            tiles: self.tiles,
+            live: self.live_at_current(),
+            need_bytes,
+            need_interleaved: region == MemoryRegion::Interleaved,
+            need_tile: self.refused_tile.filter(|&t| t < self.tiles),
+            reserve_bytes: self.support_reserve_bytes,
+            finalists: &self.finalists,
+        };
+        let v = view::planning_refusal_view(&r, self.target);
+        let busiest = view::busiest_tile(&v).map(|t| t.tile);
+        let detail = match view::busiest_tile(&v) {
+            Some(t) => format!("{detail}; {}", busiest_text(&v, t, need_bytes)),
+            None => detail,
+        };
+        Refusal {
+            error: CodegenError::DoesNotFit {
+                op,
+                tile: busiest,
+                region,
+                need_bytes,
+                available_bytes,
+                detail,
+            },
+            view: Some(Box::new(v)),
+        }
     }
 
     /// A device value for the graph value `id` (`val`) as `dtype`, in `layout`.

@@ -1,7 +1,9 @@
 //! What a build shows a user: its steps with their estimates and kernels, every tile's memory
 //! and the buffers live at its peak, the bytes each tile exchanges, the planner's finalists.
 //! Plain data (serialisable) that reports and traces are drawn from; [`view`] builds it from
-//! the placed program, [`refusal_view`] from the last program tried when placement refused it.
+//! the placed program, [`refusal_view`] from the last program tried when placement refused it,
+//! [`planning_refusal_view`] from the values planned so far when planning refused an operation
+//! for memory (no program: the steps are the graph's operations).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,11 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::exchange::Scheduled;
 use crate::place::{Placement, TileSupport};
-use crate::plan::OperatorPlan;
+use crate::plan::{Finalist, OperatorPlan};
 use crate::program::{Region, Step, SupOp, TileProgram};
 
-/// Version of [`BuildView`]'s serialised layout; bumped when a field changes meaning.
-pub const VIEW_FORMAT_VERSION: u32 = 1;
+/// Version of [`BuildView`]'s serialised layout; bumped when a field changes meaning (2: the
+/// view of a planning refusal, [`BuildView::planning_refusal`] and [`BufferView::estimate`]).
+pub const VIEW_FORMAT_VERSION: u32 = 2;
 
 /// The view of one build (or of the closest candidate of a refused one).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -40,6 +43,11 @@ pub struct BuildView {
     pub finalists: Vec<FinalistView>,
     /// Whether buffer addresses are known (false for a program placement refused).
     pub placed: bool,
+    /// The view of a planning refusal: no program was lowered, the steps are the graph's
+    /// operations and a tile's "buffers" are the values planned so far that are live at the
+    /// refused operation (their share on the tile) and that operation's estimated working set.
+    #[serde(default)]
+    pub planning_refusal: bool,
 }
 
 /// One bulk-synchronous step.
@@ -105,6 +113,10 @@ pub struct BufferView {
     pub last: usize,
     /// Its address, when placed.
     pub address: Option<u32>,
+    /// Not a buffer: the estimated working set of the operation planning refused (its closest
+    /// mapping's need on its busiest tile).
+    #[serde(default)]
+    pub estimate: bool,
 }
 
 /// One of the planner's finalists.
@@ -252,6 +264,7 @@ fn common(
                 first: b.first,
                 last: b.last,
                 address: placement.map(|p| p.addresses[i]),
+                estimate: false,
             })
             .collect();
         buffers.sort_by_key(|b| (std::cmp::Reverse(b.bytes), b.first, b.name));
@@ -346,19 +359,179 @@ fn common(
         steps,
         tiles,
         names: names.list,
-        finalists: plan
-            .finalists
-            .iter()
-            .map(|f| FinalistView {
-                op: f.op.clone(),
-                mapping: f.mapping.clone(),
-                estimated_cycles: f.estimated_cycles,
-                estimated_exchange_cycles: f.estimated_exchange_cycles,
-                peak_tile_bytes: f.peak_tile_bytes,
-                tiles: f.tiles,
-                candidates: f.alternatives,
-            })
-            .collect(),
+        finalists: finalist_views(&plan.finalists),
         placed: placement.is_some(),
+        planning_refusal: false,
+    }
+}
+
+fn finalist_views(finalists: &[Finalist]) -> Vec<FinalistView> {
+    finalists
+        .iter()
+        .map(|f| FinalistView {
+            op: f.op.clone(),
+            mapping: f.mapping.clone(),
+            estimated_cycles: f.estimated_cycles,
+            estimated_exchange_cycles: f.estimated_exchange_cycles,
+            peak_tile_bytes: f.peak_tile_bytes,
+            tiles: f.tiles,
+            candidates: f.alternatives,
+        })
+        .collect()
+}
+
+/// The busiest tile of a view: the most standard and interleaved bytes, the lowest tile of
+/// equals.
+pub fn busiest_tile(view: &BuildView) -> Option<&TileMemory> {
+    view.tiles.iter().max_by_key(|t| {
+        (
+            u64::from(t.standard_bytes) + u64::from(t.interleaved_bytes),
+            std::cmp::Reverse(t.tile),
+        )
+    })
+}
+
+/// A value live at the operation planning refused, with its bytes on each tile holding some
+/// (the tile's share of its elements times the element bytes, rounded up to 8).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LiveValue {
+    /// `%name`.
+    pub(crate) name: String,
+    /// The user's value or operation it belongs to.
+    pub(crate) origin: String,
+    /// The graph operation that makes it (0 for inputs and constants).
+    pub(crate) first: usize,
+    /// The last graph operation that reads it (the last operation for outputs and constants).
+    pub(crate) last: usize,
+    /// Bytes per tile.
+    pub(crate) bytes_per_tile: BTreeMap<u32, u64>,
+}
+
+/// What planning knew when it refused an operation for memory.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanningRefusal<'a> {
+    /// Every graph operation's `%name`, in order.
+    pub(crate) operations: Vec<String>,
+    /// The index of the refused one.
+    pub(crate) refused: usize,
+    /// Tiles planned over.
+    pub(crate) tiles: u32,
+    /// The values live at the refused operation.
+    pub(crate) live: Vec<LiveValue>,
+    /// The closest mapping's need on its busiest tile.
+    pub(crate) need_bytes: u64,
+    /// The need is for interleaved memory.
+    pub(crate) need_interleaved: bool,
+    /// The tile the need is on, when the operation's family names it; otherwise the need is
+    /// drawn on every tile, as the bound it is there.
+    pub(crate) need_tile: Option<u32>,
+    /// Bytes per tile kept for code and support data.
+    pub(crate) reserve_bytes: u64,
+    /// The finalists of the operations planned before.
+    pub(crate) finalists: &'a [Finalist],
+}
+
+/// The name of the estimated working set of the refused operation `op` in a planning
+/// refusal's view.
+pub fn working_set_name(op: &str) -> String {
+    format!("{op} working set (estimate)")
+}
+
+/// The view of a planning refusal: every tile's support reserve, the values live at the refused
+/// operation at their share of the tile, and the refused operation's estimated working set;
+/// steps are the graph's operations (`planned`, `refused`, `not planned`), every tile's peak
+/// is the refused operation, nothing has an address.
+pub(crate) fn planning_refusal_view(r: &PlanningRefusal<'_>, target: &Target) -> BuildView {
+    let mut names = Names::default();
+    let clamp = |b: u64| u32::try_from(b).unwrap_or(u32::MAX);
+    let last_step = r.operations.len().saturating_sub(1);
+    let refused_op = r.operations.get(r.refused).cloned().unwrap_or_default();
+    let working_set = names.id(&working_set_name(&refused_op));
+    let refused_id = names.id(&refused_op);
+    let mut tiles: Vec<TileMemory> = (0..r.tiles)
+        .map(|tile| TileMemory {
+            tile,
+            support_bytes: clamp(r.reserve_bytes),
+            peak_step: r.refused.min(last_step),
+            ..Default::default()
+        })
+        .collect();
+    let mut standard = vec![r.reserve_bytes; tiles.len()];
+    let mut interleaved = vec![0u64; tiles.len()];
+    for v in &r.live {
+        let (name, op) = (names.id(&v.name), names.id(&v.origin));
+        for (&tile, &bytes) in &v.bytes_per_tile {
+            let Some(t) = tiles.get_mut(tile as usize) else {
+                continue;
+            };
+            standard[tile as usize] += bytes;
+            t.buffers.push(BufferView {
+                name,
+                op,
+                bytes: clamp(bytes),
+                first: v.first.min(last_step),
+                last: v.last.min(last_step),
+                ..Default::default()
+            });
+        }
+    }
+    let need_on: Vec<u32> = match r.need_tile {
+        Some(t) => vec![t],
+        None => (0..r.tiles).collect(),
+    };
+    for tile in need_on {
+        let Some(t) = tiles.get_mut(tile as usize) else {
+            continue;
+        };
+        let to = if r.need_interleaved {
+            &mut interleaved
+        } else {
+            &mut standard
+        };
+        to[tile as usize] += r.need_bytes;
+        t.buffers.push(BufferView {
+            name: working_set,
+            op: refused_id,
+            bytes: clamp(r.need_bytes),
+            interleaved: r.need_interleaved,
+            first: r.refused.min(last_step),
+            last: r.refused.min(last_step),
+            address: None,
+            estimate: true,
+        });
+    }
+    for (i, t) in tiles.iter_mut().enumerate() {
+        t.standard_bytes = clamp(standard[i]);
+        t.interleaved_bytes = clamp(interleaved[i]);
+        t.buffers
+            .sort_by_key(|b| (std::cmp::Reverse(b.bytes), b.estimate, b.first, b.name));
+    }
+    let steps = r
+        .operations
+        .iter()
+        .enumerate()
+        .map(|(i, op)| StepView {
+            kind: match i.cmp(&r.refused) {
+                std::cmp::Ordering::Less => "planned",
+                std::cmp::Ordering::Equal => "refused",
+                std::cmp::Ordering::Greater => "not planned",
+            }
+            .into(),
+            name: op.clone(),
+            ..Default::default()
+        })
+        .collect();
+    BuildView {
+        format_version: VIEW_FORMAT_VERSION,
+        tiles_used: r.tiles,
+        standard_capacity_bytes: target.interleaved_base.saturating_sub(target.memory_base),
+        interleaved_capacity_bytes: target.memory_end.saturating_sub(target.interleaved_base),
+        init_steps: 0,
+        steps,
+        tiles,
+        names: names.list,
+        finalists: finalist_views(r.finalists),
+        placed: false,
+        planning_refusal: true,
     }
 }

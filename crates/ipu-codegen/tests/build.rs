@@ -2,7 +2,7 @@
 
 mod common;
 
-use ipu_codegen::{CodegenError, build};
+use ipu_codegen::{CodegenError, build, build_explained};
 use ipu_target::Target;
 
 #[test]
@@ -44,7 +44,7 @@ fn too_large_matmul_is_refused_at_planning() {
         &[("m", "4096"), ("k", "65536"), ("n", "64"), ("dtype", "f32")],
     );
     let (e, tile, _) = common::does_not_fit(&g, 1, "%c");
-    assert_eq!(tile, None, "planning does not blame one tile");
+    assert_eq!(tile, Some(0), "the busiest tile of the closest candidate");
     assert!(e.to_string().contains("bytes over"), "{e}");
     assert_eq!(e.kind(), "does_not_fit");
 }
@@ -94,13 +94,52 @@ fn flash_attention_package_bytes_do_not_depend_on_the_thread_count() {
 }
 
 #[test]
-fn a_planning_refusal_names_the_largest_values_live_beside_the_operation() {
-    // Layer 0's matmul must leave room for the weights of layers 1 and 2, read later.
+fn a_planning_refusal_draws_every_tile_and_names_the_busiest() {
+    // Layer 0's matmul must leave room for the weights of layers 1 and 2, read later: each
+    // [4096, 4096] f16 weight is a quarter on each of the 4 tiles.
     let g = common::model("mlp", &[("width", "4096"), ("depth", "3")]);
-    let (e, _, detail) = common::does_not_fit(&g, 4, "%h0");
+    let (e, tile, detail) = common::does_not_fit(&g, 4, "%h0");
+    let refusal = build_explained(&g, &common::gc200(4)).unwrap_err();
+    assert_eq!(refusal.error, e, "build and build_explained refuse alike");
+    let view = refusal.view.expect("a planning refusal has a view");
+    assert!(view.planning_refusal && !view.placed);
+    assert_eq!(view.tiles.len(), 4);
+    let busiest = ipu_codegen::view::busiest_tile(&view).unwrap();
+    assert_eq!(tile, Some(busiest.tile), "the error names the busiest tile");
+    let name = |b: &ipu_codegen::view::BufferView| view.names[b.name as usize].as_str();
+    let quarter = 4096 * 4096 * 2 / 4;
+    for w in ["%w0", "%w1", "%w2"] {
+        let b = busiest.buffers.iter().find(|b| name(b) == w);
+        let b = b.unwrap_or_else(|| panic!("{w} missing on the busiest tile: {view:?}"));
+        assert_eq!(b.bytes, quarter, "{w}'s share of the tile");
+        assert!(!b.estimate && b.address.is_none());
+        assert!(
+            detail.contains(&format!("{w} {quarter} bytes")),
+            "{w} named: {e}"
+        );
+    }
     assert!(
-        detail.contains("the largest values live meanwhile")
-            && detail.contains("%w1 8388608 bytes, %w2 8388608 bytes"),
+        detail.contains(&format!("busiest tile {}: ", busiest.tile)),
         "{e}"
     );
+    assert!(
+        !detail.contains("largest share"),
+        "per-tile bytes, not bounds: {e}"
+    );
+    // The refused operation's closest mapping is drawn as an estimate, not a buffer, and the
+    // tile's bytes add up: support reserve, values, estimate.
+    let CodegenError::DoesNotFit { need_bytes, .. } = e else {
+        unreachable!()
+    };
+    let estimate = busiest.buffers.iter().find(|b| b.estimate).unwrap();
+    assert_eq!(name(estimate), "%h0 working set (estimate)");
+    assert_eq!(u64::from(estimate.bytes), need_bytes);
+    let sum: u64 = busiest.buffers.iter().map(|b| u64::from(b.bytes)).sum();
+    assert_eq!(
+        u64::from(busiest.standard_bytes + busiest.interleaved_bytes),
+        sum + u64::from(busiest.support_bytes)
+    );
+    // Steps are the graph's operations; the peak is the refused one.
+    assert_eq!(view.steps[busiest.peak_step].kind, "refused");
+    assert_eq!(view.steps[busiest.peak_step].name, "%h0");
 }

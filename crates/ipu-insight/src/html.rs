@@ -108,7 +108,18 @@ fn summary(out: &mut String, input: &ReportInput<'_>) {
             }
             out.push_str("</table>\n");
         }
-        if let Some(b) = s.get("busiest_tile") {
+        if let Some(b) = s
+            .get("busiest_tile")
+            .filter(|b| b["planning_refusal"] == true)
+        {
+            let _ = writeln!(
+                out,
+                "<p>Planning refused the graph before any buffer was laid out. Busiest tile at the refused operation: <b>tile {}</b>, {} bytes of live values and the operation's estimated working set, beside {} bytes reserved for code and support data (memory below).</p>",
+                text(&b["tile"]),
+                text(&b["live_bytes"]),
+                text(&b["support_bytes"])
+            );
+        } else if let Some(b) = s.get("busiest_tile") {
             let _ = writeln!(
                 out,
                 "<p>Busiest tile of the closest candidate: <b>tile {}</b>, {} bytes live at step {} (standard {} bytes, interleaved {} bytes).</p>",
@@ -205,6 +216,9 @@ fn memory(out: &mut String, input: &ReportInput<'_>) {
         "<p>Peak bytes per tile ({} tiles; standard memory {} bytes with code and support data, interleaved {} bytes). Click a tile, or pick one, to see the buffers live at its peak.</p>",
         v.tiles_used, v.standard_capacity_bytes, v.interleaved_capacity_bytes
     );
+    if v.planning_refusal {
+        out.push_str("<p class=\"why\">Planning refused an operation for memory, so no buffer was laid out: a tile's bytes are the support reserve, the values planned so far that are live at the refused operation (each at its share of the tile; the operation's operands included) and, marked <i>estimate</i>, the refused operation's working set: its closest mapping's need on its busiest tile, drawn on that tile when the operator family names it and on every tile otherwise (a bound there). Steps are the graph's operations; every tile's peak is the refused one.</p>\n");
+    }
     out.push_str("<div class=\"maps\"><div><h3>standard</h3><div id=\"heat-standard\" class=\"chart\"></div></div><div><h3>interleaved</h3><div id=\"heat-interleaved\" class=\"chart\"></div></div></div>\n");
     out.push_str("<p><label>tile <input id=\"tile-pick\" type=\"number\" min=\"0\" value=\"0\"></label> <span id=\"tile-summary\"></span></p>\n");
     out.push_str("<div id=\"liveness\" class=\"chart\"></div><div id=\"buffers\"></div>\n");
@@ -246,6 +260,10 @@ fn exchange(out: &mut String, input: &ReportInput<'_>) {
         out.push_str("<p>No exchange view.</p></section>\n");
         return;
     };
+    if v.planning_refusal {
+        out.push_str("<p>No exchange view: planning refused the graph before any exchange was laid out.</p></section>\n");
+        return;
+    }
     out.push_str("<p>Bytes each tile sends and receives in the exchange phases of <code>run</code>.</p><div id=\"exchange-chart\" class=\"chart\"></div>\n");
     let cycles_of = |i: usize| {
         input
@@ -347,7 +365,8 @@ fn planner(out: &mut String, input: &ReportInput<'_>) {
 }
 
 /// The data the page's script draws: compact arrays (one number per tile) and, per tile, the
-/// buffers at its peak as `[name, op, bytes, interleaved, first, last, address or -1]`.
+/// buffers at its peak as `[name, op, bytes, interleaved, first, last, address or -1,
+/// estimate]` (estimate 1: a planning refusal's estimated working set, not a buffer).
 fn data_json(input: &ReportInput<'_>) -> Value {
     let s = input.summary;
     let phases = s["phases"].clone();
@@ -385,7 +404,8 @@ fn data_json(input: &ReportInput<'_>) -> Value {
                             u8::from(b.interleaved),
                             b.first,
                             b.last,
-                            b.address.map_or(-1, i64::from)
+                            b.address.map_or(-1, i64::from),
+                            u8::from(b.estimate)
                         ]))
                         .collect::<Vec<_>>()
                 )
@@ -406,19 +426,13 @@ fn data_json(input: &ReportInput<'_>) -> Value {
             "names": v.names,
             "buffers": buffers,
             "placed": v.placed,
+            "planning": v.planning_refusal,
         })
     });
-    let busiest = input.view.and_then(|v| {
-        v.tiles
-            .iter()
-            .max_by_key(|t| {
-                (
-                    t.standard_bytes + t.interleaved_bytes,
-                    std::cmp::Reverse(t.tile),
-                )
-            })
-            .map(|t| t.tile)
-    });
+    let busiest = input
+        .view
+        .and_then(ipu_codegen::view::busiest_tile)
+        .map(|t| t.tile);
     json!({"phases": phases, "steps": steps, "view": view, "busiest": busiest})
 }
 
@@ -457,7 +471,7 @@ var V=D.view;
 if(V){
  var n=V.tiles.length,cols=Math.ceil(Math.sqrt(n*2)),rows=Math.ceil(n/cols),c=Math.max(4,Math.min(12,Math.floor(480/cols)));
  var pick=document.getElementById('tile-pick');
- function map(id,vals,cap){var host=document.getElementById(id);var s=svg(cols*c+2,rows*c+24,host);
+ function map(id,vals,cap){var host=document.getElementById(id);var s=svg(Math.max(cols*c+2,240),rows*c+24,host);
   for(var i=0;i<n;i++){var r=el('rect',{x:1+(i%cols)*c,y:1+Math.floor(i/cols)*c,width:c-1,height:c-1,fill:heat(vals[i]/Math.max(1,cap)),'class':'tile'},s);
    r.setAttribute('data-tile',V.tiles[i]);var t=el('title',{},r);t.textContent='tile '+V.tiles[i]+': '+vals[i]+' of '+cap+' bytes';
    r.addEventListener('click',function(e){show(+e.target.getAttribute('data-tile'));});}
@@ -465,15 +479,15 @@ if(V){
  map('heat-standard',V.standard,V.standard_capacity);map('heat-interleaved',V.interleaved,V.interleaved_capacity);
  function show(tile){var i=V.tiles.indexOf(tile);if(i<0)return;pick.value=tile;
   var B=V.buffers[i],ps=V.peak_step[i],S=V.steps.length;
-  document.getElementById('tile-summary').textContent='tile '+tile+': standard '+V.standard[i]+' bytes (code and support '+V.support[i]+'), interleaved '+V.interleaved[i]+' bytes; '+B.length+' buffers live at its peak, step '+ps+' ('+(V.steps[ps]||'')+')';
+  document.getElementById('tile-summary').textContent='tile '+tile+': standard '+V.standard[i]+' bytes (code and support '+V.support[i]+'), interleaved '+V.interleaved[i]+' bytes; '+B.length+(V.planning?' values and estimates live at the refused operation, ':' buffers live at its peak, ')+'step '+ps+' ('+(V.steps[ps]||'')+')';
   var host=document.getElementById('liveness');host.innerHTML='';var W=720,L=220,h=14,s=svg(W+L+10,h*B.length+34,host),dx=W/Math.max(1,S);
   for(var k=0;k<S;k++){if(S<=40||k%Math.ceil(S/40)==0)txt(s,L+k*dx+dx/2,10,String(k),{'text-anchor':'middle'});}
   el('rect',{x:L+ps*dx,y:14,width:Math.max(1,dx),height:h*B.length+4,fill:'#fff3c4'},s);
   if(V.init_steps>0)el('line',{x1:L+V.init_steps*dx,y1:12,x2:L+V.init_steps*dx,y2:h*B.length+18,stroke:'#999','stroke-dasharray':'3 2'},s);
   B.forEach(function(b,j){var y=16+h*j;var nm=V.names[b[0]];txt(s,L-4,y+10,(nm.length>34?nm.slice(0,33)+'…':nm)+' '+fmt(b[2]),{'text-anchor':'end'});
-   var r=el('rect',{x:L+b[4]*dx,y:y,width:Math.max(2,(b[5]-b[4]+1)*dx),height:h-2,fill:b[3]?'#c77dff':'#5b8def'},s);var t=el('title',{},r);t.textContent=nm+' ('+V.names[b[1]]+'): '+b[2]+' bytes, steps '+b[4]+'..'+b[5];});
-  var tb='<table><tr><th>buffer</th><th>operation</th><th>bytes</th><th>region</th><th>live steps</th><th>address</th></tr>';
-  B.forEach(function(b){tb+='<tr><td style="text-align:left">'+esc(V.names[b[0]])+'</td><td style="text-align:left">'+esc(V.names[b[1]])+'</td><td>'+b[2]+'</td><td>'+(b[3]?'interleaved':'standard')+'</td><td>'+b[4]+'..'+b[5]+'</td><td>'+(b[6]<0?'–':'0x'+b[6].toString(16))+'</td></tr>';});
+   var r=el('rect',{x:L+b[4]*dx,y:y,width:Math.max(2,(b[5]-b[4]+1)*dx),height:h-2,fill:b[7]?'#f4a261':b[3]?'#c77dff':'#5b8def'},s);var t=el('title',{},r);t.textContent=nm+' ('+V.names[b[1]]+'): '+b[2]+' bytes'+(b[7]?' (estimate)':'')+', steps '+b[4]+'..'+b[5];});
+  var tb='<table><tr><th>'+(V.planning?'value':'buffer')+'</th><th>operation</th><th>bytes</th><th>region</th><th>live steps</th><th>address</th></tr>';
+  B.forEach(function(b){tb+='<tr><td style="text-align:left">'+esc(V.names[b[0]])+(b[7]?' <i>estimate</i>':'')+'</td><td style="text-align:left">'+esc(V.names[b[1]])+'</td><td>'+b[2]+'</td><td>'+(b[3]?'interleaved':'standard')+'</td><td>'+b[4]+'..'+b[5]+'</td><td>'+(b[6]<0?'–':'0x'+b[6].toString(16))+'</td></tr>';});
   document.getElementById('buffers').innerHTML=tb+'</table>';}
  function esc(x){return String(x).replace(/[&<>"']/g,function(ch){return {'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[ch];});}
  pick.max=V.tiles[n-1];pick.addEventListener('change',function(){show(+pick.value);});

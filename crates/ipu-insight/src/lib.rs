@@ -152,12 +152,7 @@ pub fn render(
 /// The busiest tile of a view (most standard plus interleaved bytes; the lower tile on ties),
 /// as the report's `busiest_tile` object: its peak and its largest buffers.
 pub fn busiest_tile_json(view: &BuildView, buffers_max: usize) -> Option<Value> {
-    let t = view.tiles.iter().max_by_key(|t| {
-        (
-            t.standard_bytes + t.interleaved_bytes,
-            std::cmp::Reverse(t.tile),
-        )
-    })?;
+    let t = ipu_codegen::view::busiest_tile(view)?;
     let name = |i: u32| view.names.get(i as usize).cloned().unwrap_or_default();
     let live: u64 = t.buffers.iter().map(|b| b.bytes as u64).sum();
     Some(serde_json::json!({
@@ -173,7 +168,9 @@ pub fn busiest_tile_json(view: &BuildView, buffers_max: usize) -> Option<Value> 
             "bytes": b.bytes,
             "region": if b.interleaved { "interleaved" } else { "standard" },
             "live_steps": [b.first, b.last],
+            "estimate": b.estimate,
         })).collect::<Vec<_>>(),
+        "planning_refusal": view.planning_refusal,
     }))
 }
 

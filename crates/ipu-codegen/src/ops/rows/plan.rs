@@ -272,11 +272,19 @@ impl Planner<'_> {
             0
         };
         let bytes = most * eb + scratch + staged;
+        // The tile holding the most output rows is the busiest (operands' rows are staged
+        // evenly over the active tiles).
+        let busiest = out
+            .layout
+            .elements_per_tile()
+            .into_iter()
+            .max_by_key(|&(t, e)| (e, std::cmp::Reverse(t)))
+            .map(|(t, _)| t);
         let other_live = self.other_live_bytes();
         let avail = (self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES)
             .saturating_sub(other_live)
             .min(self.budget().unwrap_or(u64::MAX));
-        self.fits_any(bytes, avail, || {
+        self.fits_any(busiest, bytes, avail, || {
             format!(
                 "the busiest tile's output rows and staged operands of a {} step, with \
                  {SUPPORT_RESERVE_BYTES} bytes reserved per tile and {other_live} held by \
@@ -751,13 +759,14 @@ impl Planner<'_> {
         let score_bytes = (batch * sq * sk * partials.bytes()) as u64;
         let per_tile = (2 * score_bytes).div_ceil(self.tiles as u64);
         let avail = self.target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
-        self.fits_any(per_tile, avail, || {
+        let tiles = self.tiles;
+        // Spread evenly: every tile needs `per_tile`.
+        self.fits_any(None, per_tile, avail, || {
             format!(
                 "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
-                 (scores and scaled scores) over {} tiles, with {SUPPORT_RESERVE_BYTES} \
+                 (scores and scaled scores) over {tiles} tiles, with {SUPPORT_RESERVE_BYTES} \
                  bytes reserved per tile (flash_attention keeps no whole score matrix)",
                 crate::plan::dtype_name(partials),
-                self.tiles
             )
         })?;
         let mut perm: Vec<usize> = (0..r).collect();
