@@ -125,6 +125,9 @@ impl Planner<'_> {
         let other_live = self.other_live_bytes();
         let budget = self.budget();
         let reserve = self.support_reserve_bytes;
+        let rounds_max = amp_rounds_max(self.target);
+        // The fitting split with the fewest AMP rounds a tile beyond `rounds_max`.
+        let mut fewest_rounds = None;
         'outer: for pm in 1..=m.min(tiles) {
             for pn in 1..=groups.min(tiles) {
                 examined += 1;
@@ -178,6 +181,14 @@ impl Planner<'_> {
                     }
                     continue;
                 }
+                let rounds = per_tile * bg * kb as u64;
+                if rounds > rounds_max {
+                    // Its supervisor program would not fit executable memory.
+                    if fewest_rounds.is_none_or(|r: (u64, usize, usize)| rounds < r.0) {
+                        fewest_rounds = Some((rounds, pm, pn));
+                    }
+                    continue;
+                }
                 let workers = WORKER_CONTEXTS as u64;
                 let rows_per_worker = bm.div_ceil(workers) as u32;
                 let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
@@ -186,7 +197,16 @@ impl Planner<'_> {
                     + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
                     + slot * (2 + workers * 2 + 1);
                 let compute = per_tile * bg * kb as u64 * round;
-                let exchange = per_tile * (a_bytes + b_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64
+                // A bound, not the phase's horizon, for serial chunks: each stages one k
+                // range, which the operands' homes hold on a `1 / chunks` share of the tiles,
+                // and those send all they hold in that chunk (choosing the homes is not done).
+                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(
+                    &geo,
+                    (batch, m, kp, groups),
+                    pn,
+                    tiles,
+                ));
+                let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64
                     + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
                 candidates.push((
                     compute + exchange,
@@ -210,6 +230,7 @@ impl Planner<'_> {
                 k,
                 n,
                 tiles,
+                rounds_max,
             };
             let found = k_split_candidates(
                 &shape,
@@ -264,10 +285,28 @@ impl Planner<'_> {
                          the closest split (rows/{pm} x column-groups/{pn}) are counted"
                     ),
                 ),
-                None => CodegenError::unsupported(
-                    self.origin.clone(),
-                    format!("its matmul: {examined} tile mappings examined, none usable"),
-                ),
+                None => match fewest_rounds {
+                    Some((rounds, pm, pn)) => {
+                        let executable =
+                            (self.target.executable_end - self.target.executable_base) as u64;
+                        self.does_not_fit(
+                            MemoryRegion::Executable,
+                            rounds * SUPERVISOR_BYTES_PER_ROUND + EXECUTABLE_RESERVE_BYTES,
+                            executable,
+                            format!(
+                                "its matmul has no tile mapping whose supervisor program fits on \
+                                 {tiles} tiles; the split with the fewest AMP rounds a tile \
+                                 (rows/{pm} x column-groups/{pn}: {rounds} rounds of \
+                                 {SUPERVISOR_BYTES_PER_ROUND} bytes, {rounds_max} at most) is \
+                                 counted, with {EXECUTABLE_RESERVE_BYTES} bytes kept for kernels"
+                            ),
+                        )
+                    }
+                    None => CodegenError::unsupported(
+                        self.origin.clone(),
+                        format!("its matmul: {examined} tile mappings examined, none usable"),
+                    ),
+                },
             });
         }
         candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4, c.6));
@@ -413,6 +452,37 @@ impl Planner<'_> {
     }
 }
 
+/// Bytes of the supervisor program per AMP round of a tile (as `emit` writes it): the weight
+/// load (`setzi`, `ampw`), six launches (`setzi` of the state, `run`) and the `waitw`.
+const SUPERVISOR_BYTES_PER_ROUND: u64 = 4 * (2 + 2 * WORKER_CONTEXTS as u64 + 1);
+
+/// Executable memory kept for the kernels, the trampolines and the rest of the supervisor
+/// programs beside a matmul's AMP rounds.
+const EXECUTABLE_RESERVE_BYTES: u64 = 48 * 1024;
+
+/// The most AMP rounds one tile's supervisor program holds in executable memory.
+fn amp_rounds_max(target: &ipu_target::Target) -> u64 {
+    let executable = (target.executable_end - target.executable_base) as u64;
+    executable.saturating_sub(EXECUTABLE_RESERVE_BYTES) / SUPERVISOR_BYTES_PER_ROUND
+}
+
+/// The bytes the busiest home of the operands sends to stage a split's blocks: the operands
+/// are spread over all tiles, every element of `a` goes to each of the `pn` column blocks of
+/// its rows (on tiles `pm` apart, so one copy each), while the blocks sharing weights sit on
+/// consecutive tiles and receive each element of `b` in one multicast. An exchange phase ends
+/// no sooner than its busiest sender has sent, which for many column blocks is later than its
+/// busiest receiver has received.
+fn operand_sends(
+    geo: &AmpGeometry,
+    (batch, m, kp, groups): (usize, usize, usize, usize),
+    pn: usize,
+    tiles: usize,
+) -> u64 {
+    let a = (batch * m * kp * geo.in_bytes) as u64;
+    let b = (batch * groups * kp * geo.cols * geo.in_bytes) as u64;
+    (a * pn as u64 + b).div_ceil(tiles as u64)
+}
+
 /// A matmul's dimensions and the tiles it may use, for the 3-D candidates.
 pub(crate) struct KSplitShape {
     pub mode: AmpMode,
@@ -421,6 +491,8 @@ pub(crate) struct KSplitShape {
     pub k: usize,
     pub n: usize,
     pub tiles: usize,
+    /// The most AMP rounds a tile's supervisor program holds ([`amp_rounds_max`]).
+    pub rounds_max: u64,
 }
 
 /// A 3-D split of a matmul (rows × column groups × k chunks on separate tiles) as costed by
@@ -613,6 +685,7 @@ pub(crate) fn k_split_candidates(
         k,
         n,
         tiles,
+        rounds_max,
     } = *shape;
     let geo = amp_geometry(mode);
     let groups = n.div_ceil(geo.cols);
@@ -654,7 +727,10 @@ pub(crate) fn k_split_candidates(
                 let mem = (per_tile
                     * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64))
                     .max(per_tile * c_bytes + reduce_bytes);
-                if mem > tile_bytes_max || per_tile * b_bytes > interleaved_bytes_max {
+                if mem > tile_bytes_max
+                    || per_tile * b_bytes > interleaved_bytes_max
+                    || per_tile * bg * kc > rounds_max
+                {
                     continue;
                 }
                 let rows_per_worker = bm.div_ceil(workers) as u32;
@@ -664,8 +740,13 @@ pub(crate) fn k_split_candidates(
                     + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
                     + slot * (2 + workers * 2 + 1);
                 let compute = per_tile * bg * kc * round;
-                let exchange =
-                    per_tile * (a_bytes + b_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
+                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(
+                    &geo,
+                    (batch, m, kb * geo.k_block, groups),
+                    pn,
+                    tiles,
+                ));
+                let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
                 let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;
                 let sends = (per_tile * c_bytes).max(recv) / bpc - recv / bpc;
                 let reduce = reduce_base + sends;
@@ -975,6 +1056,7 @@ mod tests {
                 k,
                 n,
                 tiles: 1472,
+                rounds_max: amp_rounds_max(&target),
             };
             let found = k_split_candidates(
                 &shape,
