@@ -399,6 +399,66 @@ pub(crate) const COSTING_BUFFERS: ItemBuffers = ItemBuffers {
     mask: Some(BufferId(7)),
 };
 
+/// The bytes the busiest home tile sends in each round's distribution: an item's rows of `q`
+/// go to it alone (the items reading them sit on tiles far apart), while the kᵀ and v of one
+/// key block go once a round to all its items (consecutive tiles holding them at one address:
+/// one multicast row).
+fn distribution_sends(fp: &FlashPlan) -> Vec<u64> {
+    let g = &fp.geo;
+    let ab = g.ab() as u64;
+    let mut round_of_tile: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut per_round: Vec<BTreeMap<u32, u64>> = Vec::new();
+    let mut kv_sent: BTreeSet<(usize, usize, usize)> = BTreeSet::new();
+    for (i, it) in fp.items.iter().enumerate() {
+        let r = {
+            let n = round_of_tile.entry(it.tile).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        if per_round.len() <= r {
+            per_round.resize_with(r + 1, BTreeMap::new);
+        }
+        let sends = &mut per_round[r];
+        let rows = fp.valid_rows(i);
+        for (hi, _, n) in super::plan::home_runs_in(&fp.homes[0], it.batch, it.q0, it.q0 + rows) {
+            *sends.entry(fp.homes[0][hi].tile).or_insert(0) += (n * g.d) as u64 * ab;
+        }
+        let kv = g.kv_of(it.batch);
+        if kv_sent.insert((r, kv, it.k0)) {
+            let keys = fp.valid_keys(i);
+            for (x, dim) in [(1, g.d), (2, g.dv)] {
+                for (hi, _, n) in super::plan::home_runs_in(&fp.homes[x], kv, it.k0, it.k0 + keys) {
+                    *sends.entry(fp.homes[x][hi].tile).or_insert(0) += (n * dim) as u64 * ab;
+                }
+            }
+        }
+    }
+    per_round
+        .iter()
+        .map(|s| s.values().copied().max().unwrap_or(0))
+        .collect()
+}
+
+/// The cycles of the `NAME.prep` step ([`prep_ops`] on every home tile, costed) and its sync.
+fn prep_cycles(fp: &FlashPlan) -> u64 {
+    let placeholders = |tiles: &BTreeMap<u32, usize>| -> BTreeMap<u32, BufferId> {
+        tiles.keys().map(|&t| (t, BufferId(0))).collect()
+    };
+    let staging = [0, 1, 2].map(|x| placeholders(&fp.home_positions[x]));
+    let mask_staging = placeholders(&fp.mask_positions);
+    let mut prep = BTreeMap::new();
+    let mut alloc = |_: u32, _: u32, _: String, _: bool| BufferId(0);
+    prep_ops("", fp, &staging, &mask_staging, &mut alloc, &mut prep);
+    let slowest = prep
+        .values_mut()
+        .map(|ops| {
+            ops.push(SupOp::WaitW);
+            estimate(ops)
+        })
+        .max();
+    slowest.map_or(0, |c| c + ipu_target::SYNC_CYCLES as u64)
+}
+
 /// The modelled cycles of a plan: the slowest item's and merge's supervisor programs
 /// (`estimate`), the receive time of the busiest tile in each exchange, and the syncs.
 pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
@@ -458,24 +518,263 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     } else {
         0
     };
-    let recv = k
-        * (((g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab + mask_bytes) / 4 + overhead + sync);
+    // Each round's distribution ends when its busiest receiver has received and its busiest
+    // home has sent, whichever is later.
+    let item_bytes = (g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab + mask_bytes;
+    let sends = distribution_sends(fp);
+    let recv = (0..k as usize)
+        .map(|r| item_bytes.max(sends.get(r).copied().unwrap_or(0)) / 4 + overhead + sync)
+        .sum::<u64>();
     let merge_x = if merge_recv > 0 {
         merge_recv + overhead + sync
     } else {
         0
     };
-    let prep = (super::plan::HOME_UNIT * g.d) as u64 * 4
-        + sync
-        + super::plan::mask_prep_cycles(
-            g,
-            fp.mask_positions.values().copied().max().unwrap_or(0) as u64,
-        );
+    let prep = prep_cycles(fp);
     let exchange = recv + merge_x;
+    tracing::debug!(
+        prep,
+        compute,
+        merge,
+        recv,
+        merge_x,
+        k,
+        km,
+        "flash model parts"
+    );
     (
         prep + compute + k * sync + merge + sync + exchange,
         exchange,
     )
+}
+
+/// A buffer of `bytes` on `tile` named `name`: exactly that size (`true`), or rounded up to 8
+/// with the kernels' read-past slack (`false`).
+type Alloc<'a> = dyn FnMut(u32, u32, String, bool) -> BufferId + 'a;
+
+/// The `NAME.prep` work of every home tile into `prep`: `q` cast and scaled, `kᵀ` transposed
+/// into the AMP's weight layout, `v` cast and regrouped, the mask cast to the partials and
+/// made additive, from the inputs' `staging` on their homes; returns the buffers holding them
+/// per home tile. The lowering allocates with `alloc`; the planner's model passes placeholders
+/// and costs the work ([`modelled_cycles`]).
+#[allow(clippy::type_complexity)]
+fn prep_ops(
+    name: &str,
+    fp: &FlashPlan,
+    staging: &[BTreeMap<u32, BufferId>; 3],
+    mask_staging: &BTreeMap<u32, BufferId>,
+    alloc_any: &mut Alloc,
+    prep: &mut BTreeMap<u32, Vec<SupOp>>,
+) -> ([BTreeMap<u32, BufferId>; 3], BTreeMap<u32, BufferId>) {
+    let g = fp.geo.clone();
+    let amp = g.amp();
+    let (kb, cols) = (amp.k_block, amp.cols);
+    let ab = g.ab() as u32;
+    let dims = [g.d, g.d, g.dv];
+    let hgs = [kb, kb, default_group(g.a)];
+    let mut mask_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+    if let Some(m) = &g.mask {
+        let from = m.dtype;
+        let pb = g.pb() as u32;
+        for (&tile, &n) in &fp.mask_positions {
+            let src = mask_staging[&tile];
+            let elems = (n * cols) as u32;
+            if from == g.p {
+                mask_home.insert(tile, src);
+                continue;
+            }
+            let ops = prep.entry(tile).or_default();
+            let buf = alloc_any(tile, elems * pb, format!("stage:{name}.mask"), false);
+            let fb = from.bytes() as u32;
+            for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
+                if g1 > g0 {
+                    let state = CastState {
+                        input: (src, g0 * 4 * fb),
+                        out: (buf, g0 * 4 * pb),
+                        groups: g1 - g0,
+                    };
+                    ops.push(if from == ipu_graph::DType::Bool {
+                        let (f, t) = (conv_type(from), conv_type(g.p));
+                        let overflow = ipu_numerics::Overflow::Saturate;
+                        SupOp::Run(
+                            Kernel::Convert {
+                                from: f,
+                                to: t,
+                                overflow,
+                            },
+                            state.into(),
+                            kernels::convert_slots(f, t, overflow, g1 - g0),
+                        )
+                    } else {
+                        let (f, t) = (cast_type(from), cast_type(g.p));
+                        SupOp::Run(
+                            Kernel::Cast { from: f, to: t },
+                            state.into(),
+                            kernels::cast_slots(f, t, g1 - g0),
+                        )
+                    });
+                }
+            }
+            ops.push(SupOp::WaitW);
+            if from == ipu_graph::DType::Bool {
+                // 0 or 1 to 0 or the lowest finite value, in place.
+                let largest = if g.p == ipu_graph::DType::F32 {
+                    kernels::flash::LARGEST_F32
+                } else {
+                    kernels::flash::LARGEST_F16X2
+                };
+                let vectors = elems * pb / 8;
+                for (v0, v1) in split(vectors, WORKERS) {
+                    if v1 > v0 {
+                        ops.push(SupOp::Run(
+                            Kernel::FlashMaskAdditive { ty: g.p_elem() },
+                            UnaryState {
+                                input: (buf, v0 * 8),
+                                out: (buf, v0 * 8),
+                                vectors: v1 - v0,
+                                factor_bits: largest,
+                            }
+                            .into(),
+                            kernels::flash::flash_mask_additive_slots(v1 - v0),
+                        ));
+                    }
+                }
+                ops.push(SupOp::WaitW);
+            }
+            mask_home.insert(tile, buf);
+        }
+    }
+    let mut q_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+    let mut kt_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+    let mut v_home: BTreeMap<u32, BufferId> = BTreeMap::new();
+    let a_cast = cast_type(g.a);
+    let (kt_first, kt_per_tile) = fp.kt_groups();
+    let mut k_homes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (hi, h) in fp.homes[1].iter().enumerate() {
+        k_homes.entry(h.tile).or_default().push(hi);
+    }
+    for x in 0..3 {
+        for (&tile, &n) in &fp.home_positions[x] {
+            let src = staging[x][&tile];
+            let from = cast_type(g.inputs[x]);
+            let elems = (n * dims[x]) as u32;
+            let ops = prep.entry(tile).or_default();
+            // Cast FP8 to the operand type, same layout.
+            let typed = if g.inputs[x] == g.a {
+                src
+            } else {
+                let buf = alloc_any(tile, elems * ab, format!("stage:{name}.home{x}.a"), false);
+                for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
+                    if g1 > g0 {
+                        ops.push(SupOp::Run(
+                            Kernel::Cast { from, to: a_cast },
+                            CastState {
+                                input: (src, g0 * 4 * from.bytes()),
+                                out: (buf, g0 * 4 * ab),
+                                groups: g1 - g0,
+                            }
+                            .into(),
+                            kernels::cast_slots(from, a_cast, g1 - g0),
+                        ));
+                    }
+                }
+                ops.push(SupOp::WaitW);
+                buf
+            };
+            match x {
+                0 if g.prescale() => {
+                    // q * scale, exact for a power of two: the scores arrive scaled.
+                    let ty = g.a_elem();
+                    let qs = alloc_any(tile, elems * ab, format!("stage:{name}.q_scaled"), false);
+                    for (v0, v1) in split(elems * ab / 8, WORKERS) {
+                        if v1 > v0 {
+                            ops.push(SupOp::Run(
+                                Kernel::Unary {
+                                    ty,
+                                    op: UnOp::Scale,
+                                },
+                                UnaryState {
+                                    input: (typed, v0 * 8),
+                                    out: (qs, v0 * 8),
+                                    vectors: v1 - v0,
+                                    factor_bits: g.scale.to_bits(),
+                                }
+                                .into(),
+                                kernels::unary_slots(ty, UnOp::Scale, v1 - v0),
+                            ));
+                        }
+                    }
+                    ops.push(SupOp::WaitW);
+                    q_home.insert(tile, qs);
+                }
+                0 => {
+                    q_home.insert(tile, typed);
+                }
+                1 => {
+                    // kᵀ: per home range, groups of `cols` keys, each [d][cols].
+                    let kt = alloc_any(
+                        tile,
+                        (kt_per_tile[&tile] * g.d * cols) as u32 * ab + OVERREAD_BYTES,
+                        format!("stage:{name}.kt"),
+                        true,
+                    );
+                    let mut calls = Vec::new();
+                    for &hi in &k_homes[&tile] {
+                        let (h, base) = (fp.homes[1][hi], kt_first[hi]);
+                        let len = h.s1 - h.s0;
+                        for kg in 0..len.div_ceil(cols) {
+                            let keys = (len - kg * cols).min(cols) as u32;
+                            for dg in 0..g.d / kb {
+                                let in_off = ((dg * n + h.local + kg * cols) * kb) as u32 * ab;
+                                let out_off = (((base + kg) * g.d + dg * kb) * cols) as u32 * ab;
+                                let words = (keys * ab).div_ceil(4);
+                                calls.push(SupOp::Run(
+                                    Kernel::Transpose { bytes: ab },
+                                    TransposeState {
+                                        input: (typed, in_off),
+                                        out: (kt, out_off),
+                                        rows: kb as u32,
+                                        in_stride: kb as u32 * ab,
+                                        out_stride: cols as u32 * ab,
+                                        words,
+                                    }
+                                    .into(),
+                                    ipu_kernels::rows::transpose_slots(ab, kb as u32, words),
+                                ));
+                            }
+                        }
+                    }
+                    ops.extend(calls);
+                    ops.push(SupOp::WaitW);
+                    kt_home.insert(tile, kt);
+                }
+                _ => {
+                    let hg = hgs[2];
+                    let va = if hg == cols {
+                        typed
+                    } else {
+                        // Regroup [dv / hg][n][hg] into [dv / cols][n][cols] (64-bit words).
+                        let va = alloc_any(tile, elems * ab, format!("stage:{name}.va"), false);
+                        for j in 0..g.dv / hg {
+                            Copy2d::regroup(
+                                Regroup::ToGroups,
+                                (typed, (j * n * hg) as u32 * ab),
+                                (va, (j * (hg / cols) * n * cols) as u32 * ab),
+                                (n as u32, hg as u32 * ab),
+                                (hg / cols) as u32,
+                                cols as u32 * ab,
+                            )
+                            .push(1, ops);
+                        }
+                        ops.push(SupOp::WaitW);
+                        va
+                    };
+                    v_home.insert(tile, va);
+                }
+            }
+        }
+    }
+    ([q_home, kt_home, v_home], mask_home)
 }
 
 impl Lowerer<'_> {
@@ -509,7 +808,6 @@ impl Lowerer<'_> {
         let g = fp.geo.clone();
         let amp = g.amp();
         let (kb, cols) = (amp.k_block, amp.cols);
-        let ab = g.ab() as u32;
         let dims = [g.d, g.d, g.dv];
         // Homes: staging of each input in group `hg` ([dims / hg][positions][hg] per tile).
         let hgs = [kb, kb, default_group(g.a)];
@@ -568,215 +866,23 @@ impl Lowerer<'_> {
                 copies: home_copies,
             });
         }
-        // Prep on the homes.
         let mut prep: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
-        let mut mask_home: BTreeMap<u32, BufferId> = BTreeMap::new();
-        if let (Some(v), Some(m)) = (mask, &g.mask) {
-            let from = self.plan.values[v].dtype;
-            debug_assert_eq!(from, m.dtype);
-            let pb = g.pb() as u32;
-            for (&tile, &n) in &fp.mask_positions {
-                let src = mask_staging[&tile];
-                let elems = (n * cols) as u32;
-                if from == g.p {
-                    mask_home.insert(tile, src);
-                    continue;
-                }
-                let ops = prep.entry(tile).or_default();
-                let buf = self.scratch_buffer(tile, elems * pb, format!("stage:{name}.mask"));
-                let fb = from.bytes() as u32;
-                for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
-                    if g1 > g0 {
-                        let state = CastState {
-                            input: (src, g0 * 4 * fb),
-                            out: (buf, g0 * 4 * pb),
-                            groups: g1 - g0,
-                        };
-                        ops.push(if from == ipu_graph::DType::Bool {
-                            let (f, t) = (conv_type(from), conv_type(g.p));
-                            let overflow = ipu_numerics::Overflow::Saturate;
-                            SupOp::Run(
-                                Kernel::Convert {
-                                    from: f,
-                                    to: t,
-                                    overflow,
-                                },
-                                state.into(),
-                                kernels::convert_slots(f, t, overflow, g1 - g0),
-                            )
-                        } else {
-                            let (f, t) = (cast_type(from), cast_type(g.p));
-                            SupOp::Run(
-                                Kernel::Cast { from: f, to: t },
-                                state.into(),
-                                kernels::cast_slots(f, t, g1 - g0),
-                            )
-                        });
-                    }
-                }
-                ops.push(SupOp::WaitW);
-                if from == ipu_graph::DType::Bool {
-                    // 0 or 1 to 0 or the lowest finite value, in place.
-                    let largest = if g.p == ipu_graph::DType::F32 {
-                        kernels::flash::LARGEST_F32
-                    } else {
-                        kernels::flash::LARGEST_F16X2
-                    };
-                    let vectors = elems * pb / 8;
-                    for (v0, v1) in split(vectors, WORKERS) {
-                        if v1 > v0 {
-                            ops.push(SupOp::Run(
-                                Kernel::FlashMaskAdditive { ty: g.p_elem() },
-                                UnaryState {
-                                    input: (buf, v0 * 8),
-                                    out: (buf, v0 * 8),
-                                    vectors: v1 - v0,
-                                    factor_bits: largest,
-                                }
-                                .into(),
-                                kernels::flash::flash_mask_additive_slots(v1 - v0),
-                            ));
-                        }
-                    }
-                    ops.push(SupOp::WaitW);
-                }
-                mask_home.insert(tile, buf);
-            }
-        }
-        let mut q_home: BTreeMap<u32, BufferId> = BTreeMap::new();
-        let mut kt_home: BTreeMap<u32, BufferId> = BTreeMap::new();
-        let mut v_home: BTreeMap<u32, BufferId> = BTreeMap::new();
-        let a_cast = cast_type(g.a);
-        let (kt_first, kt_per_tile) = fp.kt_groups();
-        let mut k_homes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (hi, h) in fp.homes[1].iter().enumerate() {
-            k_homes.entry(h.tile).or_default().push(hi);
-        }
-        for x in 0..3 {
-            for (&tile, &n) in &fp.home_positions[x] {
-                let src = staging[x][&tile];
-                let from = cast_type(g.inputs[x]);
-                let elems = (n * dims[x]) as u32;
-                let ops = prep.entry(tile).or_default();
-                // Cast FP8 to the operand type, same layout.
-                let typed = if g.inputs[x] == g.a {
-                    src
+        let (homes, mask_home) = {
+            let prog = &mut self.prog;
+            let mut alloc = |tile: u32, bytes: u32, name: String, exact: bool| {
+                if exact {
+                    prog.buffer(tile, bytes, Region::Any, name)
                 } else {
-                    let buf =
-                        self.scratch_buffer(tile, elems * ab, format!("stage:{name}.home{x}.a"));
-                    for (g0, g1) in split(elems.div_ceil(4), WORKERS) {
-                        if g1 > g0 {
-                            ops.push(SupOp::Run(
-                                Kernel::Cast { from, to: a_cast },
-                                CastState {
-                                    input: (src, g0 * 4 * from.bytes()),
-                                    out: (buf, g0 * 4 * ab),
-                                    groups: g1 - g0,
-                                }
-                                .into(),
-                                kernels::cast_slots(from, a_cast, g1 - g0),
-                            ));
-                        }
-                    }
-                    ops.push(SupOp::WaitW);
-                    buf
-                };
-                match x {
-                    0 if g.prescale() => {
-                        // q * scale, exact for a power of two: the scores arrive scaled.
-                        let ty = g.a_elem();
-                        let qs =
-                            self.scratch_buffer(tile, elems * ab, format!("stage:{name}.q_scaled"));
-                        for (v0, v1) in split(elems * ab / 8, WORKERS) {
-                            if v1 > v0 {
-                                ops.push(SupOp::Run(
-                                    Kernel::Unary {
-                                        ty,
-                                        op: UnOp::Scale,
-                                    },
-                                    UnaryState {
-                                        input: (typed, v0 * 8),
-                                        out: (qs, v0 * 8),
-                                        vectors: v1 - v0,
-                                        factor_bits: g.scale.to_bits(),
-                                    }
-                                    .into(),
-                                    kernels::unary_slots(ty, UnOp::Scale, v1 - v0),
-                                ));
-                            }
-                        }
-                        ops.push(SupOp::WaitW);
-                        q_home.insert(tile, qs);
-                    }
-                    0 => {
-                        q_home.insert(tile, typed);
-                    }
-                    1 => {
-                        // kᵀ: per home range, groups of `cols` keys, each [d][cols].
-                        let kt = self.prog.buffer(
-                            tile,
-                            (kt_per_tile[&tile] * g.d * cols) as u32 * ab + OVERREAD_BYTES,
-                            Region::Any,
-                            format!("stage:{name}.kt"),
-                        );
-                        let mut calls = Vec::new();
-                        for &hi in &k_homes[&tile] {
-                            let (h, base) = (fp.homes[1][hi], kt_first[hi]);
-                            let len = h.s1 - h.s0;
-                            for kg in 0..len.div_ceil(cols) {
-                                let keys = (len - kg * cols).min(cols) as u32;
-                                for dg in 0..g.d / kb {
-                                    let in_off = ((dg * n + h.local + kg * cols) * kb) as u32 * ab;
-                                    let out_off =
-                                        (((base + kg) * g.d + dg * kb) * cols) as u32 * ab;
-                                    let words = (keys * ab).div_ceil(4);
-                                    calls.push(SupOp::Run(
-                                        Kernel::Transpose { bytes: ab },
-                                        TransposeState {
-                                            input: (typed, in_off),
-                                            out: (kt, out_off),
-                                            rows: kb as u32,
-                                            in_stride: kb as u32 * ab,
-                                            out_stride: cols as u32 * ab,
-                                            words,
-                                        }
-                                        .into(),
-                                        ipu_kernels::rows::transpose_slots(ab, kb as u32, words),
-                                    ));
-                                }
-                            }
-                        }
-                        ops.extend(calls);
-                        ops.push(SupOp::WaitW);
-                        kt_home.insert(tile, kt);
-                    }
-                    _ => {
-                        let hg = hgs[2];
-                        let va = if hg == cols {
-                            typed
-                        } else {
-                            // Regroup [dv / hg][n][hg] into [dv / cols][n][cols] (64-bit words).
-                            let va =
-                                self.scratch_buffer(tile, elems * ab, format!("stage:{name}.va"));
-                            for j in 0..g.dv / hg {
-                                Copy2d::regroup(
-                                    Regroup::ToGroups,
-                                    (typed, (j * n * hg) as u32 * ab),
-                                    (va, (j * (hg / cols) * n * cols) as u32 * ab),
-                                    (n as u32, hg as u32 * ab),
-                                    (hg / cols) as u32,
-                                    cols as u32 * ab,
-                                )
-                                .push(1, ops);
-                            }
-                            ops.push(SupOp::WaitW);
-                            va
-                        };
-                        v_home.insert(tile, va);
-                    }
+                    prog.buffer(
+                        tile,
+                        align8(bytes as u64) as u32 + OVERREAD_BYTES,
+                        Region::Any,
+                        name,
+                    )
                 }
-            }
-        }
+            };
+            prep_ops(name, fp, &staging, &mask_staging, &mut alloc, &mut prep)
+        };
         if !prep.is_empty() {
             for ops in prep.values_mut() {
                 if ops.last() != Some(&SupOp::WaitW) {
@@ -790,7 +896,7 @@ impl Lowerer<'_> {
                 estimated_cycles,
             });
         }
-        ([q_home, kt_home, v_home], mask_home)
+        (homes, mask_home)
     }
 
     /// Items' buffers, then per round `NAME.distribute` (q rows, kᵀ and v of the item's keys)

@@ -433,7 +433,12 @@ impl FlashPlan {
 
 /// The homes among `homes` (in (batch, position) order) holding positions `p0..p1` of batch
 /// entry `b`: `(home index, first position, positions)`.
-fn home_runs_in(homes: &[FlashHome], b: usize, p0: usize, p1: usize) -> Vec<(usize, usize, usize)> {
+pub(crate) fn home_runs_in(
+    homes: &[FlashHome],
+    b: usize,
+    p0: usize,
+    p1: usize,
+) -> Vec<(usize, usize, usize)> {
     let mut hi = homes.partition_point(|h| (h.batch, h.s1) <= (b, p0));
     let mut runs = Vec::new();
     let mut pos = p0;
