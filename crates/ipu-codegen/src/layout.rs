@@ -84,6 +84,41 @@ impl Layout {
         Layout::from_ranges(group, ranges)
     }
 
+    /// Every part of `parts` (storage ranges that together cover the value exactly, each a
+    /// multiple of [`PIECE_GRAIN`] elements) spread over `tiles` tiles: a part's ranges, laid
+    /// end to end, are cut into balanced runs, one a tile from tile 0, so each tile holds its
+    /// share of every part.
+    pub fn spread_parts(group: usize, parts: &[Vec<(usize, usize)>], tiles: u32) -> Layout {
+        let mut ranges = Vec::new();
+        for part in parts {
+            let total: usize = part.iter().map(|r| r.1 - r.0).sum();
+            let units = total / PIECE_GRAIN;
+            let used = (tiles.max(1) as usize).clamp(1, units.max(1));
+            // Walk the part's ranges, cutting at each tile's share.
+            let (mut r, mut at) = (0, part.first().map_or(0, |p| p.0));
+            for t in 0..used {
+                let mut left = if t + 1 == used {
+                    usize::MAX
+                } else {
+                    (units * (t + 1) / used - units * t / used) * PIECE_GRAIN
+                };
+                while left > 0 && r < part.len() {
+                    let end = part[r].1.min(at.saturating_add(left));
+                    if end > at {
+                        ranges.push((t as u32, at, end));
+                        left = left.saturating_sub(end - at);
+                    }
+                    at = end;
+                    if at == part[r].1 {
+                        r += 1;
+                        at = part.get(r).map_or(at, |p| p.0);
+                    }
+                }
+            }
+        }
+        Layout::from_ranges(group, ranges)
+    }
+
     /// The pieces on `tile` as `(start, end, local)`: the wanted ranges of a gather that
     /// copies this layout's part on `tile` into a buffer of its local order.
     pub fn ranges_on(&self, tile: u32) -> Vec<(usize, usize, usize)> {
@@ -281,6 +316,43 @@ pub fn uncovered(len: usize, covered: &mut [(usize, usize)]) -> Vec<(usize, usiz
 mod tests {
     use super::*;
     use ipu_package::storage_index;
+    use std::collections::BTreeMap;
+
+    /// Parts of interleaved ranges (the rows of every column group of a k chunk) spread over
+    /// more or fewer tiles than they have units: the layout covers the value, and every tile
+    /// holds a balanced share of each part.
+    #[test]
+    fn spread_parts_gives_every_tile_its_share_of_every_part() {
+        for (groups, rows, chunks, tiles) in [(3, 40, 4, 7), (2, 8, 2, 64), (5, 12, 3, 1)] {
+            let cols = 8;
+            let parts: Vec<Vec<(usize, usize)>> = (0..chunks)
+                .map(|c| {
+                    let (r0, r1) = (rows * c / chunks, rows * (c + 1) / chunks);
+                    (0..groups)
+                        .map(|g| (g * rows * cols + r0 * cols, g * rows * cols + r1 * cols))
+                        .collect()
+                })
+                .collect();
+            let l = Layout::spread_parts(cols, &parts, tiles);
+            l.check(groups * rows * cols).unwrap();
+            for part in &parts {
+                let total: usize = part.iter().map(|r| r.1 - r.0).sum();
+                let mut per_tile: BTreeMap<u32, usize> = BTreeMap::new();
+                for p in &l.pieces {
+                    for &(a, b) in part {
+                        let (s, e) = (p.start.max(a), p.end.min(b));
+                        if e > s {
+                            *per_tile.entry(p.tile).or_insert(0) += e - s;
+                        }
+                    }
+                }
+                let used = (tiles as usize).min(total / PIECE_GRAIN);
+                assert_eq!(per_tile.len(), used, "{part:?}");
+                let (lo, hi) = (per_tile.values().min(), per_tile.values().max());
+                assert!(hi.unwrap() - lo.unwrap() <= PIECE_GRAIN, "{per_tile:?}");
+            }
+        }
+    }
 
     #[test]
     fn balanced_layout_covers_storage() {

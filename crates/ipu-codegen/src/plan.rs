@@ -829,6 +829,31 @@ impl Planner<'_> {
     /// included), at its largest share of one tile. The operation's own operands count only
     /// when read again later (a lone operation's homes are within the support reserve's
     /// slack). A conservative bound: the largest shares need not be on one tile.
+    /// Whether `v` is a graph input (or, with `constants`, a constant) that only the
+    /// operation being planned reads, once among its operands `ins`, and no output: its
+    /// layout (where the host writes it) is then this operation's to choose.
+    pub(crate) fn read_only_here(
+        &self,
+        v: DevValueId,
+        ins: &[DevValueId],
+        constants: bool,
+    ) -> bool {
+        self.values[v].graph.is_some_and(|gv| {
+            let held = self.graph.inputs().contains(&gv)
+                || (constants && self.graph.constants().iter().any(|c| c.value == gv));
+            held && !self.graph.outputs().contains(&gv)
+                && self
+                    .graph
+                    .operations()
+                    .iter()
+                    .filter(|o| o.inputs.contains(&gv))
+                    .count()
+                    == 1
+                && ins.iter().filter(|&&i| i == v).count() == 1
+                && self.ops.iter().all(|o| !o.inputs.contains(&v))
+        })
+    }
+
     pub(crate) fn other_live_bytes(&self) -> u64 {
         self.other_live().map(|(_, b)| b).sum()
     }

@@ -333,6 +333,9 @@ impl Planner<'_> {
         }
         let chosen = self.chosen(name, candidates.len().min(FINALISTS));
         let (cost, exch, _, pm, pn, k_chunks, k_splits) = candidates[chosen];
+        if k_chunks > 1 {
+            self.spread_chunk_homes(mode, [a, b], k_chunks);
+        }
         // Blocks in (split, batch, row, column) order, dealt to tiles round-robin.
         let mut blocks = Vec::new();
         // Blocks sharing a column range (the same weights) get consecutive tiles, so one
@@ -493,6 +496,52 @@ pub(crate) struct KSplitShape {
     pub tiles: usize,
     /// The most AMP rounds a tile's supervisor program holds ([`amp_rounds_max`]).
     pub rounds_max: u64,
+}
+
+impl Planner<'_> {
+    /// Serial k chunks stage one k range at a time: an operand only this matmul reads (a graph
+    /// input or constant) is laid out so that every tile holds its share of every chunk, and
+    /// all tiles send in every chunk's exchange (in storage order a chunk would sit on a
+    /// `1 / chunks` share of the tiles, which would then send all they hold to every block).
+    fn spread_chunk_homes(&mut self, mode: AmpMode, [a, b]: [DevValueId; 2], chunks: usize) {
+        let geo = amp_geometry(mode);
+        let (kblk, cols) = (geo.k_block, geo.cols);
+        let tiles = self.tiles;
+        for (x, group) in [(a, kblk), (b, cols)] {
+            if !self.read_only_here(x, &[a, b], true) || self.values[x].layout.group != group {
+                continue;
+            }
+            let shape = self.values[x].shape.clone();
+            let (batch, rows, width) = split_shape(&shape);
+            let parts: Vec<Vec<(usize, usize)>> = if x == a {
+                // [batch][kb][m][kblk]: a chunk is a run of K blocks of every batch entry.
+                let (m, kb) = (rows, width.div_ceil(kblk));
+                let per = kb * m * kblk;
+                (0..chunks)
+                    .map(|c| {
+                        let (kb0, kb1) = (kb * c / chunks, kb * (c + 1) / chunks);
+                        (0..batch)
+                            .map(|bi| (bi * per + kb0 * m * kblk, bi * per + kb1 * m * kblk))
+                            .collect()
+                    })
+                    .collect()
+            } else {
+                // [batch][groups][k][cols]: a chunk is a run of rows of every column group.
+                let (k, groups) = (rows, width.div_ceil(cols));
+                let kb = k.div_ceil(kblk);
+                (0..chunks)
+                    .map(|c| {
+                        let k_lo = (kb * c / chunks * kblk).min(k);
+                        let k_hi = (kb * (c + 1) / chunks * kblk).min(k);
+                        (0..batch * groups)
+                            .map(|bg| (bg * k * cols + k_lo * cols, bg * k * cols + k_hi * cols))
+                            .collect()
+                    })
+                    .collect()
+            };
+            self.values[x].layout = Layout::spread_parts(group, &parts, tiles);
+        }
+    }
 }
 
 /// A 3-D split of a matmul (rows × column groups × k chunks on separate tiles) as costed by

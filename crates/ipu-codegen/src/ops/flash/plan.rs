@@ -1181,29 +1181,16 @@ impl Planner<'_> {
         let kb = amp_geometry(fp.geo.mode).k_block;
         let hgs = [kb, kb, default_group(fp.geo.a)];
         // A graph input read by this operation alone, once (not an output).
-        let only_here = |p: &Self, v: DevValueId| {
-            p.values[v].graph.is_some_and(|gv| {
-                p.graph.inputs().contains(&gv)
-                    && !p.graph.outputs().contains(&gv)
-                    && p.graph
-                        .operations()
-                        .iter()
-                        .filter(|o| o.inputs.contains(&gv))
-                        .count()
-                        == 1
-                    && ins.iter().filter(|&&i| i == v).count() == 1
-            })
-        };
         for x in 0..3 {
             let v = ins[x];
-            if only_here(self, v) && self.values[v].layout.group == hgs[x] {
+            if self.read_only_here(v, ins, false) && self.values[v].layout.group == hgs[x] {
                 self.values[v].layout = fp.home_layout(x, hgs[x]);
             }
         }
         // So does a mask only this operation reads, when it is stored in the scores' group.
         if let Some(&v) = ins.get(3) {
             let cols = amp_geometry(fp.geo.mode).cols;
-            if only_here(self, v) && self.values[v].layout.group == cols {
+            if self.read_only_here(v, ins, false) && self.values[v].layout.group == cols {
                 self.values[v].layout = fp.mask_home_layout();
             }
         }
