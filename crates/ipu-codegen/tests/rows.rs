@@ -261,6 +261,35 @@ fn broadcasting_binary_operations() {
 }
 
 #[test]
+fn a_row_vector_or_scalar_operand_keeps_the_other_operands_layout() {
+    // A bias `[1, .., N]` or a scalar `[1, .., 1]` over `[.., N]`: the result keeps the first
+    // operand's layout (here the input's, balanced over the tiles in its column groups), every
+    // tile gathering the columns of the bias its pieces read, or the scalar; ragged last groups
+    // (37, 45 columns) read the bias's zero padding or none, and a scalar's padding is cleared.
+    use OpKind::*;
+    for dtype in [F32, F16] {
+        for kind in [Add, Sub, Mul, Div, Max] {
+            for (a, b) in [
+                (vec![5usize, 37], vec![1usize, 37]),
+                (vec![2, 3, 45], vec![1, 1, 45]),
+                (vec![64, 16], vec![1, 16]),
+                (vec![5, 37], vec![1, 1]),
+                (vec![2, 3, 45], vec![1, 1, 1]),
+            ] {
+                let g = single(kind.clone(), &[(dtype, &a), (dtype, &b)]);
+                let p = ipu_codegen::plan::plan(&g, &Target::gc200(), 13).unwrap();
+                assert!(
+                    matches!(p.ops[0].kind, ipu_codegen::plan::DevOpKind::Binary(_)),
+                    "expected an elementwise operation: {:?}",
+                    p.ops[0].kind
+                );
+                check(&g, &[1, 13, 64], &format!("{kind:?} {a:?} {b:?} {dtype:?}"));
+            }
+        }
+    }
+}
+
+#[test]
 fn softmax_and_layer_norm_along_rows() {
     for dtype in [F32, F16] {
         for shape in [[3usize, 7, 45], [2, 2, 1], [1, 30, 128]] {

@@ -49,7 +49,10 @@ impl Planner<'_> {
                 op,
                 "elementwise arithmetic on FP8 is not lowered; cast to f16 first",
             );
-        } else if !same_shape {
+        } else if !same_shape
+            && !self.row_vector_operand(x, y, &out_val.ty.shape)
+            && !self.scalar_operand(x, y, &out_val.ty.shape)
+        {
             return self.plan_broadcast(op, bop, ins, out_val);
         } else {
             DevOpKind::Binary(bop)
@@ -58,6 +61,26 @@ impl Planner<'_> {
         let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
         self.push_simple(op.name.clone(), kind, vec![x, y], r);
         Ok(())
+    }
+
+    /// Whether `y` is a row vector broadcast over the rows of `x` (shape `[1, .., 1, N]` for an
+    /// `x` of the output's shape `[.., N]`, e.g. a bias): the result then keeps `x`'s layout
+    /// (on however many tiles it is) and every tile gathers the part of `y` its columns read,
+    /// instead of the row layout's whole rows per tile (as few tiles as rows).
+    fn row_vector_operand(&self, x: DevValueId, y: DevValueId, out: &[usize]) -> bool {
+        let (xs, ys) = (&self.values[x].shape, &self.values[y].shape);
+        xs[..] == *out
+            && ys.len() == out.len()
+            && ys.last() == out.last()
+            && ys[..ys.len() - 1].iter().all(|&d| d == 1)
+            && out.len() >= 2
+    }
+
+    /// Whether `y` is one element broadcast over an `x` of the output's shape (a scalar
+    /// constant such as GELU's `1 / sqrt(2)`): the result keeps `x`'s layout, every tile
+    /// receiving the one element.
+    fn scalar_operand(&self, x: DevValueId, y: DevValueId, out: &[usize]) -> bool {
+        self.values[x].shape[..] == *out && self.values[y].shape.iter().product::<usize>() == 1
     }
 
     /// Unary operations, casts and causal masks: the result keeps the operand's layout.
@@ -127,9 +150,18 @@ impl Lowerer<'_> {
         bop: BinOp,
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
-        let x = self.plan.ops[index].inputs[0];
+        let (x, y) = (
+            self.plan.ops[index].inputs[0],
+            self.plan.ops[index].inputs[1],
+        );
         let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
         let eb = self.eb(x);
+        let out = self.plan.ops[index].output;
+        if self.plan.values[y].shape.iter().product::<usize>() == 1
+            && self.plan.values[y].shape != self.plan.values[out].shape
+        {
+            return self.lower_binary_scalar(index, bop, steps);
+        }
         self.two_operands(index, steps, |xb, yb, ob, n| {
             (
                 (n * eb) / 8,
@@ -149,6 +181,65 @@ impl Lowerer<'_> {
             )
         });
         if bop == BinOp::Div {
+            self.pad_clears(index, &mut steps.tiles);
+        }
+        Ok(())
+    }
+
+    /// `out = x OP y` for a one-element `y`: every tile of the output receives the element
+    /// (its first word) and combines its whole share with it as one row
+    /// (`Kernel::RowScalar`); the padding columns then hold `0 OP y` and are cleared when
+    /// something reads them.
+    fn lower_binary_scalar(
+        &mut self,
+        index: usize,
+        bop: BinOp,
+        steps: &mut OpSteps,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (x, y, out) = (op.inputs[0], op.inputs[1], op.output);
+        let name = op.name.clone();
+        let ty = elem(self.plan.values[x].dtype).expect("planned on f32/f16");
+        let eb = self.eb(x);
+        let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
+        let y_group = self.plan.values[y].layout.group;
+        // A whole 32-bit word of `y`: the element and, for f16, its zero padding.
+        let word = (4 / eb as usize).max(1);
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile] as u32;
+            let (xb, ob) = (self.value_buffer(x, tile), self.value_buffer(out, tile));
+            let st = self.scratch_buffer(tile, 4 * eb, format!("stage:{name}.scalar"));
+            let c = self.gather(y, tile, y_group, &[(0, word, 0)], st);
+            steps.copies.extend(c);
+            let ops = steps.tiles.entry(tile).or_default();
+            for (u0, u1) in split(n / 4, WORKERS) {
+                if u1 > u0 {
+                    let (at, cols) = (u0 * 4 * eb, (u1 - u0) * 4);
+                    let state = RowScalarState {
+                        x: (xb, at),
+                        y: (st, 0),
+                        out: (ob, at),
+                        rows: 1,
+                        stride: cols * eb,
+                        columns: cols,
+                        y_stride: 0,
+                    };
+                    let slots =
+                        ipu_kernels::rows::row_scalar_slots(ty, bop, false, 1, cols, cols * eb / 4);
+                    ops.push(SupOp::Run(
+                        Kernel::RowScalar {
+                            ty,
+                            op: bop,
+                            reversed: false,
+                        },
+                        state.into(),
+                        slots,
+                    ));
+                }
+            }
+        }
+        if bop != BinOp::Mul {
             self.pad_clears(index, &mut steps.tiles);
         }
         Ok(())
@@ -179,10 +270,47 @@ impl Lowerer<'_> {
             let ob = self.value_buffer(out, tile);
             let yb = if same {
                 self.value_buffer(y, tile)
-            } else {
+            } else if self.plan.values[y].shape == self.plan.values[out].shape {
                 let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{name}.b"));
                 let want = out_layout.ranges_on(tile);
                 let c = self.gather(y, tile, out_layout.group, &want, st);
+                steps.copies.extend(c);
+                st
+            } else {
+                // A row vector: each run of a row of the output reads the same columns of `y`,
+                // whose storage index is the column (one row); columns past `y`'s storage (the
+                // output group's padding) are zero.
+                let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{name}.b"));
+                let shape = &self.plan.values[out].shape;
+                let (cols, g) = (shape[shape.len() - 1], out_layout.group);
+                let rows = shape[shape.len() - 2];
+                let y_len = ipu_package::storage_elements(
+                    &self.plan.values[y].shape,
+                    self.plan.values[y].layout.group,
+                );
+                let mut want = Vec::new();
+                for (start, end, local) in out_layout.ranges_on(tile) {
+                    let mut at = start;
+                    while at < end {
+                        // Storage `[outer][groups][rows][g]`: the group and column of `at`.
+                        let in_outer = at % (cols.div_ceil(g) * rows * g);
+                        let (gi, c) = (in_outer / (rows * g), at % g);
+                        let run = (g - c).min(end - at);
+                        let (y0, y1) = (gi * g + c, (gi * g + c + run).min(y_len));
+                        if y1 > y0 {
+                            want.push((y0, y1, local + at - start));
+                        }
+                        at += run;
+                    }
+                }
+                let y_group = self.plan.values[y].layout.group;
+                let c = self.gather(y, tile, y_group, &want, st);
+                let mut zero = Vec::new();
+                self.zero_gaps(st, n as u32 * eb, &c, &mut zero);
+                if !zero.is_empty() {
+                    zero.push(SupOp::WaitW);
+                    steps.tiles.entry(tile).or_default().extend(zero);
+                }
                 steps.copies.extend(c);
                 st
             };

@@ -126,6 +126,23 @@ impl Planner<'_> {
         let budget = self.budget();
         let reserve = self.support_reserve_bytes;
         let rounds_max = amp_rounds_max(self.target);
+        let held = |v: DevValueId| {
+            let val = &self.values[v];
+            (val.layout.most_elements_on_a_tile() * val.dtype.bytes()) as u64
+        };
+        let fanout = |v: DevValueId| {
+            if split_shape(&self.values[v].shape).0 == 1 {
+                batch as u64
+            } else {
+                1
+            }
+        };
+        let homes = OperandHomes {
+            a: held(a),
+            a_fanout: fanout(a),
+            b: held(b),
+            b_fanout: fanout(b),
+        };
         // The fitting split with the fewest AMP rounds a tile beyond `rounds_max`.
         let mut fewest_rounds = None;
         'outer: for pm in 1..=m.min(tiles) {
@@ -197,15 +214,9 @@ impl Planner<'_> {
                     + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
                     + slot * (2 + workers * 2 + 1);
                 let compute = per_tile * bg * kb as u64 * round;
-                // A bound, not the phase's horizon, for serial chunks: each stages one k
-                // range, which the operands' homes hold on a `1 / chunks` share of the tiles,
-                // and those send all they hold in that chunk (choosing the homes is not done).
-                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(
-                    &geo,
-                    (batch, m, kp, groups),
-                    pn,
-                    tiles,
-                ));
+                // For serial chunks a bound: each stages one k range, which every tile holds a
+                // share of when the operand is only this matmul's (`spread_chunk_homes`).
+                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(&homes, pn));
                 let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64
                     + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
                 candidates.push((
@@ -231,6 +242,7 @@ impl Planner<'_> {
                 n,
                 tiles,
                 rounds_max,
+                homes,
             };
             let found = k_split_candidates(
                 &shape,
@@ -469,21 +481,29 @@ fn amp_rounds_max(target: &ipu_target::Target) -> u64 {
     executable.saturating_sub(EXECUTABLE_RESERVE_BYTES) / SUPERVISOR_BYTES_PER_ROUND
 }
 
-/// The bytes the busiest home of the operands sends to stage a split's blocks: the operands
-/// are spread over all tiles, every element of `a` goes to each of the `pn` column blocks of
+/// The bytes the busiest home of the operands sends to stage a split's blocks, given the most
+/// bytes of `a` and of `b` a tile holds (`homes`, with how many batch entries of the output
+/// read each of their elements): every element of `a` goes to each of the `pn` column blocks of
 /// its rows (on tiles `pm` apart, so one copy each), while the blocks sharing weights sit on
 /// consecutive tiles and receive each element of `b` in one multicast. An exchange phase ends
-/// no sooner than its busiest sender has sent, which for many column blocks is later than its
-/// busiest receiver has received.
-fn operand_sends(
-    geo: &AmpGeometry,
-    (batch, m, kp, groups): (usize, usize, usize, usize),
-    pn: usize,
-    tiles: usize,
-) -> u64 {
-    let a = (batch * m * kp * geo.in_bytes) as u64;
-    let b = (batch * groups * kp * geo.cols * geo.in_bytes) as u64;
-    (a * pn as u64 + b).div_ceil(tiles as u64)
+/// no sooner than its busiest sender has sent, which for many column blocks, or operands held
+/// on few tiles (a row layout's), is later than its busiest receiver has received.
+fn operand_sends(homes: &OperandHomes, pn: usize) -> u64 {
+    homes.a * homes.a_fanout * pn as u64 + homes.b * homes.b_fanout
+}
+
+/// What [`operand_sends`] needs of where the operands are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OperandHomes {
+    /// The most bytes of `a` one tile holds.
+    pub a: u64,
+    /// The output's batch entries reading each element of `a` (the batch when `a` is not
+    /// batched).
+    pub a_fanout: u64,
+    /// The most bytes of `b` one tile holds.
+    pub b: u64,
+    /// As `a_fanout`, for `b`.
+    pub b_fanout: u64,
 }
 
 /// A matmul's dimensions and the tiles it may use, for the 3-D candidates.
@@ -496,6 +516,8 @@ pub(crate) struct KSplitShape {
     pub tiles: usize,
     /// The most AMP rounds a tile's supervisor program holds ([`amp_rounds_max`]).
     pub rounds_max: u64,
+    /// Where the operands are.
+    pub homes: OperandHomes,
 }
 
 impl Planner<'_> {
@@ -735,6 +757,7 @@ pub(crate) fn k_split_candidates(
         n,
         tiles,
         rounds_max,
+        ..
     } = *shape;
     let geo = amp_geometry(mode);
     let groups = n.div_ceil(geo.cols);
@@ -789,12 +812,7 @@ pub(crate) fn k_split_candidates(
                     + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
                     + slot * (2 + workers * 2 + 1);
                 let compute = per_tile * bg * kc * round;
-                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(
-                    &geo,
-                    (batch, m, kb * geo.k_block, groups),
-                    pn,
-                    tiles,
-                ));
+                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(&shape.homes, pn));
                 let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
                 let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;
                 let sends = (per_tile * c_bytes).max(recv) / bpc - recv / bpc;
@@ -1106,6 +1124,12 @@ mod tests {
                 n,
                 tiles: 1472,
                 rounds_max: amp_rounds_max(&target),
+                homes: OperandHomes {
+                    a: (m * k * 2).div_ceil(1472) as u64,
+                    a_fanout: 1,
+                    b: (k * n * 2).div_ceil(1472) as u64,
+                    b_fanout: 1,
+                },
             };
             let found = k_split_candidates(
                 &shape,
