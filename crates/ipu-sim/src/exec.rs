@@ -478,6 +478,35 @@ fn is_f16(ty: FType) -> bool {
 
 /// The semantics of a float-pipeline instruction (other than `amp`): the register write.
 fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite> {
+    let w = float_value(a, instr, fp8);
+    if w.n == 0 {
+        return Err(float_trap(instr));
+    }
+    Ok(w)
+}
+
+/// A write of no registers: what [`float_value`] returns for an instruction that traps.
+const NO_WRITE: AWrite = AWrite {
+    d: 0,
+    n: 0,
+    v: [0, 0],
+};
+
+/// The trap of a float-pipeline instruction (other than `amp`) that [`float_value`] refuses.
+#[cold]
+#[inline(never)]
+fn float_trap(instr: &Instr) -> Trap {
+    let why = match *instr {
+        Instr::FReduce { ty, .. } if !ty.is_pair() => "reduction of a non-pair type",
+        Instr::Bcast { .. } => "broadcast type",
+        _ => "not a float-pipeline instruction",
+    };
+    trap(FaultKind::IllegalOperands(why), None)
+}
+
+/// [`float_result`] with a trap returned as [`NO_WRITE`] (then [`float_trap`] says which), so
+/// that the write comes back in registers.
+fn float_value(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> AWrite {
     // The most frequent form, f32v2 arithmetic, without the generic lane loop: the same
     // operations on the same lanes as the `FBin` arm below.
     if let Instr::FBin {
@@ -489,16 +518,16 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
     } = *instr
     {
         let (x, y, z) = (x as usize & 14, y as usize & 14, d as usize & 14);
-        return Ok(AWrite {
+        return AWrite {
             d: d & 14,
             n: 2,
             v: [
                 op_f32(op, f(a[x]), f(a[y]), f(a[z])),
                 op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
             ],
-        });
+        };
     }
-    Ok(match *instr {
+    match *instr {
         Instr::FBin {
             ty,
             op,
@@ -538,10 +567,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
         }
         Instr::FReduce { ty, op, d, a: x } => {
             if !ty.is_pair() {
-                return Err(trap(
-                    FaultKind::IllegalOperands("reduction of a non-pair type"),
-                    None,
-                ));
+                return NO_WRITE;
             }
             let (l, n) = lanes(a, ty, x.0);
             let v = |i: usize| if is_f16(ty) { h(l[i]) } else { f(l[i]) };
@@ -575,7 +601,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
                         v: [l | l << 16, l | l << 16],
                     }
                 }
-                _ => return Err(trap(FaultKind::IllegalOperands("broadcast type"), None)),
+                _ => NO_WRITE,
             }
         }
         Instr::F16v2Pack { d, a: x, b: y } => AWrite {
@@ -586,13 +612,8 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
                 0,
             ],
         },
-        _ => {
-            return Err(trap(
-                FaultKind::IllegalOperands("not a float-pipeline instruction"),
-                None,
-            ));
-        }
-    })
+        _ => NO_WRITE,
+    }
 }
 
 /// The semantics of a conversion.
@@ -786,6 +807,49 @@ fn mac<const COLS: usize, const LANES: usize>(
     }
 }
 
+/// The trap of an instruction the main pipeline does not execute.
+#[cold]
+#[inline(never)]
+fn not_main(instr: &Instr) -> Trap {
+    if instr.class() == Class::Supervisor {
+        return trap(FaultKind::SupervisorOnly, None);
+    }
+    trap(
+        FaultKind::IllegalOperands("not a main-pipeline instruction"),
+        None,
+    )
+}
+
+/// Whether a slot only computes: a single main-pipeline or float instruction, or a bundle whose
+/// main half is a main-pipeline instruction (see [`Decoded::data`]).
+fn slot_is_data(slot: &Slot) -> bool {
+    match slot {
+        Slot::Single(i) => matches!(i.class(), Class::Main | Class::Float),
+        Slot::Bundle(b) => b.main.class() == Class::Main,
+    }
+}
+
+/// A running worker's registers and accounting, lent to the `rpt` loop.
+struct WorkerRun<'a> {
+    r: &'a mut Regs,
+    acc: &'a mut AmpAcc,
+    ctx: u32,
+    time: &'a mut u64,
+    slots: &'a mut u64,
+    instrs: &'a mut u64,
+    deadline: u64,
+}
+
+/// Instructions in a slot: 2 for a bundle.
+#[inline(always)]
+fn instructions_of(slot: &Slot) -> u64 {
+    if matches!(slot, Slot::Bundle(_)) {
+        2
+    } else {
+        1
+    }
+}
+
 /// The text of a slot, for faults.
 pub(crate) fn slot_text(slot: &Slot) -> String {
     ipu_isa::format_slot(slot)
@@ -890,6 +954,7 @@ impl Tile {
             _ => 1,
         };
         let d = Decoded {
+            data: slot_is_data(&slot),
             slot,
             bytes: 4 * n as u32,
             cost,
@@ -926,7 +991,7 @@ impl Tile {
         self.check(addr, len)?;
         self.tracker.note(addr, len, true);
         self.mem.slice_mut(addr, len).copy_from_slice(bytes);
-        if addr < self.code.end() {
+        if addr < self.code.top() {
             self.code.invalidate(addr, len);
         }
         Ok(())
@@ -977,6 +1042,17 @@ impl Tile {
     /// Executes one main-pipeline or control instruction.
     #[inline(always)]
     fn exec_main(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32, now: u64) -> R<Flow> {
+        if instr.class() == Class::Main {
+            self.exec_data(r, instr, ctx, now)?;
+            Ok(Flow::Next)
+        } else {
+            self.exec_control(r, instr, pc, ctx)
+        }
+    }
+
+    /// Executes one main-pipeline instruction (of class `Main`: it never changes control flow).
+    #[inline(always)]
+    fn exec_data(&mut self, r: &mut Regs, instr: &Instr, ctx: u32, now: u64) -> R<()> {
         let m = |r: &Regs, x: MReg| r.m[x.0 as usize & 15];
         match *instr {
             Instr::Nop => {}
@@ -1074,6 +1150,16 @@ impl Tile {
                 r.fp8_format = format;
                 r.fp8_scale = scale;
             }
+            _ => return Err(not_main(instr)),
+        }
+        Ok(())
+    }
+
+    /// Executes one instruction that is not of class `Main`: control flow, or a fault.
+    #[inline(always)]
+    fn exec_control(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32) -> R<Flow> {
+        let m = |r: &Regs, x: MReg| r.m[x.0 as usize & 15];
+        match *instr {
             Instr::Br { a } => return Ok(Flow::Jump(m(r, a))),
             Instr::Bri { target } => return Ok(Flow::Jump(target)),
             Instr::Brz { a, target } => {
@@ -1116,15 +1202,7 @@ impl Tile {
                 }
                 return Ok(Flow::Exit);
             }
-            _ => {
-                if instr.class() == Class::Supervisor {
-                    return Err(trap(FaultKind::SupervisorOnly, None));
-                }
-                return Err(trap(
-                    FaultKind::IllegalOperands("not a main-pipeline instruction"),
-                    None,
-                ));
-            }
+            _ => return Err(not_main(instr)),
         }
         Ok(Flow::Next)
     }
@@ -1150,7 +1228,11 @@ impl Tile {
                 v: out,
             });
         }
-        float_result(&r.a, instr, (r.fp8_format, r.fp8_scale))
+        let w = float_value(&r.a, instr, (r.fp8_format, r.fp8_scale));
+        if w.n == 0 {
+            return Err(float_trap(instr));
+        }
+        Ok(w)
     }
 
     /// Executes a non-supervisor slot. Returns the control flow.
@@ -1198,6 +1280,52 @@ impl Tile {
                 let flow = self.exec_main(r, &b.main, pc, ctx, now)?;
                 commit(r, w);
                 Ok(flow)
+            }
+        }
+    }
+
+    /// Executes a slot that only computes ([`Decoded::data`]): as [`Tile::exec_slot`] without
+    /// the control-flow result.
+    #[inline(always)]
+    fn exec_data_slot(
+        &mut self,
+        r: &mut Regs,
+        acc: &mut AmpAcc,
+        slot: &Slot,
+        ctx: u32,
+        now: u64,
+    ) -> R<()> {
+        match slot {
+            Slot::Single(i) => {
+                if i.class() == Class::Float {
+                    let w = self.exec_float(r, acc, i, ctx)?;
+                    commit(r, w);
+                    Ok(())
+                } else {
+                    self.exec_data(r, i, ctx, now)
+                }
+            }
+            Slot::Bundle(b) => {
+                if let Instr::Amp { d, a, p, phase } = b.float {
+                    if ctx == SUPERVISOR_CONTEXT {
+                        return Err(trap(FaultKind::WorkerOnly, None));
+                    }
+                    let out = amp_step(
+                        &self.amp,
+                        acc,
+                        pair(r, a.0),
+                        pair(r, p.0),
+                        phase,
+                        (r.fp8_format, r.fp8_scale),
+                    )?;
+                    self.exec_data(r, &b.main, ctx, now)?;
+                    set_pair(r, d.0, out);
+                    return Ok(());
+                }
+                let w = self.exec_float(r, acc, &b.float, ctx)?;
+                self.exec_data(r, &b.main, ctx, now)?;
+                commit(r, w);
+                Ok(())
             }
         }
     }
@@ -1250,6 +1378,12 @@ impl Tile {
                 if instrs % crate::INTERRUPT_POLL < 2 && crate::interrupted() {
                     return Err(self.fault(cx, pc, (FaultKind::Interrupted, None)));
                 }
+                if d.data {
+                    self.exec_data_slot(&mut r, &mut acc, &d.slot, ctx, time)
+                        .map_err(|t| self.fault(cx, pc, *t))?;
+                    r.pc = pc + d.bytes;
+                    continue;
+                }
                 match self
                     .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
                     .map_err(|t| self.fault(cx, pc, *t))?
@@ -1272,62 +1406,16 @@ impl Tile {
                             buf.push((q, d));
                             q += d.bytes;
                         }
-                        let epoch = self.code.epoch();
-                        let mut step = |tile: &mut Tile,
-                                        p: u32,
-                                        d: &Decoded|
-                         -> Result<(), Fault> {
-                            time += SLOT * d.cost as u64;
-                            slots += d.cost as u64;
-                            instrs += if matches!(d.slot, Slot::Bundle(_)) {
-                                2
-                            } else {
-                                1
-                            };
-                            if time > deadline {
-                                return Err(tile.fault(
-                                    cx,
-                                    p,
-                                    (FaultKind::CycleLimit(deadline), None),
-                                ));
-                            }
-                            match tile
-                                .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
-                                .map_err(|t| tile.fault(cx, p, *t))?
-                            {
-                                Flow::Next => Ok(()),
-                                _ => Err(tile.fault(cx, p, (FaultKind::ControlInRptBody, None))),
-                            }
+                        let mut w = WorkerRun {
+                            r: &mut r,
+                            acc: &mut acc,
+                            ctx,
+                            time: &mut time,
+                            slots: &mut slots,
+                            instrs: &mut instrs,
+                            deadline,
                         };
-                        let mut result = Ok(());
-                        'iterations: for _ in 0..count {
-                            let mut p = body_start;
-                            for (q, d) in buf.iter() {
-                                if self.code.epoch() != epoch {
-                                    break;
-                                }
-                                if let Err(e) = step(self, *q, d) {
-                                    result = Err(e);
-                                    break 'iterations;
-                                }
-                                p = *q + d.bytes;
-                            }
-                            // Code changed under the loop: finish from the cache.
-                            while p < end {
-                                let d = match self.fetch(p) {
-                                    Ok(d) => d,
-                                    Err(t) => {
-                                        result = Err(self.fault(cx, p, *t));
-                                        break 'iterations;
-                                    }
-                                };
-                                if let Err(e) = step(self, p, &d) {
-                                    result = Err(e);
-                                    break 'iterations;
-                                }
-                                p += d.bytes;
-                            }
-                        }
+                        let result = self.run_rpt(&mut w, &buf, count, end);
                         self.rpt_buf = buf;
                         result?;
                         r.pc = end;
@@ -1342,6 +1430,94 @@ impl Tile {
         self.workers[w] = r;
         self.accs[w] = acc;
         Ok(time)
+    }
+
+    /// Runs `count` iterations of an `rpt` body whose decoded slots are `buf` (ending at
+    /// `end`). An iteration whose slots only compute and which ends by the deadline is
+    /// accounted at once (the per-slot cycle-limit checks cannot fire); any other runs slot by
+    /// slot. Counters are the same as slot by slot at every fault.
+    fn run_rpt(
+        &mut self,
+        w: &mut WorkerRun,
+        buf: &[(u32, Decoded)],
+        count: u32,
+        end: u32,
+    ) -> Result<(), Fault> {
+        let cx = Context::Worker(w.ctx as u8);
+        let epoch = self.code.epoch();
+        let sums = |ds: &[(u32, Decoded)]| {
+            ds.iter().fold((0u64, 0u64), |(s, i), (_, d)| {
+                (s + d.cost as u64, i + instructions_of(&d.slot))
+            })
+        };
+        let (iter_slots, iter_instrs) = sums(buf);
+        let all_data = buf.iter().all(|(_, d)| d.data);
+        for _ in 0..count {
+            let mut done = 0;
+            if all_data && *w.time + SLOT * iter_slots <= w.deadline {
+                done = buf.len();
+                for (k, (q, d)) in buf.iter().enumerate() {
+                    if self.code.epoch() != epoch {
+                        done = k;
+                        break;
+                    }
+                    *w.time += SLOT * d.cost as u64;
+                    if let Err(t) = self.exec_data_slot(w.r, w.acc, &d.slot, w.ctx, *w.time) {
+                        let (s, i) = sums(&buf[..=k]);
+                        *w.slots += s;
+                        *w.instrs += i;
+                        return Err(self.fault(cx, *q, *t));
+                    }
+                }
+                let (s, i) = if done == buf.len() {
+                    (iter_slots, iter_instrs)
+                } else {
+                    sums(&buf[..done])
+                };
+                *w.slots += s;
+                *w.instrs += i;
+            } else {
+                for (q, d) in buf.iter() {
+                    if self.code.epoch() != epoch {
+                        break;
+                    }
+                    self.rpt_step(w, *q, d)?;
+                    done += 1;
+                }
+            }
+            // Code changed under the loop: finish from the cache.
+            let mut p = buf.get(done).map_or(end, |(q, _)| *q);
+            while p < end {
+                let d = self.fetch(p).map_err(|t| self.fault(cx, p, *t))?;
+                self.rpt_step(w, p, &d)?;
+                p += d.bytes;
+            }
+        }
+        Ok(())
+    }
+
+    /// One slot of an `rpt` body, accounted and checked against the cycle limit.
+    #[inline(always)]
+    fn rpt_step(&mut self, w: &mut WorkerRun, p: u32, d: &Decoded) -> Result<(), Fault> {
+        let cx = Context::Worker(w.ctx as u8);
+        *w.time += SLOT * d.cost as u64;
+        *w.slots += d.cost as u64;
+        *w.instrs += instructions_of(&d.slot);
+        if *w.time > w.deadline {
+            return Err(self.fault(cx, p, (FaultKind::CycleLimit(w.deadline), None)));
+        }
+        if d.data {
+            return self
+                .exec_data_slot(w.r, w.acc, &d.slot, w.ctx, *w.time)
+                .map_err(|t| self.fault(cx, p, *t));
+        }
+        match self
+            .exec_slot(w.r, w.acc, &d.slot, p, w.ctx, *w.time)
+            .map_err(|t| self.fault(cx, p, *t))?
+        {
+            Flow::Next => Ok(()),
+            _ => Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None))),
+        }
     }
 
     fn workers_running(&self) -> bool {
