@@ -10,8 +10,8 @@
 //!   closes (`waitw` or the next global instruction).
 
 use ipu_isa::{
-    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, RedOp,
-    Slot, SysReg, Width,
+    APair, AddrMode, AluOp, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format,
+    Instr, MReg, RedOp, Slot, SysReg, Width,
 };
 use ipu_target::{SUPERVISOR_CONTEXT, Target, WORKER_CONTEXTS};
 
@@ -242,12 +242,34 @@ pub(crate) struct Arrival {
     pub pc: u32,
 }
 
-/// A pending float-register write: `n` registers from `d`.
+/// A pending float-register write: `n` registers from `d`. Two scalars (the values, then `d`
+/// and `n`), so that it is returned in registers.
 #[derive(Clone, Copy)]
 struct AWrite {
-    d: u8,
-    n: u8,
-    v: [u32; 2],
+    /// The first register's value in the low half, the second's in the high half.
+    v: u64,
+    /// `d | n << 8`.
+    dn: u32,
+}
+
+impl AWrite {
+    #[inline(always)]
+    const fn new(d: u8, n: u8, v: [u32; 2]) -> AWrite {
+        AWrite {
+            v: v[0] as u64 | (v[1] as u64) << 32,
+            dn: d as u32 | (n as u32) << 8,
+        }
+    }
+
+    #[inline(always)]
+    fn d(self) -> u8 {
+        self.dn as u8
+    }
+
+    #[inline(always)]
+    fn n(self) -> u8 {
+        (self.dn >> 8) as u8
+    }
 }
 
 /// What an instruction does to control flow.
@@ -449,26 +471,10 @@ fn lanes(a: &[u32; 16], ty: FType, r: u8) -> ([u32; 4], usize) {
 #[inline(always)]
 fn pack(ty: FType, d: u8, l: [u32; 4]) -> AWrite {
     match ty {
-        FType::F32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [l[0], 0],
-        },
-        FType::F32v2 => AWrite {
-            d: d & 14,
-            n: 2,
-            v: [l[0], l[1]],
-        },
-        FType::F16v2 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [l[0] | l[1] << 16, 0],
-        },
-        FType::F16v4 => AWrite {
-            d: d & 14,
-            n: 2,
-            v: [l[0] | l[1] << 16, l[2] | l[3] << 16],
-        },
+        FType::F32 => AWrite::new(d & 15, 1, [l[0], 0]),
+        FType::F32v2 => AWrite::new(d & 14, 2, [l[0], l[1]]),
+        FType::F16v2 => AWrite::new(d & 15, 1, [l[0] | l[1] << 16, 0]),
+        FType::F16v4 => AWrite::new(d & 14, 2, [l[0] | l[1] << 16, l[2] | l[3] << 16]),
     }
 }
 
@@ -479,18 +485,14 @@ fn is_f16(ty: FType) -> bool {
 /// The semantics of a float-pipeline instruction (other than `amp`): the register write.
 fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite> {
     let w = float_value(a, instr, fp8);
-    if w.n == 0 {
+    if w.n() == 0 {
         return Err(float_trap(instr));
     }
     Ok(w)
 }
 
 /// A write of no registers: what [`float_value`] returns for an instruction that traps.
-const NO_WRITE: AWrite = AWrite {
-    d: 0,
-    n: 0,
-    v: [0, 0],
-};
+const NO_WRITE: AWrite = AWrite::new(0, 0, [0, 0]);
 
 /// The trap of a float-pipeline instruction (other than `amp`) that [`float_value`] refuses.
 #[cold]
@@ -518,14 +520,14 @@ fn float_value(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> AWrite {
     } = *instr
     {
         let (x, y, z) = (x as usize & 14, y as usize & 14, d as usize & 14);
-        return AWrite {
-            d: d & 14,
-            n: 2,
-            v: [
+        return AWrite::new(
+            d & 14,
+            2,
+            [
                 op_f32(op, f(a[x]), f(a[y]), f(a[z])),
                 op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
             ],
-        };
+        );
     }
     match *instr {
         Instr::FBin {
@@ -578,40 +580,28 @@ fn float_value(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> AWrite {
                     RedOp::Max => r.max(v(i)),
                 };
             }
-            AWrite {
-                d: d.0 & 15,
-                n: 1,
-                v: [r.to_bits(), 0],
-            }
+            AWrite::new(d.0 & 15, 1, [r.to_bits(), 0])
         }
         Instr::Conv { op, d, a: x } => conv(a, op, d, x, fp8),
         Instr::Bcast { ty, d, a: x } => {
             let v = a[x.0 as usize & 15];
             match ty {
-                FType::F32v2 => AWrite {
-                    d: d.0 & 14,
-                    n: 2,
-                    v: [v, v],
-                },
+                FType::F32v2 => AWrite::new(d.0 & 14, 2, [v, v]),
                 FType::F16v4 => {
                     let l = v & 0xFFFF;
-                    AWrite {
-                        d: d.0 & 14,
-                        n: 2,
-                        v: [l | l << 16, l | l << 16],
-                    }
+                    AWrite::new(d.0 & 14, 2, [l | l << 16, l | l << 16])
                 }
                 _ => NO_WRITE,
             }
         }
-        Instr::F16v2Pack { d, a: x, b: y } => AWrite {
-            d: d.0 & 15,
-            n: 1,
-            v: [
+        Instr::F16v2Pack { d, a: x, b: y } => AWrite::new(
+            d.0 & 15,
+            1,
+            [
                 (a[x.0 as usize & 15] & 0xFFFF) | (a[y.0 as usize & 15] << 16),
                 0,
             ],
-        },
+        ),
         _ => NO_WRITE,
     }
 }
@@ -622,26 +612,14 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
     let p = x as usize & 14;
     let (fmt, scale) = (numerics_format(fp8.0), fp8.1 as i32);
     match op {
-        ConvOp::F32ToF16 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [to_h(f(a[s])), 0],
-        },
-        ConvOp::F16ToF32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [h(a[s]).to_bits(), 0],
-        },
-        ConvOp::F32v2ToF16v2 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [to_h(f(a[p])) | to_h(f(a[p + 1])) << 16, 0],
-        },
-        ConvOp::F16v2ToF32v2 => AWrite {
-            d: d & 14,
-            n: 2,
-            v: [h(a[s]).to_bits(), h(a[s] >> 16).to_bits()],
-        },
+        ConvOp::F32ToF16 => AWrite::new(d & 15, 1, [to_h(f(a[s])), 0]),
+        ConvOp::F16ToF32 => AWrite::new(d & 15, 1, [h(a[s]).to_bits(), 0]),
+        ConvOp::F32v2ToF16v2 => {
+            AWrite::new(d & 15, 1, [to_h(f(a[p])) | to_h(f(a[p + 1])) << 16, 0])
+        }
+        ConvOp::F16v2ToF32v2 => {
+            AWrite::new(d & 14, 2, [h(a[s]).to_bits(), h(a[s] >> 16).to_bits()])
+        }
         ConvOp::F16v4ToF8v4 => {
             let mut out = 0u32;
             for i in 0..4 {
@@ -650,33 +628,17 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
                     ipu_numerics::encode(fmt, h(lane), scale, ipu_numerics::Overflow::Saturate);
                 out |= (code as u32) << (8 * i);
             }
-            AWrite {
-                d: d & 15,
-                n: 1,
-                v: [out, 0],
-            }
+            AWrite::new(d & 15, 1, [out, 0])
         }
         ConvOp::F8v4ToF16v4 => {
             let mut l = [0u32; 4];
             for (i, lane) in l.iter_mut().enumerate() {
                 *lane = to_h(ipu_numerics::decode(fmt, (a[s] >> (8 * i)) as u8, scale));
             }
-            AWrite {
-                d: d & 14,
-                n: 2,
-                v: [l[0] | l[1] << 16, l[2] | l[3] << 16],
-            }
+            AWrite::new(d & 14, 2, [l[0] | l[1] << 16, l[2] | l[3] << 16])
         }
-        ConvOp::F32ToI32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [(f(a[s]).round_ties_even() as i32) as u32, 0],
-        },
-        ConvOp::I32ToF32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [((a[s] as i32) as f32).to_bits(), 0],
-        },
+        ConvOp::F32ToI32 => AWrite::new(d & 15, 1, [(f(a[s]).round_ties_even() as i32) as u32, 0]),
+        ConvOp::I32ToF32 => AWrite::new(d & 15, 1, [((a[s] as i32) as f32).to_bits(), 0]),
     }
 }
 
@@ -829,6 +791,173 @@ fn slot_is_data(slot: &Slot) -> bool {
     }
 }
 
+/// The float half of a slot, decoded once with it: the frequent forms with their registers
+/// resolved, so that a worker dispatches once per half.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FloatOp {
+    /// The slot has no float half.
+    None,
+    /// `amp` of phase at most 3; the pairs' first registers (even).
+    Amp { d: u8, a: u8, p: u8, phase: u8 },
+    /// f32v2 arithmetic; the pairs' first registers (even).
+    F32v2 { op: FBinOp, d: u8, x: u8, y: u8 },
+    /// Any other: the slot's float instruction through [`Tile::exec_float`].
+    Other,
+}
+
+/// The main-pipeline half of a slot that only computes, decoded once with it (see
+/// [`FloatOp`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MainOp {
+    /// The slot has no main half.
+    None,
+    /// A 64-bit load into the pair from `d` (even) at `$m[base] + off`, then `$m[base] += inc`.
+    Ld64 { d: u8, base: u8, off: i16, inc: i16 },
+    /// A 64-bit store of the pair from `s` (even), addressed as [`MainOp::Ld64`].
+    St64 { s: u8, base: u8, off: i16, inc: i16 },
+    /// `ldst64pace`.
+    LdSt64Pace { d: APair, s: APair, p: [MReg; 2] },
+    /// `ld2xst64pace`.
+    Ld2xSt64Pace {
+        d: [APair; 2],
+        s: APair,
+        p: [MReg; 3],
+    },
+    /// `ld2x64pace`.
+    Ld2x64Pace { d: [APair; 2], p: [MReg; 2] },
+    /// Register-register integer arithmetic (registers masked).
+    Alu { op: AluOp, d: u8, a: u8, b: u8 },
+    /// Register-immediate integer arithmetic (registers masked, immediate sign-extended).
+    AluImm { op: AluOp, d: u8, a: u8, imm: i16 },
+    /// Any other: the slot's main instruction through [`Tile::exec_data`].
+    Other,
+}
+
+/// A slot as a worker runs it, decoded once: what the interpreter loop copies per slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    /// The main half (when `data`).
+    pub main: MainOp,
+    /// The float half (when `data`).
+    pub float: FloatOp,
+    /// Whether the slot only computes (see [`slot_is_data`]).
+    pub data: bool,
+    /// 4 or 8.
+    pub bytes: u8,
+    /// Barrel slots.
+    pub cost: u8,
+    /// Instructions: 2 for a bundle.
+    pub instrs: u8,
+}
+
+/// The base-plus-offset and post-increment parts of an address mode.
+fn offset_and_increment(mode: AddrMode) -> (i16, i16) {
+    match mode {
+        AddrMode::Offset(i) => (i, 0),
+        AddrMode::PostInc(i) => (0, i),
+    }
+}
+
+/// The float half of a slot, decoded.
+fn float_op(i: &Instr) -> FloatOp {
+    match *i {
+        Instr::Amp { d, a, p, phase } if phase <= 3 => FloatOp::Amp {
+            d: d.0 & 14,
+            a: a.0 & 14,
+            p: p.0 & 14,
+            phase,
+        },
+        Instr::FBin {
+            ty: FType::F32v2,
+            op,
+            d,
+            a,
+            b,
+        } => FloatOp::F32v2 {
+            op,
+            d: d & 14,
+            x: a & 14,
+            y: b & 14,
+        },
+        _ => FloatOp::Other,
+    }
+}
+
+/// The main half of a slot that only computes, decoded.
+fn main_op(i: &Instr) -> MainOp {
+    match *i {
+        Instr::Load {
+            width: Width::B64,
+            d: DataReg::A(x),
+            base,
+            mode,
+        } if x.is_multiple_of(2) && x < 16 => {
+            let (off, inc) = offset_and_increment(mode);
+            MainOp::Ld64 {
+                d: x,
+                base: base.0 & 15,
+                off,
+                inc,
+            }
+        }
+        Instr::Store {
+            width: Width::B64,
+            s: DataReg::A(x),
+            base,
+            mode,
+        } if x.is_multiple_of(2) && x < 16 => {
+            let (off, inc) = offset_and_increment(mode);
+            MainOp::St64 {
+                s: x,
+                base: base.0 & 15,
+                off,
+                inc,
+            }
+        }
+        Instr::LdSt64Pace { d, s, p } => MainOp::LdSt64Pace { d, s, p },
+        Instr::Ld2xSt64Pace { d, s, p } => MainOp::Ld2xSt64Pace { d, s, p },
+        Instr::Ld2x64Pace { d, p } => MainOp::Ld2x64Pace { d, p },
+        Instr::Alu { op, d, a, b } => MainOp::Alu {
+            op,
+            d: d.0 & 15,
+            a: a.0 & 15,
+            b: b.0 & 15,
+        },
+        Instr::AluImm { op, d, a, imm } => MainOp::AluImm {
+            op,
+            d: d.0 & 15,
+            a: a.0 & 15,
+            imm,
+        },
+        _ => MainOp::Other,
+    }
+}
+
+/// The decoded halves of a slot (meaningful when it only computes, see [`slot_is_data`]).
+pub(crate) fn slot_ops(slot: &Slot) -> (MainOp, FloatOp) {
+    match slot {
+        Slot::Single(i) if i.class() == Class::Float => (MainOp::None, float_op(i)),
+        Slot::Single(i) => (main_op(i), FloatOp::None),
+        Slot::Bundle(b) => (main_op(&b.main), float_op(&b.float)),
+    }
+}
+
+/// The float instruction of a slot (the single instruction, or a bundle's float half).
+fn float_instr(slot: &Slot) -> &Instr {
+    match slot {
+        Slot::Single(i) => i,
+        Slot::Bundle(b) => &b.float,
+    }
+}
+
+/// The main instruction of a slot (the single instruction, or a bundle's main half).
+fn main_instr(slot: &Slot) -> &Instr {
+    match slot {
+        Slot::Single(i) => i,
+        Slot::Bundle(b) => &b.main,
+    }
+}
+
 /// A running worker's registers and accounting, lent to the `rpt` loop.
 struct WorkerRun<'a> {
     r: &'a mut Regs,
@@ -927,6 +1056,37 @@ impl Tile {
         self.fetch_slow(pc)
     }
 
+    /// Fetches (and caches) the slot at `pc`, as a worker runs it.
+    #[inline(always)]
+    fn fetch_op(&mut self, pc: u32) -> R<Op> {
+        if pc & 3 == 0
+            && pc >= self.target.executable_base
+            && pc < self.code.end()
+            && let Some(d) = self.code.get(pc)
+        {
+            return Ok(d.op);
+        }
+        self.fetch_slow(pc).map(|d| d.op)
+    }
+
+    /// The slot at `pc`, copied straight from the cache (fetched if it is not there).
+    #[inline(always)]
+    fn slot_at(&mut self, pc: u32) -> R<Slot> {
+        match self.code.lookup(pc) {
+            Some(d) => Ok(d.slot),
+            None => self.fetch_slow(pc).map(|d| d.slot),
+        }
+    }
+
+    /// One half of the slot at `pc` (see [`Tile::slot_at`]).
+    #[inline(always)]
+    fn instr_at(&mut self, pc: u32, half: fn(&Slot) -> &Instr) -> R<Instr> {
+        match self.code.lookup(pc) {
+            Some(d) => Ok(*half(&d.slot)),
+            None => self.fetch_slow(pc).map(|d| *half(&d.slot)),
+        }
+    }
+
     #[cold]
     fn fetch_slow(&mut self, pc: u32) -> R<Decoded> {
         if pc & 3 != 0 || !self.target.in_executable(pc, 4) {
@@ -953,8 +1113,17 @@ impl Tile {
             },
             _ => 1,
         };
-        let d = Decoded {
+        let (main, float) = slot_ops(&slot);
+        let op = Op {
+            main,
+            float,
             data: slot_is_data(&slot),
+            bytes: 4 * n as u8,
+            cost: cost as u8,
+            instrs: instructions_of(&slot) as u8,
+        };
+        let d = Decoded {
+            op,
             slot,
             bytes: 4 * n as u32,
             cost,
@@ -1222,14 +1391,10 @@ impl Tile {
                 phase,
                 (r.fp8_format, r.fp8_scale),
             )?;
-            return Ok(AWrite {
-                d: d.0 & 14,
-                n: 2,
-                v: out,
-            });
+            return Ok(AWrite::new(d.0 & 14, 2, out));
         }
         let w = float_value(&r.a, instr, (r.fp8_format, r.fp8_scale));
-        if w.n == 0 {
+        if w.n() == 0 {
             return Err(float_trap(instr));
         }
         Ok(w)
@@ -1284,50 +1449,102 @@ impl Tile {
         }
     }
 
-    /// Executes a slot that only computes ([`Decoded::data`]): as [`Tile::exec_slot`] without
-    /// the control-flow result.
+    /// Executes a worker's slot that only computes ([`Decoded::data`]) from its decoded halves:
+    /// as [`Tile::exec_slot`] without the control-flow result (the float half reads its
+    /// operands first and writes last; traps in the same order).
     #[inline(always)]
     fn exec_data_slot(
         &mut self,
         r: &mut Regs,
         acc: &mut AmpAcc,
-        slot: &Slot,
+        op: &Op,
+        slot: Option<&Slot>,
+        pc: u32,
         ctx: u32,
         now: u64,
     ) -> R<()> {
-        match slot {
-            Slot::Single(i) => {
-                if i.class() == Class::Float {
-                    let w = self.exec_float(r, acc, i, ctx)?;
-                    commit(r, w);
-                    Ok(())
-                } else {
-                    self.exec_data(r, i, ctx, now)
+        let w = match op.float {
+            FloatOp::None => NO_WRITE,
+            FloatOp::Amp { d: o, a, p, phase } => {
+                if ctx == SUPERVISOR_CONTEXT {
+                    return Err(trap(FaultKind::WorkerOnly, None));
                 }
+                let Some(mode) = self.amp.mode else {
+                    return Err(trap(FaultKind::AmpNotConfigured, None));
+                };
+                let out = amp_run(
+                    &self.amp,
+                    mode,
+                    acc,
+                    pair(r, a),
+                    pair(r, p),
+                    phase as usize,
+                    (r.fp8_format, r.fp8_scale),
+                );
+                AWrite::new(o, 2, out)
             }
-            Slot::Bundle(b) => {
-                if let Instr::Amp { d, a, p, phase } = b.float {
-                    if ctx == SUPERVISOR_CONTEXT {
-                        return Err(trap(FaultKind::WorkerOnly, None));
-                    }
-                    let out = amp_step(
-                        &self.amp,
-                        acc,
-                        pair(r, a.0),
-                        pair(r, p.0),
-                        phase,
-                        (r.fp8_format, r.fp8_scale),
-                    )?;
-                    self.exec_data(r, &b.main, ctx, now)?;
-                    set_pair(r, d.0, out);
-                    return Ok(());
-                }
-                let w = self.exec_float(r, acc, &b.float, ctx)?;
-                self.exec_data(r, &b.main, ctx, now)?;
-                commit(r, w);
-                Ok(())
+            FloatOp::F32v2 { op, d: z, x, y } => {
+                let (x, y, z) = (x as usize, y as usize, z as usize);
+                let a = &r.a;
+                AWrite::new(
+                    z as u8,
+                    2,
+                    [
+                        op_f32(op, f(a[x]), f(a[y]), f(a[z])),
+                        op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
+                    ],
+                )
+            }
+            FloatOp::Other => {
+                // The instruction itself (from the cache: the loop copies only the `Op`).
+                let i = match slot {
+                    Some(s) => *float_instr(s),
+                    None => self.instr_at(pc, float_instr)?,
+                };
+                self.exec_float(r, acc, &i, ctx)?
+            }
+        };
+        match op.main {
+            MainOp::None => {}
+            MainOp::Ld64 {
+                d: x,
+                base,
+                off,
+                inc,
+            } => {
+                let b = base as usize;
+                let addr = r.m[b].wrapping_add(off as i32 as u32);
+                let v = self.load64(addr)?;
+                r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
+                set_pair(r, x, v);
+            }
+            MainOp::St64 { s, base, off, inc } => {
+                let b = base as usize;
+                let addr = r.m[b].wrapping_add(off as i32 as u32);
+                self.store64(addr, pair(r, s))?;
+                r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
+            }
+            MainOp::LdSt64Pace { d: x, s, p } => self.paced(r, [x], Some(s), &p)?,
+            MainOp::Ld2xSt64Pace { d: x, s, p } => self.paced(r, x, Some(s), &p)?,
+            MainOp::Ld2x64Pace { d: x, p } => self.paced(r, x, None, &p)?,
+            MainOp::Alu { op, d: x, a, b } => {
+                r.m[x as usize] = op.apply(r.m[a as usize], r.m[b as usize]);
+            }
+            MainOp::AluImm { op, d: x, a, imm } => {
+                r.m[x as usize] = op.apply(r.m[a as usize], imm as i32 as u32);
+            }
+            MainOp::Other => {
+                let i = match slot {
+                    Some(s) => *main_instr(s),
+                    None => self.instr_at(pc, main_instr)?,
+                };
+                self.exec_data(r, &i, ctx, now)?
             }
         }
+        if w.n() != 0 {
+            commit(r, w);
+        }
+        Ok(())
     }
 
     /// Walks `body` slots from `start`; returns the address after them.
@@ -1364,31 +1581,28 @@ impl Tile {
         let result = (|| -> Result<(), Fault> {
             loop {
                 let pc = r.pc;
-                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, *t))?;
-                time += SLOT * d.cost as u64;
-                slots += d.cost as u64;
-                instrs += if matches!(d.slot, Slot::Bundle(_)) {
-                    2
-                } else {
-                    1
-                };
+                let op = self.fetch_op(pc).map_err(|t| self.fault(cx, pc, *t))?;
+                time += SLOT * op.cost as u64;
+                slots += op.cost as u64;
+                instrs += op.instrs as u64;
                 if time > deadline {
                     return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
                 }
                 if instrs % crate::INTERRUPT_POLL < 2 && crate::interrupted() {
                     return Err(self.fault(cx, pc, (FaultKind::Interrupted, None)));
                 }
-                if d.data {
-                    self.exec_data_slot(&mut r, &mut acc, &d.slot, ctx, time)
+                if op.data {
+                    self.exec_data_slot(&mut r, &mut acc, &op, None, pc, ctx, time)
                         .map_err(|t| self.fault(cx, pc, *t))?;
-                    r.pc = pc + d.bytes;
+                    r.pc = pc + op.bytes as u32;
                     continue;
                 }
+                let slot = self.slot_at(pc).map_err(|t| self.fault(cx, pc, *t))?;
                 match self
-                    .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
+                    .exec_slot(&mut r, &mut acc, &slot, pc, ctx, time)
                     .map_err(|t| self.fault(cx, pc, *t))?
                 {
-                    Flow::Next => r.pc = pc + d.bytes,
+                    Flow::Next => r.pc = pc + op.bytes as u32,
                     Flow::Jump(t) => r.pc = t,
                     Flow::Exit => return Ok(()),
                     Flow::Rpt { count, body } => {
@@ -1451,7 +1665,7 @@ impl Tile {
             })
         };
         let (iter_slots, iter_instrs) = sums(buf);
-        let all_data = buf.iter().all(|(_, d)| d.data);
+        let all_data = buf.iter().all(|(_, d)| d.op.data);
         for _ in 0..count {
             let mut done = 0;
             if all_data && *w.time + SLOT * iter_slots <= w.deadline {
@@ -1462,7 +1676,9 @@ impl Tile {
                         break;
                     }
                     *w.time += SLOT * d.cost as u64;
-                    if let Err(t) = self.exec_data_slot(w.r, w.acc, &d.slot, w.ctx, *w.time) {
+                    if let Err(t) =
+                        self.exec_data_slot(w.r, w.acc, &d.op, Some(&d.slot), *q, w.ctx, *w.time)
+                    {
                         let (s, i) = sums(&buf[..=k]);
                         *w.slots += s;
                         *w.instrs += i;
@@ -1506,9 +1722,9 @@ impl Tile {
         if *w.time > w.deadline {
             return Err(self.fault(cx, p, (FaultKind::CycleLimit(w.deadline), None)));
         }
-        if d.data {
+        if d.op.data {
             return self
-                .exec_data_slot(w.r, w.acc, &d.slot, w.ctx, *w.time)
+                .exec_data_slot(w.r, w.acc, &d.op, Some(&d.slot), p, w.ctx, *w.time)
                 .map_err(|t| self.fault(cx, p, *t));
         }
         match self
@@ -1850,19 +2066,28 @@ fn pair(r: &Regs, i: u8) -> [u32; 2] {
     [r.a[i], r.a[i + 1]]
 }
 
+/// Writes the pair from `i`, as one 64-bit value: the next read of the pair is usually one
+/// 64-bit load (a store), which two 32-bit writes would stall.
 #[inline(always)]
 fn set_pair(r: &mut Regs, i: u8, v: [u32; 2]) {
     let i = i as usize & 14;
-    r.a[i] = v[0];
-    r.a[i + 1] = v[1];
+    let w = v[0] as u64 | (v[1] as u64) << 32;
+    r.a[i] = w as u32;
+    r.a[i + 1] = (w >> 32) as u32;
 }
 
 #[inline(always)]
 fn commit(r: &mut Regs, w: AWrite) {
-    let d = w.d as usize;
-    r.a[d] = w.v[0];
-    if w.n == 2 {
-        r.a[(d + 1) & 15] = w.v[1];
+    let d = w.d() as usize;
+    if w.n() == 2 && d & 1 == 0 {
+        // As `set_pair`: one 64-bit write.
+        r.a[d & 14] = w.v as u32;
+        r.a[(d & 14) + 1] = (w.v >> 32) as u32;
+        return;
+    }
+    r.a[d] = w.v as u32;
+    if w.n() == 2 {
+        r.a[(d + 1) & 15] = (w.v >> 32) as u32;
     }
 }
 

@@ -7,6 +7,8 @@
 
 use ipu_isa::Slot;
 
+use crate::exec::Op;
+
 /// Bytes per allocation unit: one memory bank (16 KiB on Mk2, see `ipu_target::BANK_BYTES`).
 pub const PAGE_BYTES: u32 = 16 * 1024;
 const PAGE_SHIFT: u32 = 14;
@@ -114,9 +116,8 @@ pub struct Decoded {
     pub bytes: u32,
     /// Barrel slots it occupies (2 for a transcendental helper, else 1).
     pub cost: u32,
-    /// Whether the slot only computes (its main half, if any, is of class `Main`): it never
-    /// changes control flow, so a worker runs it without the control-flow result.
-    pub data: bool,
+    /// The slot as a worker runs it.
+    pub op: Op,
 }
 
 const CACHE_PAGE_WORDS: usize = 256;
