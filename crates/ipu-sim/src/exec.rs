@@ -130,20 +130,27 @@ const RECENT: usize = 4;
 
 /// The byte ranges one launch read (or wrote): their union is what the race check uses.
 ///
-/// An access that touches one of the [`RECENT`] most recently touched ranges extends it, so
-/// a worker walking a few streams at once keeps a few ranges instead of one per access
-/// (sorting them when the window closes was a fifth of the simulation's time). `count` and
-/// `last` follow the list the check used to keep (extend only the last range, else append)
-/// so that the [`RACE_RANGES_MAX`] limit trips at exactly the same access as before.
+/// `count` and `last` follow the list the check used to keep (extend the last range if the
+/// access touches it, else start a new one), so that the [`RACE_RANGES_MAX`] limit trips at
+/// exactly the same access. The union is `ranges` and the `open` ranges: an access extends the
+/// open range it touches (the current run lies in `open[0]`, so extending the run extends it
+/// too; two open ranges keep two interleaved streams, as `ld2xst64pace` reads, off the list),
+/// and an open range pushed out goes into `ranges`, extending one of the [`RECENT`] most
+/// recently touched ranges if it touches it (sorting one range per access when the window
+/// closed was a fifth of the simulation's time).
 #[derive(Clone, Debug, Default)]
 struct RangeList {
     ranges: Vec<(u32, u32)>,
     /// Indices into `ranges`, most recent first (`recent_len` valid).
     recent: [u32; RECENT],
     recent_len: usize,
-    /// Length and last range of the extend-the-last-or-append list.
+    /// Runs so far, and the current run when `count > 0`.
     count: usize,
     last: (u32, u32),
+    /// Ranges not yet in `ranges`, most recent first (`open_len` valid); `last` lies in
+    /// `open[0]`.
+    open: [(u32, u32); 2],
+    open_len: usize,
 }
 
 impl RangeList {
@@ -152,13 +159,43 @@ impl RangeList {
     fn add(&mut self, addr: u32, end: u32) -> bool {
         if self.count > 0 && addr <= self.last.1 && end >= self.last.0 {
             self.last = (self.last.0.min(addr), self.last.1.max(end));
-        } else {
-            if self.count >= RACE_RANGES_MAX {
-                return false;
-            }
-            self.count += 1;
-            self.last = (addr, end);
+            let o = &mut self.open[0];
+            *o = (o.0.min(addr), o.1.max(end));
+            return true;
         }
+        self.start_run(addr, end)
+    }
+
+    /// Starts a run at `[addr, end)`; false at the limit.
+    #[inline(always)]
+    fn start_run(&mut self, addr: u32, end: u32) -> bool {
+        if self.count >= RACE_RANGES_MAX {
+            return false;
+        }
+        self.count += 1;
+        self.last = (addr, end);
+        let touches = |r: (u32, u32)| addr <= r.1 && end >= r.0;
+        if self.open_len >= 1 && touches(self.open[0]) {
+            let o = &mut self.open[0];
+            *o = (o.0.min(addr), o.1.max(end));
+        } else if self.open_len == 2 && touches(self.open[1]) {
+            let o = self.open[1];
+            self.open[1] = self.open[0];
+            self.open[0] = (o.0.min(addr), o.1.max(end));
+        } else {
+            if self.open_len == 2 {
+                self.keep(self.open[1]);
+            }
+            self.open[1] = self.open[0];
+            self.open[0] = (addr, end);
+            self.open_len = (self.open_len + 1).min(2);
+        }
+        true
+    }
+
+    /// Puts a finished run into `ranges`.
+    #[inline(always)]
+    fn keep(&mut self, (addr, end): (u32, u32)) {
         for i in 0..self.recent_len {
             let k = self.recent[i] as usize;
             let r = &mut self.ranges[k];
@@ -169,7 +206,7 @@ impl RangeList {
                     self.recent[j] = self.recent[j - 1];
                 }
                 self.recent[0] = k as u32;
-                return true;
+                return;
             }
         }
         let n = (self.recent_len + 1).min(RECENT);
@@ -179,17 +216,20 @@ impl RangeList {
         self.recent[0] = self.ranges.len() as u32;
         self.recent_len = n;
         self.ranges.push((addr, end));
-        true
     }
 
     fn clear(&mut self) {
         self.ranges.clear();
         self.recent_len = 0;
         self.count = 0;
+        self.open_len = 0;
     }
 
-    /// Sorts and merges the ranges in place (the recent ranges are forgotten).
+    /// Sorts and merges the ranges in place, the open ranges included (the recent and open
+    /// ranges are forgotten).
     fn normalize(&mut self) {
+        self.ranges.extend_from_slice(&self.open[..self.open_len]);
+        self.open_len = 0;
         normalize(&mut self.ranges);
         self.recent_len = 0;
     }
@@ -958,6 +998,15 @@ fn main_instr(slot: &Slot) -> &Instr {
     }
 }
 
+/// Where [`Tile::exec_data_slot`] finds the instructions of the halves without a decoded form.
+#[derive(Clone, Copy)]
+enum SlotAt<'a> {
+    /// In the caller's copy.
+    Here(&'a Slot),
+    /// In the code cache at this pc (the interpreter loop copies only the `Op`).
+    Cached(u32),
+}
+
 /// A running worker's registers and accounting, lent to the `rpt` loop.
 struct WorkerRun<'a> {
     r: &'a mut Regs,
@@ -1458,8 +1507,7 @@ impl Tile {
         r: &mut Regs,
         acc: &mut AmpAcc,
         op: &Op,
-        slot: Option<&Slot>,
-        pc: u32,
+        slot: SlotAt,
         ctx: u32,
         now: u64,
     ) -> R<()> {
@@ -1498,8 +1546,8 @@ impl Tile {
             FloatOp::Other => {
                 // The instruction itself (from the cache: the loop copies only the `Op`).
                 let i = match slot {
-                    Some(s) => *float_instr(s),
-                    None => self.instr_at(pc, float_instr)?,
+                    SlotAt::Here(s) => *float_instr(s),
+                    SlotAt::Cached(pc) => self.instr_at(pc, float_instr)?,
                 };
                 self.exec_float(r, acc, &i, ctx)?
             }
@@ -1535,8 +1583,8 @@ impl Tile {
             }
             MainOp::Other => {
                 let i = match slot {
-                    Some(s) => *main_instr(s),
-                    None => self.instr_at(pc, main_instr)?,
+                    SlotAt::Here(s) => *main_instr(s),
+                    SlotAt::Cached(pc) => self.instr_at(pc, main_instr)?,
                 };
                 self.exec_data(r, &i, ctx, now)?
             }
@@ -1592,7 +1640,7 @@ impl Tile {
                     return Err(self.fault(cx, pc, (FaultKind::Interrupted, None)));
                 }
                 if op.data {
-                    self.exec_data_slot(&mut r, &mut acc, &op, None, pc, ctx, time)
+                    self.exec_data_slot(&mut r, &mut acc, &op, SlotAt::Cached(pc), ctx, time)
                         .map_err(|t| self.fault(cx, pc, *t))?;
                     r.pc = pc + op.bytes as u32;
                     continue;
@@ -1676,9 +1724,14 @@ impl Tile {
                         break;
                     }
                     *w.time += SLOT * d.cost as u64;
-                    if let Err(t) =
-                        self.exec_data_slot(w.r, w.acc, &d.op, Some(&d.slot), *q, w.ctx, *w.time)
-                    {
+                    if let Err(t) = self.exec_data_slot(
+                        w.r,
+                        w.acc,
+                        &d.op,
+                        SlotAt::Here(&d.slot),
+                        w.ctx,
+                        *w.time,
+                    ) {
                         let (s, i) = sums(&buf[..=k]);
                         *w.slots += s;
                         *w.instrs += i;
@@ -1724,7 +1777,7 @@ impl Tile {
         }
         if d.op.data {
             return self
-                .exec_data_slot(w.r, w.acc, &d.op, Some(&d.slot), p, w.ctx, *w.time)
+                .exec_data_slot(w.r, w.acc, &d.op, SlotAt::Here(&d.slot), w.ctx, *w.time)
                 .map_err(|t| self.fault(cx, p, *t));
         }
         match self
@@ -2254,6 +2307,58 @@ mod tests {
                     assert!(same(p.to_bits(), q.to_bits()), "case {case} step {step}");
                 }
             }
+        }
+    }
+
+    /// The race check's range list against a plain model: the union of every access added, and
+    /// the extend-the-last-or-append list whose length trips `RACE_RANGES_MAX`.
+    #[test]
+    fn range_list_keeps_the_union_and_trips_the_limit_at_the_same_access() {
+        let mut next = xorshift(0x5EED_0F_2A_11CE);
+        for case in 0..60 {
+            let mut list = RangeList::default();
+            let mut model: Vec<(u32, u32)> = Vec::new();
+            let mut added: Vec<(u32, u32)> = Vec::new();
+            let mut pointers = [0x5_0000u32, 0x6_0000, 0x7_0000];
+            // Some cases walk interleaved streams long enough to reach the limit.
+            let accesses = if case % 10 == 0 {
+                3 * RACE_RANGES_MAX
+            } else {
+                2000
+            };
+            let streams = 1 + (case % 3) as usize;
+            for i in 0..accesses {
+                let r = next();
+                let (addr, len) = if r % 50 == 0 {
+                    (0x4_0000 + (r >> 8) as u32 % 0x4_0000 & !3, 4)
+                } else {
+                    let s = (r >> 16) as usize % streams;
+                    let a = pointers[s];
+                    pointers[s] += if r % 7 == 0 { 16 } else { 8 };
+                    (a, 8)
+                };
+                let end = addr + len;
+                let n = model.len();
+                let want = match model.last_mut() {
+                    Some(l) if addr <= l.1 && end >= l.0 => {
+                        *l = (l.0.min(addr), l.1.max(end));
+                        true
+                    }
+                    _ if n >= RACE_RANGES_MAX => false,
+                    _ => {
+                        model.push((addr, end));
+                        true
+                    }
+                };
+                assert_eq!(list.add(addr, end), want, "case {case} access {i}");
+                if !want {
+                    break;
+                }
+                added.push((addr, end));
+            }
+            list.normalize();
+            normalize(&mut added);
+            assert_eq!(list.ranges, added, "case {case}");
         }
     }
 
