@@ -2314,7 +2314,7 @@ mod tests {
     /// the extend-the-last-or-append list whose length trips `RACE_RANGES_MAX`.
     #[test]
     fn range_list_keeps_the_union_and_trips_the_limit_at_the_same_access() {
-        let mut next = xorshift(0x5EED_0F_2A_11CE);
+        let mut next = xorshift(0x5EED_0F2A_11CE);
         for case in 0..60 {
             let mut list = RangeList::default();
             let mut model: Vec<(u32, u32)> = Vec::new();
@@ -2329,12 +2329,12 @@ mod tests {
             let streams = 1 + (case % 3) as usize;
             for i in 0..accesses {
                 let r = next();
-                let (addr, len) = if r % 50 == 0 {
-                    (0x4_0000 + (r >> 8) as u32 % 0x4_0000 & !3, 4)
+                let (addr, len) = if r.is_multiple_of(50) {
+                    ((0x4_0000 + (r >> 8) as u32 % 0x4_0000) & !3, 4)
                 } else {
                     let s = (r >> 16) as usize % streams;
                     let a = pointers[s];
-                    pointers[s] += if r % 7 == 0 { 16 } else { 8 };
+                    pointers[s] += if r.is_multiple_of(7) { 16 } else { 8 };
                     (a, 8)
                 };
                 let end = addr + len;
