@@ -10,8 +10,8 @@
 //!   closes (`waitw` or the next global instruction).
 
 use ipu_isa::{
-    AddrMode, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, RedOp,
-    Slot, SysReg, Width,
+    APair, AddrMode, AluOp, AmpMode, Class, ConvOp, DataReg, FBinOp, FType, FUnOp, Fp8Format,
+    Instr, MReg, RedOp, Slot, SysReg, Width,
 };
 use ipu_target::{SUPERVISOR_CONTEXT, Target, WORKER_CONTEXTS};
 
@@ -130,20 +130,27 @@ const RECENT: usize = 4;
 
 /// The byte ranges one launch read (or wrote): their union is what the race check uses.
 ///
-/// An access that touches one of the [`RECENT`] most recently touched ranges extends it, so
-/// a worker walking a few streams at once keeps a few ranges instead of one per access
-/// (sorting them when the window closes was a fifth of the simulation's time). `count` and
-/// `last` follow the list the check used to keep (extend only the last range, else append)
-/// so that the [`RACE_RANGES_MAX`] limit trips at exactly the same access as before.
+/// `count` and `last` follow the list the check used to keep (extend the last range if the
+/// access touches it, else start a new one), so that the [`RACE_RANGES_MAX`] limit trips at
+/// exactly the same access. The union is `ranges` and the `open` ranges: an access extends the
+/// open range it touches (the current run lies in `open[0]`, so extending the run extends it
+/// too; two open ranges keep two interleaved streams, as `ld2xst64pace` reads, off the list),
+/// and an open range pushed out goes into `ranges`, extending one of the [`RECENT`] most
+/// recently touched ranges if it touches it (sorting one range per access when the window
+/// closed was a fifth of the simulation's time).
 #[derive(Clone, Debug, Default)]
 struct RangeList {
     ranges: Vec<(u32, u32)>,
     /// Indices into `ranges`, most recent first (`recent_len` valid).
     recent: [u32; RECENT],
     recent_len: usize,
-    /// Length and last range of the extend-the-last-or-append list.
+    /// Runs so far, and the current run when `count > 0`.
     count: usize,
     last: (u32, u32),
+    /// Ranges not yet in `ranges`, most recent first (`open_len` valid); `last` lies in
+    /// `open[0]`.
+    open: [(u32, u32); 2],
+    open_len: usize,
 }
 
 impl RangeList {
@@ -152,13 +159,43 @@ impl RangeList {
     fn add(&mut self, addr: u32, end: u32) -> bool {
         if self.count > 0 && addr <= self.last.1 && end >= self.last.0 {
             self.last = (self.last.0.min(addr), self.last.1.max(end));
-        } else {
-            if self.count >= RACE_RANGES_MAX {
-                return false;
-            }
-            self.count += 1;
-            self.last = (addr, end);
+            let o = &mut self.open[0];
+            *o = (o.0.min(addr), o.1.max(end));
+            return true;
         }
+        self.start_run(addr, end)
+    }
+
+    /// Starts a run at `[addr, end)`; false at the limit.
+    #[inline(always)]
+    fn start_run(&mut self, addr: u32, end: u32) -> bool {
+        if self.count >= RACE_RANGES_MAX {
+            return false;
+        }
+        self.count += 1;
+        self.last = (addr, end);
+        let touches = |r: (u32, u32)| addr <= r.1 && end >= r.0;
+        if self.open_len >= 1 && touches(self.open[0]) {
+            let o = &mut self.open[0];
+            *o = (o.0.min(addr), o.1.max(end));
+        } else if self.open_len == 2 && touches(self.open[1]) {
+            let o = self.open[1];
+            self.open[1] = self.open[0];
+            self.open[0] = (o.0.min(addr), o.1.max(end));
+        } else {
+            if self.open_len == 2 {
+                self.keep(self.open[1]);
+            }
+            self.open[1] = self.open[0];
+            self.open[0] = (addr, end);
+            self.open_len = (self.open_len + 1).min(2);
+        }
+        true
+    }
+
+    /// Puts a finished run into `ranges`.
+    #[inline(always)]
+    fn keep(&mut self, (addr, end): (u32, u32)) {
         for i in 0..self.recent_len {
             let k = self.recent[i] as usize;
             let r = &mut self.ranges[k];
@@ -169,7 +206,7 @@ impl RangeList {
                     self.recent[j] = self.recent[j - 1];
                 }
                 self.recent[0] = k as u32;
-                return true;
+                return;
             }
         }
         let n = (self.recent_len + 1).min(RECENT);
@@ -179,17 +216,20 @@ impl RangeList {
         self.recent[0] = self.ranges.len() as u32;
         self.recent_len = n;
         self.ranges.push((addr, end));
-        true
     }
 
     fn clear(&mut self) {
         self.ranges.clear();
         self.recent_len = 0;
         self.count = 0;
+        self.open_len = 0;
     }
 
-    /// Sorts and merges the ranges in place (the recent ranges are forgotten).
+    /// Sorts and merges the ranges in place, the open ranges included (the recent and open
+    /// ranges are forgotten).
     fn normalize(&mut self) {
+        self.ranges.extend_from_slice(&self.open[..self.open_len]);
+        self.open_len = 0;
         normalize(&mut self.ranges);
         self.recent_len = 0;
     }
@@ -242,12 +282,34 @@ pub(crate) struct Arrival {
     pub pc: u32,
 }
 
-/// A pending float-register write: `n` registers from `d`.
+/// A pending float-register write: `n` registers from `d`. Two scalars (the values, then `d`
+/// and `n`), so that it is returned in registers.
 #[derive(Clone, Copy)]
 struct AWrite {
-    d: u8,
-    n: u8,
-    v: [u32; 2],
+    /// The first register's value in the low half, the second's in the high half.
+    v: u64,
+    /// `d | n << 8`.
+    dn: u32,
+}
+
+impl AWrite {
+    #[inline(always)]
+    const fn new(d: u8, n: u8, v: [u32; 2]) -> AWrite {
+        AWrite {
+            v: v[0] as u64 | (v[1] as u64) << 32,
+            dn: d as u32 | (n as u32) << 8,
+        }
+    }
+
+    #[inline(always)]
+    fn d(self) -> u8 {
+        self.dn as u8
+    }
+
+    #[inline(always)]
+    fn n(self) -> u8 {
+        (self.dn >> 8) as u8
+    }
 }
 
 /// What an instruction does to control flow.
@@ -449,26 +511,10 @@ fn lanes(a: &[u32; 16], ty: FType, r: u8) -> ([u32; 4], usize) {
 #[inline(always)]
 fn pack(ty: FType, d: u8, l: [u32; 4]) -> AWrite {
     match ty {
-        FType::F32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [l[0], 0],
-        },
-        FType::F32v2 => AWrite {
-            d: d & 14,
-            n: 2,
-            v: [l[0], l[1]],
-        },
-        FType::F16v2 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [l[0] | l[1] << 16, 0],
-        },
-        FType::F16v4 => AWrite {
-            d: d & 14,
-            n: 2,
-            v: [l[0] | l[1] << 16, l[2] | l[3] << 16],
-        },
+        FType::F32 => AWrite::new(d & 15, 1, [l[0], 0]),
+        FType::F32v2 => AWrite::new(d & 14, 2, [l[0], l[1]]),
+        FType::F16v2 => AWrite::new(d & 15, 1, [l[0] | l[1] << 16, 0]),
+        FType::F16v4 => AWrite::new(d & 14, 2, [l[0] | l[1] << 16, l[2] | l[3] << 16]),
     }
 }
 
@@ -478,6 +524,31 @@ fn is_f16(ty: FType) -> bool {
 
 /// The semantics of a float-pipeline instruction (other than `amp`): the register write.
 fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite> {
+    let w = float_value(a, instr, fp8);
+    if w.n() == 0 {
+        return Err(float_trap(instr));
+    }
+    Ok(w)
+}
+
+/// A write of no registers: what [`float_value`] returns for an instruction that traps.
+const NO_WRITE: AWrite = AWrite::new(0, 0, [0, 0]);
+
+/// The trap of a float-pipeline instruction (other than `amp`) that [`float_value`] refuses.
+#[cold]
+#[inline(never)]
+fn float_trap(instr: &Instr) -> Trap {
+    let why = match *instr {
+        Instr::FReduce { ty, .. } if !ty.is_pair() => "reduction of a non-pair type",
+        Instr::Bcast { .. } => "broadcast type",
+        _ => "not a float-pipeline instruction",
+    };
+    trap(FaultKind::IllegalOperands(why), None)
+}
+
+/// [`float_result`] with a trap returned as [`NO_WRITE`] (then [`float_trap`] says which), so
+/// that the write comes back in registers.
+fn float_value(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> AWrite {
     // The most frequent form, f32v2 arithmetic, without the generic lane loop: the same
     // operations on the same lanes as the `FBin` arm below.
     if let Instr::FBin {
@@ -489,16 +560,16 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
     } = *instr
     {
         let (x, y, z) = (x as usize & 14, y as usize & 14, d as usize & 14);
-        return Ok(AWrite {
-            d: d & 14,
-            n: 2,
-            v: [
+        return AWrite::new(
+            d & 14,
+            2,
+            [
                 op_f32(op, f(a[x]), f(a[y]), f(a[z])),
                 op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
             ],
-        });
+        );
     }
-    Ok(match *instr {
+    match *instr {
         Instr::FBin {
             ty,
             op,
@@ -538,10 +609,7 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
         }
         Instr::FReduce { ty, op, d, a: x } => {
             if !ty.is_pair() {
-                return Err(trap(
-                    FaultKind::IllegalOperands("reduction of a non-pair type"),
-                    None,
-                ));
+                return NO_WRITE;
             }
             let (l, n) = lanes(a, ty, x.0);
             let v = |i: usize| if is_f16(ty) { h(l[i]) } else { f(l[i]) };
@@ -552,47 +620,30 @@ fn float_result(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> R<AWrite>
                     RedOp::Max => r.max(v(i)),
                 };
             }
-            AWrite {
-                d: d.0 & 15,
-                n: 1,
-                v: [r.to_bits(), 0],
-            }
+            AWrite::new(d.0 & 15, 1, [r.to_bits(), 0])
         }
         Instr::Conv { op, d, a: x } => conv(a, op, d, x, fp8),
         Instr::Bcast { ty, d, a: x } => {
             let v = a[x.0 as usize & 15];
             match ty {
-                FType::F32v2 => AWrite {
-                    d: d.0 & 14,
-                    n: 2,
-                    v: [v, v],
-                },
+                FType::F32v2 => AWrite::new(d.0 & 14, 2, [v, v]),
                 FType::F16v4 => {
                     let l = v & 0xFFFF;
-                    AWrite {
-                        d: d.0 & 14,
-                        n: 2,
-                        v: [l | l << 16, l | l << 16],
-                    }
+                    AWrite::new(d.0 & 14, 2, [l | l << 16, l | l << 16])
                 }
-                _ => return Err(trap(FaultKind::IllegalOperands("broadcast type"), None)),
+                _ => NO_WRITE,
             }
         }
-        Instr::F16v2Pack { d, a: x, b: y } => AWrite {
-            d: d.0 & 15,
-            n: 1,
-            v: [
+        Instr::F16v2Pack { d, a: x, b: y } => AWrite::new(
+            d.0 & 15,
+            1,
+            [
                 (a[x.0 as usize & 15] & 0xFFFF) | (a[y.0 as usize & 15] << 16),
                 0,
             ],
-        },
-        _ => {
-            return Err(trap(
-                FaultKind::IllegalOperands("not a float-pipeline instruction"),
-                None,
-            ));
-        }
-    })
+        ),
+        _ => NO_WRITE,
+    }
 }
 
 /// The semantics of a conversion.
@@ -601,26 +652,14 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
     let p = x as usize & 14;
     let (fmt, scale) = (numerics_format(fp8.0), fp8.1 as i32);
     match op {
-        ConvOp::F32ToF16 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [to_h(f(a[s])), 0],
-        },
-        ConvOp::F16ToF32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [h(a[s]).to_bits(), 0],
-        },
-        ConvOp::F32v2ToF16v2 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [to_h(f(a[p])) | to_h(f(a[p + 1])) << 16, 0],
-        },
-        ConvOp::F16v2ToF32v2 => AWrite {
-            d: d & 14,
-            n: 2,
-            v: [h(a[s]).to_bits(), h(a[s] >> 16).to_bits()],
-        },
+        ConvOp::F32ToF16 => AWrite::new(d & 15, 1, [to_h(f(a[s])), 0]),
+        ConvOp::F16ToF32 => AWrite::new(d & 15, 1, [h(a[s]).to_bits(), 0]),
+        ConvOp::F32v2ToF16v2 => {
+            AWrite::new(d & 15, 1, [to_h(f(a[p])) | to_h(f(a[p + 1])) << 16, 0])
+        }
+        ConvOp::F16v2ToF32v2 => {
+            AWrite::new(d & 14, 2, [h(a[s]).to_bits(), h(a[s] >> 16).to_bits()])
+        }
         ConvOp::F16v4ToF8v4 => {
             let mut out = 0u32;
             for i in 0..4 {
@@ -629,33 +668,17 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
                     ipu_numerics::encode(fmt, h(lane), scale, ipu_numerics::Overflow::Saturate);
                 out |= (code as u32) << (8 * i);
             }
-            AWrite {
-                d: d & 15,
-                n: 1,
-                v: [out, 0],
-            }
+            AWrite::new(d & 15, 1, [out, 0])
         }
         ConvOp::F8v4ToF16v4 => {
             let mut l = [0u32; 4];
             for (i, lane) in l.iter_mut().enumerate() {
                 *lane = to_h(ipu_numerics::decode(fmt, (a[s] >> (8 * i)) as u8, scale));
             }
-            AWrite {
-                d: d & 14,
-                n: 2,
-                v: [l[0] | l[1] << 16, l[2] | l[3] << 16],
-            }
+            AWrite::new(d & 14, 2, [l[0] | l[1] << 16, l[2] | l[3] << 16])
         }
-        ConvOp::F32ToI32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [(f(a[s]).round_ties_even() as i32) as u32, 0],
-        },
-        ConvOp::I32ToF32 => AWrite {
-            d: d & 15,
-            n: 1,
-            v: [((a[s] as i32) as f32).to_bits(), 0],
-        },
+        ConvOp::F32ToI32 => AWrite::new(d & 15, 1, [(f(a[s]).round_ties_even() as i32) as u32, 0]),
+        ConvOp::I32ToF32 => AWrite::new(d & 15, 1, [((a[s] as i32) as f32).to_bits(), 0]),
     }
 }
 
@@ -786,6 +809,225 @@ fn mac<const COLS: usize, const LANES: usize>(
     }
 }
 
+/// The trap of an instruction the main pipeline does not execute.
+#[cold]
+#[inline(never)]
+fn not_main(instr: &Instr) -> Trap {
+    if instr.class() == Class::Supervisor {
+        return trap(FaultKind::SupervisorOnly, None);
+    }
+    trap(
+        FaultKind::IllegalOperands("not a main-pipeline instruction"),
+        None,
+    )
+}
+
+/// Whether a slot only computes: a single main-pipeline or float instruction, or a bundle whose
+/// main half is a main-pipeline instruction (see [`Decoded::data`]).
+fn slot_is_data(slot: &Slot) -> bool {
+    match slot {
+        Slot::Single(i) => matches!(i.class(), Class::Main | Class::Float),
+        Slot::Bundle(b) => b.main.class() == Class::Main,
+    }
+}
+
+/// The float half of a slot, decoded once with it: the frequent forms with their registers
+/// resolved, so that a worker dispatches once per half.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FloatOp {
+    /// The slot has no float half.
+    None,
+    /// `amp` of phase at most 3; the pairs' first registers (even).
+    Amp { d: u8, a: u8, p: u8, phase: u8 },
+    /// f32v2 arithmetic; the pairs' first registers (even).
+    F32v2 { op: FBinOp, d: u8, x: u8, y: u8 },
+    /// Any other: the slot's float instruction through [`Tile::exec_float`].
+    Other,
+}
+
+/// The main-pipeline half of a slot that only computes, decoded once with it (see
+/// [`FloatOp`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MainOp {
+    /// The slot has no main half.
+    None,
+    /// A 64-bit load into the pair from `d` (even) at `$m[base] + off`, then `$m[base] += inc`.
+    Ld64 { d: u8, base: u8, off: i16, inc: i16 },
+    /// A 64-bit store of the pair from `s` (even), addressed as [`MainOp::Ld64`].
+    St64 { s: u8, base: u8, off: i16, inc: i16 },
+    /// `ldst64pace`.
+    LdSt64Pace { d: APair, s: APair, p: [MReg; 2] },
+    /// `ld2xst64pace`.
+    Ld2xSt64Pace {
+        d: [APair; 2],
+        s: APair,
+        p: [MReg; 3],
+    },
+    /// `ld2x64pace`.
+    Ld2x64Pace { d: [APair; 2], p: [MReg; 2] },
+    /// Register-register integer arithmetic (registers masked).
+    Alu { op: AluOp, d: u8, a: u8, b: u8 },
+    /// Register-immediate integer arithmetic (registers masked, immediate sign-extended).
+    AluImm { op: AluOp, d: u8, a: u8, imm: i16 },
+    /// Any other: the slot's main instruction through [`Tile::exec_data`].
+    Other,
+}
+
+/// A slot as a worker runs it, decoded once: what the interpreter loop copies per slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    /// The main half (when `data`).
+    pub main: MainOp,
+    /// The float half (when `data`).
+    pub float: FloatOp,
+    /// Whether the slot only computes (see [`slot_is_data`]).
+    pub data: bool,
+    /// 4 or 8.
+    pub bytes: u8,
+    /// Barrel slots.
+    pub cost: u8,
+    /// Instructions: 2 for a bundle.
+    pub instrs: u8,
+}
+
+/// The base-plus-offset and post-increment parts of an address mode.
+fn offset_and_increment(mode: AddrMode) -> (i16, i16) {
+    match mode {
+        AddrMode::Offset(i) => (i, 0),
+        AddrMode::PostInc(i) => (0, i),
+    }
+}
+
+/// The float half of a slot, decoded.
+fn float_op(i: &Instr) -> FloatOp {
+    match *i {
+        Instr::Amp { d, a, p, phase } if phase <= 3 => FloatOp::Amp {
+            d: d.0 & 14,
+            a: a.0 & 14,
+            p: p.0 & 14,
+            phase,
+        },
+        Instr::FBin {
+            ty: FType::F32v2,
+            op,
+            d,
+            a,
+            b,
+        } => FloatOp::F32v2 {
+            op,
+            d: d & 14,
+            x: a & 14,
+            y: b & 14,
+        },
+        _ => FloatOp::Other,
+    }
+}
+
+/// The main half of a slot that only computes, decoded.
+fn main_op(i: &Instr) -> MainOp {
+    match *i {
+        Instr::Load {
+            width: Width::B64,
+            d: DataReg::A(x),
+            base,
+            mode,
+        } if x.is_multiple_of(2) && x < 16 => {
+            let (off, inc) = offset_and_increment(mode);
+            MainOp::Ld64 {
+                d: x,
+                base: base.0 & 15,
+                off,
+                inc,
+            }
+        }
+        Instr::Store {
+            width: Width::B64,
+            s: DataReg::A(x),
+            base,
+            mode,
+        } if x.is_multiple_of(2) && x < 16 => {
+            let (off, inc) = offset_and_increment(mode);
+            MainOp::St64 {
+                s: x,
+                base: base.0 & 15,
+                off,
+                inc,
+            }
+        }
+        Instr::LdSt64Pace { d, s, p } => MainOp::LdSt64Pace { d, s, p },
+        Instr::Ld2xSt64Pace { d, s, p } => MainOp::Ld2xSt64Pace { d, s, p },
+        Instr::Ld2x64Pace { d, p } => MainOp::Ld2x64Pace { d, p },
+        Instr::Alu { op, d, a, b } => MainOp::Alu {
+            op,
+            d: d.0 & 15,
+            a: a.0 & 15,
+            b: b.0 & 15,
+        },
+        Instr::AluImm { op, d, a, imm } => MainOp::AluImm {
+            op,
+            d: d.0 & 15,
+            a: a.0 & 15,
+            imm,
+        },
+        _ => MainOp::Other,
+    }
+}
+
+/// The decoded halves of a slot (meaningful when it only computes, see [`slot_is_data`]).
+pub(crate) fn slot_ops(slot: &Slot) -> (MainOp, FloatOp) {
+    match slot {
+        Slot::Single(i) if i.class() == Class::Float => (MainOp::None, float_op(i)),
+        Slot::Single(i) => (main_op(i), FloatOp::None),
+        Slot::Bundle(b) => (main_op(&b.main), float_op(&b.float)),
+    }
+}
+
+/// The float instruction of a slot (the single instruction, or a bundle's float half).
+fn float_instr(slot: &Slot) -> &Instr {
+    match slot {
+        Slot::Single(i) => i,
+        Slot::Bundle(b) => &b.float,
+    }
+}
+
+/// The main instruction of a slot (the single instruction, or a bundle's main half).
+fn main_instr(slot: &Slot) -> &Instr {
+    match slot {
+        Slot::Single(i) => i,
+        Slot::Bundle(b) => &b.main,
+    }
+}
+
+/// Where [`Tile::exec_data_slot`] finds the instructions of the halves without a decoded form.
+#[derive(Clone, Copy)]
+enum SlotAt<'a> {
+    /// In the caller's copy.
+    Here(&'a Slot),
+    /// In the code cache at this pc (the interpreter loop copies only the `Op`).
+    Cached(u32),
+}
+
+/// A running worker's registers and accounting, lent to the `rpt` loop.
+struct WorkerRun<'a> {
+    r: &'a mut Regs,
+    acc: &'a mut AmpAcc,
+    ctx: u32,
+    time: &'a mut u64,
+    slots: &'a mut u64,
+    instrs: &'a mut u64,
+    deadline: u64,
+}
+
+/// Instructions in a slot: 2 for a bundle.
+#[inline(always)]
+fn instructions_of(slot: &Slot) -> u64 {
+    if matches!(slot, Slot::Bundle(_)) {
+        2
+    } else {
+        1
+    }
+}
+
 /// The text of a slot, for faults.
 pub(crate) fn slot_text(slot: &Slot) -> String {
     ipu_isa::format_slot(slot)
@@ -863,6 +1105,37 @@ impl Tile {
         self.fetch_slow(pc)
     }
 
+    /// Fetches (and caches) the slot at `pc`, as a worker runs it.
+    #[inline(always)]
+    fn fetch_op(&mut self, pc: u32) -> R<Op> {
+        if pc & 3 == 0
+            && pc >= self.target.executable_base
+            && pc < self.code.end()
+            && let Some(d) = self.code.get(pc)
+        {
+            return Ok(d.op);
+        }
+        self.fetch_slow(pc).map(|d| d.op)
+    }
+
+    /// The slot at `pc`, copied straight from the cache (fetched if it is not there).
+    #[inline(always)]
+    fn slot_at(&mut self, pc: u32) -> R<Slot> {
+        match self.code.lookup(pc) {
+            Some(d) => Ok(d.slot),
+            None => self.fetch_slow(pc).map(|d| d.slot),
+        }
+    }
+
+    /// One half of the slot at `pc` (see [`Tile::slot_at`]).
+    #[inline(always)]
+    fn instr_at(&mut self, pc: u32, half: fn(&Slot) -> &Instr) -> R<Instr> {
+        match self.code.lookup(pc) {
+            Some(d) => Ok(*half(&d.slot)),
+            None => self.fetch_slow(pc).map(|d| *half(&d.slot)),
+        }
+    }
+
     #[cold]
     fn fetch_slow(&mut self, pc: u32) -> R<Decoded> {
         if pc & 3 != 0 || !self.target.in_executable(pc, 4) {
@@ -889,7 +1162,17 @@ impl Tile {
             },
             _ => 1,
         };
+        let (main, float) = slot_ops(&slot);
+        let op = Op {
+            main,
+            float,
+            data: slot_is_data(&slot),
+            bytes: 4 * n as u8,
+            cost: cost as u8,
+            instrs: instructions_of(&slot) as u8,
+        };
         let d = Decoded {
+            op,
             slot,
             bytes: 4 * n as u32,
             cost,
@@ -926,7 +1209,7 @@ impl Tile {
         self.check(addr, len)?;
         self.tracker.note(addr, len, true);
         self.mem.slice_mut(addr, len).copy_from_slice(bytes);
-        if addr < self.code.end() {
+        if addr < self.code.top() {
             self.code.invalidate(addr, len);
         }
         Ok(())
@@ -977,6 +1260,17 @@ impl Tile {
     /// Executes one main-pipeline or control instruction.
     #[inline(always)]
     fn exec_main(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32, now: u64) -> R<Flow> {
+        if instr.class() == Class::Main {
+            self.exec_data(r, instr, ctx, now)?;
+            Ok(Flow::Next)
+        } else {
+            self.exec_control(r, instr, pc, ctx)
+        }
+    }
+
+    /// Executes one main-pipeline instruction (of class `Main`: it never changes control flow).
+    #[inline(always)]
+    fn exec_data(&mut self, r: &mut Regs, instr: &Instr, ctx: u32, now: u64) -> R<()> {
         let m = |r: &Regs, x: MReg| r.m[x.0 as usize & 15];
         match *instr {
             Instr::Nop => {}
@@ -1074,6 +1368,16 @@ impl Tile {
                 r.fp8_format = format;
                 r.fp8_scale = scale;
             }
+            _ => return Err(not_main(instr)),
+        }
+        Ok(())
+    }
+
+    /// Executes one instruction that is not of class `Main`: control flow, or a fault.
+    #[inline(always)]
+    fn exec_control(&mut self, r: &mut Regs, instr: &Instr, pc: u32, ctx: u32) -> R<Flow> {
+        let m = |r: &Regs, x: MReg| r.m[x.0 as usize & 15];
+        match *instr {
             Instr::Br { a } => return Ok(Flow::Jump(m(r, a))),
             Instr::Bri { target } => return Ok(Flow::Jump(target)),
             Instr::Brz { a, target } => {
@@ -1116,15 +1420,7 @@ impl Tile {
                 }
                 return Ok(Flow::Exit);
             }
-            _ => {
-                if instr.class() == Class::Supervisor {
-                    return Err(trap(FaultKind::SupervisorOnly, None));
-                }
-                return Err(trap(
-                    FaultKind::IllegalOperands("not a main-pipeline instruction"),
-                    None,
-                ));
-            }
+            _ => return Err(not_main(instr)),
         }
         Ok(Flow::Next)
     }
@@ -1144,13 +1440,13 @@ impl Tile {
                 phase,
                 (r.fp8_format, r.fp8_scale),
             )?;
-            return Ok(AWrite {
-                d: d.0 & 14,
-                n: 2,
-                v: out,
-            });
+            return Ok(AWrite::new(d.0 & 14, 2, out));
         }
-        float_result(&r.a, instr, (r.fp8_format, r.fp8_scale))
+        let w = float_value(&r.a, instr, (r.fp8_format, r.fp8_scale));
+        if w.n() == 0 {
+            return Err(float_trap(instr));
+        }
+        Ok(w)
     }
 
     /// Executes a non-supervisor slot. Returns the control flow.
@@ -1202,6 +1498,103 @@ impl Tile {
         }
     }
 
+    /// Executes a worker's slot that only computes ([`Decoded::data`]) from its decoded halves:
+    /// as [`Tile::exec_slot`] without the control-flow result (the float half reads its
+    /// operands first and writes last; traps in the same order).
+    #[inline(always)]
+    fn exec_data_slot(
+        &mut self,
+        r: &mut Regs,
+        acc: &mut AmpAcc,
+        op: &Op,
+        slot: SlotAt,
+        ctx: u32,
+        now: u64,
+    ) -> R<()> {
+        let w = match op.float {
+            FloatOp::None => NO_WRITE,
+            FloatOp::Amp { d: o, a, p, phase } => {
+                if ctx == SUPERVISOR_CONTEXT {
+                    return Err(trap(FaultKind::WorkerOnly, None));
+                }
+                let Some(mode) = self.amp.mode else {
+                    return Err(trap(FaultKind::AmpNotConfigured, None));
+                };
+                let out = amp_run(
+                    &self.amp,
+                    mode,
+                    acc,
+                    pair(r, a),
+                    pair(r, p),
+                    phase as usize,
+                    (r.fp8_format, r.fp8_scale),
+                );
+                AWrite::new(o, 2, out)
+            }
+            FloatOp::F32v2 { op, d: z, x, y } => {
+                let (x, y, z) = (x as usize, y as usize, z as usize);
+                let a = &r.a;
+                AWrite::new(
+                    z as u8,
+                    2,
+                    [
+                        op_f32(op, f(a[x]), f(a[y]), f(a[z])),
+                        op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
+                    ],
+                )
+            }
+            FloatOp::Other => {
+                // The instruction itself (from the cache: the loop copies only the `Op`).
+                let i = match slot {
+                    SlotAt::Here(s) => *float_instr(s),
+                    SlotAt::Cached(pc) => self.instr_at(pc, float_instr)?,
+                };
+                self.exec_float(r, acc, &i, ctx)?
+            }
+        };
+        match op.main {
+            MainOp::None => {}
+            MainOp::Ld64 {
+                d: x,
+                base,
+                off,
+                inc,
+            } => {
+                let b = base as usize;
+                let addr = r.m[b].wrapping_add(off as i32 as u32);
+                let v = self.load64(addr)?;
+                r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
+                set_pair(r, x, v);
+            }
+            MainOp::St64 { s, base, off, inc } => {
+                let b = base as usize;
+                let addr = r.m[b].wrapping_add(off as i32 as u32);
+                self.store64(addr, pair(r, s))?;
+                r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
+            }
+            MainOp::LdSt64Pace { d: x, s, p } => self.paced(r, [x], Some(s), &p)?,
+            MainOp::Ld2xSt64Pace { d: x, s, p } => self.paced(r, x, Some(s), &p)?,
+            MainOp::Ld2x64Pace { d: x, p } => self.paced(r, x, None, &p)?,
+            MainOp::Alu { op, d: x, a, b } => {
+                r.m[x as usize] = op.apply(r.m[a as usize], r.m[b as usize]);
+            }
+            MainOp::AluImm { op, d: x, a, imm } => {
+                r.m[x as usize] = op.apply(r.m[a as usize], imm as i32 as u32);
+            }
+            MainOp::Other => {
+                let i = match slot {
+                    SlotAt::Here(s) => *main_instr(s),
+                    SlotAt::Cached(pc) => self.instr_at(pc, main_instr)?,
+                };
+                self.exec_data(r, &i, ctx, now)?
+            }
+        }
+        if w.n() != 0 {
+            commit(r, w);
+        }
+        Ok(())
+    }
+
     /// Walks `body` slots from `start`; returns the address after them.
     fn rpt_body_end(&mut self, start: u32, body: u8) -> R<u32> {
         let mut p = start;
@@ -1236,25 +1629,28 @@ impl Tile {
         let result = (|| -> Result<(), Fault> {
             loop {
                 let pc = r.pc;
-                let d = self.fetch(pc).map_err(|t| self.fault(cx, pc, *t))?;
-                time += SLOT * d.cost as u64;
-                slots += d.cost as u64;
-                instrs += if matches!(d.slot, Slot::Bundle(_)) {
-                    2
-                } else {
-                    1
-                };
+                let op = self.fetch_op(pc).map_err(|t| self.fault(cx, pc, *t))?;
+                time += SLOT * op.cost as u64;
+                slots += op.cost as u64;
+                instrs += op.instrs as u64;
                 if time > deadline {
                     return Err(self.fault(cx, pc, (FaultKind::CycleLimit(deadline), None)));
                 }
                 if instrs % crate::INTERRUPT_POLL < 2 && crate::interrupted() {
                     return Err(self.fault(cx, pc, (FaultKind::Interrupted, None)));
                 }
+                if op.data {
+                    self.exec_data_slot(&mut r, &mut acc, &op, SlotAt::Cached(pc), ctx, time)
+                        .map_err(|t| self.fault(cx, pc, *t))?;
+                    r.pc = pc + op.bytes as u32;
+                    continue;
+                }
+                let slot = self.slot_at(pc).map_err(|t| self.fault(cx, pc, *t))?;
                 match self
-                    .exec_slot(&mut r, &mut acc, &d.slot, pc, ctx, time)
+                    .exec_slot(&mut r, &mut acc, &slot, pc, ctx, time)
                     .map_err(|t| self.fault(cx, pc, *t))?
                 {
-                    Flow::Next => r.pc = pc + d.bytes,
+                    Flow::Next => r.pc = pc + op.bytes as u32,
                     Flow::Jump(t) => r.pc = t,
                     Flow::Exit => return Ok(()),
                     Flow::Rpt { count, body } => {
@@ -1272,62 +1668,16 @@ impl Tile {
                             buf.push((q, d));
                             q += d.bytes;
                         }
-                        let epoch = self.code.epoch();
-                        let mut step = |tile: &mut Tile,
-                                        p: u32,
-                                        d: &Decoded|
-                         -> Result<(), Fault> {
-                            time += SLOT * d.cost as u64;
-                            slots += d.cost as u64;
-                            instrs += if matches!(d.slot, Slot::Bundle(_)) {
-                                2
-                            } else {
-                                1
-                            };
-                            if time > deadline {
-                                return Err(tile.fault(
-                                    cx,
-                                    p,
-                                    (FaultKind::CycleLimit(deadline), None),
-                                ));
-                            }
-                            match tile
-                                .exec_slot(&mut r, &mut acc, &d.slot, p, ctx, time)
-                                .map_err(|t| tile.fault(cx, p, *t))?
-                            {
-                                Flow::Next => Ok(()),
-                                _ => Err(tile.fault(cx, p, (FaultKind::ControlInRptBody, None))),
-                            }
+                        let mut w = WorkerRun {
+                            r: &mut r,
+                            acc: &mut acc,
+                            ctx,
+                            time: &mut time,
+                            slots: &mut slots,
+                            instrs: &mut instrs,
+                            deadline,
                         };
-                        let mut result = Ok(());
-                        'iterations: for _ in 0..count {
-                            let mut p = body_start;
-                            for (q, d) in buf.iter() {
-                                if self.code.epoch() != epoch {
-                                    break;
-                                }
-                                if let Err(e) = step(self, *q, d) {
-                                    result = Err(e);
-                                    break 'iterations;
-                                }
-                                p = *q + d.bytes;
-                            }
-                            // Code changed under the loop: finish from the cache.
-                            while p < end {
-                                let d = match self.fetch(p) {
-                                    Ok(d) => d,
-                                    Err(t) => {
-                                        result = Err(self.fault(cx, p, *t));
-                                        break 'iterations;
-                                    }
-                                };
-                                if let Err(e) = step(self, p, &d) {
-                                    result = Err(e);
-                                    break 'iterations;
-                                }
-                                p += d.bytes;
-                            }
-                        }
+                        let result = self.run_rpt(&mut w, &buf, count, end);
                         self.rpt_buf = buf;
                         result?;
                         r.pc = end;
@@ -1342,6 +1692,101 @@ impl Tile {
         self.workers[w] = r;
         self.accs[w] = acc;
         Ok(time)
+    }
+
+    /// Runs `count` iterations of an `rpt` body whose decoded slots are `buf` (ending at
+    /// `end`). An iteration whose slots only compute and which ends by the deadline is
+    /// accounted at once (the per-slot cycle-limit checks cannot fire); any other runs slot by
+    /// slot. Counters are the same as slot by slot at every fault.
+    fn run_rpt(
+        &mut self,
+        w: &mut WorkerRun,
+        buf: &[(u32, Decoded)],
+        count: u32,
+        end: u32,
+    ) -> Result<(), Fault> {
+        let cx = Context::Worker(w.ctx as u8);
+        let epoch = self.code.epoch();
+        let sums = |ds: &[(u32, Decoded)]| {
+            ds.iter().fold((0u64, 0u64), |(s, i), (_, d)| {
+                (s + d.cost as u64, i + instructions_of(&d.slot))
+            })
+        };
+        let (iter_slots, iter_instrs) = sums(buf);
+        let all_data = buf.iter().all(|(_, d)| d.op.data);
+        for _ in 0..count {
+            let mut done = 0;
+            if all_data && *w.time + SLOT * iter_slots <= w.deadline {
+                done = buf.len();
+                for (k, (q, d)) in buf.iter().enumerate() {
+                    if self.code.epoch() != epoch {
+                        done = k;
+                        break;
+                    }
+                    *w.time += SLOT * d.cost as u64;
+                    if let Err(t) = self.exec_data_slot(
+                        w.r,
+                        w.acc,
+                        &d.op,
+                        SlotAt::Here(&d.slot),
+                        w.ctx,
+                        *w.time,
+                    ) {
+                        let (s, i) = sums(&buf[..=k]);
+                        *w.slots += s;
+                        *w.instrs += i;
+                        return Err(self.fault(cx, *q, *t));
+                    }
+                }
+                let (s, i) = if done == buf.len() {
+                    (iter_slots, iter_instrs)
+                } else {
+                    sums(&buf[..done])
+                };
+                *w.slots += s;
+                *w.instrs += i;
+            } else {
+                for (q, d) in buf.iter() {
+                    if self.code.epoch() != epoch {
+                        break;
+                    }
+                    self.rpt_step(w, *q, d)?;
+                    done += 1;
+                }
+            }
+            // Code changed under the loop: finish from the cache.
+            let mut p = buf.get(done).map_or(end, |(q, _)| *q);
+            while p < end {
+                let d = self.fetch(p).map_err(|t| self.fault(cx, p, *t))?;
+                self.rpt_step(w, p, &d)?;
+                p += d.bytes;
+            }
+        }
+        Ok(())
+    }
+
+    /// One slot of an `rpt` body, accounted and checked against the cycle limit.
+    #[inline(always)]
+    fn rpt_step(&mut self, w: &mut WorkerRun, p: u32, d: &Decoded) -> Result<(), Fault> {
+        let cx = Context::Worker(w.ctx as u8);
+        *w.time += SLOT * d.cost as u64;
+        *w.slots += d.cost as u64;
+        *w.instrs += instructions_of(&d.slot);
+        if *w.time > w.deadline {
+            return Err(self.fault(cx, p, (FaultKind::CycleLimit(w.deadline), None)));
+        }
+        if d.op.data {
+            return self
+                .exec_data_slot(w.r, w.acc, &d.op, SlotAt::Here(&d.slot), w.ctx, *w.time)
+                .map_err(|t| self.fault(cx, p, *t));
+        }
+        match self
+            .exec_slot(w.r, w.acc, &d.slot, p, w.ctx, *w.time)
+            .map_err(|t| self.fault(cx, p, *t))?
+        {
+            Flow::Next => Ok(()),
+            _ => Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None))),
+        }
     }
 
     fn workers_running(&self) -> bool {
@@ -1674,19 +2119,28 @@ fn pair(r: &Regs, i: u8) -> [u32; 2] {
     [r.a[i], r.a[i + 1]]
 }
 
+/// Writes the pair from `i`, as one 64-bit value: the next read of the pair is usually one
+/// 64-bit load (a store), which two 32-bit writes would stall.
 #[inline(always)]
 fn set_pair(r: &mut Regs, i: u8, v: [u32; 2]) {
     let i = i as usize & 14;
-    r.a[i] = v[0];
-    r.a[i + 1] = v[1];
+    let w = v[0] as u64 | (v[1] as u64) << 32;
+    r.a[i] = w as u32;
+    r.a[i + 1] = (w >> 32) as u32;
 }
 
 #[inline(always)]
 fn commit(r: &mut Regs, w: AWrite) {
-    let d = w.d as usize;
-    r.a[d] = w.v[0];
-    if w.n == 2 {
-        r.a[(d + 1) & 15] = w.v[1];
+    let d = w.d() as usize;
+    if w.n() == 2 && d & 1 == 0 {
+        // As `set_pair`: one 64-bit write.
+        r.a[d & 14] = w.v as u32;
+        r.a[(d & 14) + 1] = (w.v >> 32) as u32;
+        return;
+    }
+    r.a[d] = w.v as u32;
+    if w.n() == 2 {
+        r.a[(d + 1) & 15] = (w.v >> 32) as u32;
     }
 }
 
@@ -1853,6 +2307,58 @@ mod tests {
                     assert!(same(p.to_bits(), q.to_bits()), "case {case} step {step}");
                 }
             }
+        }
+    }
+
+    /// The race check's range list against a plain model: the union of every access added, and
+    /// the extend-the-last-or-append list whose length trips `RACE_RANGES_MAX`.
+    #[test]
+    fn range_list_keeps_the_union_and_trips_the_limit_at_the_same_access() {
+        let mut next = xorshift(0x5EED_0F2A_11CE);
+        for case in 0..60 {
+            let mut list = RangeList::default();
+            let mut model: Vec<(u32, u32)> = Vec::new();
+            let mut added: Vec<(u32, u32)> = Vec::new();
+            let mut pointers = [0x5_0000u32, 0x6_0000, 0x7_0000];
+            // Some cases walk interleaved streams long enough to reach the limit.
+            let accesses = if case % 10 == 0 {
+                3 * RACE_RANGES_MAX
+            } else {
+                2000
+            };
+            let streams = 1 + (case % 3) as usize;
+            for i in 0..accesses {
+                let r = next();
+                let (addr, len) = if r.is_multiple_of(50) {
+                    ((0x4_0000 + (r >> 8) as u32 % 0x4_0000) & !3, 4)
+                } else {
+                    let s = (r >> 16) as usize % streams;
+                    let a = pointers[s];
+                    pointers[s] += if r.is_multiple_of(7) { 16 } else { 8 };
+                    (a, 8)
+                };
+                let end = addr + len;
+                let n = model.len();
+                let want = match model.last_mut() {
+                    Some(l) if addr <= l.1 && end >= l.0 => {
+                        *l = (l.0.min(addr), l.1.max(end));
+                        true
+                    }
+                    _ if n >= RACE_RANGES_MAX => false,
+                    _ => {
+                        model.push((addr, end));
+                        true
+                    }
+                };
+                assert_eq!(list.add(addr, end), want, "case {case} access {i}");
+                if !want {
+                    break;
+                }
+                added.push((addr, end));
+            }
+            list.normalize();
+            normalize(&mut added);
+            assert_eq!(list.ranges, added, "case {case}");
         }
     }
 

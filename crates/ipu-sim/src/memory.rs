@@ -7,6 +7,8 @@
 
 use ipu_isa::Slot;
 
+use crate::exec::Op;
+
 /// Bytes per allocation unit: one memory bank (16 KiB on Mk2, see `ipu_target::BANK_BYTES`).
 pub const PAGE_BYTES: u32 = 16 * 1024;
 const PAGE_SHIFT: u32 = 14;
@@ -114,6 +116,8 @@ pub struct Decoded {
     pub bytes: u32,
     /// Barrel slots it occupies (2 for a transcendental helper, else 1).
     pub cost: u32,
+    /// The slot as a worker runs it.
+    pub op: Op,
 }
 
 const CACHE_PAGE_WORDS: usize = 256;
@@ -128,6 +132,9 @@ pub struct CodeCache {
     end: u32,
     /// Incremented by every invalidation that touches the executable range.
     epoch: u64,
+    /// Above every slot ever cached (the highest pc cached, plus 8): a store at or above it
+    /// cannot forget one.
+    top: u32,
     pages: Vec<Option<Box<[Option<Decoded>]>>>,
 }
 
@@ -139,6 +146,7 @@ impl CodeCache {
             base,
             end,
             epoch: 0,
+            top: 0,
             pages: vec![None; words.div_ceil(CACHE_PAGE_WORDS)],
         }
     }
@@ -167,6 +175,7 @@ impl CodeCache {
         let page = self.pages[(w >> CACHE_PAGE_SHIFT) as usize]
             .get_or_insert_with(|| vec![None; CACHE_PAGE_WORDS].into_boxed_slice());
         page[(w as usize) & (CACHE_PAGE_WORDS - 1)] = Some(d);
+        self.top = self.top.max(pc.saturating_add(8));
     }
 
     /// Forgets every slot that may cover a byte of `[addr, addr + len)` (including a bundle
@@ -208,6 +217,12 @@ impl CodeCache {
     #[inline(always)]
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Above every slot ever cached: stores at or above it need no invalidation.
+    #[inline(always)]
+    pub fn top(&self) -> u32 {
+        self.top
     }
 
     /// The end of the range the cache covers.
