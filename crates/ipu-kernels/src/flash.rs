@@ -583,12 +583,19 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
         c.op(mov_m(sp, scratch));
         c.op(setzi(g, groups - 1));
+        if p_ty == Elem::F32 {
+            // The loop's bundles start 8-byte aligned (a `nop` here, once per source).
+            c.align_bundle();
+        }
         let group = c.label();
         c.bind(group);
         c.op(mov_m(po, base));
         // Four elements per unit: 16 bytes of f32, 8 of f16.
         let units = GROUP_ROW_BYTES / if p_ty == Elem::F32 { 16 } else { 8 };
-        for _ in 0..units {
+        if p_ty == Elem::F32 {
+            combine_group_f32(c, first, [po, sp, pa]);
+        }
+        for _ in 0..if p_ty == Elem::F32 { 0 } else { units } {
             if first {
                 // Four elements of O as f32 in $a6:7, $a8:9 (f16: widened from $a12:13).
                 ld4(c, p_ty, 6, po);
@@ -675,6 +682,69 @@ pub fn flash_rescale_slots(p_ty: Elem, rows: u32, groups: u32) -> u32 {
     11 + rows * (7 + groups * (4 * per + 2))
 }
 
+/// One group row (four f32 pairs) of a source in [`flash_combine`]'s pass B, software
+/// pipelined: pair `i` loads while pair `i - 1` computes and pair `i - 2` stores, the loads and
+/// stores co-issued with the arithmetic (the paced forms load two pairs, or load one and store
+/// one, in one issue). The first source scales `O` by `w` (`$a2:3`) into the scratch row
+/// (`O` rotating through `$a6:7`, `$a8:9`, `$a10:11`); later ones add `w O` to the running
+/// sum read from the scratch row by `sp` (`O` through `$a6:7`, `$a8:9`, the sums through
+/// `$a10:11`, `$a12:13`, `$a14:15`). Six issues a group row against twelve one at a time; the
+/// arithmetic is the same.
+fn combine_group_f32(c: &mut Code, first: bool, [po, sp, pa]: [MReg; 3]) {
+    let v = FType::F32v2;
+    if first {
+        let r = |i: usize| ap([6, 8, 10][i % 3]);
+        let mul = |i: usize| fbin(v, FBinOp::Mul, r(i).0, r(i).0, 2);
+        c.op(ld64step(r(0), po, 8));
+        c.bundle(ld64step(r(1), po, 8), mul(0));
+        c.bundle(
+            Instr::LdSt64Pace {
+                d: r(2),
+                s: r(0),
+                p: [po, pa],
+            },
+            mul(1),
+        );
+        c.bundle(
+            Instr::LdSt64Pace {
+                d: r(3),
+                s: r(1),
+                p: [po, pa],
+            },
+            mul(2),
+        );
+        c.bundle(st64step(r(2), pa, 8), mul(3));
+        c.op(st64step(r(3), pa, 8));
+    } else {
+        let o = |i: usize| ap([6, 8][i % 2]);
+        let l = |i: usize| ap([10, 12, 14][i % 3]);
+        let mac = |i: usize| fbin(v, FBinOp::Mac, l(i).0, o(i).0, 2);
+        c.op(Instr::Ld2x64Pace {
+            d: [o(0), l(0)],
+            p: [po, sp],
+        });
+        c.bundle(
+            Instr::Ld2x64Pace {
+                d: [o(1), l(1)],
+                p: [po, sp],
+            },
+            mac(0),
+        );
+        for i in 2..4 {
+            c.bundle(
+                Instr::Ld2xSt64Pace {
+                    d: [o(i), l(i)],
+                    s: l(i - 2),
+                    p: [po, sp, pa],
+                },
+                mac(i - 1),
+            );
+        }
+        c.bundle(st64step(l(2), pa, 8), mac(3));
+        c.op(st64step(l(3), pa, 8));
+    }
+}
+
 /// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.
 pub fn flash_combine_slots(
     p_ty: Elem,
@@ -689,8 +759,15 @@ pub fn flash_combine_slots(
     let units = if p_ty == Elem::F32 { 2 } else { 4 };
     // Loads (with the running sum's, after the first source) and f16 widening per unit.
     let (load_first, load) = if p_ty == Elem::F32 { (2, 2) } else { (3, 4) };
-    let per_source_first = 14 + groups * (units * (load_first + 4) + 2) + 1;
-    let per_source = 15 + groups * (units * (load + 4) + 2) + 2;
+    // A group row: its loads, arithmetic and stores (f32: the pointer copy, the six issues of
+    // `combine_group_f32`, the pointer update and the branch).
+    let (group_first, group) = if p_ty == Elem::F32 {
+        (1 + 6 + 2, 1 + 6 + 2)
+    } else {
+        (units * (load_first + 4) + 2, units * (load + 4) + 2)
+    };
+    let per_source_first = 14 + groups * group_first + 1;
+    let per_source = 15 + groups * group + 2;
     let out_units = gout / 4;
     let store = if out_ty == Elem::F32 { 2 } else { 3 };
     let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);
