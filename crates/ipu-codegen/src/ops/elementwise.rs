@@ -225,17 +225,7 @@ impl Lowerer<'_> {
                         columns: cols,
                         y_stride: 0,
                     };
-                    let slots =
-                        ipu_kernels::rows::row_scalar_slots(ty, bop, false, 1, cols, cols * eb / 4);
-                    ops.push(SupOp::Run(
-                        Kernel::RowScalar {
-                            ty,
-                            op: bop,
-                            reversed: false,
-                        },
-                        state.into(),
-                        slots,
-                    ));
+                    ops.push(super::rows::lower::row_scalar(ty, bop, false, state));
                 }
             }
         }

@@ -113,7 +113,6 @@ impl Planner<'_> {
         let groups = n.div_ceil(geo.cols);
         let kb = k.div_ceil(geo.k_block);
         let kp = kb * geo.k_block;
-        let slot = BARREL_SLOT_CYCLES as u64;
         // (cycles, exchange cycles, bytes per tile, pm, pn, serial k chunks, k splits).
         let mut candidates: Vec<(u64, u64, u64, usize, usize, usize, usize)> = Vec::new();
         let mut examined = 0;
@@ -206,14 +205,7 @@ impl Planner<'_> {
                     }
                     continue;
                 }
-                let workers = WORKER_CONTEXTS as u64;
-                let rows_per_worker = bm.div_ceil(workers) as u32;
-                let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
-                let round = slot * kernels::amp_slots(rows_per_worker, true) as u64
-                    + slot
-                    + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
-                    + slot * (2 + workers * 2 + 1);
-                let compute = per_tile * bg * kb as u64 * round;
+                let compute = per_tile * bg * kb as u64 * amp_round_cycles(&geo, bm);
                 // For serial chunks a bound: each stages one k range, which every tile holds a
                 // share of when the operand is only this matmul's (`spread_chunk_homes`).
                 let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(&homes, pn));
@@ -407,7 +399,7 @@ impl Planner<'_> {
                 slice,
                 k_splits,
                 tiles,
-                (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64,
+                self.target.sync_cycles as u64,
                 per_tile * c_bytes,
             )
         } else {
@@ -465,6 +457,19 @@ impl Planner<'_> {
         }
         Ok(x)
     }
+}
+
+/// The cycles of one AMP round of `bm` rows on a tile: the slowest worker's pass over its
+/// share of the rows, the weight load and the supervisor's launches and wait.
+fn amp_round_cycles(geo: &AmpGeometry, bm: u64) -> u64 {
+    let slot = BARREL_SLOT_CYCLES as u64;
+    let workers = WORKER_CONTEXTS as u64;
+    let rows_per_worker = bm.div_ceil(workers) as u32;
+    let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
+    slot * kernels::amp_slots(rows_per_worker, true) as u64
+        + slot
+        + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
+        + slot * (2 + workers * 2 + 1)
 }
 
 /// Bytes of the supervisor program per AMP round of a tile (as `emit` writes it): the weight
@@ -622,14 +627,14 @@ fn partials_elem(mode: AmpMode) -> kernels::Elem {
 /// slices over all tiles alike, so only the first moves data: each tile receives its share of
 /// every partial slice, while a product tile sends its partials (`send_bytes`); later stages
 /// add what their tiles already hold. The additions are the lowering's own
-/// ([`sum_splits_ops`]), costed by the supervisor model; `phase` is an exchange phase's
-/// overhead and sync.
+/// ([`sum_splits_ops`]), costed by the supervisor model; every stage ends with a sync of
+/// `sync_cycles`.
 pub(crate) fn reduce_estimates(
     mode: AmpMode,
     slice: usize,
     splits: usize,
     tiles: usize,
-    phase: u64,
+    sync_cycles: u64,
     send_bytes: u64,
 ) -> Vec<ReduceStage> {
     let eb = amp_geometry(mode).out_bytes as u64;
@@ -647,7 +652,6 @@ pub(crate) fn reduce_estimates(
             ((BufferId(0), 0), (BufferId(0), 0), (BufferId(0), 0)),
         );
         ops.push(SupOp::WaitW);
-        let sync = phase - EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
         let exchange = if i == 0 {
             let recv = depth as u64 * n as u64 * eb;
             recv.max(send_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64
@@ -657,7 +661,7 @@ pub(crate) fn reduce_estimates(
         };
         stages.push(ReduceStage {
             runs,
-            cycles: exchange + estimate(&ops) + sync,
+            cycles: exchange + estimate(&ops) + sync_cycles,
             exchange_cycles: exchange,
         });
         depth = runs;
@@ -762,8 +766,6 @@ pub(crate) fn k_split_candidates(
     let geo = amp_geometry(mode);
     let groups = n.div_ceil(geo.cols);
     let kb = k.div_ceil(geo.k_block);
-    let slot = BARREL_SLOT_CYCLES as u64;
-    let workers = WORKER_CONTEXTS as u64;
     let phase = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + sync_cycles;
     let slice = batch * groups * m * geo.cols;
     let share = balanced_share(slice, tiles) as u64;
@@ -775,7 +777,7 @@ pub(crate) fn k_split_candidates(
         let reduce_bytes = share * (splits as u64 + 2) * geo.out_bytes as u64;
         // The stages' cost without the product tiles' sends, which the first stage's exchange
         // waits for when they exceed a tile's receipts.
-        let stages = reduce_estimates(mode, slice, splits, tiles, phase, 0);
+        let stages = reduce_estimates(mode, slice, splits, tiles, sync_cycles, 0);
         let reduce_base: u64 = stages.iter().map(|r| r.cycles).sum();
         let reduce_exchange: u64 = stages.iter().map(|r| r.exchange_cycles).sum();
         let recv = splits as u64 * share * geo.out_bytes as u64;
@@ -805,13 +807,7 @@ pub(crate) fn k_split_candidates(
                 {
                     continue;
                 }
-                let rows_per_worker = bm.div_ceil(workers) as u32;
-                let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
-                let round = slot * kernels::amp_slots(rows_per_worker, true) as u64
-                    + slot
-                    + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
-                    + slot * (2 + workers * 2 + 1);
-                let compute = per_tile * bg * kc * round;
+                let compute = per_tile * bg * kc * amp_round_cycles(&geo, bm);
                 let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(&shape.homes, pn));
                 let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
                 let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;

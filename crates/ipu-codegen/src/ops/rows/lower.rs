@@ -876,7 +876,7 @@ impl<'a> Lowerer<'a> {
 }
 
 /// A `RowScalar` launch on `state`'s rows, with its cycle model.
-fn row_scalar(ty: Elem, op: BinOp, reversed: bool, state: RowScalarState) -> SupOp {
+pub(crate) fn row_scalar(ty: Elem, op: BinOp, reversed: bool, state: RowScalarState) -> SupOp {
     let slots = row_kernels::row_scalar_slots(
         ty,
         op,
