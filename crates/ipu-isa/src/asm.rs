@@ -1764,6 +1764,13 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
                 state: o.m(1)?,
             })
         }
+        "runall" => {
+            o.count(&[2], "runall $mE, $mS")?;
+            one(RunAll {
+                entry: o.m(0)?,
+                state: o.m(1)?,
+            })
+        }
         "exch" | "hostx" | "ampw" => {
             o.count(&[1], &format!("{m} $mA"))?;
             let r = o.m(0)?;

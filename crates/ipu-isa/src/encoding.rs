@@ -120,6 +120,8 @@ pub mod opcode {
     pub const AMPW: u32 = 0x67;
     /// `halt`
     pub const HALT: u32 = 0x68;
+    /// `runall`
+    pub const RUNALL: u32 = 0x69;
     /// `exit`
     pub const EXIT: u32 = 0x70;
 }
@@ -507,6 +509,7 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
             op(AMP) | a2("d", d)? << R1 | a2("a", a)? << R2 | a2("p", p)? << R3 | phase as u32
         }
         Run { entry, state } => op(RUN) | m("entry", entry)? << R1 | m("state", state)? << R2,
+        RunAll { entry, state } => op(RUNALL) | m("entry", entry)? << R1 | m("state", state)? << R2,
         WaitW => op(WAITW),
         Sync => op(SYNC),
         Exch { table } => op(EXCH) | m("table", table)? << R1,
@@ -640,7 +643,7 @@ fn used_bits(code: u32) -> Option<u32> {
         SETZI => REG1 | 0xF_FFFF,
         ORHI => REG1 | 0xFFFF,
         GET => REG1 | 0x3,
-        MOV_TO_A | MOV_TO_M | RUN => REG1 | REG2,
+        MOV_TO_A | MOV_TO_M | RUN | RUNALL => REG1 | REG2,
         SETFP8 => 0x100 | 0x3F,
         LD2X64PACE | LDST64PACE => REG1 | REG2 | REG3 | REG4,
         LD2XST64PACE => OPERAND_MASK,
@@ -858,6 +861,10 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
             phase: (word & 3) as u8,
         },
         RUN => Run {
+            entry: MReg(r1),
+            state: MReg(r2),
+        },
+        RUNALL => RunAll {
             entry: MReg(r1),
             state: MReg(r2),
         },

@@ -588,6 +588,10 @@ pub enum Instr {
     /// `run $mE, $mS`: start a worker at entry e with vertex state s (the worker's $m0 = s).
     /// Waits for a free worker context.
     Run { entry: MReg, state: MReg },
+    /// `runall $mE, $mS`: start all six workers at entry e with the same vertex state s (each
+    /// worker's $m0 = s; a worker tells itself apart by its context id). Waits until every
+    /// worker context is free.
+    RunAll { entry: MReg, state: MReg },
     /// `waitw`: wait until every worker has exited.
     WaitW,
     /// `sync`: bulk-synchronous barrier across all tiles.
@@ -661,6 +665,7 @@ impl Instr {
             | F16v2Pack { .. }
             | Amp { .. } => Class::Float,
             Run { .. }
+            | RunAll { .. }
             | WaitW
             | Sync
             | Exch { .. }

@@ -189,6 +189,7 @@ pub(crate) fn write_instr(
         F16v2Pack { d, a, b } => write!(f, "f16v2pack {d}, {a}, {b}"),
         Amp { d, a, p, phase } => write!(f, "amp {d}, {a}, {p}, {phase}"),
         Run { entry, state } => write!(f, "run {entry}, {state}"),
+        RunAll { entry, state } => write!(f, "runall {entry}, {state}"),
         WaitW => write!(f, "waitw"),
         Sync => write!(f, "sync"),
         Exch { table } => write!(f, "exch {table}"),

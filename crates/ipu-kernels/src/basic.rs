@@ -11,25 +11,52 @@ use crate::{BinOp, CastType, Elem, UnOp};
 /// phase's operands and the store of the previous phase's result; outputs trail their row by
 /// one row, so the pass runs one dummy row and drains. With `partials`, the partials-in come
 /// from a buffer distinct from the output (ping-pong), so no worker reads what another writes.
-pub(crate) fn amp(c: &mut Code, partials: bool, all: bool) {
-    if all {
-        // m1 in, m2 partials, m3 out; this worker's rows b[ctx]..b[ctx + 1].
-        load_state(c, AmpAllState::WORDS);
-        c.op(Instr::Get {
-            d: m(5),
-            sys: ipu_isa::SysReg::ContextId,
-        });
-        c.op(alu_imm(AluOp::Shl, m(5), m(5), 2));
-        c.op(alu(AluOp::Add, m(5), m(5), m(0)));
-        c.op(ld32m(m(6), m(5), AmpAllState::BOUNDS_OFFSET as i16));
-        c.op(ld32m(m(4), m(5), AmpAllState::BOUNDS_OFFSET as i16 + 4));
-        c.op(alu(AluOp::Sub, m(4), m(4), m(6)));
-        c.op(alu_imm(AluOp::Shl, m(6), m(6), 5));
-        c.op(alu(AluOp::Add, m(1), m(1), m(6)));
-        c.op(alu(AluOp::Add, m(2), m(2), m(6)));
-        c.op(alu(AluOp::Add, m(3), m(3), m(6)));
-    } else {
-        load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
+/// How the workers of an AMP pass find their rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AmpShare {
+    /// One worker per state ([`Kernel::Amp`]).
+    One,
+    /// One state for all six, with row bounds ([`Kernel::AmpAll`]).
+    Bounds,
+    /// One state for all six, a pass per context ([`Kernel::AmpTable`]).
+    Table,
+}
+
+pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
+    match share {
+        AmpShare::Bounds => {
+            // m1 in, m2 partials, m3 out; this worker's rows b[ctx]..b[ctx + 1].
+            load_state(c, AmpAllState::WORDS);
+            c.op(Instr::Get {
+                d: m(5),
+                sys: ipu_isa::SysReg::ContextId,
+            });
+            c.op(alu_imm(AluOp::Shl, m(5), m(5), 2));
+            c.op(alu(AluOp::Add, m(5), m(5), m(0)));
+            c.op(ld32m(m(6), m(5), AmpAllState::BOUNDS_OFFSET as i16));
+            c.op(ld32m(m(4), m(5), AmpAllState::BOUNDS_OFFSET as i16 + 4));
+            c.op(alu(AluOp::Sub, m(4), m(4), m(6)));
+            c.op(alu_imm(AluOp::Shl, m(6), m(6), 5));
+            c.op(alu(AluOp::Add, m(1), m(1), m(6)));
+            c.op(alu(AluOp::Add, m(2), m(2), m(6)));
+            c.op(alu(AluOp::Add, m(3), m(3), m(6)));
+        }
+        AmpShare::Table => {
+            // This context's entry of the table, then the single-worker pass.
+            c.op(Instr::Get {
+                d: m(5),
+                sys: ipu_isa::SysReg::ContextId,
+            });
+            c.op(alu_imm(
+                AluOp::Shl,
+                m(5),
+                m(5),
+                AmpTableState::ENTRY_BYTES.trailing_zeros() as i16,
+            ));
+            c.op(alu(AluOp::Add, m(0), m(0), m(5)));
+            load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
+        }
+        AmpShare::One => load_state(c, AmpState::WORDS), // m1 in, m2 partials, m3 out, m4 rows
     }
     let end = exit_if_zero(c, m(4));
     if !partials {
@@ -113,6 +140,16 @@ pub fn amp_slots(rows: u32, partials: bool) -> u32 {
 /// `nop` is needed).
 pub fn amp_all_slots(rows: u32, partials: bool) -> u32 {
     amp_slots(rows, partials) + AMP_ALL_PROLOGUE_SLOTS - if partials { 0 } else { 2 }
+}
+
+/// Issue slots of one of the six workers of [`Kernel::AmpTable`] over `rows` rows: finding its
+/// entry (three instructions) and the pass, whose `rpt` then needs an aligning `nop` with a
+/// partials-in and none without.
+pub fn amp_table_slots(rows: u32, partials: bool) -> u32 {
+    if rows == 0 {
+        return 3 + amp_slots(0, partials);
+    }
+    amp_slots(rows, partials) + if partials { 4 } else { 2 }
 }
 
 pub(crate) fn binary(c: &mut Code, ty: Elem, op: BinOp) {

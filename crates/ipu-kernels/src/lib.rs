@@ -37,6 +37,9 @@ pub enum Kernel {
     /// context `c` takes rows `b[c]..b[c + 1]`. State: in, partials, out (row 0 each), then
     /// the seven row bounds `b`.
     AmpAll { partials: bool },
+    /// The same pass started on all six workers at once (`runall`) with one state: a table of
+    /// six [`AmpState`]s, worker context `c` reading entry `c` ([`AmpTableState`]).
+    AmpTable { partials: bool },
     /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
     Binary { ty: Elem, op: BinOp },
     /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
@@ -210,8 +213,9 @@ impl CastType {
 pub fn generate(kernel: Kernel) -> Code {
     let mut c = Code::new();
     match kernel {
-        Kernel::Amp { partials } => basic::amp(&mut c, partials, false),
-        Kernel::AmpAll { partials } => basic::amp(&mut c, partials, true),
+        Kernel::Amp { partials } => basic::amp(&mut c, partials, basic::AmpShare::One),
+        Kernel::AmpAll { partials } => basic::amp(&mut c, partials, basic::AmpShare::Bounds),
+        Kernel::AmpTable { partials } => basic::amp(&mut c, partials, basic::AmpShare::Table),
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
         Kernel::Cast { from, to } => basic::cast(&mut c, from, to),

@@ -22,7 +22,7 @@ impl fmt::Display for BufferId {
 pub type Loc = (BufferId, u32);
 
 /// A word of a vertex state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StateWord {
     /// A constant.
     Const(u32),
@@ -106,6 +106,33 @@ state! {
         rows: u32,
     }
 }
+
+/// [`crate::Kernel::AmpTable`]: the AMP pass on all six workers started together (`runall`)
+/// with one state: an [`AmpState`] per worker context, context `c`'s at byte `16 c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmpTableState {
+    /// Worker context `c`'s pass (`rows` may be 0: that worker exits at once).
+    pub parts: [AmpState; ipu_target::WORKER_CONTEXTS as usize],
+}
+
+impl AmpTableState {
+    /// Bytes of one worker's entry (an [`AmpState`]), a power of two.
+    pub const ENTRY_BYTES: u32 = 4 * AmpState::WORDS as u32;
+    /// The fields' names, in word order: worker 0's, then the other workers' words.
+    pub const FIELDS: &'static [&'static str] = &["input", "partials", "out", "rows", "workers"];
+
+    /// The number of words.
+    pub fn word_count(&self) -> usize {
+        AmpState::WORDS as usize * self.parts.len()
+    }
+
+    /// The state's words, in order.
+    pub fn words(&self) -> Vec<StateWord> {
+        self.parts.iter().flat_map(|p| p.words()).collect()
+    }
+}
+
+const _: () = assert!(AmpTableState::ENTRY_BYTES.is_power_of_two());
 
 /// [`crate::Kernel::AmpAll`]: the AMP pass on all six workers with one state; worker context
 /// `c` takes rows `bounds[c]..bounds[c + 1]`.
@@ -555,6 +582,7 @@ macro_rules! states {
 states! {
     Amp(AmpState),
     AmpAll(AmpAllState),
+    AmpTable(AmpTableState),
     Binary(BinaryState),
     Unary(UnaryState),
     Cast(CastState),
@@ -616,6 +644,7 @@ impl crate::Kernel {
         match self {
             K::Amp { .. } => StateKind::Amp,
             K::AmpAll { .. } => StateKind::AmpAll,
+            K::AmpTable { .. } => StateKind::AmpTable,
             K::Binary { .. } => StateKind::Binary,
             K::Unary { .. } => StateKind::Unary,
             K::Cast { .. } | K::Convert { .. } => StateKind::Cast,

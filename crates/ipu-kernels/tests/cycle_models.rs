@@ -16,7 +16,7 @@ use ipu_kernels::flash::{
 use ipu_kernels::rows::*;
 use ipu_kernels::*;
 use ipu_sim::{Device, RunLimits};
-use ipu_target::{AmpMode, INTERLEAVED_BASE, MEMORY_BASE, Target, WORKER_CONTEXTS};
+use ipu_target::{AmpMode, INTERLEAVED_BASE, MEMORY_BASE, Target};
 
 const CODE: u32 = MEMORY_BASE;
 const KERNEL: u32 = 0x4D000;
@@ -118,12 +118,15 @@ fn measure(c: &Case) -> u64 {
             .collect();
         dev.write(0, state_at, &words).unwrap();
         sup.op(setzi(m(3), state_at));
-        let launches = if c.kernel.state_kind() == StateKind::AmpAll {
-            WORKER_CONTEXTS
+        if matches!(
+            c.kernel.state_kind(),
+            StateKind::AmpAll | StateKind::AmpTable
+        ) {
+            sup.op(Instr::RunAll {
+                entry: m(2),
+                state: m(3),
+            });
         } else {
-            1
-        };
-        for _ in 0..launches {
             sup.op(Instr::Run {
                 entry: m(2),
                 state: m(3),
@@ -201,6 +204,31 @@ fn cases() -> Vec<Case> {
                 .windows(2)
                 .map(|b| amp_all_slots(b[1] - b[0], partials) as u64)
                 .sum();
+            c.amp = Some(mode);
+            out.push(c);
+            // The table form, with a worker that has no rows.
+            let rows = [7u32, 0, 9, 6, 7, 11];
+            let mut at_row = 0;
+            let parts = rows.map(|r| {
+                let off = at_row * 32;
+                at_row += r;
+                AmpState {
+                    input: at(0, off),
+                    partials: match partials_word {
+                        StateWord::Addr(b, _) => StateWord::Addr(b, off),
+                        w => w,
+                    },
+                    out: at(2, off),
+                    rows: r,
+                }
+            });
+            let mut c = case(
+                format!("amp_table {mode:?} partials={partials} rows={rows:?}"),
+                Kernel::AmpTable { partials },
+                AmpTableState { parts },
+                rows.iter().map(|&r| amp_table_slots(r, partials)).sum(),
+                Elem::F16,
+            );
             c.amp = Some(mode);
             out.push(c);
         }
@@ -695,7 +723,7 @@ fn every_cycle_model_matches_the_device() {
         table.join("\n")
     );
     // Every state layout, so every kernel family, is covered.
-    assert_eq!(kinds.len(), 19, "{kinds:?}");
+    assert_eq!(kinds.len(), 20, "{kinds:?}");
     assert!(
         failures.is_empty(),
         "{} of {} cases off their model:\n{}",

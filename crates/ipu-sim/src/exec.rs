@@ -1881,6 +1881,33 @@ impl Tile {
         self.fault(Context::Supervisor, self.sup.pc, (kind, None))
     }
 
+    /// Starts worker context `w` at `entry` with `$m0 = state` at cycle `start` and runs it to
+    /// its end (recording the launch for the race checker and the counters).
+    fn launch(
+        &mut self,
+        w: usize,
+        entry: u32,
+        state: u32,
+        start: u64,
+        deadline: u64,
+    ) -> Result<(), Fault> {
+        if self.tracker.used == self.tracker.launches.len() {
+            self.tracker.launches.push(Launch::default());
+        }
+        let l = &mut self.tracker.launches[self.tracker.used];
+        l.ctx = w as u8;
+        l.entry = entry;
+        l.start = start;
+        l.overflow = false;
+        self.tracker.used += 1;
+        let end = self.run_worker(w, entry, state, start, deadline)?;
+        self.tracker.launches[self.tracker.used - 1].end = end;
+        self.busy_until[w] = end;
+        self.counters.worker_busy_cycles += end - start;
+        self.counters.worker_launches += 1;
+        Ok(())
+    }
+
     pub fn run_supervisor(&mut self, deadline: u64) -> Result<Arrival, Fault> {
         let mut r = self.sup;
         let start_time = self.time;
@@ -1917,37 +1944,36 @@ impl Tile {
             {
                 let fault = |t: &Tile, k: FaultKind, a: Option<u32>| t.fault(cx, pc, (k, a));
                 match i {
-                    Instr::Run { entry, state } => {
+                    Instr::Run { entry, state } | Instr::RunAll { entry, state } => {
                         let e = r.m[entry.0 as usize & 15];
                         let s = r.m[state.0 as usize & 15];
                         if e & 3 != 0 || !self.target.in_executable(e, 4) {
                             return Err(fault(self, FaultKind::RunEntryNotExecutable, Some(e)));
                         }
-                        let mut w = (0..6).find(|&w| self.busy_until[w] <= self.time);
-                        if w.is_none() {
-                            let (iw, t) = (0..6)
-                                .map(|w| (w, self.busy_until[w]))
-                                .min_by_key(|&(w, t)| (t, w))
-                                .expect("six workers");
-                            self.time = t;
-                            w = Some(iw);
-                        }
-                        let w = w.expect("a free worker");
+                        let all = matches!(i, Instr::RunAll { .. });
+                        let workers = if all {
+                            // Every context must be free: wait for the last to finish.
+                            self.time = self
+                                .time
+                                .max(self.busy_until.iter().copied().max().unwrap_or(0));
+                            0..6
+                        } else {
+                            let mut w = (0..6).find(|&w| self.busy_until[w] <= self.time);
+                            if w.is_none() {
+                                let (iw, t) = (0..6)
+                                    .map(|w| (w, self.busy_until[w]))
+                                    .min_by_key(|&(w, t)| (t, w))
+                                    .expect("six workers");
+                                self.time = t;
+                                w = Some(iw);
+                            }
+                            let w = w.expect("a free worker");
+                            w..w + 1
+                        };
                         let start = self.time;
-                        if self.tracker.used == self.tracker.launches.len() {
-                            self.tracker.launches.push(Launch::default());
+                        for w in workers {
+                            self.launch(w, e, s, start, deadline)?;
                         }
-                        let l = &mut self.tracker.launches[self.tracker.used];
-                        l.ctx = w as u8;
-                        l.entry = e;
-                        l.start = start;
-                        l.overflow = false;
-                        self.tracker.used += 1;
-                        let end = self.run_worker(w, e, s, start, deadline)?;
-                        self.tracker.launches[self.tracker.used - 1].end = end;
-                        self.busy_until[w] = end;
-                        self.counters.worker_busy_cycles += end - start;
-                        self.counters.worker_launches += 1;
                         self.time += SLOT;
                     }
                     Instr::WaitW => {

@@ -37,6 +37,28 @@ fn a_seventh_worker_waits_for_a_free_context() {
 }
 
 #[test]
+fn runall_starts_six_workers_at_once_with_one_state() {
+    // Each worker stores its context id at state + 4 * id (state = 0x80000), after a wait of
+    // 10 * id slots, so the last ends 10 * 5 + 5 slots after the start. `runall` first waits
+    // for a worker still running from `run`.
+    let src = "main:\n setzi $m1, w\n setzi $m3, l\n li $m2, 0x80000\n run $m3, $m2\n runall $m1, $m2\n waitw\n halt\n .align 8\nw:\n get $m4, contextid\n mul $m5, $m4, 10\n add $m5, $m5, 1\n rpt $m5, 1\n nop\n shl $m6, $m4, 2\n add $m6, $m6, $m0\n st32 $m4, $m6, 0\n exit\nl:\n rpt 30, 1\n nop\n exit\n";
+    let (d, r) = run(1, src);
+    let r = r.unwrap();
+    let words = d.read(0, 0x80000, 24).unwrap();
+    let ids: Vec<u32> = words
+        .chunks(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_eq!(ids, [0, 1, 2, 3, 4, 5]);
+    let c = d.counters()[0];
+    assert_eq!(c.worker_launches, 7);
+    // setzi, setzi, li (2 slots): `run` at 24; the long worker (32 slots) ends at 24 + 192;
+    // `runall` starts all six there; worker 5: get, mul, add, rpt + 51 nops, shl, add, st32,
+    // exit = 59 slots.
+    assert_eq!(r.cycles, 24 + 192 + 59 * 6);
+}
+
+#[test]
 fn bundles_and_transcendentals() {
     let src = "main:\n setzi $m1, w\n li $m2, 0x80000\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n { ld32 $m3, $m0, 0 ; f32add $a0, $a1, $a2 }\n f32exp $a3, $a3\n { nop ; f16v4exp $a4:5, $a4:5 }\n exit\n";
     let (d, r) = run(1, src);

@@ -173,6 +173,7 @@ pub fn other_instr() -> BoxedStrategy<Instr> {
     use Instr::*;
     prop_oneof![
         (mreg(), mreg()).prop_map(|(entry, state)| Run { entry, state }),
+        (mreg(), mreg()).prop_map(|(entry, state)| RunAll { entry, state }),
         Just(WaitW),
         Just(Sync),
         mreg().prop_map(|table| Exch { table }),
