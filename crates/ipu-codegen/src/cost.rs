@@ -45,11 +45,13 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
                 launch(&mut sup, &mut free, *slots);
             }
             SupOp::RunAll(k, _, slots) => {
+                // `setzi` of the state (and of the entry), then `runall`, which waits for every
+                // worker and starts all six at the start of its slot (as the device does).
                 sup += if entry == Some(*k) { slot } else { 2 * slot };
                 entry = Some(*k);
-                for _ in 0..WORKERS {
-                    launch(&mut sup, &mut free, *slots);
-                }
+                sup = sup.max(free.iter().copied().max().unwrap_or(0));
+                free = [sup + *slots as u64 * slot; WORKERS as usize];
+                sup += slot;
             }
             SupOp::WaitW => {
                 sup += slot;

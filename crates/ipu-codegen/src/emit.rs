@@ -7,7 +7,7 @@
 //! once, the same addresses on every tile), the tile's supervisor programs, then support data,
 //! then buffers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use ipu_isa::tables::{HostDirection, HostRow, HostTable};
 use ipu_isa::{Instr, MReg};
@@ -169,14 +169,21 @@ pub fn support_layout(
         base: at,
         ..Default::default()
     };
+    let mut seen: HashMap<Vec<StateWord>, u32> = HashMap::new();
     for s in &program.steps {
         if let Step::Compute { tiles, .. } = s
             && let Some(ops) = tiles.get(&tile)
         {
             for op in ops {
                 if let Some((_, st)) = op.launch() {
-                    l.states.push(at);
-                    at += 4 * st.word_count() as u32;
+                    // Identical states (the same words, so the same bytes once placed) are
+                    // stored once: kernels only read their state.
+                    let a = *seen.entry(st.words()).or_insert_with(|| {
+                        let a = at;
+                        at += 4 * st.word_count() as u32;
+                        a
+                    });
+                    l.states.push(a);
                 }
             }
         }
@@ -267,17 +274,17 @@ pub fn supervisor_code(
                                 d: m3,
                                 imm: support.states[state_index],
                             });
-                            let launches = if matches!(op, SupOp::RunAll(..)) {
-                                ipu_target::WORKER_CONTEXTS
-                            } else {
-                                1
-                            };
-                            for _ in 0..launches {
-                                run.op(Instr::Run {
+                            run.op(if matches!(op, SupOp::RunAll(..)) {
+                                Instr::RunAll {
                                     entry: m2,
                                     state: m3,
-                                });
-                            }
+                                }
+                            } else {
+                                Instr::Run {
+                                    entry: m2,
+                                    state: m3,
+                                }
+                            });
                             state_index += 1;
                         }
                         SupOp::WaitW => {
@@ -308,13 +315,19 @@ pub fn initialize_phases(program: &TileProgram) -> u32 {
 /// The vertex states of `tile`, resolved: bytes to place at `support.base`.
 pub fn state_bytes(program: &TileProgram, tile: u32, addr: &dyn Fn(BufferId) -> u32) -> Vec<u8> {
     let mut out = Vec::new();
+    let mut seen: HashSet<Vec<StateWord>> = HashSet::new();
     for s in &program.steps {
         if let Step::Compute { tiles, .. } = s
             && let Some(ops) = tiles.get(&tile)
         {
             for op in ops {
                 if let Some((_, st)) = op.launch() {
-                    for w in st.words() {
+                    let words = st.words();
+                    if !seen.insert(words.clone()) {
+                        // Stored once, where `support_layout` put its first copy.
+                        continue;
+                    }
+                    for w in words {
                         let v = match w {
                             StateWord::Const(c) => c,
                             StateWord::Addr(b, off) => addr(b) + off,

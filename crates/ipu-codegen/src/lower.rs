@@ -55,57 +55,16 @@ pub(crate) fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
 
-/// Supervisor slots between two worker launches of an AMP round (`setzi` of the state, `run`).
-pub(crate) const LAUNCH_SLOTS: u32 = 2;
-/// Worker slots per AMP row (four phases).
-pub(crate) const AMP_ROW_SLOTS: u32 = 4;
-
-/// Splits `n` AMP rows over the workers so that they finish together: worker `w` starts
-/// `LAUNCH_SLOTS` later than worker `w - 1`, so earlier workers take more rows. Each row goes
-/// to the worker that would finish it first (ties to the lower worker); contiguous ranges in
-/// worker order.
-///
-/// Row `j` (from 1) of worker `w` finishes at `LAUNCH_SLOTS (w + 1) + AMP_ROW_SLOTS j`, so the
-/// rows handed out one by one are the `n` smallest `(finish, worker)` pairs: the workers take
-/// every row finishing before the smallest finish `t` with `n` rows at or before it, and the
-/// rows finishing at `t` go to the lowest workers. Computed directly (this runs for every AMP
-/// round of every tile), the same split as handing out the rows one by one.
-pub(crate) fn split_staggered(n: u32) -> Vec<(u32, u32)> {
-    let workers = WORKERS as u64;
-    // Rows of worker `w` finishing at or before `t`.
-    let upto = |w: u64, t: u64| {
-        let first = LAUNCH_SLOTS as u64 * (w + 1);
-        t.saturating_sub(first) / AMP_ROW_SLOTS as u64
-    };
-    let total = |t: u64| (0..workers).map(|w| upto(w, t)).sum::<u64>();
-    // The smallest finish by which `n` rows are done: worker 0 alone finishes `n` rows by
-    // `hi`.
-    let (mut lo, mut hi) = (0u64, LAUNCH_SLOTS as u64 + AMP_ROW_SLOTS as u64 * n as u64);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if total(mid) >= n as u64 {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    let t = lo;
-    let mut rows: Vec<u64> = (0..workers).map(|w| upto(w, t.saturating_sub(1))).collect();
-    let mut left = n as u64 - rows.iter().sum::<u64>();
-    for (w, r) in rows.iter_mut().enumerate() {
-        if left > 0 && upto(w as u64, t) > *r {
-            *r += 1;
-            left -= 1;
-        }
-    }
+/// Splits `n` AMP rows over the six workers of a `runall`, which all start together: contiguous
+/// ranges in worker order, the first `n % 6` workers taking one row more.
+pub(crate) fn split_even(n: u32) -> [(u32, u32); WORKERS as usize] {
+    let (q, r) = (n / WORKERS, n % WORKERS);
     let mut at = 0;
-    rows.iter()
-        .map(|&r| {
-            let r = r as u32;
-            at += r;
-            (at - r, at)
-        })
-        .collect()
+    std::array::from_fn(|w| {
+        let rows = q + u32::from((w as u32) < r);
+        at += rows;
+        (at - rows, at)
+    })
 }
 
 /// What lowering one device operation gives: the copies of its exchange step and every
@@ -116,26 +75,31 @@ pub(crate) struct OpSteps {
     pub(crate) copies: Vec<Copy>,
 }
 
-/// A launch of the AMP kernel on `rows` rows of `input` into `out`, adding the partials at
-/// `partials` when there are any.
-pub(crate) fn amp_run(
-    input: (BufferId, u32),
+/// One AMP round's launch of `rows` rows of `input` (rows of `in_row` bytes) into `out` (rows
+/// of `out_row` bytes), adding the partials at `partials` (laid out as `out`) when there are
+/// any: all six workers at once (`runall`), the rows split evenly.
+pub(crate) fn amp_launch(
+    (input, in_row): ((BufferId, u32), u32),
     partials: Option<(BufferId, u32)>,
-    out: (BufferId, u32),
+    (out, out_row): ((BufferId, u32), u32),
     rows: u32,
 ) -> SupOp {
-    let state = AmpState {
-        input,
+    let parts = split_even(rows).map(|(r0, r1)| AmpState {
+        input: (input.0, input.1 + r0 * in_row),
         partials: match partials {
-            Some((buffer, offset)) => StateWord::Addr(buffer, offset),
+            Some((buffer, offset)) => StateWord::Addr(buffer, offset + r0 * out_row),
             None => StateWord::Const(0),
         },
-        out,
-        rows,
-    };
+        out: (out.0, out.1 + r0 * out_row),
+        rows: r1 - r0,
+    });
     let partials = partials.is_some();
-    let slots = kernels::amp_slots(rows, partials);
-    SupOp::Run(Kernel::Amp { partials }, state.into(), slots)
+    let slots = kernels::amp_table_slots(rows.div_ceil(WORKERS), partials);
+    SupOp::RunAll(
+        Kernel::AmpTable { partials },
+        AmpTableState { parts }.into(),
+        slots,
+    )
 }
 
 /// The direction of a [`Copy2d::regroup`].
@@ -559,33 +523,16 @@ pub fn log_lowered(lowered: &Lowered) {
 mod tests {
     use super::*;
 
-    /// The split made by handing out the rows one by one.
-    fn split_one_by_one(n: u32) -> Vec<(u32, u32)> {
-        let mut rows = vec![0u32; WORKERS as usize];
-        for _ in 0..n {
-            let w = (0..WORKERS as usize)
-                .min_by_key(|&w| {
-                    (
-                        LAUNCH_SLOTS * (w as u32 + 1) + AMP_ROW_SLOTS * (rows[w] + 1),
-                        w,
-                    )
-                })
-                .expect("workers");
-            rows[w] += 1;
-        }
-        let mut at = 0;
-        rows.iter()
-            .map(|&r| {
-                at += r;
-                (at - r, at)
-            })
-            .collect()
-    }
-
     #[test]
-    fn staggered_split_is_the_one_by_one_split() {
-        for n in 0..3000 {
-            assert_eq!(split_staggered(n), split_one_by_one(n), "{n} rows");
+    fn even_split_covers_the_rows_in_order_and_differs_by_at_most_one() {
+        for n in 0..200 {
+            let parts = split_even(n);
+            assert_eq!(parts[0].0, 0);
+            assert_eq!(parts[WORKERS as usize - 1].1, n);
+            assert!(parts.windows(2).all(|p| p[0].1 == p[1].0));
+            let sizes: Vec<u32> = parts.iter().map(|(a, b)| b - a).collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{n}: {sizes:?}");
         }
     }
 }

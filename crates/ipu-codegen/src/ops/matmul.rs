@@ -459,22 +459,24 @@ impl Planner<'_> {
     }
 }
 
-/// The cycles of one AMP round of `bm` rows on a tile: the slowest worker's pass over its
-/// share of the rows, the weight load and the supervisor's launches and wait.
+/// The cycles of one AMP round of `bm` rows on a tile: the weight load (`setzi`, `ampw`), the
+/// launch (`setzi` of the state, `runall`), the slowest worker's pass over its share of the
+/// rows and the `waitw`.
 fn amp_round_cycles(geo: &AmpGeometry, bm: u64) -> u64 {
     let slot = BARREL_SLOT_CYCLES as u64;
     let workers = WORKER_CONTEXTS as u64;
     let rows_per_worker = bm.div_ceil(workers) as u32;
     let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
-    slot * kernels::amp_slots(rows_per_worker, true) as u64
-        + slot
+    // The `waitw` issues while the workers still run (as `cost::estimate` counts it).
+    slot * kernels::amp_table_slots(rows_per_worker, true) as u64
+        + 2 * slot
         + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
-        + slot * (2 + workers * 2 + 1)
+        + slot
 }
 
 /// Bytes of the supervisor program per AMP round of a tile (as `emit` writes it): the weight
-/// load (`setzi`, `ampw`), six launches (`setzi` of the state, `run`) and the `waitw`.
-const SUPERVISOR_BYTES_PER_ROUND: u64 = 4 * (2 + 2 * WORKER_CONTEXTS as u64 + 1);
+/// load (`setzi`, `ampw`), the launch (`setzi` of the state, `runall`) and the `waitw`.
+const SUPERVISOR_BYTES_PER_ROUND: u64 = 4 * 5;
 
 /// Executable memory kept for the kernels, the trampolines and the rest of the supervisor
 /// programs beside a matmul's AMP rounds.
@@ -981,17 +983,13 @@ impl Lowerer<'_> {
                         } else {
                             (t_buf, c_buf)
                         };
-                        for (r0, r1) in split_staggered(bm as u32) {
-                            if r1 > r0 {
-                                let a_row = ((kk - kb0) * bm) as u32 * row_bytes + r0 * row_bytes;
-                                ops.push(amp_run(
-                                    (a_st, a_row),
-                                    (kk > first).then_some((src, c_off + r0 * out_row_bytes)),
-                                    (dst, c_off + r0 * out_row_bytes),
-                                    r1 - r0,
-                                ));
-                            }
-                        }
+                        let a_row = ((kk - kb0) * bm) as u32 * row_bytes;
+                        ops.push(amp_launch(
+                            ((a_st, a_row), row_bytes),
+                            (kk > first).then_some((src, c_off)),
+                            ((dst, c_off), out_row_bytes),
+                            bm as u32,
+                        ));
                         ops.push(SupOp::WaitW);
                     }
                 }

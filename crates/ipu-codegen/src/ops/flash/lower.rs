@@ -49,6 +49,7 @@ pub(crate) struct ItemBuffers {
 #[allow(clippy::too_many_arguments)]
 fn amp_rounds(
     ops: &mut Vec<SupOp>,
+    table: bool,
     rows: u32,
     groups: usize,
     kblocks: usize,
@@ -63,7 +64,7 @@ fn amp_rounds(
     // With `accumulate`, the first round adds to what `out` holds (`kblocks` must be even, so
     // the first round writes `t` and the last writes `out`).
     debug_assert!(!accumulate || kblocks.is_multiple_of(2));
-    let parts = split_staggered(rows);
+    let parts = split_even(rows);
     for g in 0..groups {
         let out_off = g as u32 * r_total * GRB;
         for kk in 0..kblocks {
@@ -74,15 +75,16 @@ fn amp_rounds(
             } else {
                 (t, 0, out, out_off)
             };
-            if parts.iter().all(|(r0, r1)| r1 > r0) {
-                // Every worker has rows: one state for all six (`Kernel::AmpAll`).
+            let partials = kk > 0 || accumulate;
+            if !table && parts.iter().all(|(r0, r1)| r1 > r0) {
+                // Every worker has rows: one row-bounds state for all six (`Kernel::AmpAll`).
                 let mut bounds = [rows; WORKERS as usize + 1];
                 for (b, p) in bounds.iter_mut().zip(&parts) {
                     *b = p.0;
                 }
                 let st = AmpAllState {
                     input: (input, kk as u32 * r_total * GRB),
-                    partials: if kk > 0 || accumulate {
+                    partials: if partials {
                         StateWord::Addr(src, src_off)
                     } else {
                         StateWord::Const(0)
@@ -91,24 +93,18 @@ fn amp_rounds(
                     bounds,
                 };
                 let most = parts.iter().map(|(r0, r1)| r1 - r0).max().unwrap_or(0);
-                let partials = kk > 0 || accumulate;
                 ops.push(SupOp::RunAll(
                     Kernel::AmpAll { partials },
                     st.into(),
                     kernels::amp_all_slots(most, partials),
                 ));
             } else {
-                for &(r0, r1) in &parts {
-                    if r1 > r0 {
-                        let partials = kk > 0 || accumulate;
-                        ops.push(amp_run(
-                            (input, (kk as u32 * r_total + r0) * GRB),
-                            partials.then_some((src, src_off + r0 * GRB)),
-                            (dst, dst_off + r0 * GRB),
-                            r1 - r0,
-                        ));
-                    }
-                }
+                ops.push(amp_launch(
+                    ((input, kk as u32 * r_total * GRB), GRB),
+                    partials.then_some((src, src_off)),
+                    ((dst, dst_off), GRB),
+                    rows,
+                ));
             }
             ops.push(SupOp::WaitW);
         }
@@ -151,6 +147,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
         // S = q kᵀ: output groups of `cols` keys, k blocks of `kb` dimensions.
         amp_rounds(
             &mut ops,
+            g.table,
             r,
             sub / cols,
             g.d / kb,
@@ -312,6 +309,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
         // O (+)= P v: output groups of `cols` dimensions, k blocks of `kb` keys.
         amp_rounds(
             &mut ops,
+            g.table,
             r,
             g.gv(),
             sub / kb,

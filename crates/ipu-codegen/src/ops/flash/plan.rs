@@ -89,6 +89,9 @@ pub struct FlashGeometry {
     pub keys: usize,
     /// Keys per sub-block (see [`FlashGeometry::sub_blocks`]); at least `keys` for one pass.
     pub sub: usize,
+    /// Whether the AMP rounds launch the per-worker table pass (`Kernel::AmpTable`, faster to
+    /// start, 96 bytes of state a round) rather than the row-bounds one (`Kernel::AmpAll`, 40).
+    pub table: bool,
     /// The mask operand, if any.
     pub mask: Option<FlashMask>,
 }
@@ -462,6 +465,8 @@ pub struct FlashCandidate {
     pub keys: usize,
     /// Keys per sub-block.
     pub sub: usize,
+    /// The AMP rounds' launch ([`FlashGeometry::table`]).
+    pub table: bool,
     /// Items (tiles computing scores).
     pub items: usize,
     /// Most key blocks merged into one query block.
@@ -541,22 +546,47 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     )
 }
 
-/// Bytes of an item's supervisor code and of its vertex states (about 40 of each per AMP
-/// round: `setzi` and `ampw`, one state for six `run`s, `waitw`; the rest for the masks and the
-/// softmax).
-pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64) {
+/// Bytes of an item's supervisor code and vertex states: `(code per item, states per item,
+/// states per tile)`. Code: 20 bytes per AMP round (`setzi` and `ampw`, `setzi` of the state
+/// and `runall`, `waitw`), about 160 per sub-block for the softmax's and rescale's launches and
+/// 512 for the rest. States: identical states of a tile are stored once (`emit`), and the
+/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (96 or 40 bytes, see
+/// [`FlashGeometry::table`]) are the same for every sub-block and item: one set per tile. The `P v` rounds write the
+/// item's own partial result, a set for the first sub-block and one for the others; the
+/// softmax, rescale and mask launches about 300 bytes per sub-block, and 6 launches of a
+/// 32-byte mask state per key group for the sub-blocks a causal diagonal or padding crosses.
+pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
     let amp = geo.amp();
     let rounds = (geo.keys.div_ceil(amp.cols) * (geo.d / amp.k_block)
         + geo.gv() * geo.keys.div_ceil(amp.k_block)) as u64;
-    (40 * rounds + 512, 40 * rounds + 512)
+    let subs = geo.sub_blocks().len() as u64;
+    let sk = geo.sub_keys();
+    let code = 20 * rounds + 160 * subs + 512;
+    let s_states = (sk.div_ceil(amp.cols) * (geo.d / amp.k_block)) as u64;
+    let pv_states = (2 * geo.gv() * sk.div_ceil(amp.k_block)) as u64;
+    let crossed = if geo.causal { 3 } else { 1 };
+    let mask_states = crossed * sk.div_ceil(amp.cols) as u64 * 6 * 32;
+    let amp_state = if geo.table { 96 } else { 40 };
+    (
+        code,
+        amp_state * pv_states + 300 * subs + mask_states + 512,
+        amp_state * s_states,
+    )
 }
 
 /// Worker issue slots of an AMP round over `rows` rows (the slowest worker) and the
 /// supervisor's part, in cycles.
-fn amp_round_cycles(rows: usize) -> u64 {
+fn amp_round_cycles(rows: usize, table: bool) -> u64 {
     let slot = BARREL_SLOT_CYCLES as u64;
     let per = (rows as u32).div_ceil(6);
-    slot * (kernels::amp_slots(per, true) as u64 + 3 * 6 + 1) + 32
+    let worker = if table {
+        kernels::amp_table_slots(per, true)
+    } else {
+        kernels::amp_all_slots(per, true)
+    };
+    // The slowest worker of the `runall`, the supervisor's `setzi` and `ampw` (and the weight
+    // load), `setzi` of the state and `runall` (the `waitw` issues while the workers run).
+    slot * (worker as u64 + 3) + 32
 }
 
 /// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
@@ -596,7 +626,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let (r, nk) = (geo.rows, geo.keys);
     let rounds =
         nk.div_ceil(amp.cols) * (geo.d / amp.k_block) + geo.gv() * nk.div_ceil(amp.k_block);
-    let amp_cycles = rounds as u64 * amp_round_cycles(r);
+    let amp_cycles = rounds as u64 * amp_round_cycles(r, geo.table);
     let lkeys = amp.cols.max(amp.k_block);
     let stats = slot
         * flash_softmax_slots(
@@ -801,6 +831,7 @@ pub fn plan_flash(
         rows: ROW_STEP,
         keys: KEY_STEP,
         sub: usize::MAX,
+        table: true,
         mask,
     };
     let available = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
@@ -882,12 +913,20 @@ pub fn plan_flash(
             if nk > SUB_KEYS {
                 subs.push(SUB_KEYS);
             }
-            for sub in subs {
+            // The faster launch when its states fit, else the leaner one.
+            let launches = subs.iter().flat_map(|&sub| [(sub, true), (sub, false)]);
+            for (sub, table) in launches {
                 geo.sub = sub;
+                geo.table = table;
                 let (std_bytes, il_bytes) = item_bytes(&geo, merge, per_tile);
-                let (code, states) = item_code_bytes(&geo);
+                let (code, states, shared_states) = item_code_bytes(&geo);
                 let code = code * per_tile as u64;
-                let need = std_bytes + il_bytes + home_bytes + code + states * per_tile as u64;
+                let need = std_bytes
+                    + il_bytes
+                    + home_bytes
+                    + code
+                    + states * per_tile as u64
+                    + shared_states;
                 if need > available || il_bytes > interleaved || code > executable {
                     let (over, region, need, have) = [
                         (MemoryRegion::Any, need, available),
@@ -914,6 +953,7 @@ pub fn plan_flash(
                     rows: geo.rows,
                     keys: nk,
                     sub,
+                    table,
                     items,
                     merge,
                     estimated_cycles: cycles,
@@ -1133,6 +1173,7 @@ impl Planner<'_> {
             geo.rows = c.rows;
             geo.keys = c.keys;
             geo.sub = c.sub;
+            geo.table = c.table;
             let fp = crate::ops::flash::plan::layout(geo, self.tiles);
             let (modelled, modelled_x) = crate::ops::flash::lower::modelled_cycles(&fp);
             tracing::info!(
