@@ -5,11 +5,13 @@
 //! address on every member tile) merge into one multicast row per run of consecutive tiles:
 //! the sender's port is busy once, every receiver's port for the same span.
 //!
-//! Two schedules are built and the shorter is kept: the *sender-driven* list schedule (whenever
-//! a sender's port frees, it starts the pending row whose receivers can take it soonest) and the
-//! *destination-ordered* one (receivers served one after another, each row at the earliest
-//! cycle all its ports allow). The checker re-derives the port rules the device enforces from
-//! the rows alone.
+//! Three schedules are built and the shortest is kept: the *sender-driven* list schedule
+//! (whenever a sender's port frees, it starts the pending row whose receivers can take it
+//! soonest, and among those the one whose busiest receiver has the most left to receive), the
+//! same rows *backfilled* (in that order, each at the earliest cycle at which all its ports are
+//! free for its whole span, gaps included) and the *destination-ordered* one (receivers served
+//! one after another, each row at the earliest cycle all its ports allow). The checker re-derives
+//! the port rules the device enforces from the rows alone.
 
 use std::collections::BTreeMap;
 
@@ -190,6 +192,8 @@ pub struct Scheduled {
     pub sender_horizon: u32,
     /// Horizon of the destination-ordered schedule.
     pub destination_horizon: u32,
+    /// Horizon of the sender-driven order backfilled ([`backfill`]).
+    pub backfilled_horizon: u32,
     /// Whether the destination-ordered schedule was kept.
     pub use_destination_order: bool,
 }
@@ -286,34 +290,48 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
         .max()
         .unwrap_or(0) as usize;
     let mut recv_free = vec![0u32; tiles];
+    // Cycles each receiver still has to receive.
+    let mut left = vec![0u64; tiles];
+    for c in rows {
+        for d in c.receivers() {
+            left[d as usize] += c.duration(target) as u64;
+        }
+    }
     let mut heap: BinaryHeap<Reverse<(u32, u32)>> =
         pending.keys().map(|&s| Reverse((0, s))).collect();
     let (mut order, mut starts, mut horizon) = (Vec::new(), Vec::new(), 0);
     while let Some(Reverse((free, src))) = heap.pop() {
         let queues = pending.get_mut(&src).expect("sender has rows");
-        // The queue whose head is ready soonest, the first in key order among equals: queues
-        // are visited in key order, a later one is looked at only as far as it could start
-        // strictly sooner, and the search stops at a head ready as soon as the port is free.
-        let mut best: Option<(u32, (u32, u32))> = None;
+        // The queue whose head is ready soonest, among equals the one whose busiest receiver has
+        // the most left to receive, then the first in key order: queues are visited in key
+        // order, and a later one is looked at only as far as it could start no later.
+        let mut best: Option<(u32, u64, (u32, u32))> = None;
         for (&key, q) in queues.iter() {
             let ready = match best {
                 None => Some(q[0].ready(free, &recv_free, target)),
-                Some((bound, _)) => q[0].ready_below(free, &recv_free, target, bound),
+                Some((bound, _, _)) => q[0].ready_below(free, &recv_free, target, bound + 1),
             };
             if let Some(r) = ready {
-                best = Some((r, key));
-                if r == free {
-                    break;
+                let load = q[0]
+                    .receivers()
+                    .map(|d| left[d as usize])
+                    .max()
+                    .unwrap_or(0);
+                if best.is_none_or(|(br, bl, _)| r < br || (r == br && load > bl)) {
+                    best = Some((r, load, key));
                 }
             }
         }
-        let (start, key) = best.expect("a non-empty queue");
+        let (start, _, key) = best.expect("a non-empty queue");
         let queue = queues.get_mut(&key).expect("chosen queue");
         let c = queue.pop_front().expect("non-empty");
         if queue.is_empty() {
             queues.remove(&key);
         }
         horizon = horizon.max(c.book(start, &mut recv_free, target));
+        for d in c.receivers() {
+            left[d as usize] -= c.duration(target) as u64;
+        }
         order.push(c);
         starts.push(start);
         if !queues.is_empty() {
@@ -344,6 +362,101 @@ fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
     (starts, horizon)
 }
 
+/// Busy intervals of one exchange port, sorted and disjoint (touching intervals merged).
+#[derive(Debug, Default, Clone)]
+struct Port(Vec<(u32, u32)>);
+
+impl Port {
+    /// The earliest start at or after `t` of a free span of `dur` cycles.
+    fn earliest(&self, mut t: u32, dur: u32) -> u32 {
+        let iv = &self.0;
+        let mut i = iv.partition_point(|&(_, e)| e <= t);
+        while i < iv.len() {
+            if iv[i].0 >= t.saturating_add(dur) {
+                return t;
+            }
+            t = t.max(iv[i].1);
+            i += 1;
+        }
+        t
+    }
+
+    /// Marks `[s, e)` busy (free before, by construction).
+    fn book(&mut self, s: u32, e: u32) {
+        let iv = &mut self.0;
+        let i = iv.partition_point(|&(a, _)| a < s);
+        let joins_prev = i > 0 && iv[i - 1].1 == s;
+        let joins_next = i < iv.len() && iv[i].0 == e;
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                iv[i - 1].1 = iv[i].1;
+                iv.remove(i);
+            }
+            (true, false) => iv[i - 1].1 = e,
+            (false, true) => iv[i].0 = s,
+            (false, false) => iv.insert(i, (s, e)),
+        }
+    }
+
+    /// The end of its last busy interval.
+    fn end(&self) -> u32 {
+        self.0.last().map_or(0, |&(_, e)| e)
+    }
+}
+
+/// Rows in the given order, each at the earliest cycle at which its sender's port and every
+/// receiver's port are free for its whole span, gaps left by earlier rows included (a row may
+/// start before rows booked ahead of it). A row whose ports stay fragmented after
+/// [`BACKFILL_PASSES_MAX`] passes goes after everything its ports have booked.
+fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
+    let tiles = order
+        .iter()
+        .map(|r| (r.dst_tile + r.dst_count).max(r.src_tile + 1))
+        .max()
+        .unwrap_or(0) as usize;
+    let mut send = vec![Port::default(); tiles];
+    let mut recv = vec![Port::default(); tiles];
+    let mut starts = Vec::with_capacity(order.len());
+    let mut horizon = 0;
+    for c in order {
+        let dur = c.duration(target);
+        let src = c.src_tile as usize;
+        let lat = |d: u32| target.exchange_latency_cycles(c.src_tile, d);
+        let mut t = 0;
+        let mut passes = 0;
+        loop {
+            let mut s = send[src].earliest(t, dur);
+            for d in c.receivers() {
+                let l = lat(d);
+                s = s.max(recv[d as usize].earliest(s + l, dur) - l);
+            }
+            if s == t {
+                break;
+            }
+            t = s;
+            passes += 1;
+            if passes == BACKFILL_PASSES_MAX {
+                t = c
+                    .receivers()
+                    .map(|d| recv[d as usize].end().saturating_sub(lat(d)))
+                    .fold(send[src].end(), u32::max);
+                break;
+            }
+        }
+        send[src].book(t, t + dur);
+        for d in c.receivers() {
+            let l = lat(d);
+            recv[d as usize].book(t + l, t + l + dur);
+            horizon = horizon.max(t + l + dur);
+        }
+        starts.push(t);
+    }
+    (starts, horizon)
+}
+
+/// Bound on the passes of [`backfill`] over one row's ports.
+const BACKFILL_PASSES_MAX: u32 = 64;
+
 /// Schedules the transfers of one phase, given buffer addresses.
 pub fn schedule(
     program: &TileProgram,
@@ -373,9 +486,14 @@ pub fn schedule(
     let mut by_dst = resolved;
     by_dst.sort_by_key(|c| (c.dst_tile, c.src_tile, c.dst_addr));
     let (starts_dst, h_dst) = greedy(&by_dst, target);
-    let use_dst = h_dst < h_sender;
+    // The sender-driven order again, each row moved into the earliest gap its ports leave.
+    let (starts_fill, h_fill) = backfill(&by_sender, target);
+    let use_dst = h_dst < h_sender.min(h_fill);
+    let use_fill = !use_dst && h_fill < h_sender;
     let (order, starts, horizon) = if use_dst {
         (by_dst, starts_dst, h_dst)
+    } else if use_fill {
+        (by_sender, starts_fill, h_fill)
     } else {
         (by_sender, starts_sender, h_sender)
     };
@@ -413,6 +531,7 @@ pub fn schedule(
         horizon,
         sender_horizon: h_sender,
         destination_horizon: h_dst,
+        backfilled_horizon: h_fill,
         use_destination_order: use_dst,
     };
     check(&s, target)?;
@@ -513,12 +632,63 @@ pub fn schedule_program(
                 phase = i,
                 candidates = copies.len(),
                 sender_horizon = sch.sender_horizon,
+                backfilled_horizon = sch.backfilled_horizon,
                 destination_horizon = sch.destination_horizon,
                 use_destination_order = sch.use_destination_order,
-                "compared sender-driven and destination-ordered exchange schedules"
+                "compared sender-driven, backfilled and destination-ordered exchange schedules"
             );
             out.insert(i, sch);
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_finds_the_first_gap_long_enough_and_merges_touching_spans() {
+        let mut p = Port::default();
+        p.book(10, 20);
+        p.book(30, 40);
+        assert_eq!(p.earliest(0, 10), 0);
+        assert_eq!(p.earliest(0, 11), 40);
+        assert_eq!(p.earliest(15, 10), 20);
+        assert_eq!(p.earliest(21, 10), 40);
+        p.book(20, 30);
+        assert_eq!(p.0, [(10, 40)]);
+        p.book(0, 10);
+        p.book(40, 45);
+        assert_eq!(p.0, [(0, 45)]);
+        assert_eq!(p.end(), 45);
+    }
+
+    fn row(src: u32, dst: u32, count: u32, bytes: u32) -> Resolved {
+        Resolved {
+            src_tile: src,
+            dst_tile: dst,
+            dst_count: count,
+            src_addr: 0,
+            dst_addr: 0,
+            bytes,
+            repeat: 1,
+            src_stride: 0,
+            dst_stride: 0,
+        }
+    }
+
+    #[test]
+    fn backfill_moves_a_row_into_a_gap_its_ports_leave() {
+        let target = Target::gc200();
+        // Tile 2 first sends to tiles 0..2 (a multicast that must wait for tile 1, which
+        // receives from tile 3 first); tile 2's short row to tile 4 fits before it.
+        let rows = [row(3, 1, 1, 4000), row(2, 0, 2, 4000), row(2, 4, 1, 400)];
+        let (in_order, h_in_order) = greedy(&rows, &target);
+        let (filled, h_filled) = backfill(&rows, &target);
+        assert_eq!(in_order[..2], filled[..2]);
+        assert!(filled[2] < filled[1], "{filled:?}");
+        assert!(in_order[2] > in_order[1], "{in_order:?}");
+        assert!(h_filled <= h_in_order);
+    }
 }
