@@ -7,7 +7,9 @@
 //! once, the same addresses on every tile), the tile's supervisor programs, then support data,
 //! then buffers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use ahash::AHashMap;
 
 use ipu_isa::tables::{HostDirection, HostRow, HostTable};
 use ipu_isa::{Instr, MReg};
@@ -16,7 +18,7 @@ use ipu_target::Target;
 
 use crate::exchange::Scheduled;
 use crate::place::TileSupport;
-use crate::program::{BufferId, StateWord, Step, SupOp, TileProgram};
+use crate::program::{BufferId, State, StateWord, Step, SupOp, TileProgram};
 use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::code::{Code, Laid};
 use ipu_kernels::{self as kernels, Kernel};
@@ -95,6 +97,21 @@ pub struct SupportLayout {
     pub end: u32,
 }
 
+impl SupportLayout {
+    /// The same layout from `base` instead (its own base being 16-byte aligned, every state
+    /// and table keeps its offset from it).
+    pub fn rebased(&self, base: u32) -> SupportLayout {
+        let to = base.div_ceil(16) * 16;
+        let shift = |a: u32| a - self.base + to;
+        SupportLayout {
+            states: self.states.iter().map(|&a| shift(a)).collect(),
+            tables: self.tables.iter().map(|(&i, &a)| (i, shift(a))).collect(),
+            base: to,
+            end: shift(self.end),
+        }
+    }
+}
+
 /// Per step, which rows of its tables belong to which tile: computed once, so that per-tile
 /// work does not scan every copy of the program.
 #[derive(Debug, Clone, Default)]
@@ -169,7 +186,7 @@ pub fn support_layout(
         base: at,
         ..Default::default()
     };
-    let mut seen: HashMap<Vec<StateWord>, u32> = HashMap::new();
+    let mut seen: AHashMap<&State, u32> = AHashMap::new();
     for s in &program.steps {
         if let Step::Compute { tiles, .. } = s
             && let Some(ops) = tiles.get(&tile)
@@ -177,8 +194,9 @@ pub fn support_layout(
             for op in ops {
                 if let Some((_, st)) = op.launch() {
                     // Identical states (the same words, so the same bytes once placed) are
-                    // stored once: kernels only read their state.
-                    let a = *seen.entry(st.words()).or_insert_with(|| {
+                    // stored once: kernels only read their state. (Equal words of two layouts
+                    // are stored twice: rare, and harmless.)
+                    let a = *seen.entry(st).or_insert_with(|| {
                         let a = at;
                         at += 4 * st.word_count() as u32;
                         a
@@ -312,22 +330,29 @@ pub fn initialize_phases(program: &TileProgram) -> u32 {
     program.init_steps.max(1) as u32
 }
 
-/// The vertex states of `tile`, resolved: bytes to place at `support.base`.
-pub fn state_bytes(program: &TileProgram, tile: u32, addr: &dyn Fn(BufferId) -> u32) -> Vec<u8> {
+/// The vertex states of `tile`, resolved: bytes to place at `support.base`. A state is written
+/// where `support` put its first copy (addresses of first copies increase in program order).
+pub fn state_bytes(
+    program: &TileProgram,
+    tile: u32,
+    support: &SupportLayout,
+    addr: &dyn Fn(BufferId) -> u32,
+) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut seen: HashSet<Vec<StateWord>> = HashSet::new();
+    let mut launch = 0;
     for s in &program.steps {
         if let Step::Compute { tiles, .. } = s
             && let Some(ops) = tiles.get(&tile)
         {
             for op in ops {
                 if let Some((_, st)) = op.launch() {
-                    let words = st.words();
-                    if !seen.insert(words.clone()) {
-                        // Stored once, where `support_layout` put its first copy.
+                    let at = support.states[launch];
+                    launch += 1;
+                    if at != support.base + out.len() as u32 {
+                        // A repeat, stored at its first copy.
                         continue;
                     }
-                    for w in words {
+                    for w in st.words() {
                         let v = match w {
                             StateWord::Const(c) => c,
                             StateWord::Addr(b, off) => addr(b) + off,
@@ -402,7 +427,7 @@ pub fn tile_image(
         code.resize((laid.address - RUNTIME_BASE) as usize, 0);
         code.extend_from_slice(&laid.bytes);
     }
-    let mut data = state_bytes(program, tile, addr);
+    let mut data = state_bytes(program, tile, support, addr);
     for (i, s) in program.steps.iter().enumerate() {
         let Some(&at) = support.tables.get(&i) else {
             continue;
@@ -493,8 +518,7 @@ pub fn size_tile_code(
                     detail: "the kernels and the tile's supervisor programs".into(),
                 });
             }
-            let support = support_layout(program, index, t, at);
-            Ok((t, (support, addrs)))
+            Ok((t, (sizing.rebased(at), addrs)))
         })
         .collect();
     let sized: BTreeMap<u32, SizedTile> = sized?.into_iter().collect();

@@ -84,22 +84,24 @@ pub(crate) fn amp_launch(
     (out, out_row): ((BufferId, u32), u32),
     rows: u32,
 ) -> SupOp {
-    let parts = split_even(rows).map(|(r0, r1)| AmpState {
-        input: (input.0, input.1 + r0 * in_row),
+    let parts = split_even(rows);
+    let mut bounds = [rows; WORKERS as usize + 1];
+    for (b, p) in bounds.iter_mut().zip(&parts) {
+        *b = p.0;
+    }
+    let state = AmpTableState {
+        input,
         partials: match partials {
-            Some((buffer, offset)) => StateWord::Addr(buffer, offset + r0 * out_row),
+            Some((buffer, offset)) => StateWord::Addr(buffer, offset),
             None => StateWord::Const(0),
         },
-        out: (out.0, out.1 + r0 * out_row),
-        rows: r1 - r0,
-    });
+        out,
+        row_bytes: [in_row, out_row],
+        bounds,
+    };
     let partials = partials.is_some();
     let slots = kernels::amp_table_slots(rows.div_ceil(WORKERS), partials);
-    SupOp::RunAll(
-        Kernel::AmpTable { partials },
-        AmpTableState { parts }.into(),
-        slots,
-    )
+    SupOp::RunAll(Kernel::AmpTable { partials }, state.into(), slots)
 }
 
 /// The direction of a [`Copy2d::regroup`].

@@ -68,7 +68,7 @@ impl Word for StateWord {
 macro_rules! state {
     ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident: $ty:ty,)* }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub struct $name {
             $($(#[$fmeta])* pub $field: $ty,)*
         }
@@ -108,11 +108,21 @@ state! {
 }
 
 /// [`crate::Kernel::AmpTable`]: the AMP pass on all six workers started together (`runall`)
-/// with one state: an [`AmpState`] per worker context, context `c`'s at byte `16 c`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// with one state: an [`AmpState`] per worker context, context `c`'s at byte `16 c`, for rows
+/// `bounds[c]..bounds[c + 1]` of the pass (held compactly; [`AmpTableState::words`] gives the
+/// table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AmpTableState {
-    /// Worker context `c`'s pass (`rows` may be 0: that worker exits at once).
-    pub parts: [AmpState; ipu_target::WORKER_CONTEXTS as usize],
+    /// Row 0 of the input rows.
+    pub input: Loc,
+    /// Row 0 of the partials-in (`Const(0)` for a first pass), laid out as `out`.
+    pub partials: StateWord,
+    /// Row 0 of the output rows.
+    pub out: Loc,
+    /// Bytes of an input row and of an output row.
+    pub row_bytes: [u32; 2],
+    /// Row bounds per worker context: seven, non-decreasing (a worker may have none).
+    pub bounds: [u32; ipu_target::WORKER_CONTEXTS as usize + 1],
 }
 
 impl AmpTableState {
@@ -121,14 +131,39 @@ impl AmpTableState {
     /// The fields' names, in word order: worker 0's, then the other workers' words.
     pub const FIELDS: &'static [&'static str] = &["input", "partials", "out", "rows", "workers"];
 
+    /// Worker context `c`'s pass.
+    pub fn part(&self, c: usize) -> AmpState {
+        let (r0, r1) = (self.bounds[c], self.bounds[c + 1]);
+        let [in_row, out_row] = self.row_bytes;
+        AmpState {
+            input: (self.input.0, self.input.1 + r0 * in_row),
+            partials: match self.partials {
+                StateWord::Addr(b, off) => StateWord::Addr(b, off + r0 * out_row),
+                w => w,
+            },
+            out: (self.out.0, self.out.1 + r0 * out_row),
+            rows: r1 - r0,
+        }
+    }
+
     /// The number of words.
     pub fn word_count(&self) -> usize {
-        AmpState::WORDS as usize * self.parts.len()
+        AmpState::WORDS as usize * (self.bounds.len() - 1)
     }
 
     /// The state's words, in order.
     pub fn words(&self) -> Vec<StateWord> {
-        self.parts.iter().flat_map(|p| p.words()).collect()
+        let mut w = Vec::with_capacity(self.word_count());
+        for c in 0..self.bounds.len() - 1 {
+            let p = self.part(c);
+            w.extend([
+                p.input.word(),
+                p.partials,
+                p.out.word(),
+                StateWord::Const(p.rows),
+            ]);
+        }
+        w
     }
 }
 
@@ -136,7 +171,7 @@ const _: () = assert!(AmpTableState::ENTRY_BYTES.is_power_of_two());
 
 /// [`crate::Kernel::AmpAll`]: the AMP pass on all six workers with one state; worker context
 /// `c` takes rows `bounds[c]..bounds[c + 1]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AmpAllState {
     /// Row 0 of the input rows.
     pub input: Loc,
@@ -464,7 +499,7 @@ state! {
 }
 
 /// One source of [`FlashCombineState`]: a key block's partial results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CombineSource {
     /// Partial output, row 0 of group 0.
     pub o: Loc,
@@ -475,7 +510,7 @@ pub struct CombineSource {
 }
 
 /// [`crate::Kernel::FlashCombine`]: partial results of key blocks merged and normalised.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FlashCombineState {
     /// Output row 0.
     pub out: Loc,
@@ -530,13 +565,13 @@ impl FlashCombineState {
 macro_rules! states {
     ($($variant:ident($ty:ident),)*) => {
         /// A vertex state of any layout.
-        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
         pub enum State {
             $(#[doc = concat!("A [`", stringify!($ty), "`].")] $variant($ty),)*
         }
 
         /// The layout of a [`State`], for checking it against its kernel.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum StateKind {
             $(#[doc = concat!("[`", stringify!($ty), "`].")] $variant,)*
         }
@@ -603,9 +638,14 @@ states! {
 }
 
 impl State {
-    /// The buffers the state points into, in word order.
+    /// The buffers the state points into, in word order (a table of passes names each of its
+    /// buffers once).
     pub fn buffers(&self) -> impl Iterator<Item = BufferId> {
-        self.words().into_iter().filter_map(|w| match w {
+        let words = match self {
+            State::AmpTable(t) => vec![t.input.word(), t.partials, t.out.word()],
+            _ => self.words(),
+        };
+        words.into_iter().filter_map(|w| match w {
             StateWord::Addr(b, _) => Some(b),
             StateWord::Const(_) => None,
         })
@@ -763,5 +803,16 @@ mod tests {
             a.to_string(),
             "{input=b1+4, partials=0, out=b2+8, bounds=[0, 1, 2, 3, 4, 5, 6]}"
         );
+    }
+}
+
+#[cfg(test)]
+mod size {
+    /// Every supervisor operation of every tile carries a state: a larger layout grows the
+    /// compiler's memory and time in proportion.
+    #[test]
+    fn a_state_stays_small() {
+        let bytes = std::mem::size_of::<super::State>();
+        assert!(bytes <= 72, "{bytes} bytes");
     }
 }

@@ -208,24 +208,21 @@ fn cases() -> Vec<Case> {
             out.push(c);
             // The table form, with a worker that has no rows.
             let rows = [7u32, 0, 9, 6, 7, 11];
-            let mut at_row = 0;
-            let parts = rows.map(|r| {
-                let off = at_row * 32;
-                at_row += r;
-                AmpState {
-                    input: at(0, off),
-                    partials: match partials_word {
-                        StateWord::Addr(b, _) => StateWord::Addr(b, off),
-                        w => w,
-                    },
-                    out: at(2, off),
-                    rows: r,
-                }
-            });
+            let mut bounds = [0u32; 7];
+            for (i, r) in rows.iter().enumerate() {
+                bounds[i + 1] = bounds[i] + r;
+            }
+            let table = AmpTableState {
+                input: at(0, 0),
+                partials: partials_word,
+                out: at(2, 0),
+                row_bytes: [32, 32],
+                bounds,
+            };
             let mut c = case(
                 format!("amp_table {mode:?} partials={partials} rows={rows:?}"),
                 Kernel::AmpTable { partials },
-                AmpTableState { parts },
+                table,
                 rows.iter().map(|&r| amp_table_slots(r, partials)).sum(),
                 Elem::F16,
             );

@@ -44,6 +44,15 @@ use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
 
 /// Positions (rows of `q`, `k` or `v`) per home unit.
 pub const HOME_UNIT: usize = 16;
+/// Positions per home unit of `q`: a `q` home sends its rows to every key block's item of
+/// them, one copy each (no multicast), so it is split finer than `k` and `v` (whose homes
+/// multicast each key block once) to spread those sends over more tiles.
+pub const Q_HOME_UNIT: usize = 4;
+
+/// Positions per home unit of input `x` (0 q, 1 k, 2 v).
+pub const fn home_unit(x: usize) -> usize {
+    if x == 0 { Q_HOME_UNIT } else { HOME_UNIT }
+}
 /// Keys per block are multiples of this (the largest `max(cols, kb)` of the AMP modes).
 pub const KEY_STEP: usize = 16;
 /// Query rows per block are multiples of this.
@@ -854,8 +863,8 @@ pub fn plan_flash(
         .iter()
         .map(|&(s, width, x)| {
             let entries = if x == 0 { batch } else { kv_batch };
-            let units = (entries * s.div_ceil(HOME_UNIT)) as u64;
-            let n = HOME_UNIT as u64 * units.div_ceil(tiles as u64);
+            let units = (entries * s.div_ceil(home_unit(x))) as u64;
+            let n = home_unit(x) as u64 * units.div_ceil(tiles as u64);
             let copies = usize::from(inputs[x] != a)
                 + match x {
                     0 => usize::from(prescaled),
@@ -1053,13 +1062,14 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     let mut home_positions: [std::collections::BTreeMap<u32, usize>; 3] = Default::default();
     for x in 0..3 {
         let s = if x == 0 { geo.sq } else { geo.sk };
-        let per = s.div_ceil(HOME_UNIT);
+        let unit = home_unit(x);
+        let per = s.div_ceil(unit);
         let units = per * if x == 0 { geo.batch } else { geo.kv_batch };
         let offset = x as u64 * tiles as u64 / 3;
         for u in 0..units {
             let tile = ((u as u64 * tiles as u64 / units as u64 + offset) % tiles as u64) as u32;
-            let (b, s0) = (u / per, (u % per) * HOME_UNIT);
-            let s1 = (s0 + HOME_UNIT).min(s);
+            let (b, s0) = (u / per, (u % per) * unit);
+            let s1 = (s0 + unit).min(s);
             let n = home_positions[x].entry(tile).or_insert(0);
             let local = *n;
             *n += s1 - s0;
