@@ -182,6 +182,38 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
 }
 
 #[test]
+fn flash_attention_streams_keys_that_do_not_fit_at_once() {
+    // 512 or more keys per item whose kᵀ and v do not fit in a tile at once: they arrive in
+    // chunks, each its own distribution and scores step, the running maximum, sum and output
+    // carried across.
+    for (dtype, causal, head_dim, tiles) in [
+        ("f16", false, "128", 16),
+        ("f16", true, "128", 16),
+        ("f16", false, "256", 64),
+    ] {
+        let causal_text = causal.to_string();
+        let g = common::model(
+            "attention-flash",
+            &[
+                ("seq", "1024"),
+                ("heads", "1"),
+                ("head_dim", head_dim),
+                ("dtype", dtype),
+                ("causal", &causal_text),
+            ],
+        );
+        let what = format!("flash {dtype} causal={causal} head_dim={head_dim} on {tiles} tiles");
+        let b = ipu_codegen::build(&g, &common::gc200(tiles)).unwrap();
+        assert!(
+            b.report.program_text.contains("out.scores.c1"),
+            "{what}: keys not streamed\n{}",
+            b.report.program_text
+        );
+        common::run(&g, Target::gc200(), tiles, 6).assert_within(&what, 2e-3);
+    }
+}
+
+#[test]
 fn flash_attention_with_fewer_kv_heads_than_query_heads() {
     // Grouped-query attention: query head h reads kv head h / (heads / kv_heads); the items of
     // one kv head's key block receive it by multicast. Every dtype, causal and not, several

@@ -111,8 +111,9 @@ fn amp_rounds(
     }
 }
 
-/// The compute of item `i`: both products, the masks and the softmax.
-pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> {
+/// The compute of chunk `chunk` of item `i` ([`FlashGeometry::chunks`]): both products, the
+/// masks and the softmax of its sub-blocks, with the chunk's keys in `b`'s `kᵀ`, `v` and mask.
+pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) -> Vec<SupOp> {
     let g = &fp.geo;
     let it = fp.items[i];
     let amp = g.amp();
@@ -130,11 +131,16 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
         live = live.min((it.q0 + rows_valid).saturating_sub(it.k0));
     }
     let live = live.max(1);
-    let nkk = g.keys.div_ceil(kb) * kb;
+    // The chunk's keys `c0..c0 + clen` of the item sit from the start of its buffers.
+    let (c0, clen) = g.chunks()[chunk];
+    let nkk = g.chunk_keys().div_ceil(kb) * kb;
     let gv = g.gv() as u32;
     let mut ops = vec![SupOp::AmpCfg(g.mode)];
     for (si, (k_s, len)) in g.sub_blocks().into_iter().enumerate() {
-        if k_s >= live {
+        if k_s < c0 {
+            continue;
+        }
+        if k_s >= live || k_s >= c0 + clen {
             break;
         }
         // Keys of this sub-block some row sees, in whole super-groups; after the first, an
@@ -143,7 +149,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
         if si > 0 {
             sub = (sub.div_ceil(2 * kb) * 2 * kb).min(len);
         }
-        let kg0 = k_s / cols;
+        let kg0 = (k_s - c0) / cols;
         // S = q kᵀ: output groups of `cols` keys, k blocks of `kb` dimensions.
         amp_rounds(
             &mut ops,
@@ -315,7 +321,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers) -> Vec<SupOp> 
             sub / kb,
             b.p,
             b.v,
-            |grp, kk| ((grp * nkk + k_s + kk * kb) * cols) as u32 * ab,
+            |grp, kk| ((grp * nkk + k_s - c0 + kk * kb) * cols) as u32 * ab,
             b.part,
             b.t,
             r,
@@ -397,15 +403,16 @@ pub(crate) const COSTING_BUFFERS: ItemBuffers = ItemBuffers {
     mask: Some(BufferId(7)),
 };
 
-/// The bytes the busiest home tile sends in each round's distribution: an item's rows of `q`
-/// go to it alone (the items reading them sit on tiles far apart), while the kᵀ and v of one
-/// key block go once a round to all its items (consecutive tiles holding them at one address:
-/// one multicast row).
-fn distribution_sends(fp: &FlashPlan) -> Vec<u64> {
+/// The bytes the busiest home tile sends in each round's distribution, per chunk of the items'
+/// keys: an item's rows of `q` go to it alone in its first chunk (the items reading them sit
+/// on tiles far apart), while the kᵀ and v of one key block go once a round to all its items
+/// (consecutive tiles holding them at one address: one multicast row).
+fn distribution_sends(fp: &FlashPlan) -> Vec<Vec<u64>> {
     let g = &fp.geo;
     let ab = g.ab() as u64;
+    let chunks = g.chunks();
     let mut round_of_tile: BTreeMap<u32, usize> = BTreeMap::new();
-    let mut per_round: Vec<BTreeMap<u32, u64>> = Vec::new();
+    let mut per_round: Vec<Vec<BTreeMap<u32, u64>>> = Vec::new();
     let mut kv_sent: BTreeSet<(usize, usize, usize)> = BTreeSet::new();
     for (i, it) in fp.items.iter().enumerate() {
         let r = {
@@ -414,26 +421,36 @@ fn distribution_sends(fp: &FlashPlan) -> Vec<u64> {
             *n - 1
         };
         if per_round.len() <= r {
-            per_round.resize_with(r + 1, BTreeMap::new);
+            per_round.resize_with(r + 1, || vec![BTreeMap::new(); chunks.len()]);
         }
         let sends = &mut per_round[r];
         let rows = fp.valid_rows(i);
         for (hi, _, n) in super::plan::home_runs_in(&fp.homes[0], it.batch, it.q0, it.q0 + rows) {
-            *sends.entry(fp.homes[0][hi].tile).or_insert(0) += (n * g.d) as u64 * ab;
+            *sends[0].entry(fp.homes[0][hi].tile).or_insert(0) += (n * g.d) as u64 * ab;
         }
         let kv = g.kv_of(it.batch);
         if kv_sent.insert((r, kv, it.k0)) {
             let keys = fp.valid_keys(i);
-            for (x, dim) in [(1, g.d), (2, g.dv)] {
-                for (hi, _, n) in super::plan::home_runs_in(&fp.homes[x], kv, it.k0, it.k0 + keys) {
-                    *sends.entry(fp.homes[x][hi].tile).or_insert(0) += (n * dim) as u64 * ab;
+            for (c, &(c0, clen)) in chunks.iter().enumerate() {
+                let (k0, k1) = (it.k0 + c0, it.k0 + (c0 + clen).min(keys));
+                if k1 <= k0 {
+                    continue;
+                }
+                for (x, dim) in [(1, g.d), (2, g.dv)] {
+                    for (hi, _, n) in super::plan::home_runs_in(&fp.homes[x], kv, k0, k1) {
+                        *sends[c].entry(fp.homes[x][hi].tile).or_insert(0) += (n * dim) as u64 * ab;
+                    }
                 }
             }
         }
     }
     per_round
         .iter()
-        .map(|s| s.values().copied().max().unwrap_or(0))
+        .map(|r| {
+            r.iter()
+                .map(|s| s.values().copied().max().unwrap_or(0))
+                .collect()
+        })
         .collect()
 }
 
@@ -475,7 +492,11 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
             0
         };
         if seen.insert((fp.valid_rows(i), fp.valid_keys(i), diag)) {
-            compute = compute.max(estimate(&item_ops(fp, i, &COSTING_BUFFERS)));
+            let chunks = g.chunks().len();
+            let item: u64 = (0..chunks)
+                .map(|c| estimate(&item_ops(fp, i, &COSTING_BUFFERS, c)))
+                .sum();
+            compute = compute.max(item);
         }
     }
     let mut merge = 0u64;
@@ -510,18 +531,26 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     let km = merges.values().copied().max().unwrap_or(1);
     let (compute, merge, merge_recv) = (compute * k, merge * km, merge_recv * km);
     let ab = g.ab() as u64;
-    // Each round has its own distribution and scores step.
+    // Each round has its own distribution and scores step per chunk of the items' keys.
+    let chunks = g.chunks();
     let mask_bytes = if g.mask.is_some() {
-        (g.mask_rows() * g.keys_padded() * g.pb()) as u64
+        (g.mask_rows() * g.chunk_keys_padded() * g.pb()) as u64
     } else {
         0
     };
-    // Each round's distribution ends when its busiest receiver has received and its busiest
+    // Each step's distribution ends when its busiest receiver has received and its busiest
     // home has sent, whichever is later.
-    let item_bytes = (g.rows * g.d + g.keys * (g.d + g.dv)) as u64 * ab + mask_bytes;
+    let chunk_bytes = |c: usize| {
+        let q = if c == 0 { g.rows * g.d } else { 0 };
+        (q + chunks[c].1 * (g.d + g.dv)) as u64 * ab + mask_bytes
+    };
     let sends = distribution_sends(fp);
     let recv = (0..k as usize)
-        .map(|r| item_bytes.max(sends.get(r).copied().unwrap_or(0)) / 4 + overhead + sync)
+        .flat_map(|r| (0..chunks.len()).map(move |c| (r, c)))
+        .map(|(r, c)| {
+            let sent = sends.get(r).and_then(|s| s.get(c)).copied().unwrap_or(0);
+            chunk_bytes(c).max(sent) / 4 + overhead + sync
+        })
         .sum::<u64>();
     let merge_x = if merge_recv > 0 {
         merge_recv + overhead + sync
@@ -541,7 +570,7 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
         "flash model parts"
     );
     (
-        prep + compute + k * sync + merge + sync + exchange,
+        prep + compute + k * chunks.len() as u64 * sync + merge + sync + exchange,
         exchange,
     )
 }
@@ -913,15 +942,17 @@ impl Lowerer<'_> {
         let [q_home, kt_home, v_home] = homes;
         // Item buffers and the distribution.
         let r = g.rows as u32;
-        let nkp = g.keys_padded();
-        let nkk = g.keys.div_ceil(kb) * kb;
+        // An item's kᵀ, v and mask buffers hold one chunk of its keys.
+        let chunks = g.chunks();
+        let nkp = g.chunk_keys_padded();
+        let nkk = g.chunk_keys().div_ceil(kb) * kb;
         let mut bufs = Vec::with_capacity(fp.items.len());
-        let mut copies: Vec<Vec<Copy>> = Vec::with_capacity(fp.items.len());
+        let mut copies: Vec<Vec<Vec<Copy>>> = Vec::with_capacity(fp.items.len());
         // Placement groups of each key block's kᵀ and v (a new pair when a tile would hold two
         // members of one group).
         let mut kv_groups: BTreeMap<(usize, usize), (u32, u32, BTreeSet<u32>)> = BTreeMap::new();
         let (kt_first, _) = fp.kt_groups();
-        let mut zero: Vec<Vec<SupOp>> = Vec::with_capacity(fp.items.len());
+        let mut zero: Vec<Vec<Vec<SupOp>>> = Vec::with_capacity(fp.items.len());
         for (i, it) in fp.items.iter().enumerate() {
             let tile = it.tile;
             let pb = g.pb() as u32;
@@ -1007,7 +1038,6 @@ impl Lowerer<'_> {
                 part,
                 mask,
             });
-            let mut item_copies = Vec::new();
             // The positions `start..end` of operand `x` from their homes to `dst`, both stored
             // as `[groups][positions][width]` (`dst_positions` positions from `start`).
             let grouped_runs =
@@ -1033,111 +1063,118 @@ impl Lowerer<'_> {
                         }
                     }
                 };
-            // q rows, kᵀ groups and v rows, from their homes.
             let (rows, keys) = (fp.valid_rows(i), fp.valid_keys(i));
-            let q_runs = (it.q0, it.q0 + rows);
-            grouped_runs(
-                &mut item_copies,
-                0,
-                q_runs,
-                q_home,
-                q,
-                (g.d / kb, kb, g.rows),
-            );
-            for (hi, pos, run) in fp.home_runs(1, g.kv_of(it.batch), it.k0, it.k0 + keys) {
-                let h = fp.homes[1][hi];
-                let g0 = kt_first[hi] + (pos - h.s0) / cols;
-                item_copies.push(Copy {
-                    src: kt_home[&h.tile],
-                    src_offset: (g0 * g.d * cols) as u32 * ab,
-                    dst: kt,
-                    dst_offset: ((pos - it.k0) / cols * g.d * cols) as u32 * ab,
-                    bytes: (run.div_ceil(cols) * g.d * cols) as u32 * ab,
-                });
-            }
-            let v_runs = (it.k0, it.k0 + keys);
-            grouped_runs(
-                &mut item_copies,
-                2,
-                v_runs,
-                v_home,
-                v,
-                (g.dv / cols, cols, nkk),
-            );
-            // The mask's rows (or its one row) of each of the item's key groups.
-            if let (Some(mb), Some(m)) = (mask, &g.mask) {
-                let e = m.entry_of(it.batch);
-                let (p0, p1) = if mr == 1 {
-                    (0, 1)
-                } else {
-                    (it.q0, it.q0 + rows)
-                };
-                for j in 0..keys.div_ceil(cols) {
-                    let hb = e * g.key_groups() + it.k0 / cols + j;
-                    for (hi, pos, run) in fp.mask_runs(hb, p0, p1) {
-                        let h = fp.mask_homes[hi];
-                        item_copies.push(Copy {
-                            src: mask_home[&h.tile],
-                            src_offset: (h.local + pos - h.s0) as u32 * GRB,
-                            dst: mb,
-                            dst_offset: (j * mr + pos - p0) as u32 * GRB,
-                            bytes: run as u32 * GRB,
+            let mut item_copies = Vec::with_capacity(chunks.len());
+            let mut item_zero = Vec::with_capacity(chunks.len());
+            for (c, &(c0, clen)) in chunks.iter().enumerate() {
+                let mut cc = Vec::new();
+                // q rows (with the first chunk), the chunk's kᵀ groups and v rows, from their
+                // homes.
+                if c == 0 {
+                    let q_runs = (it.q0, it.q0 + rows);
+                    grouped_runs(&mut cc, 0, q_runs, q_home, q, (g.d / kb, kb, g.rows));
+                }
+                let (k0, k1) = (it.k0 + c0, it.k0 + (c0 + clen).min(keys));
+                if k1 > k0 {
+                    for (hi, pos, run) in fp.home_runs(1, g.kv_of(it.batch), k0, k1) {
+                        let h = fp.homes[1][hi];
+                        let g0 = kt_first[hi] + (pos - h.s0) / cols;
+                        cc.push(Copy {
+                            src: kt_home[&h.tile],
+                            src_offset: (g0 * g.d * cols) as u32 * ab,
+                            dst: kt,
+                            dst_offset: ((pos - k0) / cols * g.d * cols) as u32 * ab,
+                            bytes: (run.div_ceil(cols) * g.d * cols) as u32 * ab,
                         });
                     }
+                    grouped_runs(&mut cc, 2, (k0, k1), v_home, v, (g.dv / cols, cols, nkk));
                 }
+                // The mask's rows (or its one row) of each of the chunk's key groups.
+                if let (Some(mb), Some(m)) = (mask, &g.mask) {
+                    let e = m.entry_of(it.batch);
+                    let (p0, p1) = if mr == 1 {
+                        (0, 1)
+                    } else {
+                        (it.q0, it.q0 + rows)
+                    };
+                    for j in 0..k1.saturating_sub(k0).div_ceil(cols) {
+                        let hb = e * g.key_groups() + k0 / cols + j;
+                        for (hi, pos, run) in fp.mask_runs(hb, p0, p1) {
+                            let h = fp.mask_homes[hi];
+                            cc.push(Copy {
+                                src: mask_home[&h.tile],
+                                src_offset: (h.local + pos - h.s0) as u32 * GRB,
+                                dst: mb,
+                                dst_offset: (j * mr + pos - p0) as u32 * GRB,
+                                bytes: run as u32 * GRB,
+                            });
+                        }
+                    }
+                }
+                let mut ops = Vec::new();
+                if let Some(mb) = mask {
+                    self.zero_gaps(mb, mask_bytes, &cc, &mut ops);
+                }
+                if c == 0 {
+                    self.zero_gaps(q, r * g.d as u32 * ab, &cc, &mut ops);
+                }
+                self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &cc, &mut ops);
+                if !ops.is_empty() {
+                    ops.push(SupOp::WaitW);
+                }
+                item_zero.push(ops);
+                item_copies.push(cc);
             }
-            let mut ops = Vec::new();
-            if let Some(mb) = mask {
-                self.zero_gaps(mb, mask_bytes, &item_copies, &mut ops);
-            }
-            self.zero_gaps(q, r * g.d as u32 * ab, &item_copies, &mut ops);
-            self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &item_copies, &mut ops);
-            if !ops.is_empty() {
-                ops.push(SupOp::WaitW);
-            }
-            zero.push(ops);
+            zero.push(item_zero);
             copies.push(item_copies);
         }
-        // Rounds: item `i` runs in round `i / tiles` (one item per tile per round), each with its
-        // distribution and its scores step.
+        // Rounds: item `i` runs in round `i / tiles` (one item per tile per round), each with a
+        // distribution and a scores step per chunk of its keys.
         let per_round = self.prog.tiles_used.max(1) as usize;
         let rounds = fp.items.len().div_ceil(per_round);
-        let mut copies = copies.into_iter();
         for round in 0..rounds {
             let (i0, i1) = (
                 round * per_round,
                 ((round + 1) * per_round).min(fp.items.len()),
             );
-            let suffix = if rounds == 1 {
-                String::new()
-            } else {
-                format!(".r{round}")
-            };
-            self.prog.steps.push(Step::Exchange {
-                name: format!("{name}.distribute{suffix}"),
-                copies: copies.by_ref().take(i1 - i0).flatten().collect(),
-            });
-            // Items are independent: their programs are built in parallel.
-            let tiles: BTreeMap<u32, Vec<SupOp>> = (i0..i1)
-                .into_par_iter()
-                .map(|i| {
-                    let mut ops = zero[i].clone();
-                    ops.extend(item_ops(fp, i, &bufs[i]));
-                    (fp.items[i].tile, ops)
-                })
-                .collect::<Vec<_>>()
-                .into_iter()
-                .collect();
-            let estimated_cycles = tiles
-                .par_iter()
-                .map(|(_, o)| estimate(o))
-                .max()
-                .unwrap_or(0);
-            self.prog.steps.push(Step::Compute {
-                name: format!("{name}.scores{suffix}"),
-                tiles,
-                estimated_cycles,
-            });
+            for c in 0..chunks.len() {
+                let mut suffix = if rounds == 1 {
+                    String::new()
+                } else {
+                    format!(".r{round}")
+                };
+                if chunks.len() > 1 {
+                    suffix += &format!(".c{c}");
+                }
+                self.prog.steps.push(Step::Exchange {
+                    name: format!("{name}.distribute{suffix}"),
+                    copies: copies[i0..i1]
+                        .iter_mut()
+                        .flat_map(|cs| std::mem::take(&mut cs[c]))
+                        .collect(),
+                });
+                // Items are independent: their programs are built in parallel.
+                let tiles: BTreeMap<u32, Vec<SupOp>> = (i0..i1)
+                    .into_par_iter()
+                    .map(|i| {
+                        let mut ops = zero[i][c].clone();
+                        ops.extend(item_ops(fp, i, &bufs[i], c));
+                        (fp.items[i].tile, ops)
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .collect();
+                let estimated_cycles = tiles
+                    .par_iter()
+                    .map(|(_, o)| estimate(o))
+                    .max()
+                    .unwrap_or(0);
+                self.prog.steps.push(Step::Compute {
+                    name: format!("{name}.scores{suffix}"),
+                    tiles,
+                    estimated_cycles,
+                });
+            }
         }
         bufs
     }

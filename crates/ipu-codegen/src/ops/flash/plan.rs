@@ -7,7 +7,10 @@
 //! maximum, row sum, unnormalised output) in a second exchange and compute step (the running-
 //! max rescaling of flash attention, applied across key blocks). With a causal mask, blocks
 //! whose keys all follow their queries are not items at all. An item whose scores would not
-//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum. A mask
+//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum; an item
+//! whose keys' `kᵀ` and `v` would not fit at once receives them in chunks of whole sub-blocks
+//! ([`FlashGeometry::chunk`]), each chunk its own distribution and scores step into the same
+//! buffers, the running maximum, sum and output staying on the tile between them. A mask
 //! operand ([`FlashMask`]) is added to each item's scores in their own layout, so it too
 //! never makes the scores change layout.
 //!
@@ -101,6 +104,11 @@ pub struct FlashGeometry {
     /// Whether the AMP rounds launch the per-worker table pass (`Kernel::AmpTable`, faster to
     /// start, 96 bytes of state a round) rather than the row-bounds one (`Kernel::AmpAll`, 40).
     pub table: bool,
+    /// Keys an item receives at a time (`usize::MAX`: all at once). Smaller, the item's keys
+    /// stream through chunks of whole sub-blocks ([`FlashGeometry::chunks`]), each its own
+    /// distribution and scores step, reusing one chunk's `kᵀ`, `v` and mask buffers, the
+    /// running maximum, sum and output carried from one chunk to the next.
+    pub chunk: usize,
     /// The mask operand, if any.
     pub mask: Option<FlashMask>,
 }
@@ -192,6 +200,27 @@ impl FlashGeometry {
         std::iter::once((0, first))
             .chain((0..n - 1).map(|j| (first + j * self.sub, self.sub)))
             .collect()
+    }
+    /// The chunks of an item's keys, `(first key, keys)`: runs of whole sub-blocks, each at
+    /// most [`FlashGeometry::chunk`] keys (one sub-block at least); one chunk when unchunked.
+    pub fn chunks(&self) -> Vec<(usize, usize)> {
+        let subs = self.sub_blocks();
+        let per = if self.chunk >= self.keys {
+            subs.len()
+        } else {
+            (self.chunk / self.sub.min(self.keys)).max(1)
+        };
+        subs.chunks(per)
+            .map(|c| (c[0].0, c.iter().map(|s| s.1).sum()))
+            .collect()
+    }
+    /// The most keys of one chunk (what an item's `kᵀ`, `v` and mask buffers hold).
+    pub fn chunk_keys(&self) -> usize {
+        self.chunks().iter().map(|c| c.1).max().unwrap_or(self.keys)
+    }
+    /// [`FlashGeometry::chunk_keys`] rounded to the score layout's groups.
+    pub fn chunk_keys_padded(&self) -> usize {
+        self.chunk_keys().div_ceil(self.amp().cols) * self.amp().cols
     }
     /// The most keys of one sub-block.
     pub fn sub_keys(&self) -> usize {
@@ -476,6 +505,8 @@ pub struct FlashCandidate {
     pub sub: usize,
     /// The AMP rounds' launch ([`FlashGeometry::table`]).
     pub table: bool,
+    /// Keys received at a time ([`FlashGeometry::chunk`]).
+    pub chunk: usize,
     /// Items (tiles computing scores).
     pub items: usize,
     /// Most key blocks merged into one query block.
@@ -523,8 +554,8 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let amp = geo.amp();
     let (r, ab, pb) = (geo.rows as u64, geo.ab() as u64, geo.pb() as u64);
     let slack = OVERREAD_BYTES as u64;
-    let kp = geo.keys_padded() as u64;
-    let kk = geo.keys.div_ceil(amp.k_block) as u64 * amp.k_block as u64;
+    let kp = geo.chunk_keys_padded() as u64;
+    let kk = geo.chunk_keys().div_ceil(amp.k_block) as u64 * amp.k_block as u64;
     let sub = geo.sub_keys() as u64;
     let q = r * geo.d as u64 * ab + slack;
     let kt = kp * geo.d as u64 * ab;
@@ -675,7 +706,12 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
         0
     };
     let recv = ((r * geo.d + nk * (geo.d + geo.dv)) * geo.ab()) as u64 / EXCHANGE_BYTES as u64;
-    let distribute = recv + mask_recv + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + SYNC_CYCLES as u64;
+    // Each chunk of streamed keys is its own distribution and scores step.
+    let chunks = geo.chunks().len() as u64;
+    let distribute = recv
+        + mask_recv
+        + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + 2 * SYNC_CYCLES as u64)
+        - SYNC_CYCLES as u64;
     let rows_c = r.div_ceil(merge);
     let merge_recv = if merge > 1 {
         ((merge - 1) * (geo.gv() + 1) * rows_c * GROUP_ROW_BYTES as usize) as u64
@@ -841,6 +877,7 @@ pub fn plan_flash(
         keys: KEY_STEP,
         sub: usize::MAX,
         table: true,
+        chunk: usize::MAX,
         mask,
     };
     let available = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
@@ -922,11 +959,25 @@ pub fn plan_flash(
             if nk > SUB_KEYS {
                 subs.push(SUB_KEYS);
             }
-            // The faster launch when its states fit, else the leaner one.
-            let launches = subs.iter().flat_map(|&sub| [(sub, true), (sub, false)]);
-            for (sub, table) in launches {
+            // The faster launch when its states fit, else the leaner one; then, when no item
+            // holds all its keys at once, the keys streamed in the largest chunks that fit.
+            let mut options: Vec<(usize, bool, usize)> = subs
+                .iter()
+                .flat_map(|&sub| [(sub, true, usize::MAX), (sub, false, usize::MAX)])
+                .collect();
+            let mut chunk = SUB_KEYS;
+            let mut chunks = Vec::new();
+            while chunk < nk {
+                chunks.push(chunk);
+                chunk *= 2;
+            }
+            for &c in chunks.iter().rev() {
+                options.extend([(SUB_KEYS, true, c), (SUB_KEYS, false, c)]);
+            }
+            for (sub, table, chunk) in options {
                 geo.sub = sub;
                 geo.table = table;
+                geo.chunk = chunk;
                 let (std_bytes, il_bytes) = item_bytes(&geo, merge, per_tile);
                 let (code, states, shared_states) = item_code_bytes(&geo);
                 let code = code * per_tile as u64;
@@ -963,6 +1014,7 @@ pub fn plan_flash(
                     keys: nk,
                     sub,
                     table,
+                    chunk,
                     items,
                     merge,
                     estimated_cycles: cycles,
@@ -1184,6 +1236,7 @@ impl Planner<'_> {
             geo.keys = c.keys;
             geo.sub = c.sub;
             geo.table = c.table;
+            geo.chunk = c.chunk;
             let fp = crate::ops::flash::plan::layout(geo, self.tiles);
             let (modelled, modelled_x) = crate::ops::flash::lower::modelled_cycles(&fp);
             tracing::info!(
@@ -1207,8 +1260,16 @@ impl Planner<'_> {
             self.finalists.push(Finalist {
                 op: op.name.clone(),
                 mapping: format!(
-                    "flash rows={} keys={} items={} merged_blocks={} modelled_cycles={modelled}",
-                    c.rows, c.keys, c.items, c.merge
+                    "flash rows={} keys={}{} items={} merged_blocks={} modelled_cycles={modelled}",
+                    c.rows,
+                    c.keys,
+                    if c.chunk < c.keys {
+                        format!(" streamed_keys={}", c.chunk)
+                    } else {
+                        String::new()
+                    },
+                    c.items,
+                    c.merge
                 ),
                 estimated_cycles: c.estimated_cycles,
                 estimated_exchange_cycles: c.estimated_exchange_cycles,
