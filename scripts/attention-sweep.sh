@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 cargo build --release -q -p ipu-cli
 ipu=${CARGO_TARGET_DIR:-target}/release/ipu
 dir=${DIR:-artifacts/attention-sweep}
-"$ipu" sweep attention-flash --set seq=512,1024,2048 --set causal=false,true \
+"$ipu" sweep attention-flash --set seq=512,1024,2048,4096,8192,16384 --set causal=false,true \
   --artifacts "$dir" "$@"
 python3 - "$dir/summary.csv" <<'P'
 import csv, sys
