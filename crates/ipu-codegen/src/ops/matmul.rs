@@ -166,7 +166,10 @@ impl Planner<'_> {
                     let other = other_live;
                     let share = (kb as u64).div_ceil(chunks);
                     let (a, b) = (a_bytes / kb as u64 * share, b_bytes / kb as u64 * share);
-                    let mem = per_tile * (a + b + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64);
+                    // The rounds' vertex states sit in support data beyond the reserve.
+                    let states = per_tile * bg * kb as u64 * STATE_BYTES_PER_ROUND;
+                    let mem = per_tile * (a + b + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64)
+                        + states;
                     // Once split, keep headroom for what this model does not see (support
                     // data beyond the reserve, fragmentation between live buffers).
                     let need = if chunks > 1 {
@@ -477,6 +480,10 @@ fn amp_round_cycles(geo: &AmpGeometry, bm: u64) -> u64 {
 /// Bytes of the supervisor program per AMP round of a tile (as `emit` writes it): the weight
 /// load (`setzi`, `ampw`), the launch (`setzi` of the state, `runall`) and the `waitw`.
 const SUPERVISOR_BYTES_PER_ROUND: u64 = 4 * 5;
+
+/// Bytes of vertex state per AMP round of a tile: the launch's table of six passes
+/// (`AmpTableState`, 16 bytes a worker).
+const STATE_BYTES_PER_ROUND: u64 = 16 * WORKER_CONTEXTS as u64;
 
 /// Executable memory kept for the kernels, the trampolines and the rest of the supervisor
 /// programs beside a matmul's AMP rounds.
@@ -800,9 +807,11 @@ pub(crate) fn k_split_candidates(
                 let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
                 // The products' buffers die before the reduction's are born; the partials
                 // live through both.
+                let states = per_tile * bg * kc * STATE_BYTES_PER_ROUND;
                 let mem = (per_tile
                     * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64))
-                    .max(per_tile * c_bytes + reduce_bytes);
+                    .max(per_tile * c_bytes + reduce_bytes)
+                    + states;
                 if mem > tile_bytes_max
                     || per_tile * b_bytes > interleaved_bytes_max
                     || per_tile * bg * kc > rounds_max
