@@ -166,8 +166,7 @@ impl Planner<'_> {
                     let other = other_live;
                     let share = (kb as u64).div_ceil(chunks);
                     let (a, b) = (a_bytes / kb as u64 * share, b_bytes / kb as u64 * share);
-                    // The rounds' vertex states sit in support data beyond the reserve.
-                    let states = per_tile * bg * kb as u64 * STATE_BYTES_PER_ROUND;
+                    let states = rounds_support(per_tile * bg * kb as u64);
                     let mem = per_tile * (a + b + 2 * c_bytes + 4 * kernels::OVERREAD_BYTES as u64)
                         + states;
                     // Once split, keep headroom for what this model does not see (support
@@ -484,6 +483,18 @@ const SUPERVISOR_BYTES_PER_ROUND: u64 = 4 * 5;
 /// Bytes of vertex state per AMP round of a tile: the launch's table of six passes
 /// (`AmpTableState`, 16 bytes a worker).
 const STATE_BYTES_PER_ROUND: u64 = 16 * WORKER_CONTEXTS as u64;
+
+/// The share of the support reserve (`plan::SUPPORT_RESERVE_BYTES`) a matmul's AMP rounds may
+/// take with their code and vertex states; the rest is for the kernels, the exchange and host
+/// tables and the runtime.
+const ROUNDS_SUPPORT_ALLOWANCE: u64 = 64 * 1024;
+
+/// Data memory a tile's `rounds` AMP rounds need beyond their allowance of the support reserve:
+/// their vertex states and supervisor code.
+fn rounds_support(rounds: u64) -> u64 {
+    (rounds * (STATE_BYTES_PER_ROUND + SUPERVISOR_BYTES_PER_ROUND))
+        .saturating_sub(ROUNDS_SUPPORT_ALLOWANCE)
+}
 
 /// Executable memory kept for the kernels, the trampolines and the rest of the supervisor
 /// programs beside a matmul's AMP rounds.
@@ -807,7 +818,7 @@ pub(crate) fn k_split_candidates(
                 let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
                 // The products' buffers die before the reduction's are born; the partials
                 // live through both.
-                let states = per_tile * bg * kc * STATE_BYTES_PER_ROUND;
+                let states = rounds_support(per_tile * bg * kc);
                 let mem = (per_tile
                     * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64))
                     .max(per_tile * c_bytes + reduce_bytes)
