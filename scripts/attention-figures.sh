@@ -18,11 +18,11 @@ row() {
   python3 - "$json" "$*" "$err" <<'P'
 import json, os, sys
 path, cmd, err = sys.argv[1], sys.argv[2], sys.argv[3]
-if not os.path.exists(path):
+j = json.load(open(path)) if os.path.exists(path) else {}
+if "checks" not in j:
     line = next((l for l in err.splitlines() if l.startswith("error:")), err.strip()[-300:])
     print(f"| `ipu run {cmd}` | {line.removeprefix('error: ')} |")
     sys.exit()
-j = json.load(open(path))
 checks = j["checks"]
 count = sum(c["count"] for c in checks)
 ok = all(c.get("pass", c.get("result") == "PASS") for c in checks) if checks else True
