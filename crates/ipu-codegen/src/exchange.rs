@@ -265,6 +265,10 @@ impl Resolved {
     }
 }
 
+/// Bound on the queues [`sender_driven`] compares, once one can start at once, for the one
+/// whose busiest receiver has the most left.
+const TIES_LOOKED_AT_MAX: u32 = 32;
+
 /// List scheduling driven by the senders: whenever a sender's port is free, it starts a
 /// pending row whose receivers can take it soonest (rows to the same receivers go in their
 /// given order). Returns the rows in start order with their starts.
@@ -304,9 +308,19 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
         let queues = pending.get_mut(&src).expect("sender has rows");
         // The queue whose head is ready soonest, among equals the one whose busiest receiver has
         // the most left to receive, then the first in key order: queues are visited in key
-        // order, and a later one is looked at only as far as it could start no later.
+        // order, a later one is looked at only as far as it could start no later, and once one
+        // can start at once only a few more.
         let mut best: Option<(u32, u64, (u32, u32))> = None;
+        // Queues looked at after the first whose head is ready as soon as the port is free
+        // (a bound: a sender may have thousands).
+        let mut ties_left = TIES_LOOKED_AT_MAX;
         for (&key, q) in queues.iter() {
+            if best.is_some_and(|(r, _, _)| r == free) {
+                if ties_left == 0 {
+                    break;
+                }
+                ties_left -= 1;
+            }
             let ready = match best {
                 None => Some(q[0].ready(free, &recv_free, target)),
                 Some((bound, _, _)) => q[0].ready_below(free, &recv_free, target, bound + 1),
