@@ -480,9 +480,10 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     let g = &fp.geo;
     let sync = ipu_target::SYNC_CYCLES as u64;
     let overhead = ipu_target::EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
-    // Items differ by their valid rows and keys and their place on the diagonal.
+    // Items differ by their valid rows and keys and their place on the diagonal. Each chunk of
+    // the keys is its own step, which ends with its slowest item.
     let mut seen = BTreeSet::new();
-    let mut compute = 0u64;
+    let mut per_chunk = vec![0u64; g.chunks().len()];
     for i in 0..fp.items.len() {
         let it = fp.items[i];
         let diag = if g.causal {
@@ -492,13 +493,12 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
             0
         };
         if seen.insert((fp.valid_rows(i), fp.valid_keys(i), diag)) {
-            let chunks = g.chunks().len();
-            let item: u64 = (0..chunks)
-                .map(|c| estimate(&item_ops(fp, i, &COSTING_BUFFERS, c)))
-                .sum();
-            compute = compute.max(item);
+            for (c, most) in per_chunk.iter_mut().enumerate() {
+                *most = (*most).max(estimate(&item_ops(fp, i, &COSTING_BUFFERS, c)));
+            }
         }
     }
+    let compute: u64 = per_chunk.iter().sum();
     let mut merge = 0u64;
     let mut merge_recv = 0u64;
     let mut seen = BTreeSet::new();
