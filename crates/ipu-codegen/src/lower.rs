@@ -75,6 +75,16 @@ pub(crate) struct OpSteps {
     pub(crate) copies: Vec<Copy>,
 }
 
+/// [`split_even`] as the seven row bounds a `runall` state holds: worker `w` takes rows
+/// `bounds[w]..bounds[w + 1]`.
+pub(crate) fn even_bounds(n: u32) -> [u32; WORKERS as usize + 1] {
+    let mut bounds = [n; WORKERS as usize + 1];
+    for (b, p) in bounds.iter_mut().zip(split_even(n)) {
+        *b = p.0;
+    }
+    bounds
+}
+
 /// One AMP round's launch of `rows` rows of `input` (rows of `in_row` bytes) into `out` (rows
 /// of `out_row` bytes), adding the partials at `partials` (laid out as `out`) when there are
 /// any: all six workers at once (`runall`), the rows split evenly.
@@ -84,11 +94,7 @@ pub(crate) fn amp_launch(
     (out, out_row): ((BufferId, u32), u32),
     rows: u32,
 ) -> SupOp {
-    let parts = split_even(rows);
-    let mut bounds = [rows; WORKERS as usize + 1];
-    for (b, p) in bounds.iter_mut().zip(&parts) {
-        *b = p.0;
-    }
+    let bounds = even_bounds(rows);
     let state = AmpTableState {
         input,
         partials: match partials {

@@ -64,7 +64,7 @@ fn amp_rounds(
     // With `accumulate`, the first round adds to what `out` holds (`kblocks` must be even, so
     // the first round writes `t` and the last writes `out`).
     debug_assert!(!accumulate || kblocks.is_multiple_of(2));
-    let parts = split_even(rows);
+    let bounds = even_bounds(rows);
     for g in 0..groups {
         let out_off = g as u32 * r_total * GRB;
         for kk in 0..kblocks {
@@ -76,12 +76,8 @@ fn amp_rounds(
                 (t, 0, out, out_off)
             };
             let partials = kk > 0 || accumulate;
-            if !table && parts.iter().all(|(r0, r1)| r1 > r0) {
+            if !table && bounds.windows(2).all(|b| b[1] > b[0]) {
                 // Every worker has rows: one row-bounds state for all six (`Kernel::AmpAll`).
-                let mut bounds = [rows; WORKERS as usize + 1];
-                for (b, p) in bounds.iter_mut().zip(&parts) {
-                    *b = p.0;
-                }
                 let st = AmpAllState {
                     input: (input, kk as u32 * r_total * GRB),
                     partials: if partials {
@@ -92,7 +88,7 @@ fn amp_rounds(
                     out: (dst, dst_off),
                     bounds,
                 };
-                let most = parts.iter().map(|(r0, r1)| r1 - r0).max().unwrap_or(0);
+                let most = bounds.windows(2).map(|b| b[1] - b[0]).max().unwrap_or(0);
                 ops.push(SupOp::RunAll(
                     Kernel::AmpAll { partials },
                     st.into(),
