@@ -25,10 +25,11 @@ use serde::{Deserialize, Serialize};
 
 /// First eight bytes of every package.
 pub const MAGIC: [u8; 8] = *b"IPUEXE\0\0";
-/// Major format version this crate writes; a reader rejects a newer major version. Major 2
-/// stores tiles as shared images and patch records; the reader still reads major 1 (one whole
-/// image per tile, identical images once).
-pub const FORMAT_MAJOR: u16 = 2;
+/// Major format version this crate writes; a reader rejects a newer major version. Major 3
+/// may store a section deflated (its table entry says how, and how long it is decoded); major 2
+/// stores tiles as shared images and patch records. The reader still reads majors 1 (one whole
+/// image per tile, identical images once) and 2.
+pub const FORMAT_MAJOR: u16 = 3;
 /// Minor format version this crate writes; newer minors are readable (additions only).
 pub const FORMAT_MINOR: u16 = 0;
 /// Bytes of one tile-table entry in format 2: image index, patch record count.
@@ -44,6 +45,23 @@ pub const HEADER_BYTES: usize = 32;
 pub const SECTION_ENTRY_BYTES: usize = 32;
 /// Largest number of sections a reader accepts (a bound on corrupt input).
 pub const SECTIONS_MAX: u32 = 64;
+/// Most bytes a deflated section may decode to (a bound on corrupt input: deflate expands up
+/// to about a thousandfold). The 2048³ matmul's patch records, the largest section of the
+/// built-in models, decode to 11 MB.
+pub const SECTION_DECODED_BYTES_MAX: u64 = 1 << 30;
+/// Deflate level the writer uses: zlib's default, the package of the 2048³ matmul a quarter
+/// of its stored size.
+pub const DEFLATE_LEVEL: u32 = 6;
+
+/// How a section's payload is stored (format 3; major 1 and 2 store every section as is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Encoding {
+    /// The payload is the section's bytes.
+    Stored = 0,
+    /// The payload is a raw deflate stream (RFC 1951) of the section's bytes.
+    Deflate = 1,
+}
 
 /// Section kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +79,39 @@ pub enum SectionKind {
     Patches = 5,
 }
 
+/// A known section of a package being read, decoded.
+struct Section<'a> {
+    kind: SectionKind,
+    /// Where its payload starts in the file.
+    offset: u64,
+    deflated: bool,
+    bytes: std::borrow::Cow<'a, [u8]>,
+}
+
+impl Section<'_> {
+    /// What offsets in the section's bytes count from in the readers' errors: the payload's
+    /// file offset when stored, `kind << 40` (beyond any file) when deflated.
+    fn base(&self) -> u64 {
+        if self.deflated {
+            (self.kind as u64) << 40
+        } else {
+            self.offset
+        }
+    }
+}
+
 impl SectionKind {
+    /// Its name in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            SectionKind::Manifest => "manifest",
+            SectionKind::Images => "shared tile images",
+            SectionKind::TileTable => "tile table",
+            SectionKind::Constants => "constants",
+            SectionKind::Patches => "patch records",
+        }
+    }
+
     fn from_code(code: u32) -> Option<SectionKind> {
         match code {
             1 => Some(SectionKind::Manifest),
@@ -72,6 +122,41 @@ impl SectionKind {
             _ => None,
         }
     }
+}
+
+/// Whether the writer deflates a section of `kind`: everything but the constants, which are
+/// mostly weights that deflate barely shrinks and the host copies as a page.
+fn deflated_kind(kind: u32) -> bool {
+    kind != SectionKind::Constants as u32
+}
+
+fn deflate(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::DeflateEncoder::new(
+        Vec::with_capacity(bytes.len() / 4),
+        flate2::Compression::new(DEFLATE_LEVEL),
+    );
+    // Writing into a Vec cannot fail.
+    enc.write_all(bytes).expect("deflate into memory");
+    enc.finish().expect("deflate into memory")
+}
+
+/// Inflates a section's payload to exactly `decoded` bytes; the error's reason says how the
+/// stream fails to.
+fn inflate(payload: &[u8], decoded: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity((decoded as usize).min(payload.len().saturating_mul(8)));
+    let mut dec = flate2::read::DeflateDecoder::new(payload).take(decoded + 1);
+    dec.read_to_end(&mut out)
+        .map_err(|e| format!("its deflate stream is corrupt: {e}"))?;
+    if out.len() as u64 != decoded {
+        return Err(format!(
+            "its deflate stream decodes to {}{} bytes; its entry says {decoded}",
+            out.len().min(decoded as usize),
+            if out.len() as u64 > decoded { "+" } else { "" },
+        ));
+    }
+    Ok(out)
 }
 
 /// Errors writing or reading a package.
@@ -106,6 +191,17 @@ pub enum PackageError {
     /// A structural field is invalid.
     #[error("invalid package at byte offset {offset}: {reason}")]
     Invalid { offset: u64, reason: String },
+    /// A structure inside a deflated section is invalid: `offset` counts the section's decoded
+    /// bytes, `section_offset` is where its payload starts in the file.
+    #[error(
+        "invalid package in the deflated {section} section (payload at byte offset {section_offset}), at decoded byte offset {offset}: {reason}"
+    )]
+    InvalidDecoded {
+        section: &'static str,
+        section_offset: u64,
+        offset: u64,
+        reason: String,
+    },
     /// The manifest is not valid.
     #[error("invalid manifest: {0}")]
     Manifest(String),
@@ -658,25 +754,44 @@ fn validate_tensors(m: &Manifest, target: &Target) -> Result<(), PackageError> {
     Ok(())
 }
 
-/// Lays out `sections` (kind code and payload, in table order) as a package file of format
-/// `1.minor`, with every checksum: the writer's last step, public for tools that rewrite a
+/// Lays out `sections` (kind code and decoded bytes, in table order) as a package file of
+/// format [`FORMAT_MAJOR`]`.minor`, each section deflated when that makes it smaller (but the
+/// constants), with every checksum: the writer's last step, public for tools that rewrite a
 /// package's sections (and for tests that make corrupt packages with valid checksums). It
 /// checks nothing; [`Package::from_bytes`] checks everything.
 pub fn pack(minor: u16, sections: &[(u32, &[u8])]) -> Vec<u8> {
+    pack_version(FORMAT_MAJOR, minor, sections)
+}
+
+/// [`pack`] with the format's major version given: below 3, every section is stored as is
+/// (what a writer of that version wrote, for the readers' tests of older packages).
+pub fn pack_version(major: u16, minor: u16, sections: &[(u32, &[u8])]) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];
     out[..8].copy_from_slice(&MAGIC);
-    out[8..10].copy_from_slice(&FORMAT_MAJOR.to_le_bytes());
+    out[8..10].copy_from_slice(&major.to_le_bytes());
     out[10..12].copy_from_slice(&minor.to_le_bytes());
     out[12..16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
-    for (i, (kind, payload)) in sections.iter().enumerate() {
+    for (i, (kind, bytes)) in sections.iter().enumerate() {
+        // Deflated when that is smaller (and the decoded length fits its field).
+        let deflated = (major >= 3
+            && deflated_kind(*kind)
+            && (bytes.len() as u64) <= SECTION_DECODED_BYTES_MAX)
+            .then(|| deflate(bytes))
+            .filter(|d| d.len() < bytes.len());
+        let (encoding, payload, decoded) = match &deflated {
+            Some(d) => (Encoding::Deflate, &d[..], bytes.len() as u32),
+            None => (Encoding::Stored, &bytes[..], 0),
+        };
         out.resize(align8(out.len()), 0);
         let offset = out.len() as u64;
         out.extend_from_slice(payload);
         let e = HEADER_BYTES + i * SECTION_ENTRY_BYTES;
         out[e..e + 4].copy_from_slice(&kind.to_le_bytes());
+        out[e + 4..e + 8].copy_from_slice(&(encoding as u32).to_le_bytes());
         out[e + 8..e + 16].copy_from_slice(&offset.to_le_bytes());
         out[e + 16..e + 24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         out[e + 24..e + 28].copy_from_slice(&crc(payload).to_le_bytes());
+        out[e + 28..e + 32].copy_from_slice(&decoded.to_le_bytes());
     }
     let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len();
     let mut head = out[..table_end].to_vec();
@@ -686,19 +801,29 @@ pub fn pack(minor: u16, sections: &[(u32, &[u8])]) -> Vec<u8> {
     out
 }
 
-/// The sections of a valid package file: kind code and payload, in table order (the inverse
-/// of [`pack`]; an error where [`Package::from_bytes`] would give one).
+/// The sections of a valid package file: kind code and decoded bytes, in table order (the
+/// inverse of [`pack`]; an error where [`Package::from_bytes`] would give one).
 pub fn sections(bytes: &[u8]) -> Result<Vec<(u32, Vec<u8>)>, PackageError> {
     Package::from_bytes(bytes)?;
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    Ok((0..u32_at(12) as usize)
+    let major = u16::from_le_bytes([bytes[8], bytes[9]]);
+    (0..u32_at(12) as usize)
         .map(|i| {
             let e = HEADER_BYTES + SECTION_ENTRY_BYTES * i;
             let (offset, len) = (u64_at(e + 8), u64_at(e + 16));
-            (u32_at(e), bytes[offset..offset + len].to_vec())
+            let payload = &bytes[offset..offset + len];
+            let decoded = if major >= 3 && u32_at(e + 4) == Encoding::Deflate as u32 {
+                inflate(payload, u32_at(e + 28) as u64).map_err(|reason| PackageError::Invalid {
+                    offset: offset as u64,
+                    reason,
+                })?
+            } else {
+                payload.to_vec()
+            };
+            Ok((u32_at(e), decoded))
         })
-        .collect())
+        .collect()
 }
 
 fn crc(bytes: &[u8]) -> u32 {
@@ -937,12 +1062,41 @@ impl Package {
             };
         zero(20, HEADER_BYTES, "the header's reserved bytes")?;
         let mut end = table_end as u64;
-        let mut payloads: BTreeMap<u32, (u64, &[u8])> = BTreeMap::new();
+        // Known sections: file offset, payload, decoded length when deflated.
+        let mut payloads: BTreeMap<u32, (u64, &[u8], Option<u64>)> = BTreeMap::new();
         for i in 0..count as usize {
             let e = HEADER_BYTES + i * SECTION_ENTRY_BYTES;
             let kind = u32_at(e);
-            zero(e + 4, e + 8, "a section entry's reserved bytes")?;
-            zero(e + 28, e + 32, "a section entry's reserved bytes")?;
+            let deflated = if major < 3 {
+                zero(e + 4, e + 8, "a section entry's reserved bytes")?;
+                zero(e + 28, e + 32, "a section entry's reserved bytes")?;
+                None
+            } else {
+                let (encoding, decoded) = (u32_at(e + 4), u32_at(e + 28) as u64);
+                match encoding {
+                    0 => {
+                        zero(e + 28, e + 32, "a stored section's decoded length")?;
+                        None
+                    }
+                    1 if (1..=SECTION_DECODED_BYTES_MAX).contains(&decoded) => Some(decoded),
+                    1 => {
+                        return Err(PackageError::Invalid {
+                            offset: (e + 28) as u64,
+                            reason: format!(
+                                "section {i} decodes to {decoded} bytes; a deflated section decodes to 1 to {SECTION_DECODED_BYTES_MAX}"
+                            ),
+                        });
+                    }
+                    _ => {
+                        return Err(PackageError::Invalid {
+                            offset: (e + 4) as u64,
+                            reason: format!(
+                                "section {i} has encoding {encoding}; known: 0 (stored), 1 (deflate)"
+                            ),
+                        });
+                    }
+                }
+            };
             let (offset, length) = (u64_at(e + 8), u64_at(e + 16));
             let expected = align8(end as usize) as u64;
             if offset != expected {
@@ -970,7 +1124,7 @@ impl Package {
                 // Unknown sections of a known major version are additions: skip them.
                 continue;
             }
-            if payloads.insert(kind, (offset, payload)).is_some() {
+            if payloads.insert(kind, (offset, payload, deflated)).is_some() {
                 return Err(PackageError::Invalid {
                     offset: e as u64,
                     reason: format!("section kind {kind} appears twice"),
@@ -986,30 +1140,84 @@ impl Package {
                 ),
             });
         }
+        // Deflated sections are decoded in table order, each to exactly its stated length.
+        let mut decoded: BTreeMap<u32, Section> = BTreeMap::new();
+        for (&kind, &(offset, payload, length)) in &payloads {
+            let bytes = match length {
+                None => std::borrow::Cow::Borrowed(payload),
+                Some(length) => {
+                    std::borrow::Cow::Owned(inflate(payload, length).map_err(|reason| {
+                        PackageError::Invalid {
+                            offset,
+                            reason: format!("section kind {kind}: {reason}"),
+                        }
+                    })?)
+                }
+            };
+            let kind = SectionKind::from_code(kind).expect("only known kinds are kept");
+            decoded.insert(
+                kind as u32,
+                Section {
+                    kind,
+                    offset,
+                    deflated: length.is_some(),
+                    bytes,
+                },
+            );
+        }
         let section = |kind: SectionKind| {
-            payloads
-                .get(&(kind as u32))
-                .copied()
-                .ok_or(PackageError::Invalid {
-                    offset: HEADER_BYTES as u64,
-                    reason: format!("missing {kind:?} section"),
-                })
+            decoded.get(&(kind as u32)).ok_or(PackageError::Invalid {
+                offset: HEADER_BYTES as u64,
+                reason: format!("missing {kind:?} section"),
+            })
         };
-        let (_, manifest) = section(SectionKind::Manifest)?;
-        let manifest: Manifest =
-            serde_json::from_slice(manifest).map_err(|e| PackageError::Manifest(e.to_string()))?;
-        let (images_at, images) = section(SectionKind::Images)?;
-        let unique = read_images(images, images_at)?;
-        let (table_at, table) = section(SectionKind::TileTable)?;
-        let patches = payloads.get(&(SectionKind::Patches as u32)).copied();
+        // The readers count offsets from a section's base: its file offset when stored, a
+        // base of its own beyond any file when deflated, which `locate` turns into an offset in
+        // the section's decoded bytes.
+        let locate = |e: PackageError| {
+            let (offset, reason) = match &e {
+                PackageError::Invalid { offset, reason } => (*offset, reason.clone()),
+                PackageError::Truncated {
+                    offset,
+                    what,
+                    needed,
+                    available,
+                } => (
+                    *offset,
+                    format!("{what} needs {needed} bytes, {available} available"),
+                ),
+                _ => return e,
+            };
+            match decoded.values().find(|s| {
+                s.deflated && s.base() <= offset && offset - s.base() <= s.bytes.len() as u64
+            }) {
+                Some(s) => PackageError::InvalidDecoded {
+                    section: s.kind.name(),
+                    section_offset: s.offset,
+                    offset: offset - s.base(),
+                    reason,
+                },
+                None => e,
+            }
+        };
+        let manifest = section(SectionKind::Manifest)?;
+        let manifest: Manifest = serde_json::from_slice(&manifest.bytes)
+            .map_err(|e| PackageError::Manifest(e.to_string()))?;
+        let images = section(SectionKind::Images)?;
+        let unique = read_images(&images.bytes, images.base()).map_err(locate)?;
+        let table = section(SectionKind::TileTable)?;
+        let patches = decoded
+            .get(&(SectionKind::Patches as u32))
+            .map(|p| (p.base(), &p.bytes[..]));
         let tiles = if major == 1 {
-            read_tile_table_1(unique, table, table_at)?
+            read_tile_table_1(unique, &table.bytes, table.base())
         } else {
-            read_tile_table(unique, table, table_at, patches)?
-        };
-        let constants = payloads
+            read_tile_table(unique, &table.bytes, table.base(), patches)
+        }
+        .map_err(locate)?;
+        let constants = decoded
             .get(&(SectionKind::Constants as u32))
-            .map_or_else(Vec::new, |(_, bytes)| bytes.to_vec());
+            .map_or_else(Vec::new, |c| c.bytes.to_vec());
         let package = Package {
             manifest,
             tiles,
@@ -1418,6 +1626,80 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_record_in_a_deflated_section_is_named_by_its_decoded_offset() {
+        let p = with_patches();
+        // Twenty records of one byte each on tile 1, the last overlapping the one before:
+        // repetitive enough to be stored deflated.
+        let mut records = Vec::new();
+        for k in 0..20u32 {
+            records.extend_from_slice(&k.min(18).to_le_bytes());
+            records.extend_from_slice(&1u32.to_le_bytes());
+            records.extend_from_slice(&[7, 0, 0, 0]);
+        }
+        let b = repacked(&p, 1, 20, &records);
+        let e = 32 + 32 * 3; // the patch section's entry
+        assert_eq!(u32::from_le_bytes(b[e..e + 4].try_into().unwrap()), 5);
+        assert_eq!(u32::from_le_bytes(b[e + 4..e + 8].try_into().unwrap()), 1);
+        let err = Package::from_bytes(&b).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PackageError::InvalidDecoded {
+                    section: "patch records",
+                    offset: 228,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("tile 1: patch record 19"), "{err}");
+    }
+
+    #[test]
+    fn a_corrupt_deflate_stream_is_refused_with_its_section() {
+        let b = with_patches().to_bytes().unwrap();
+        let e = HEADER_BYTES; // the manifest's entry
+        assert_eq!(u32::from_le_bytes(b[e + 4..e + 8].try_into().unwrap()), 1);
+        let at = u64::from_le_bytes(b[e + 8..e + 16].try_into().unwrap()) as usize;
+        let mut c = b.clone();
+        // The stream's first block header: a reserved block type, then the checksums redone.
+        c[at] |= 0b110;
+        let len = u64::from_le_bytes(b[e + 16..e + 24].try_into().unwrap()) as usize;
+        let sum = crc(&c[at..at + len]);
+        c[e + 24..e + 28].copy_from_slice(&sum.to_le_bytes());
+        let count = u32::from_le_bytes(c[12..16].try_into().unwrap()) as usize;
+        c[16..20].fill(0);
+        let head = crc(&c[..HEADER_BYTES + SECTION_ENTRY_BYTES * count]);
+        c[16..20].copy_from_slice(&head.to_le_bytes());
+        let err = Package::from_bytes(&c).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "byte offset {at}: section kind 1: its deflate stream is corrupt"
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn packages_of_format_2_still_read() {
+        let p = with_patches();
+        let s = sections(&p.to_bytes().unwrap()).unwrap();
+        let refs: Vec<(u32, &[u8])> = s.iter().map(|(k, b)| (*k, b.as_slice())).collect();
+        let old = pack_version(2, 0, &refs);
+        assert_eq!(u16::from_le_bytes([old[8], old[9]]), 2);
+        assert_eq!(Package::from_bytes(&old).unwrap(), p);
+        // Format 2 has no encodings: its entries' reserved words stay zero.
+        let mut bad = old.clone();
+        bad[HEADER_BYTES + 4] = 1;
+        bad[16..20].fill(0);
+        let count = s.len();
+        let head = crc(&bad[..HEADER_BYTES + SECTION_ENTRY_BYTES * count]);
+        bad[16..20].copy_from_slice(&head.to_le_bytes());
+        let err = Package::from_bytes(&bad).unwrap_err().to_string();
+        assert!(err.contains("reserved bytes must be zero"), "{err}");
+    }
+
+    #[test]
     fn storage_order_groups_columns() {
         // [2, 3] with group 4: one group of 4 columns, 2 rows.
         assert_eq!(storage_elements(&[2, 3], 4), 8);
@@ -1504,10 +1786,10 @@ mod tests {
     #[test]
     fn newer_major_is_rejected() {
         let mut b = sample().to_bytes().unwrap();
-        b[8] = 3;
+        b[8] = 4;
         assert_eq!(
             Package::from_bytes(&b),
-            Err(PackageError::NewerVersion { major: 3, minor: 0 })
+            Err(PackageError::NewerVersion { major: 4, minor: 0 })
         );
     }
 

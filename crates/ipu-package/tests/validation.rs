@@ -225,17 +225,73 @@ fn bytes_outside_the_sections_are_refused() {
             "{e}"
         );
     }
-    // A section entry's reserved words.
-    for at in [32 + 4, 32 + 28, 64 + 4] {
+    // A section entry's encoding and decoded length, with the header checksum recomputed:
+    // the manifest is deflated, a section of incompressible bytes (of a kind this reader skips)
+    // is stored.
+    let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let entry = |i: usize| 32 + 32 * i;
+    let (manifest, extra) = (entry(0), entry(3));
+    let mut with_extra = sections(&good);
+    let noise: Vec<u8> = (0..64u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    with_extra.push((99, noise));
+    let with_extra = pack(&with_extra);
+    assert_eq!(
+        (word(&good, manifest + 4), word(&with_extra, extra + 4)),
+        (1, 0)
+    );
+    let decoded = word(&good, manifest + 28);
+    assert_eq!(decoded as usize, sections(&good)[0].1.len());
+    let refused_entry = |at: usize, value: u32, expected: &str| {
         let mut b = good.clone();
-        b[at] = 1;
+        b[at..at + 4].copy_from_slice(&value.to_le_bytes());
         rechecksum_header(&mut b, 3);
         let e = Package::from_bytes(&b).unwrap_err().to_string();
-        assert!(e.contains("reserved bytes must be zero"), "{e}");
-    }
+        assert!(e.contains(expected), "{at} = {value}: {e}");
+    };
+    refused_entry(
+        manifest + 4,
+        2,
+        "byte offset 36: section 0 has encoding 2; known: 0 (stored), 1 (deflate)",
+    );
+    refused_entry(
+        manifest + 4,
+        0,
+        "byte offset 60: a stored section's decoded length must be zero",
+    );
+    refused_entry(
+        manifest + 28,
+        0,
+        "byte offset 60: section 0 decodes to 0 bytes; a deflated section decodes to 1 to",
+    );
+    refused_entry(
+        manifest + 28,
+        decoded + 1,
+        &format!(
+            "its deflate stream decodes to {decoded} bytes; its entry says {}",
+            decoded + 1
+        ),
+    );
+    refused_entry(
+        manifest + 28,
+        decoded - 1,
+        &format!(
+            "its deflate stream decodes to {}+ bytes; its entry says {}",
+            decoded - 1,
+            decoded - 1
+        ),
+    );
+    let mut b = with_extra.clone();
+    b[extra + 28] = 4;
+    rechecksum_header(&mut b, 4);
+    let e = Package::from_bytes(&b).unwrap_err().to_string();
+    assert!(
+        e.contains("byte offset 156: a stored section's decoded length must be zero"),
+        "{e}"
+    );
     // Padding between sections.
-    let s = sections(&good);
-    let manifest_end = 32 + 32 * 3 + s[0].1.len();
+    let manifest_end = 32 + 32 * 3 + word(&good, manifest + 16) as usize;
     if !manifest_end.is_multiple_of(8) {
         let mut b = good.clone();
         b[manifest_end] = 1;
