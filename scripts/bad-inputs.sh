@@ -30,8 +30,11 @@ n = struct.unpack_from('<I', b, 12)[0]
 secs = []
 for i in range(n):
     e = 32 + 32 * i
-    kind, off, ln = struct.unpack_from('<I', b, e)[0], *struct.unpack_from('<QQ', b, e + 8)
-    secs.append([kind, b[off:off + ln]])
+    kind, enc = struct.unpack_from('<II', b, e)
+    off, ln = struct.unpack_from('<QQ', b, e + 8)
+    # Deflated sections (format 3) are decoded; all are written back stored.
+    p = zlib.decompress(b[off:off + ln], -15) if enc == 1 else b[off:off + ln]
+    secs.append([kind, p])
 m = json.loads(secs[0][1]); exec(code); secs[0][1] = json.dumps(m).encode()
 out = bytearray(32 + 32 * n); out[:8] = b[:8]; out[8:16] = b[8:16]
 for i, (kind, p) in enumerate(secs):
@@ -85,6 +88,16 @@ cp "$D/mm.ipuexe" "$D/trailing.ipuexe"; printf 'trailing' >> "$D/trailing.ipuexe
 row "package: 8 bytes appended" "$IPU" exec "$D/trailing.ipuexe"
 py "b=bytearray(open('$D/mm.ipuexe','rb').read()); b[24]=1; open('$D/reserved.ipuexe','wb').write(b)"
 row "package: a reserved header byte set (header CRC stale)" "$IPU" exec "$D/reserved.ipuexe"
+py "
+import struct, zlib
+b = bytearray(open('$D/mm.ipuexe', 'rb').read())
+off, ln = struct.unpack_from('<QQ', b, 32 + 8)
+b[off] |= 6  # the manifest's deflate stream: a reserved block type
+struct.pack_into('<I', b, 32 + 24, zlib.crc32(bytes(b[off:off + ln])))
+n = struct.unpack_from('<I', b, 12)[0]; b[16:20] = bytes(4)
+struct.pack_into('<I', b, 16, zlib.crc32(bytes(b[:32 + 32 * n])))
+open('$D/inflate.ipuexe', 'wb').write(b)"
+row "package: the manifest's deflate stream corrupt (checksums redone)" "$IPU" exec "$D/inflate.ipuexe"
 row "run past its cycle budget" "$IPU" exec "$D/mm.ipuexe" --max-cycles 1000
 row "--min-cosine 2" "$IPU" run matmul --min-cosine 2
 row "--rtol nan" "$IPU" run matmul --rtol nan

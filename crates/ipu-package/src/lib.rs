@@ -148,7 +148,7 @@ fn inflate(payload: &[u8], decoded: u64) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity((decoded as usize).min(payload.len().saturating_mul(8)));
     let mut dec = flate2::read::DeflateDecoder::new(payload).take(decoded + 1);
     dec.read_to_end(&mut out)
-        .map_err(|e| format!("its deflate stream is corrupt: {e}"))?;
+        .map_err(|e| format!("its deflate stream does not decode ({e})"))?;
     if out.len() as u64 != decoded {
         return Err(format!(
             "its deflate stream decodes to {}{} bytes; its entry says {decoded}",
@@ -1674,7 +1674,7 @@ mod tests {
         let err = Package::from_bytes(&c).unwrap_err().to_string();
         assert!(
             err.contains(&format!(
-                "byte offset {at}: section kind 1: its deflate stream is corrupt"
+                "byte offset {at}: section kind 1: its deflate stream does not decode"
             )),
             "{err}"
         );
