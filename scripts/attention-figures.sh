@@ -50,7 +50,11 @@ row attention-flash --set seq=1024 --set dtype=f32
 row attention-flash --set seq=1024 --set dtype=f32 --set causal=true
 row attention-flash --set dtype=f143
 row attention-flash --set seq=1024 --set dtype=f152 --set head_dim=128
+row attention-flash --set partials=f16
+row attention-flash --set partials=f16 --set causal=true
 row attention-flash --set seq=4096
+row attention-flash --set seq=4096 --set partials=f16
+row attention-flash --set seq=8192 --set partials=f16
 row attention-flash --set seq=4096 --set causal=true
 row attention-flash --set seq=6144
 row attention-flash --tiles 256

@@ -182,6 +182,36 @@ fn flash_attention_matches_its_expansion_over_types_masks_and_shapes() {
 }
 
 #[test]
+fn flash_attention_with_f16_partials_matches_its_expansion() {
+    // f16 scores on the AMP's f16 mode and the softmax four keys at a time in f16: one pass,
+    // a causal diagonal, sub-blocks with a running maximum, a scale that is not a power of two
+    // (head_dim 96: applied in the softmax, not folded into `q`), and streamed keys.
+    for (causal, seq, head_dim, tiles) in [
+        (false, 96, "64", 13),
+        (true, 100, "64", 64),
+        (false, 1024, "64", 16),
+        (true, 1024, "64", 16),
+        (true, 96, "96", 13),
+        (false, 1024, "128", 16),
+    ] {
+        let (seq_text, causal_text) = (seq.to_string(), causal.to_string());
+        let g = common::model(
+            "attention-flash",
+            &[
+                ("seq", &seq_text),
+                ("heads", "2"),
+                ("head_dim", head_dim),
+                ("dtype", "f16"),
+                ("causal", &causal_text),
+                ("partials", "f16"),
+            ],
+        );
+        let what = format!("flash f16 partials causal={causal} seq={seq} d={head_dim} on {tiles}");
+        common::run(&g, Target::gc200(), tiles, 6).assert_within(&what, 2e-3);
+    }
+}
+
+#[test]
 fn flash_attention_streams_keys_that_do_not_fit_at_once() {
     // 512 or more keys per item whose kᵀ and v do not fit in a tile at once: they arrive in
     // chunks, each its own distribution and scores step, the running maximum, sum and output

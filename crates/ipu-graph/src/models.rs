@@ -132,7 +132,7 @@ const MODELS: &[ModelInfo] = &[
     },
     ModelInfo {
         name: "attention-flash",
-        description: "one fused flash_attention operation sized for the whole chip (f32 partials)",
+        description: "one fused flash_attention operation sized for the whole chip (f32 partials by default)",
         params: &[
             param("seq", "2048", "sequence length"),
             HEADS,
@@ -152,6 +152,13 @@ const MODELS: &[ModelInfo] = &[
                  hidden from every query by a constant bool mask[1, seq]",
             ),
             param("pad", "0", "keys hidden by mask=padded"),
+            param(
+                "partials",
+                "auto",
+                "scores and accumulator type: f32, f16 (f16 or FP8 inputs: scores on the AMP's \
+                 f16 mode, softmax four keys at a time), or auto (f32 for f32 and f16 inputs, f16 \
+                 for FP8)",
+            ),
         ],
     },
     ModelInfo {
@@ -341,10 +348,18 @@ fn attention(p: &Params<'_>, flash: bool) -> Built {
         p.dtype("dtype")?,
         p.bool("causal")?,
     );
-    let (partials, out) = match (flash, dtype) {
+    let (mut partials, out) = match (flash, dtype) {
         (true, DType::F16) => (DType::F32, DType::F16),
         _ => accumulation(dtype),
     };
+    if flash {
+        partials = match p.raw("partials") {
+            "auto" => partials,
+            "f32" => DType::F32,
+            "f16" => DType::F16,
+            _ => return Err(p.bad("partials", "expected f32, f16 or auto")),
+        };
+    }
     let scale = 1.0 / (head_dim as f32).sqrt();
     // Grouped-query attention and the mask (flash only).
     let (kv_heads, mask) = if flash {

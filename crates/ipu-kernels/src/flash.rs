@@ -13,7 +13,7 @@
 //! merges the partial results of the key blocks of the same rows and normalises them. All
 //! arithmetic is f32 (f16 data is widened on load and narrowed on store).
 
-use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg};
+use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg, RedOp};
 
 use crate::Elem;
 use crate::code::*;
@@ -27,6 +27,8 @@ const NEG_INF: u32 = 0xFF80_0000;
 /// f32 bits of the most negative finite value: a row whose every key is masked has maximum
 /// `-inf`; subtracting this instead keeps `exp(-inf - x) = 0` and never forms `-inf + inf`.
 const NEG_MAX: u32 = 0xFF7F_FFFF;
+/// f32 bits of the most negative finite f16 (-65504): the same floor for f16 arithmetic.
+const NEG_MAX_F16: u32 = 0xC77F_E000;
 
 /// Loads four elements of `ty` at `ptr` (advancing it) as two f32v2 pairs in `$a{dst}:..`,
 /// `$a{dst+2}:..` (`$a12:13` is scratch for f16).
@@ -108,6 +110,10 @@ fn probabilities(scaled: bool, lo: u8, hi: u8) -> Vec<Instr> {
 /// Without `scaled`, the scores arrive already scaled (`q` was multiplied by a power-of-two
 /// scale, exactly): the multiplications by the scale are left out.
 ///
+/// f16 scores and probabilities compute four keys at a time in f16, as the expansion's f16
+/// operations round: `t = f16(s * scale)` (in f32, then narrowed), `m` the f16 maximum,
+/// `p = f16(exp(f16(t - m)))`, and `l` the f32 sum of the f16 `p`, four lanes at a time.
+///
 /// With `running`, the row's statistics already hold the maximum and sum of earlier keys: the
 /// new maximum is the larger, the rescaling factor `alpha = exp(m_old - m_new)` is stored after
 /// them (third word, for `flash_rescale`), and the sum becomes `l_old * alpha + sum`.
@@ -175,8 +181,14 @@ pub fn flash_softmax(
     }
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     // m = max * scale (scale > 0, so the maximum of the scaled scores).
+    let half = s_ty == Elem::F16 && a_ty == Elem::F16;
     if scaled {
         c.op(fbin(FType::F32, FBinOp::Mul, 4, 4, 8));
+        if half {
+            // The f16 maximum of the scaled scores: stored as the one the probabilities use.
+            c.op(conv(ConvOp::F32v2ToF16v2, 6, 4));
+            c.op(conv(ConvOp::F16v2ToF32v2, 4, 6));
+        }
     }
     if running {
         // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)).
@@ -191,10 +203,20 @@ pub fn flash_softmax(
         c.op(st32_a(5, st, 8));
     }
     c.op(st32_a(4, st, 0));
-    li(c, tmp, NEG_MAX);
+    li(c, tmp, if half { NEG_MAX_F16 } else { NEG_MAX });
     c.op(mov_a(5, tmp));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
-    c.op(bcast(6, 4));
+    if half {
+        // m in all four f16 lanes of $a6:7 (exact: the maximum of f16 values, or the floor).
+        c.op(conv(ConvOp::F32v2ToF16v2, 6, 4));
+        c.op(Instr::Bcast {
+            ty: FType::F16v4,
+            d: ap(6),
+            a: a(6),
+        });
+    } else {
+        c.op(bcast(6, 4));
+    }
     // Pass 2: p = exp(s * scale - m), summed in $a10:11.
     c.op(setzi(tmp, 0));
     c.op(mov_a(10, tmp));
@@ -267,6 +289,74 @@ pub fn flash_softmax(
         for i in stores(units - 1) {
             c.op(i);
         }
+    } else if half {
+        // Pipelined as the f32 form: four keys per unit in one f16v4 pair, the next unit's
+        // load and the previous unit's store co-issued with the arithmetic.
+        c.align_bundle();
+        c.bind(pass2);
+        let units = lkeys / 4;
+        let set = |u: u32| {
+            if u.is_multiple_of(2) {
+                (0u8, 2u8)
+            } else {
+                (4u8, 3u8)
+            }
+        };
+        let (d0, _) = set(0);
+        c.op(ld64step(ap(d0), sptr(0), 8));
+        let mut odd = true;
+        for u in 0..units {
+            let (d, t) = set(u);
+            let mut float = Vec::new();
+            if scaled {
+                float.extend([
+                    conv(ConvOp::F16v2ToF32v2, 12, d),
+                    conv(ConvOp::F16v2ToF32v2, 14, d + 1),
+                    fbin(FType::F32v2, FBinOp::Mul, 12, 12, 8),
+                    fbin(FType::F32v2, FBinOp::Mul, 14, 14, 8),
+                    conv(ConvOp::F32v2ToF16v2, d, 12),
+                    conv(ConvOp::F32v2ToF16v2, d + 1, 14),
+                ]);
+            }
+            float.extend([
+                fbin(FType::F16v4, FBinOp::Sub, d, d, 6),
+                fun(FType::F16v4, FUnOp::Exp, d, d),
+                Instr::FReduce {
+                    ty: FType::F16v4,
+                    op: RedOp::Sum,
+                    d: a(t),
+                    a: ap(d),
+                },
+                fbin(FType::F32, FBinOp::Add, 10, 10, t),
+            ]);
+            let mut main = Vec::new();
+            if u > 0 {
+                main.push(st64step(ap(set(u - 1).0), pptr(u - 1), 8));
+            }
+            if u + 1 < units {
+                main.push(ld64step(ap(set(u + 1).0), sptr(u + 1), 8));
+            }
+            let mut fi = 0;
+            if odd && !main.is_empty() {
+                c.op(float[0]);
+                fi = 1;
+                odd = !odd;
+            }
+            for m in main {
+                if fi < float.len() {
+                    c.bundle(m, float[fi]);
+                    fi += 1;
+                } else {
+                    c.op(m);
+                    odd = !odd;
+                }
+            }
+            for f in &float[fi..] {
+                c.op(*f);
+                odd = !odd;
+            }
+        }
+        c.op(st64step(ap(set(units - 1).0), pptr(units - 1), 8));
     } else {
         c.bind(pass2);
         for u in 0..lkeys / 4 {
@@ -325,11 +415,22 @@ pub fn flash_softmax_slots(
             let conv = if a_ty == Elem::F16 { 2 } else { 0 };
             units * (float + conv) + 2 + 2 + 1
         }
+        // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
+        // multiplications and narrowing when scaled; the first load, the last store and an
+        // alignment slot alone.
+        Elem::F16 if a_ty == Elem::F16 => units * (5 + if scaled { 6 } else { 0 }) + 1 + 1 + 1,
         Elem::F16 => units * (ld4_st4_slots(s_ty) + float + ld4_st4_slots(a_ty)),
     } + s_groups
         + p_groups
         + 1;
-    let row_fixed = 7 + s_groups + 2 + 2 + 3 + 8 + 3 + s_groups + p_groups + 1 + 2 + 4 + 6;
+    // m is narrowed and broadcast as f16 for f16 arithmetic (one slot more than f32's), and
+    // rounded to f16 once scaled.
+    let half = if s_ty == Elem::F16 && a_ty == Elem::F16 {
+        1 + if scaled { 2 } else { 0 }
+    } else {
+        0
+    };
+    let row_fixed = 7 + s_groups + 2 + 2 + 3 + 8 + 3 + s_groups + p_groups + 1 + 2 + 4 + 6 + half;
     18 + rows * (row_fixed + running + super_groups * (pass1 + pass2))
 }
 

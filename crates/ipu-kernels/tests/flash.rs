@@ -152,6 +152,79 @@ fn softmax_block_gives_the_host_probabilities_and_statistics() {
 }
 
 #[test]
+fn f16_softmax_rounds_as_the_f16_expansion() {
+    // 3 rows, 32 keys, f16 scores and probabilities in groups of 16 keys.
+    let (rows, keys, g) = (3usize, 32usize, 16usize);
+    let f16 = |x: f32| half::f16::from_f32(x).to_f32();
+    let score = |r: usize, k: usize| f16(value(r * 131 + k * 17) * 4.0);
+    for scaled in [false, true] {
+        let scale = if scaled { 0.3f32 } else { 1.0 };
+        let (s_addr, p_addr, st_addr) = (0x60000u32, 0x61000u32, 0x62000u32);
+        let mut s = vec![0u16; keys * rows];
+        for r in 0..rows {
+            for k in 0..keys {
+                // Row 2 sees only its first 5 keys, the rest -inf as the causal mask leaves them.
+                let x = if r == 2 && k >= 5 {
+                    f32::NEG_INFINITY
+                } else {
+                    score(r, k)
+                };
+                s[((k / g) * rows + r) * g + k % g] = half::f16::from_f32(x).to_bits();
+            }
+        }
+        let kernel = Kernel::FlashSoftmax {
+            s: Elem::F16,
+            a: Elem::F16,
+            cols: g as u32,
+            kb: g as u32,
+            scaled,
+            running: false,
+        };
+        let state = [
+            s_addr,
+            p_addr,
+            st_addr,
+            rows as u32,
+            (keys / g) as u32,
+            (rows * 32) as u32,
+            scale.to_bits(),
+        ];
+        let s_bytes: Vec<u8> = s.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let dev = run(kernel, &state, &[(s_addr, s_bytes)]);
+        let p = f16_bits(&dev, p_addr, keys * rows);
+        let stats = f32s(&dev, st_addr, rows * 8);
+        for r in 0..rows {
+            let seen = if r == 2 { 5 } else { keys };
+            let t = |k: usize| {
+                if scaled {
+                    f16(score(r, k) * scale)
+                } else {
+                    score(r, k)
+                }
+            };
+            let m = (0..seen).map(t).fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(stats[r * 8], m, "scaled={scaled} row {r} maximum");
+            let mut l = 0f64;
+            for k in 0..keys {
+                let e = if k < seen {
+                    f16(f16(t(k) - m).exp())
+                } else {
+                    0.0
+                };
+                l += e as f64;
+                assert_eq!(
+                    p[((k / g) * rows + r) * g + k % g],
+                    half::f16::from_f32(e).to_bits(),
+                    "scaled={scaled} row {r} key {k}"
+                );
+            }
+            let got = stats[r * 8 + 1] as f64;
+            assert!((got - l).abs() <= 1e-6 * l, "row {r} sum {got} vs {l}");
+        }
+    }
+}
+
+#[test]
 fn rescale_multiplies_each_row_by_its_factor() {
     // 3 rows, 2 groups of 32 bytes, in f32 and in f16.
     for p in [Elem::F32, Elem::F16] {
