@@ -172,6 +172,12 @@ impl Device for SimulatorDevice {
         for s in &image.segments {
             sim.write(tile, s.address, &s.bytes).map_err(sim_error)?;
         }
+        let ranges: Vec<(u32, u32)> = image
+            .segments
+            .iter()
+            .map(|s| (s.address, s.bytes.len() as u32))
+            .collect();
+        sim.share_code(tile, &ranges).map_err(sim_error)?;
         Ok(())
     }
 

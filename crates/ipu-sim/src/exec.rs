@@ -1138,47 +1138,19 @@ impl Tile {
 
     #[cold]
     fn fetch_slow(&mut self, pc: u32) -> R<Decoded> {
-        if pc & 3 != 0 || !self.target.in_executable(pc, 4) {
-            return Err(trap(FaultKind::FetchNotExecutable, Some(pc)));
-        }
-        let w0 = self.mem.word(pc);
-        let two = self.target.in_executable(pc, 8);
-        let words = [w0, if two { self.mem.word(pc + 4) } else { 0 }];
-        let (slot, n) = ipu_isa::decode_slot(&words[..if two { 2 } else { 1 }])
-            .map_err(|e| trap(FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
-        if n == 2 && pc & 7 != 0 {
-            return Err(trap(
-                FaultKind::InvalidEncoding(
-                    "a bundle at an address that is not 8-byte aligned".into(),
-                ),
-                Some(pc),
-            ));
-        }
-        let cost = match &slot {
-            Slot::Single(Instr::FUn { op, .. }) => op.slots(),
-            Slot::Bundle(b) => match b.float {
-                Instr::FUn { op, .. } => op.slots(),
-                _ => 1,
-            },
-            _ => 1,
-        };
-        let (main, float) = slot_ops(&slot);
-        let op = Op {
-            main,
-            float,
-            data: slot_is_data(&slot),
-            bytes: 4 * n as u8,
-            cost: cost as u8,
-            instrs: instructions_of(&slot) as u8,
-        };
-        let d = Decoded {
-            op,
-            slot,
-            bytes: 4 * n as u32,
-            cost,
-        };
+        let d = decode_at(&self.target, &self.mem, pc)?;
         self.code.put(pc, d);
         Ok(d)
+    }
+
+    /// Decodes, ahead of any fetch, the slots at the word addresses of `ranges` (the code and
+    /// data a host wrote), sharing each 1 KiB page of decoded slots with every tile whose page
+    /// holds the same bytes (`share`). A fetch then finds what it would have decoded; stores
+    /// and host writes forget slots as before, copying a shared page first.
+    pub fn share_code(&mut self, ranges: &[(u32, u32)], share: &mut crate::memory::CodeShare) {
+        let (target, mem) = (&self.target, &self.mem);
+        self.code
+            .share(mem, ranges, share, |pc| decode_at(target, mem, pc).ok());
     }
 
     #[inline(always)]
@@ -2218,6 +2190,47 @@ pub fn eval_float(
     };
     commit(&mut r, w);
     Ok(r.a)
+}
+
+/// The slot at `pc` as the memory holds it now (a fetch's decoding, without its cache).
+fn decode_at(target: &Target, mem: &Memory, pc: u32) -> R<Decoded> {
+    if pc & 3 != 0 || !target.in_executable(pc, 4) {
+        return Err(trap(FaultKind::FetchNotExecutable, Some(pc)));
+    }
+    let w0 = mem.word(pc);
+    let two = target.in_executable(pc, 8);
+    let words = [w0, if two { mem.word(pc + 4) } else { 0 }];
+    let (slot, n) = ipu_isa::decode_slot(&words[..if two { 2 } else { 1 }])
+        .map_err(|e| trap(FaultKind::InvalidEncoding(e.to_string()), Some(pc)))?;
+    if n == 2 && pc & 7 != 0 {
+        return Err(trap(
+            FaultKind::InvalidEncoding("a bundle at an address that is not 8-byte aligned".into()),
+            Some(pc),
+        ));
+    }
+    let cost = match &slot {
+        Slot::Single(Instr::FUn { op, .. }) => op.slots(),
+        Slot::Bundle(b) => match b.float {
+            Instr::FUn { op, .. } => op.slots(),
+            _ => 1,
+        },
+        _ => 1,
+    };
+    let (main, float) = slot_ops(&slot);
+    let op = Op {
+        main,
+        float,
+        data: slot_is_data(&slot),
+        bytes: 4 * n as u8,
+        cost: cost as u8,
+        instrs: instructions_of(&slot) as u8,
+    };
+    Ok(Decoded {
+        op,
+        slot,
+        bytes: 4 * n as u32,
+        cost,
+    })
 }
 
 #[cfg(test)]

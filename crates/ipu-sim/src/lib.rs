@@ -220,6 +220,8 @@ pub struct Device {
     host_pages: Vec<Vec<u8>>,
     steps: u32,
     profile_every: u32,
+    /// Decoded code pages shared between tiles ([`Device::share_code`]).
+    code_share: memory::CodeShare,
 }
 
 impl Device {
@@ -237,6 +239,7 @@ impl Device {
             host_pages: Vec::new(),
             steps: 0,
             profile_every: DEFAULT_PROFILE_EVERY,
+            code_share: memory::CodeShare::default(),
         }
     }
 
@@ -272,6 +275,21 @@ impl Device {
         }
         self.tiles[t].host_write(addr, bytes);
         Ok(())
+    }
+
+    /// Decodes the code a host has written into `tile` at `ranges` (address, length) once for
+    /// all tiles with the same bytes there, instead of each tile decoding its own copy as it
+    /// first runs it. Only speed and host memory change: every fetch finds the slot it would
+    /// have decoded, and stores into code still take effect.
+    pub fn share_code(&mut self, tile: u32, ranges: &[(u32, u32)]) -> Result<(), SimError> {
+        let t = self.tile_index(tile)?;
+        self.tiles[t].share_code(ranges, &mut self.code_share);
+        Ok(())
+    }
+
+    /// Distinct pages of decoded code shared so far ([`Device::share_code`]).
+    pub fn shared_code_pages(&self) -> usize {
+        self.code_share.distinct_pages()
     }
 
     /// Host read of a tile's memory.

@@ -5,6 +5,8 @@
 //! Reads of a never-written bank return zeros. Naturally aligned accesses of at most 16 bytes
 //! never cross a bank boundary (the base is bank-aligned), so the hot paths touch one bank.
 
+use std::sync::Arc;
+
 use ipu_isa::Slot;
 
 use crate::exec::Op;
@@ -122,6 +124,28 @@ pub struct Decoded {
 
 const CACHE_PAGE_WORDS: usize = 256;
 const CACHE_PAGE_SHIFT: u32 = 8;
+const CACHE_PAGE_BYTES: u32 = 4 * CACHE_PAGE_WORDS as u32;
+
+/// One page of decoded slots, shared by the tiles whose code there is the same until one of
+/// them changes it (copy on write).
+type CachePage = [Option<Decoded>; CACHE_PAGE_WORDS];
+
+/// What decides a decoded page's contents: the page's index, its bytes and the 4 after it (a
+/// bundle in its last word reads them), and which of its words were decoded.
+type PageKey = (u32, Box<[u8]>, [u64; 4]);
+
+/// Decoded pages by their [`PageKey`].
+#[derive(Default)]
+pub struct CodeShare {
+    pages: ahash::AHashMap<PageKey, Arc<CachePage>>,
+}
+
+impl CodeShare {
+    /// Distinct pages decoded so far.
+    pub fn distinct_pages(&self) -> usize {
+        self.pages.len()
+    }
+}
 
 /// The decoded-slot cache of a tile, keyed by pc, covering the executable range. Allocated a
 /// page of 256 words (1 KiB of code) at a time, so only the code a tile runs costs memory.
@@ -135,7 +159,7 @@ pub struct CodeCache {
     /// Above every slot ever cached (the highest pc cached, plus 8): a store at or above it
     /// cannot forget one.
     top: u32,
-    pages: Vec<Option<Box<[Option<Decoded>]>>>,
+    pages: Vec<Option<Arc<CachePage>>>,
 }
 
 impl CodeCache {
@@ -173,9 +197,62 @@ impl CodeCache {
     pub fn put(&mut self, pc: u32, d: Decoded) {
         let w = (pc - self.base) >> 2;
         let page = self.pages[(w >> CACHE_PAGE_SHIFT) as usize]
-            .get_or_insert_with(|| vec![None; CACHE_PAGE_WORDS].into_boxed_slice());
-        page[(w as usize) & (CACHE_PAGE_WORDS - 1)] = Some(d);
+            .get_or_insert_with(|| Arc::new([None; CACHE_PAGE_WORDS]));
+        Arc::make_mut(page)[(w as usize) & (CACHE_PAGE_WORDS - 1)] = Some(d);
         self.top = self.top.max(pc.saturating_add(8));
+    }
+
+    /// Fills the pages that hold the words starting in `ranges` with `decode` of each such
+    /// word (None where it does not decode), from `share` when a tile already had the same
+    /// page. Pages this tile has already cached slots in are left to fill lazily.
+    pub fn share(
+        &mut self,
+        mem: &Memory,
+        ranges: &[(u32, u32)],
+        share: &mut CodeShare,
+        decode: impl Fn(u32) -> Option<Decoded>,
+    ) {
+        let mut masks: std::collections::BTreeMap<u32, [u64; 4]> = Default::default();
+        for &(addr, len) in ranges {
+            let lo = addr.max(self.base).next_multiple_of(4);
+            let hi = (addr as u64 + len as u64).min(self.end as u64) as u32;
+            let mut pc = lo;
+            while pc < hi {
+                let w = (pc - self.base) >> 2;
+                let bit = w as usize & (CACHE_PAGE_WORDS - 1);
+                masks.entry(w >> CACHE_PAGE_SHIFT).or_default()[bit / 64] |= 1 << (bit % 64);
+                pc += 4;
+            }
+        }
+        for (page, mask) in masks {
+            if self.pages[page as usize].is_some() {
+                continue;
+            }
+            let start = self.base + page * CACHE_PAGE_BYTES;
+            let end = (start as u64 + CACHE_PAGE_BYTES as u64 + 4).min(mem.end as u64) as u32;
+            let mut bytes = vec![0u8; (end - start) as usize];
+            mem.read_into(start, &mut bytes);
+            let key = (page, bytes.into_boxed_slice(), mask);
+            let shared = share
+                .pages
+                .entry(key)
+                .or_insert_with(|| {
+                    let mut p: CachePage = [None; CACHE_PAGE_WORDS];
+                    for (i, slot) in p.iter_mut().enumerate() {
+                        if mask[i / 64] >> (i % 64) & 1 == 1 {
+                            *slot = decode(start + 4 * i as u32);
+                        }
+                    }
+                    Arc::new(p)
+                })
+                .clone();
+            let last = (0..CACHE_PAGE_WORDS)
+                .rev()
+                .find(|&i| mask[i / 64] >> (i % 64) & 1 == 1)
+                .expect("a page with a word in a range");
+            self.top = self.top.max(start + 4 * last as u32 + 8);
+            self.pages[page as usize] = Some(shared);
+        }
     }
 
     /// Forgets every slot that may cover a byte of `[addr, addr + len)` (including a bundle
@@ -202,7 +279,12 @@ impl CodeCache {
         let mut removed = false;
         while w < w_end {
             if let Some(p) = &mut self.pages[(w >> CACHE_PAGE_SHIFT) as usize] {
-                removed |= p[(w as usize) & (CACHE_PAGE_WORDS - 1)].take().is_some();
+                let i = (w as usize) & (CACHE_PAGE_WORDS - 1);
+                // A shared page is copied only when a slot of it goes.
+                if p[i].is_some() {
+                    Arc::make_mut(p)[i] = None;
+                    removed = true;
+                }
             }
             w += 1;
         }

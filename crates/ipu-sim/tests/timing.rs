@@ -179,6 +179,46 @@ fn stores_into_code_invalidate_the_decoded_slot() {
 }
 
 #[test]
+fn a_tile_that_changes_shared_code_changes_only_its_own() {
+    // Both tiles decode `f` and the worker from one shared page; tile 1 patches `f` and its
+    // worker patches its own `rpt` body, tile 0 stores elsewhere. Shared or not, the results and every counter are the same.
+    let new = encode(&Instr::Setzi { d: MReg(6), imm: 2 }).unwrap();
+    let src = format!(
+        "main:\n li $m2, 0x80000\n get $m5, tileid\n brz $m5, go\n setzi $m3, f\n li $m4, {new}\n st32 $m4, $m3, 0\ngo:\n call $m10, f\n st32 $m6, $m2, 0\n setzi $m1, w\n run $m1, $m2\n waitw\n halt\nf:\n setzi $m6, 1\n br $m10\n .align 8\nw:\n get $m5, tileid\n li $m3, 0x80010\n brz $m5, body\n setzi $m3, patch\nbody:\n li $m4, {new}\n setzi $m7, 0\n rpt 3, 3\n st32 $m4, $m3, 0\npatch:\n setzi $m6, 1\n add $m7, $m7, $m6\n st32 $m7, $m0, 4\n exit\n"
+    );
+    let run = |shared: bool| {
+        let (mut d, object) = load_shared(ipu_target::Target::gc200(), 2, &src, shared);
+        let entry = object.symbols["main"];
+        let r = d
+            .run(
+                entry,
+                &ipu_sim::RunLimits {
+                    max_cycles: 1_000_000,
+                    ..ipu_sim::RunLimits::default()
+                },
+            )
+            .unwrap();
+        let words: Vec<(u32, u32)> = (0..2)
+            .map(|t| (word(&d, t, 0x80000), word(&d, t, 0x80004)))
+            .collect();
+        (
+            r.cycles,
+            words,
+            d.counters().to_vec(),
+            d.shared_code_pages(),
+        )
+    };
+    let (cycles, words, counters, pages) = run(true);
+    assert!(pages > 0, "nothing shared");
+    assert_eq!(words, [(1, 3), (2, 6)]);
+    let (cycles_lazy, words_lazy, counters_lazy, _) = run(false);
+    assert_eq!(
+        (cycles, words, counters),
+        (cycles_lazy, words_lazy, counters_lazy)
+    );
+}
+
+#[test]
 fn get_reads_tile_context_and_cycles() {
     let body = " get $m1, tileid\n get $m2, contextid\n get $m3, cycles\n li $m7, 0x80000\n st32 $m1, $m7, 0\n st32 $m2, $m7, 4\n st32 $m3, $m7, 8";
     let (d, r) = run(3, &one_worker(body, 0));

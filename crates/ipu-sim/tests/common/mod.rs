@@ -5,15 +5,30 @@ use ipu_isa::{AsmOptions, Object, assemble};
 use ipu_sim::{Device, RunLimits, RunReport, SimError};
 use ipu_target::Target;
 
-/// Assembles `source` and loads it onto tiles `0..tiles` of a fresh device; returns the
+/// Assembles `source` and loads it onto tiles `0..tiles` of a fresh device, its code decoded
+/// once for all tiles as the runtime loads packages ([`Device::share_code`]); returns the
 /// device and the object (for its symbols).
 pub fn load(target: Target, tiles: u32, source: &str) -> (Device, Object) {
+    load_shared(target, tiles, source, true)
+}
+
+/// [`load`], with the code decoded ahead and shared between tiles or (`shared` false) decoded
+/// by each tile as it first runs it.
+pub fn load_shared(target: Target, tiles: u32, source: &str, shared: bool) -> (Device, Object) {
     let object = assemble(source, "test.s", &AsmOptions::default())
         .unwrap_or_else(|e| panic!("test program does not assemble: {e}"));
     let mut d = Device::new(target, tiles);
+    let ranges: Vec<(u32, u32)> = object
+        .sections
+        .iter()
+        .map(|s| (s.address, s.bytes.len() as u32))
+        .collect();
     for t in 0..tiles {
         for s in &object.sections {
             d.write(t, s.address, &s.bytes).expect("load");
+        }
+        if shared {
+            d.share_code(t, &ranges).expect("share");
         }
     }
     (d, object)
