@@ -684,7 +684,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
         c.op(mov_m(sp, scratch));
         c.op(setzi(g, groups - 1));
-        if p_ty == Elem::F32 {
+        if p_ty == Elem::F32 || !first {
             // The loop's bundles start 8-byte aligned (a `nop` here, once per source).
             c.align_bundle();
         }
@@ -718,12 +718,21 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
                         });
                     }
                     Elem::F16 => {
+                        // Six issues, the second and fifth bundles: every unit starts on an
+                        // odd word (after the group's pointer copy), so both stay aligned.
                         c.op(Instr::Ld2x64Pace {
                             d: [ap(12), ap(10)],
                             p: [po, sp],
                         });
-                        c.op(ld64step(ap(14), sp, 8));
-                        widen4(c, 6, 12);
+                        c.bundle(ld64step(ap(14), sp, 8), conv(ConvOp::F16v2ToF32v2, 6, 12));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                        c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
+                        c.bundle(
+                            st64step(ap(10), pa, 8),
+                            fbin(FType::F32v2, FBinOp::Mac, 14, 8, 2),
+                        );
+                        c.op(st64step(ap(14), pa, 8));
+                        continue;
                     }
                 }
                 c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
@@ -858,14 +867,15 @@ pub fn flash_combine_slots(
 ) -> u32 {
     let groups = dv / cols;
     let units = if p_ty == Elem::F32 { 2 } else { 4 };
-    // Loads (with the running sum's, after the first source) and f16 widening per unit.
-    let (load_first, load) = if p_ty == Elem::F32 { (2, 2) } else { (3, 4) };
+    // The first source's loads and f16 widening per unit.
+    let load_first = if p_ty == Elem::F32 { 2 } else { 3 };
     // A group row: its loads, arithmetic and stores (f32: the pointer copy, the six issues of
     // `combine_group_f32`, the pointer update and the branch).
     let (group_first, group) = if p_ty == Elem::F32 {
         (1 + 6 + 2, 1 + 6 + 2)
     } else {
-        (units * (load_first + 4) + 2, units * (load + 4) + 2)
+        // f16: six issues a unit after the first source (two of them bundles).
+        (units * (load_first + 4) + 2, units * 6 + 2)
     };
     let per_source_first = 14 + groups * group_first + 1;
     let per_source = 15 + groups * group + 2;

@@ -77,6 +77,69 @@ fn combine_merges_two_sources_like_the_host() {
     }
 }
 
+#[test]
+fn combine_merges_two_f16_sources_like_the_host() {
+    // Two sources of 3 rows, dv = 32 (2 groups of 16 f16), f32 output in groups of 8; the
+    // statistics group holds m and l as f32 words.
+    let (rows, dv, cols) = (3usize, 32usize, 16usize);
+    let groups = dv / cols;
+    let src = [0x60000u32, 0x61000];
+    let f16 = |x: f32| half::f16::from_f32(x).to_f32();
+    let mut mem = Vec::new();
+    let mut o = vec![vec![0f32; groups * rows * cols]; 2];
+    let mut stats = vec![[0f32; 2]; 2 * rows];
+    for (j, oj) in o.iter_mut().enumerate() {
+        for (i, x) in oj.iter_mut().enumerate() {
+            *x = f16(value(i + 100 * j));
+        }
+        let mut b: Vec<u8> = oj
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect();
+        for r in 0..rows {
+            let st = [value(r + 7 * j), 1.0 + r as f32 + j as f32];
+            stats[j * rows + r] = st;
+            let mut row = [0u8; 32];
+            row[..4].copy_from_slice(&st[0].to_le_bytes());
+            row[4..8].copy_from_slice(&st[1].to_le_bytes());
+            b.extend_from_slice(&row);
+        }
+        mem.push((src[j], b));
+    }
+    let (out, scratch, gout) = (0x62000u32, 0x63000u32, 8usize);
+    let mut state = vec![out, (rows * gout * 4) as u32, rows as u32, scratch, 2];
+    for &s in &src {
+        state.extend([s, (rows * 32) as u32, s + (groups * rows * 32) as u32]);
+    }
+    let kernel = Kernel::FlashCombine {
+        p: Elem::F16,
+        out: Elem::F32,
+        cols: cols as u32,
+        gout: gout as u32,
+        dv: dv as u32,
+    };
+    let dev = run(kernel, &state, &mem);
+    let got = f32s(&dev, out, dv * rows);
+    for r in 0..rows {
+        let (m, l): (Vec<f32>, Vec<f32>) = (0..2)
+            .map(|j| (stats[j * rows + r][0], stats[j * rows + r][1]))
+            .unzip();
+        let mx = m[0].max(m[1]);
+        let w: Vec<f32> = m.iter().map(|x| (x - mx).exp()).collect();
+        let big_l = w[0] * l[0] + w[1] * l[1];
+        for d in 0..dv {
+            let (g, lane) = (d / cols, d % cols);
+            let at = (g * rows + r) * cols + lane;
+            let want = (w[0] * o[0][at] + w[1] * o[1][at]) / big_l;
+            let have = got[((d / gout) * rows + r) * gout + d % gout];
+            assert!(
+                (want - have).abs() <= 1e-5 * want.abs().max(1.0),
+                "row {r} d {d}: {have} vs {want}"
+            );
+        }
+    }
+}
+
 fn f16_bits(dev: &Device, addr: u32, n: usize) -> Vec<u16> {
     dev.read(0, addr, 2 * n as u32)
         .unwrap()
