@@ -78,6 +78,31 @@ fn group_pointers(c: &mut Code, ptrs: [MReg; 2], base: MReg, stride: MReg, group
     }
 }
 
+/// Issues `main` (loads and stores) co-issued with the first of `float` and the rest of
+/// `float` alone, keeping bundles 8-byte aligned: `odd` says whether the next issue starts on
+/// an odd word, in which case the first float operation goes alone.
+fn co_issue(c: &mut Code, main: Vec<Instr>, float: &[Instr], odd: &mut bool) {
+    let mut fi = 0;
+    if *odd && !main.is_empty() {
+        c.op(float[0]);
+        fi = 1;
+        *odd = !*odd;
+    }
+    for m in main {
+        if fi < float.len() {
+            c.bundle(m, float[fi]);
+            fi += 1;
+        } else {
+            c.op(m);
+            *odd = !*odd;
+        }
+    }
+    for f in &float[fi..] {
+        c.op(*f);
+        *odd = !*odd;
+    }
+}
+
 /// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
 /// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in `$a6:7`), and
 /// `p` added lane-wise to the sum in `$a10:11`.
@@ -266,25 +291,7 @@ pub fn flash_softmax(
                 main.push(ld64step(ap(nlo), sptr(u + 1), 8));
                 main.push(ld64step(ap(nhi), sptr(u + 1), 8));
             }
-            let mut fi = 0;
-            if odd && !main.is_empty() {
-                c.op(float[0]);
-                fi = 1;
-                odd = !odd;
-            }
-            for m in main {
-                if fi < float.len() {
-                    c.bundle(m, float[fi]);
-                    fi += 1;
-                } else {
-                    c.op(m);
-                    odd = !odd;
-                }
-            }
-            for f in &float[fi..] {
-                c.op(*f);
-                odd = !odd;
-            }
+            co_issue(c, main, &float, &mut odd);
         }
         for i in stores(units - 1) {
             c.op(i);
@@ -336,25 +343,7 @@ pub fn flash_softmax(
             if u + 1 < units {
                 main.push(ld64step(ap(set(u + 1).0), sptr(u + 1), 8));
             }
-            let mut fi = 0;
-            if odd && !main.is_empty() {
-                c.op(float[0]);
-                fi = 1;
-                odd = !odd;
-            }
-            for m in main {
-                if fi < float.len() {
-                    c.bundle(m, float[fi]);
-                    fi += 1;
-                } else {
-                    c.op(m);
-                    odd = !odd;
-                }
-            }
-            for f in &float[fi..] {
-                c.op(*f);
-                odd = !odd;
-            }
+            co_issue(c, main, &float, &mut odd);
         }
         c.op(st64step(ap(set(units - 1).0), pptr(units - 1), 8));
     } else {

@@ -148,14 +148,46 @@ fn f16_bits(dev: &Device, addr: u32, n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// Runs `flash_softmax` (f16 probabilities, no running statistics) over `scores` of type `s`
+/// laid out in groups of `cols` keys, `[cols, kb, rows, keys]`; returns the probabilities'
+/// f16 bits and the statistics' f32 words (8 per row).
+fn softmax_block(
+    s: Elem,
+    [cols, kb, rows, keys]: [usize; 4],
+    scaled: bool,
+    scale: f32,
+    scores: Vec<u8>,
+) -> (Vec<u16>, Vec<f32>) {
+    let (s_addr, p_addr, st_addr) = (0x60000u32, 0x61000u32, 0x62000u32);
+    let kernel = Kernel::FlashSoftmax {
+        s,
+        a: Elem::F16,
+        cols: cols as u32,
+        kb: kb as u32,
+        scaled,
+        running: false,
+    };
+    let state = [
+        s_addr,
+        p_addr,
+        st_addr,
+        rows as u32,
+        (keys / cols.max(kb)) as u32,
+        (rows * 32) as u32,
+        scale.to_bits(),
+    ];
+    let dev = run(kernel, &state, &[(s_addr, scores)]);
+    (
+        f16_bits(&dev, p_addr, keys * rows),
+        f32s(&dev, st_addr, rows * 8),
+    )
+}
+
 #[test]
 fn softmax_block_gives_the_host_probabilities_and_statistics() {
     // 3 rows, 32 keys: scores f32 in groups of 8 keys, probabilities f16 in groups of 16.
     let (rows, keys, cols, kb) = (3usize, 32usize, 8usize, 16usize);
     let scale = 0.125f32;
-    let s_addr = 0x60000u32;
-    let p_addr = 0x61000u32;
-    let st_addr = 0x62000u32;
     let score = |r: usize, k: usize| value(r * 131 + k * 17) * 4.0;
     let mut s = vec![0f32; keys * rows];
     for r in 0..rows {
@@ -167,26 +199,7 @@ fn softmax_block_gives_the_host_probabilities_and_statistics() {
     for k in 5..keys {
         s[((k / cols) * rows + 2) * cols + k % cols] = f32::NEG_INFINITY;
     }
-    let kernel = Kernel::FlashSoftmax {
-        s: Elem::F32,
-        a: Elem::F16,
-        cols: cols as u32,
-        kb: kb as u32,
-        scaled: true,
-        running: false,
-    };
-    let state = [
-        s_addr,
-        p_addr,
-        st_addr,
-        rows as u32,
-        (keys / kb) as u32,
-        (rows * 32) as u32,
-        scale.to_bits(),
-    ];
-    let dev = run(kernel, &state, &[(s_addr, bytes(&s))]);
-    let p = f16_bits(&dev, p_addr, keys * rows);
-    let stats = f32s(&dev, st_addr, rows * 8);
+    let (p, stats) = softmax_block(Elem::F32, [cols, kb, rows, keys], true, scale, bytes(&s));
     for r in 0..rows {
         let seen = if r == 2 { 5 } else { keys };
         let m = (0..seen)
@@ -222,7 +235,6 @@ fn f16_softmax_rounds_as_the_f16_expansion() {
     let score = |r: usize, k: usize| f16(value(r * 131 + k * 17) * 4.0);
     for scaled in [false, true] {
         let scale = if scaled { 0.3f32 } else { 1.0 };
-        let (s_addr, p_addr, st_addr) = (0x60000u32, 0x61000u32, 0x62000u32);
         let mut s = vec![0u16; keys * rows];
         for r in 0..rows {
             for k in 0..keys {
@@ -235,27 +247,8 @@ fn f16_softmax_rounds_as_the_f16_expansion() {
                 s[((k / g) * rows + r) * g + k % g] = half::f16::from_f32(x).to_bits();
             }
         }
-        let kernel = Kernel::FlashSoftmax {
-            s: Elem::F16,
-            a: Elem::F16,
-            cols: g as u32,
-            kb: g as u32,
-            scaled,
-            running: false,
-        };
-        let state = [
-            s_addr,
-            p_addr,
-            st_addr,
-            rows as u32,
-            (keys / g) as u32,
-            (rows * 32) as u32,
-            scale.to_bits(),
-        ];
         let s_bytes: Vec<u8> = s.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let dev = run(kernel, &state, &[(s_addr, s_bytes)]);
-        let p = f16_bits(&dev, p_addr, keys * rows);
-        let stats = f32s(&dev, st_addr, rows * 8);
+        let (p, stats) = softmax_block(Elem::F16, [g, g, rows, keys], scaled, scale, s_bytes);
         for r in 0..rows {
             let seen = if r == 2 { 5 } else { keys };
             let t = |k: usize| {
