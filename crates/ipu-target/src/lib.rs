@@ -31,6 +31,21 @@ pub const INTERLEAVED_BASE: u32 = 0x80000;
 /// Bytes per memory bank on Mk2. Source: DOC (PopVision glossary: 16 KiB banks).
 pub const BANK_BYTES: u32 = 16 * 1024;
 
+/// Barrel slots an issue loses per bank conflict: per load of the issue beyond the first from
+/// one memory element (see [`Target::element`]). PL's paced codelets require the streams they
+/// load together in different elements (`[[poplar::constraint("elem(*A) != elem(*B)")]]` on
+/// `ScaledAddSupervisor`, `elem(**in) != elem(**out)` on `ConvPartial1x1Out`, and others), and
+/// DOC's vertex programming guide has a section on memory conflicts in vertex pipelines. Those
+/// constraints are only ever between two loaded streams: `ScaledAddSupervisor` stores its
+/// in-place result into the element it loads `A` from in the same issue. So we model an
+/// element's read port only: two loads of one issue from one element conflict, a store
+/// conflicts with nothing (*assumption*: a separate or buffered write). *Assumption* too: the
+/// stall's length is not published; we charge one barrel slot of the issuing context per
+/// conflict, as if the extra load were replayed in the context's next issue. With all six
+/// workers conflicting that is the same as the tile's pipeline stalling one cycle per
+/// conflict.
+pub const BANK_CONFLICT_SLOTS: u32 = 1;
+
 /// Worker contexts per tile. Source: DOC (assembly programming guide: six workers and one
 /// supervisor, barrel-scheduled).
 pub const WORKER_CONTEXTS: u32 = 6;
@@ -364,6 +379,64 @@ impl Target {
     pub const fn bank(&self, addr: u32) -> u32 {
         (addr - self.memory_base) / self.bank_bytes
     }
+
+    /// The memory element (single-ported bank) an aligned access of at most 8 bytes at `addr`
+    /// uses. Below `interleaved_base` an element is one 16 KiB bank; above it, two banks
+    /// alternate every 8 bytes (what lets `ld128` read 16 bytes in one access), so an element
+    /// holds the even or the odd 8-byte words of a 32 KiB pair. Elements are numbered from
+    /// the bottom of memory. *Assumption* for the interleaving granularity (8 bytes, the width
+    /// of one paced access): DOC says only that interleaved memory lets two 64-bit accesses
+    /// proceed at once.
+    pub const fn element(&self, addr: u32) -> u32 {
+        if addr < self.interleaved_base {
+            self.bank(addr)
+        } else {
+            let off = addr - self.interleaved_base;
+            self.bank(self.interleaved_base) + 2 * (off / (2 * self.bank_bytes)) + ((off >> 3) & 1)
+        }
+    }
+
+    /// The memory elements ([`Target::element`]) that `[addr, addr + bytes)` touches, one bit
+    /// each: the 16 KiB banks of standard memory, both elements of every interleaved 32 KiB
+    /// pair it overlaps.
+    pub const fn elements(&self, addr: u32, bytes: u32) -> u64 {
+        let (bank, ib) = (self.bank_bytes as u64, self.interleaved_base as u64);
+        let (mb, pair) = (self.memory_base as u64, 2 * bank);
+        let end = addr as u64 + bytes as u64;
+        let mut m = 0u64;
+        let mut a = addr as u64;
+        while a < end {
+            if a < ib {
+                m |= 1 << self.element(a as u32);
+                a = mb + ((a - mb) / bank + 1) * bank;
+            } else {
+                let p = (a - ib) / pair;
+                m |= 3 << (self.bank(self.interleaved_base) as u64 + 2 * p);
+                a = ib + (p + 1) * pair;
+            }
+        }
+        m
+    }
+
+    /// Bank conflicts among the 8-byte loads of one issue at `addrs`: the loads beyond the
+    /// first from each memory element. Each costs [`BANK_CONFLICT_SLOTS`] of the issuing
+    /// context.
+    pub const fn bank_conflicts(&self, addrs: &[u32]) -> u32 {
+        let mut n = 0;
+        let mut i = 1;
+        while i < addrs.len() {
+            let mut j = 0;
+            while j < i {
+                if self.element(addrs[j]) == self.element(addrs[i]) {
+                    n += 1;
+                    break;
+                }
+                j += 1;
+            }
+            i += 1;
+        }
+        n
+    }
 }
 
 impl Default for Target {
@@ -408,6 +481,44 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn elements_are_banks_below_the_interleaved_region_and_alternate_above_it() {
+        let t = Target::gc200();
+        let low = t.bank(INTERLEAVED_BASE);
+        assert_eq!(low, 13, "208 KiB of 16 KiB banks");
+        assert_eq!(t.element(MEMORY_BASE), 0);
+        assert_eq!(t.element(MEMORY_BASE + BANK_BYTES - 8), 0);
+        assert_eq!(t.element(MEMORY_BASE + BANK_BYTES), 1);
+        // Interleaved: 8-byte words alternate between the two elements of a 32 KiB pair.
+        assert_eq!(t.element(INTERLEAVED_BASE), low);
+        assert_eq!(t.element(INTERLEAVED_BASE + 8), low + 1);
+        assert_eq!(t.element(INTERLEAVED_BASE + 16), low);
+        assert_eq!(t.element(INTERLEAVED_BASE + 2 * BANK_BYTES), low + 2);
+        assert_eq!(
+            t.element(MEMORY_END - 8),
+            low + 25,
+            "26 interleaved elements"
+        );
+        // Conflicts: loads beyond the first from one element.
+        let i = INTERLEAVED_BASE;
+        assert_eq!(t.bank_conflicts(&[i, i + 8]), 0, "one 128-bit pair");
+        assert_eq!(t.bank_conflicts(&[i, i + 16]), 1);
+        assert_eq!(t.bank_conflicts(&[i, i + 16, i + 32]), 2);
+        assert_eq!(t.bank_conflicts(&[i, i + 16, i + 8]), 1);
+        assert_eq!(t.bank_conflicts(&[i, i + 2 * BANK_BYTES]), 0);
+        assert_eq!(t.bank_conflicts(&[MEMORY_BASE, MEMORY_BASE + 8]), 1);
+        assert_eq!(t.bank_conflicts(&[MEMORY_BASE, i]), 0);
+        // The elements a range touches: whole interleaved pairs.
+        let (mb, b) = (MEMORY_BASE, BANK_BYTES);
+        assert_eq!(t.elements(mb, 8), 1);
+        assert_eq!(t.elements(mb, b), 1);
+        assert_eq!(t.elements(mb + b - 8, 16), 0b11);
+        assert_eq!(t.elements(i, 8), 0b11 << 13);
+        assert_eq!(t.elements(i + 2 * b - 8, 16), 0b1111 << 13);
+        // Straddling the regions: the last bank and the first pair.
+        assert_eq!(t.elements(i - 16, 32), 0b111 << 12);
+    }
 
     #[test]
     fn gc200_peak_matches_datasheet() {
