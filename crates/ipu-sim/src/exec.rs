@@ -351,7 +351,15 @@ pub(crate) struct Tile {
     tracker: Tracker,
     /// Scratch space for the decoded body of the running `rpt`.
     rpt_buf: Vec<(u32, Decoded)>,
-    /// Set while the executing context is a worker (for `get`).
+    /// Barrel slots the last executed slot lost to bank conflicts, charged by the loop that
+    /// issued it (`ipu_target::BANK_CONFLICT_SLOTS` per conflict).
+    stall: u32,
+    /// The running worker's entry (`u32::MAX` on the supervisor), to which conflicts are
+    /// attributed.
+    entry: u32,
+    /// Bank conflicts per worker entry (and `u32::MAX` for the supervisor), in first-seen
+    /// order.
+    pub entry_conflicts: Vec<(u32, u64)>,
     target: Target,
 }
 
@@ -1053,6 +1061,9 @@ impl Tile {
             marks: Vec::new(),
             tracker: Tracker::default(),
             rpt_buf: Vec::new(),
+            stall: 0,
+            entry: u32::MAX,
+            entry_conflicts: Vec::new(),
             target: *target,
         }
     }
@@ -1207,11 +1218,19 @@ impl Tile {
         pointers: &[MReg],
     ) -> R<()> {
         let mut values = [[0u32; 2]; L];
-        for (v, p) in values.iter_mut().zip(pointers) {
-            *v = self.load64(r.m[p.0 as usize & 15])?;
+        let mut addrs = [0u32; 3];
+        for ((v, p), a) in values.iter_mut().zip(pointers).zip(&mut addrs) {
+            *a = r.m[p.0 as usize & 15];
+            *v = self.load64(*a)?;
         }
         if let Some(s) = store {
-            self.store64(r.m[pointers[L].0 as usize & 15], pair(r, s.0))?;
+            addrs[L] = r.m[pointers[L].0 as usize & 15];
+            self.store64(addrs[L], pair(r, s.0))?;
+        }
+        // Only the loads can conflict (`ipu_target::BANK_CONFLICT_SLOTS`).
+        let n = self.target.bank_conflicts(&addrs[..L]);
+        if n != 0 {
+            self.conflict(n);
         }
         for p in pointers {
             let p = p.0 as usize & 15;
@@ -1221,6 +1240,18 @@ impl Tile {
             set_pair(r, d.0, v);
         }
         Ok(())
+    }
+
+    /// Counts `n` bank conflicts of the running context's issue and stalls it.
+    #[cold]
+    fn conflict(&mut self, n: u32) {
+        self.counters.bank_conflicts += n as u64;
+        self.stall += n * ipu_target::BANK_CONFLICT_SLOTS;
+        let e = self.entry;
+        match self.entry_conflicts.iter_mut().find(|(x, _)| *x == e) {
+            Some((_, c)) => *c += n as u64,
+            None => self.entry_conflicts.push((e, n as u64)),
+        }
     }
 
     /// Host write into memory: invalidates cached code.
@@ -1592,6 +1623,8 @@ impl Tile {
         };
         r.m[0] = state;
         let mut acc = self.accs[w];
+        self.stall = 0;
+        self.entry = entry;
         let ctx = w as u32;
         let cx = Context::Worker(w as u8);
         let mut time = start;
@@ -1614,14 +1647,16 @@ impl Tile {
                 if op.data {
                     self.exec_data_slot(&mut r, &mut acc, &op, SlotAt::Cached(pc), ctx, time)
                         .map_err(|t| self.fault(cx, pc, *t))?;
+                    self.worker_stall(&mut time, &mut slots);
                     r.pc = pc + op.bytes as u32;
                     continue;
                 }
                 let slot = self.slot_at(pc).map_err(|t| self.fault(cx, pc, *t))?;
-                match self
+                let flow = self
                     .exec_slot(&mut r, &mut acc, &slot, pc, ctx, time)
-                    .map_err(|t| self.fault(cx, pc, *t))?
-                {
+                    .map_err(|t| self.fault(cx, pc, *t))?;
+                self.worker_stall(&mut time, &mut slots);
+                match flow {
                     Flow::Next => r.pc = pc + op.bytes as u32,
                     Flow::Jump(t) => r.pc = t,
                     Flow::Exit => return Ok(()),
@@ -1658,6 +1693,7 @@ impl Tile {
             }
         })();
         self.tracker.on = false;
+        self.entry = u32::MAX;
         self.counters.worker_instructions += instrs;
         self.counters.worker_slots += slots;
         result?;
@@ -1690,12 +1726,14 @@ impl Tile {
             let mut done = 0;
             if all_data && *w.time + SLOT * iter_slots <= w.deadline {
                 done = buf.len();
+                let mut used = 0u64;
                 for (k, (q, d)) in buf.iter().enumerate() {
                     if self.code.epoch() != epoch {
                         done = k;
                         break;
                     }
                     *w.time += SLOT * d.cost as u64;
+                    used += d.cost as u64;
                     if let Err(t) = self.exec_data_slot(
                         w.r,
                         w.acc,
@@ -1708,6 +1746,14 @@ impl Tile {
                         *w.slots += s;
                         *w.instrs += i;
                         return Err(self.fault(cx, *q, *t));
+                    }
+                    // Past the deadline before the iteration ends after a stall: the rest slot
+                    // by slot, so that the limit fires where it would.
+                    if self.worker_stall(w.time, w.slots)
+                        && *w.time + SLOT * (iter_slots - used) > w.deadline
+                    {
+                        done = k + 1;
+                        break;
                     }
                 }
                 let (s, i) = if done == buf.len() {
@@ -1747,15 +1793,16 @@ impl Tile {
         if *w.time > w.deadline {
             return Err(self.fault(cx, p, (FaultKind::CycleLimit(w.deadline), None)));
         }
-        if d.op.data {
-            return self
-                .exec_data_slot(w.r, w.acc, &d.op, SlotAt::Here(&d.slot), w.ctx, *w.time)
-                .map_err(|t| self.fault(cx, p, *t));
-        }
-        match self
-            .exec_slot(w.r, w.acc, &d.slot, p, w.ctx, *w.time)
-            .map_err(|t| self.fault(cx, p, *t))?
-        {
+        let flow = if d.op.data {
+            self.exec_data_slot(w.r, w.acc, &d.op, SlotAt::Here(&d.slot), w.ctx, *w.time)
+                .map_err(|t| self.fault(cx, p, *t))?;
+            Flow::Next
+        } else {
+            self.exec_slot(w.r, w.acc, &d.slot, p, w.ctx, *w.time)
+                .map_err(|t| self.fault(cx, p, *t))?
+        };
+        self.worker_stall(w.time, w.slots);
+        match flow {
             Flow::Next => Ok(()),
             _ => Err(self.fault(cx, p, (FaultKind::ControlInRptBody, None))),
         }
@@ -2030,10 +2077,11 @@ impl Tile {
             self.tracker.pc = pc;
             self.time += SLOT * d.cost as u64;
             let now = self.time;
-            match self
+            let flow = self
                 .exec_slot(r, &mut dummy_acc, &d.slot, pc, 6, now)
-                .map_err(|t| self.fault(cx, pc, *t))?
-            {
+                .map_err(|t| self.fault(cx, pc, *t))?;
+            self.supervisor_stall();
+            match flow {
                 Flow::Next => r.pc = pc + d.bytes,
                 Flow::Jump(t) => r.pc = t,
                 Flow::Exit => unreachable!("exit faults on the supervisor"),
@@ -2067,10 +2115,11 @@ impl Tile {
                                 ));
                             }
                             let now = self.time;
-                            match self
+                            let flow = self
                                 .exec_slot(r, &mut dummy_acc, &d.slot, p, 6, now)
-                                .map_err(|t| self.fault(cx, p, *t))?
-                            {
+                                .map_err(|t| self.fault(cx, p, *t))?;
+                            self.supervisor_stall();
+                            match flow {
                                 Flow::Next => {}
                                 _ => {
                                     return Err(self.fault(
@@ -2086,6 +2135,29 @@ impl Tile {
                     r.pc = end;
                 }
             }
+        }
+    }
+
+    /// Charges a running worker (its `time` and `slots`) the slots its last slot lost to bank
+    /// conflicts; whether there were any.
+    #[inline(always)]
+    fn worker_stall(&mut self, time: &mut u64, slots: &mut u64) -> bool {
+        if self.stall == 0 {
+            return false;
+        }
+        let s = std::mem::take(&mut self.stall) as u64;
+        *time += SLOT * s;
+        *slots += s;
+        true
+    }
+
+    /// Charges the supervisor the slots its last slot lost to bank conflicts.
+    #[inline(always)]
+    fn supervisor_stall(&mut self) {
+        if self.stall != 0 {
+            let s = std::mem::take(&mut self.stall) as u64;
+            self.time += SLOT * s;
+            self.counters.supervisor_slots += s;
         }
     }
 

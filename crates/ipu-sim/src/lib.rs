@@ -139,10 +139,14 @@ pub struct TileCounters {
     pub worker_instructions: u64,
     /// Supervisor instructions issued (a bundle counts 2).
     pub supervisor_instructions: u64,
-    /// Worker issue slots (a bundle counts 1, a transcendental 2).
+    /// Worker issue slots (a bundle counts 1, a transcendental 2), with the slots lost to bank
+    /// conflicts (`ipu_target::BANK_CONFLICT_SLOTS` each).
     pub worker_slots: u64,
-    /// Supervisor issue slots.
+    /// Supervisor issue slots, with the slots lost to bank conflicts.
     pub supervisor_slots: u64,
+    /// Bank conflicts: loads of one issue beyond the first from one memory element
+    /// (`ipu_target::Target::bank_conflicts`), all contexts.
+    pub bank_conflicts: u64,
     /// Sum over worker launches of their running cycles.
     pub worker_busy_cycles: u64,
     /// Worker launches (`run`).
@@ -203,6 +207,8 @@ pub struct RunReport {
     pub instructions: u64,
     /// Worker instructions issued by all active tiles in this run.
     pub worker_instructions: u64,
+    /// Bank conflicts on all active tiles in this run ([`TileCounters::bank_conflicts`]).
+    pub bank_conflicts: u64,
     /// Global steps taken (including the final `halt`).
     pub global_steps: u32,
     /// The tile whose cycles are reported.
@@ -332,6 +338,18 @@ impl Device {
         &self.counters
     }
 
+    /// Bank conflicts per worker entry address, summed over the active tiles, in address order
+    /// (`u32::MAX` stands for the supervisors), accumulated across runs.
+    pub fn conflicts_by_entry(&self) -> Vec<(u32, u64)> {
+        let mut by: std::collections::BTreeMap<u32, u64> = Default::default();
+        for t in &self.tiles[..self.active_tiles as usize] {
+            for &(e, n) in &t.entry_conflicts {
+                *by.entry(e).or_default() += n;
+            }
+        }
+        by.into_iter().collect()
+    }
+
     /// Samples profile records at every `every`-th global step (0 turns sampling off). Each
     /// sample holds one record per active tile (about 100 bytes each).
     pub fn set_profile_interval(&mut self, every: u32) {
@@ -406,6 +424,7 @@ impl Device {
             }
             report.instructions += c.instructions() - b.instructions();
             report.worker_instructions += c.worker_instructions - b.worker_instructions;
+            report.bank_conflicts += c.bank_conflicts - b.bank_conflicts;
         }
         Ok(report)
     }

@@ -5,6 +5,8 @@ mod common;
 
 use common::*;
 use ipu_isa::{Instr, MReg, encode};
+use ipu_sim::{FaultKind, RunLimits, SimError};
+use ipu_target::Target;
 
 #[test]
 fn a_worker_slot_costs_six_cycles_and_waitw_waits_for_the_slowest() {
@@ -267,4 +269,100 @@ fn profile_records_are_sampled_at_the_chosen_interval() {
     assert_eq!(d.profile()[5].kind, ipu_sim::GlobalKind::Halt);
     d.clear_profile();
     assert!(d.profile().is_empty());
+}
+
+/// A worker issuing `n` `ld2xst64pace` (each followed by a `nop`) from pointers `p` (in an `rpt` when `rpt`), under a
+/// cycle limit of `limit`; returns the run's cycles (or the fault's kind) and the counters.
+fn paced_run(
+    p: [u32; 3],
+    n: u32,
+    rpt: bool,
+    limit: u64,
+) -> (Result<u64, FaultKind>, ipu_sim::TileCounters) {
+    // Two slots per iteration, so that a stall can land inside one.
+    let paced = " ld2xst64pace $a0:1, $a2:3, $a4:5, $m1+=8, $m2+=8, $m3+=8\n nop\n";
+    let body = if rpt {
+        format!(" rpt {n}, 2\n{paced}")
+    } else {
+        // A `nop` in the `rpt`'s place: the same slots at the same times.
+        format!(" nop\n{}", paced.repeat(n as usize))
+    };
+    let src = one_worker(
+        &format!(
+            " li $m1, {}\n li $m2, {}\n li $m3, {}\n{body}",
+            p[0], p[1], p[2]
+        ),
+        0,
+    );
+    let (mut d, entry) = device_with(Target::gc200(), 1, &src);
+    let r = d.run(
+        entry,
+        &RunLimits {
+            max_cycles: limit,
+            ..RunLimits::default()
+        },
+    );
+    let r = r.map(|r| r.cycles).map_err(|e| match e {
+        SimError::Fault(f) => f.kind,
+        e => panic!("{e}"),
+    });
+    (r, d.counters()[0])
+}
+
+#[test]
+fn paced_loads_from_one_memory_element_lose_a_slot_each() {
+    const I: u32 = 0x80000;
+    // Two loads in the two elements of one interleaved pair, the store in the next pair:
+    // as the pointers advance the loads alternate between the elements together.
+    let (free, c) = paced_run([I, I + 8, I + 0x8000], 16, true, 1_000_000);
+    assert_eq!(c.bank_conflicts, 0);
+    // The store in a load's element conflicts with nothing.
+    let (_, c1) = paced_run([I, I + 8, I + 16], 16, true, 1_000_000);
+    assert_eq!(c1.bank_conflicts, 0);
+    // The two loads 16 bytes apart: in one element at every issue.
+    let (same, c2) = paced_run([I, I + 16, I + 32], 16, true, 1_000_000);
+    assert_eq!(c2.bank_conflicts, 16);
+    assert_eq!(c2.worker_slots, c.worker_slots + 16);
+    assert_eq!(same, free.map(|c| c + 16 * 6));
+    // In different pairs, the same parity: apart.
+    let (_, c3) = paced_run([I, I + 0x8000, I + 8], 16, true, 1_000_000);
+    assert_eq!(c3.bank_conflicts, 0);
+    // Non-interleaved memory: one element per 16 KiB bank.
+    let (_, c4) = paced_run([0x70000, 0x70108, 0x74000], 16, true, 1_000_000);
+    assert_eq!(c4.bank_conflicts, 16);
+    let (_, c4) = paced_run([0x70000, 0x74000, 0x70008], 16, true, 1_000_000);
+    assert_eq!(c4.bank_conflicts, 0);
+    // Outside an `rpt`, the same.
+    let (unrolled, c5) = paced_run([I, I + 16, I + 32], 16, false, 1_000_000);
+    assert_eq!(c5.bank_conflicts, 16);
+    assert_eq!(c5.worker_slots, c2.worker_slots);
+    assert_eq!(unrolled, same);
+}
+
+#[test]
+fn a_cycle_limit_inside_a_conflicting_rpt_fires_where_slot_by_slot_would() {
+    const I: u32 = 0x80000;
+    // Limits landing before, inside and after an iteration's stall; the `rpt` (accounted an
+    // iteration at a time) and the unrolled body (slot by slot) must stop at the same count.
+    for limit in [400, 403, 406, 409, 500, 1234] {
+        let (r, c) = paced_run([I, I + 16, I + 32], 200, true, limit);
+        let (u, cu) = paced_run([I, I + 16, I + 32], 200, false, limit);
+        assert_eq!(r, Err(FaultKind::CycleLimit(limit)));
+        assert_eq!(u, Err(FaultKind::CycleLimit(limit)));
+        assert_eq!(c.bank_conflicts, cu.bank_conflicts, "limit {limit}");
+        assert_eq!(c.worker_slots, cu.worker_slots, "limit {limit}");
+    }
+}
+
+#[test]
+fn conflicts_are_attributed_to_the_entry_of_the_worker_that_issued_them() {
+    // Worker `a` loads two streams 16 bytes apart (one element), `b` two in one pair's two
+    // elements; 8 issues each.
+    let src = "main:\n setzi $m1, a\n setzi $m2, b\n run $m1, $m3\n run $m2, $m3\n waitw\n halt\n .align 8\na:\n li $m1, 0x80000\n li $m2, 0x80010\n rpt 8, 1\n ld2x64pace $a0:1, $a2:3, $m1+=8, $m2+=8\n exit\nb:\n li $m1, 0x80000\n li $m2, 0x80008\n rpt 8, 1\n ld2x64pace $a0:1, $a2:3, $m1+=8, $m2+=8\n exit\n";
+    let (d, object) = load(Target::gc200(), 2, src);
+    let mut d = d;
+    d.run(object.symbols["main"], &RunLimits::default())
+        .unwrap();
+    assert_eq!(d.conflicts_by_entry(), vec![(object.symbols["a"], 16)]);
+    assert_eq!(d.counters()[0].bank_conflicts, 8);
 }
