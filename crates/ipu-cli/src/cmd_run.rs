@@ -653,6 +653,7 @@ fn call_json(iteration: u32, r: &CallReport) -> serde_json::Value {
         "device_to_host_cycles": c.device_to_host_cycles,
         "on_chip_cycles": c.cycles.saturating_sub(c.host_exchange_cycles),
         "instructions": c.instructions,
+        "bank_conflicts": c.bank_conflicts,
     })
 }
 
@@ -668,6 +669,7 @@ fn device_json(r: &CallReport) -> serde_json::Value {
         "exchange_cycles": c.exchange_cycles,
         "sync_cycles": c.sync_cycles,
         "instructions": c.instructions,
+        "bank_conflicts": c.bank_conflicts,
         "simulated_worker_instructions": c.worker_instructions,
         "simulation_seconds": seconds,
         "simulated_worker_instructions_per_second": (seconds > 0.0).then(|| (c.worker_instructions as f64 / seconds).round()),
@@ -781,8 +783,13 @@ fn print_device(r: &DeviceRun, package: &Path, tiles: usize) {
     }
     let c = &r.first().counters;
     println!(
-        "cycles={} compute_cycles={} exchange_cycles={} sync_cycles={} instructions={}",
-        c.cycles, c.compute_cycles, c.exchange_cycles, c.sync_cycles, c.instructions
+        "cycles={} compute_cycles={} exchange_cycles={} sync_cycles={} instructions={} bank_conflicts={}",
+        c.cycles,
+        c.compute_cycles,
+        c.exchange_cycles,
+        c.sync_cycles,
+        c.instructions,
+        c.bank_conflicts
     );
     println!(
         "package={} tiles={tiles} device=simulator",

@@ -33,6 +33,14 @@ fn the_report_gives_simulated_instructions_seconds_and_their_ratio() {
         (rate - n as f64 / s).abs() <= 1.0 + 1e-6 * rate,
         "{rate} vs {n} / {s}"
     );
+    // Bank conflicts: none in this build, in the report, the profile and the HTML report.
+    assert_eq!(dev["bank_conflicts"].as_u64(), Some(0));
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("a/execution.profile.json")).unwrap())
+            .unwrap();
+    assert_eq!(profile["entry_conflicts"], serde_json::json!([]));
+    let html = std::fs::read_to_string(d.join("a/report.html")).unwrap();
+    assert!(html.contains("Bank conflicts by kernel"));
 }
 
 #[test]

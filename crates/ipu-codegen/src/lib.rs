@@ -544,9 +544,16 @@ pub fn build_searched(
     })?;
     (report.final_cycles, report.final_exchange_cycles) =
         cost::final_cycles(program, &exchanges, &target);
-    report.view = Some(Box::new(view::view(
-        &plan, program, &support, &placement, &exchanges, &target,
-    )));
+    let mut built = view::view(&plan, program, &support, &placement, &exchanges, &target);
+    built.kernels = kernels
+        .entries
+        .iter()
+        .map(|(k, &entry)| view::KernelView {
+            name: format!("{k:?}"),
+            entry,
+        })
+        .collect();
+    report.view = Some(Box::new(built));
     info!(
         final_cycles = report.final_cycles,
         final_exchange = report.final_exchange_cycles,

@@ -48,6 +48,19 @@ pub struct BuildView {
     /// refused operation (their share on the tile) and that operation's estimated working set.
     #[serde(default)]
     pub planning_refusal: bool,
+    /// The kernels linked into every active tile, by entry address (as the steps name them),
+    /// so that what the device attributes to an entry can be named. Empty before emission.
+    #[serde(default)]
+    pub kernels: Vec<KernelView>,
+}
+
+/// A kernel's name and entry address.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KernelView {
+    /// As [`StepView::kernels`] names it.
+    pub name: String,
+    /// Its entry address, the same on every tile.
+    pub entry: u32,
 }
 
 /// One bulk-synchronous step.
@@ -362,6 +375,7 @@ fn common(
         finalists: finalist_views(&plan.finalists),
         placed: placement.is_some(),
         planning_refusal: false,
+        kernels: Vec::new(),
     }
 }
 
@@ -533,5 +547,6 @@ pub(crate) fn planning_refusal_view(r: &PlanningRefusal<'_>, target: &Target) ->
         finalists: finalist_views(r.finalists),
         placed: false,
         planning_refusal: true,
+        kernels: Vec::new(),
     }
 }

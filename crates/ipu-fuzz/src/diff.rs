@@ -23,6 +23,8 @@ pub struct Outcome {
     pub checks: Vec<(String, Comparison)>,
     /// Cycles of the `run` call.
     pub cycles: u64,
+    /// Bank conflicts of the `run` call, all tiles.
+    pub bank_conflicts: u64,
     /// The package bytes.
     pub package_bytes: Vec<u8>,
     /// The device's outputs.
@@ -130,6 +132,7 @@ pub fn run_on_device(
     Ok(Outcome {
         checks,
         cycles: run.counters.cycles,
+        bank_conflicts: run.counters.bank_conflicts,
         package_bytes,
         outputs,
     })

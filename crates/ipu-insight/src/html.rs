@@ -232,11 +232,11 @@ fn execution(out: &mut String, input: &ReportInput<'_>) {
         return;
     };
     out.push_str("<p>Cycles of every step of <code>run</code> on the slowest tile, stacked compute / sync / exchange; the mark is the compiler's estimate.</p><div id=\"steps-chart\" class=\"chart\"></div>\n");
-    out.push_str("<table><tr><th>step</th><th>kind</th><th>name</th><th>cycles</th><th>compute</th><th>sync</th><th>exchange</th><th>estimate</th><th>bytes</th><th>worker occupancy</th><th>kernels</th></tr>\n");
+    out.push_str("<table><tr><th>step</th><th>kind</th><th>name</th><th>cycles</th><th>compute</th><th>sync</th><th>exchange</th><th>estimate</th><th>bytes</th><th>worker occupancy</th><th>bank conflicts</th><th>kernels</th></tr>\n");
     for s in &t.steps {
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"small\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"small\">{}</td></tr>",
             s.index,
             esc(&s.kind),
             esc(&s.name),
@@ -248,10 +248,22 @@ fn execution(out: &mut String, input: &ReportInput<'_>) {
             s.bytes,
             s.occupancy
                 .map_or("–".into(), |o| format!("{:.1}%", o * 100.0)),
+            s.bank_conflicts,
             esc(&s.kernels.join(", "))
         );
     }
-    out.push_str("</table></section>\n");
+    out.push_str("</table>\n");
+    out.push_str("<h3>Bank conflicts by kernel</h3>\n");
+    if t.kernel_conflicts.is_empty() {
+        out.push_str("<p>None: no issue loaded twice from one memory element.</p>\n");
+    } else {
+        out.push_str("<p>Loads of one issue beyond the first from one memory element, all tiles and calls; each cost its context a barrel slot.</p><table><tr><th>kernel</th><th>conflicts</th></tr>\n");
+        for (k, n) in &t.kernel_conflicts {
+            let _ = writeln!(out, "<tr><td>{}</td><td>{n}</td></tr>", esc(k));
+        }
+        out.push_str("</table>\n");
+    }
+    out.push_str("</section>\n");
 }
 
 fn exchange(out: &mut String, input: &ReportInput<'_>) {

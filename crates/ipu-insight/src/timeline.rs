@@ -48,6 +48,9 @@ pub struct Step {
     pub bytes: u64,
     /// Busy worker cycles over the worker contexts times the compute cycles of all tiles.
     pub occupancy: Option<f64>,
+    /// Bank conflicts in the compute before the step, all tiles (each cost its context a
+    /// barrel slot).
+    pub bank_conflicts: u64,
 }
 
 /// One tile's part in one step, in cycles since the call began.
@@ -63,6 +66,8 @@ pub struct TileStep {
     pub end: u64,
     /// Busy worker cycles of its compute.
     pub worker_busy: u64,
+    /// Bank conflicts in its compute.
+    pub bank_conflicts: u64,
 }
 
 /// The timeline of the first `run` call.
@@ -78,6 +83,10 @@ pub struct Timeline {
     pub tiles: Vec<(u32, Vec<TileStep>)>,
     /// Whether the build's view matched the device's steps (estimates and names are from it).
     pub matched_view: bool,
+    /// Bank conflicts per kernel over the session (startup included), most first: the
+    /// kernel's name from the build's view (else its entry address, or `supervisor`) and the
+    /// conflicts of all tiles.
+    pub kernel_conflicts: Vec<(String, u64)>,
 }
 
 impl Timeline {
@@ -188,6 +197,7 @@ pub fn timeline(profile: &Profile, view: Option<&BuildView>) -> Result<Timeline,
                 worker_busy: here
                     .worker_busy_cycles
                     .saturating_sub(prev.worker_busy_cycles),
+                bank_conflicts: here.bank_conflicts.saturating_sub(prev.bank_conflicts),
             });
             prev_end = end;
             prev = here;
@@ -236,6 +246,7 @@ pub fn timeline(profile: &Profile, view: Option<&BuildView>) -> Result<Timeline,
             exchange_cycles: end - arrive - sync,
             occupancy: (compute_all > 0 && busy_all > 0)
                 .then(|| busy_all as f64 / (WORKERS * compute_all) as f64),
+            bank_conflicts: per_tile.iter().map(|(_, s)| s[j].bank_conflicts).sum(),
             ..Default::default()
         };
         if let (true, Some(vs)) = (matched_view, view_steps) {
@@ -248,11 +259,28 @@ pub fn timeline(profile: &Profile, view: Option<&BuildView>) -> Result<Timeline,
         steps.push(step);
         prev_end = end;
     }
+    let mut kernel_conflicts: Vec<(String, u64)> = profile
+        .entry_conflicts
+        .iter()
+        .filter(|e| e.conflicts > 0)
+        .map(|e| {
+            let name = view
+                .and_then(|v| v.kernels.iter().find(|k| k.entry == e.entry))
+                .map(|k| k.name.clone())
+                .unwrap_or_else(|| match e.entry {
+                    u32::MAX => "supervisor".to_string(),
+                    a => format!("code at {a:#x}"),
+                });
+            (name, e.conflicts)
+        })
+        .collect();
+    kernel_conflicts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(Timeline {
         clock_hz: profile.clock_hz,
         call_cycles: call.counters.cycles,
         steps,
         tiles: per_tile,
         matched_view,
+        kernel_conflicts,
     })
 }

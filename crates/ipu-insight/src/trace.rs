@@ -152,6 +152,7 @@ pub fn trace(timeline: &Timeline, title: &str) -> Value {
             "sync_cycles": s.sync_cycles,
             "exchange_cycles": s.exchange_cycles,
             "bytes": s.bytes,
+            "bank_conflicts": s.bank_conflicts,
         });
         if !s.kernels.is_empty() {
             args["kernels"] = json!(s.kernels.join(", "));
@@ -268,6 +269,7 @@ pub fn trace(timeline: &Timeline, title: &str) -> Value {
                 sync_end: group.iter().map(|(_, x)| x[j].sync_end).max().unwrap_or(0),
                 end: group.iter().map(|(_, x)| x[j].end).max().unwrap_or(0),
                 worker_busy: 0,
+                bank_conflicts: 0,
             };
             let computes: Vec<u64> = group
                 .iter()

@@ -66,6 +66,10 @@ pub struct DeviceCounters {
     /// The part of `instructions` the worker contexts issued.
     #[serde(default)]
     pub worker_instructions: u64,
+    /// Bank conflicts, all tiles: loads of one issue beyond the first from one memory
+    /// element, each costing its context a barrel slot (`ipu_target::BANK_CONFLICT_SLOTS`).
+    #[serde(default)]
+    pub bank_conflicts: u64,
     /// Bulk-synchronous steps the call went through (the final `halt` included).
     pub global_steps: u64,
     /// The tile whose cycles are reported (the slowest).
@@ -103,6 +107,9 @@ pub struct TileCounters {
     /// contexts times the compute cycles).
     #[serde(default)]
     pub worker_busy_cycles: u64,
+    /// Bank conflicts on the tile (see [`DeviceCounters::bank_conflicts`]).
+    #[serde(default)]
+    pub bank_conflicts: u64,
 }
 
 /// One sampled profile record: a tile's counters when it arrived at a bulk-synchronous step.
@@ -180,4 +187,20 @@ pub trait Device: Send {
 
     /// The marks the programs recorded since loading, in the order they were taken.
     fn profile_marks(&self) -> Vec<ProfileMark>;
+
+    /// Bank conflicts since loading per worker entry address (the kernel), all tiles, in
+    /// address order; `u32::MAX` stands for the supervisors. A device that does not count
+    /// them reports none.
+    fn conflicts_by_entry(&self) -> Vec<EntryConflicts> {
+        Vec::new()
+    }
+}
+
+/// Bank conflicts attributed to the code entered at one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryConflicts {
+    /// The worker entry address (`u32::MAX`: the supervisors).
+    pub entry: u32,
+    /// Conflicts, all tiles.
+    pub conflicts: u64,
 }

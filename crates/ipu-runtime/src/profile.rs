@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::RuntimeError;
-use crate::device::{ProfileMark, ProfileSample, TileCounters};
+use crate::device::{EntryConflicts, ProfileMark, ProfileSample, TileCounters};
 use crate::session::CallReport;
 
 /// Version of the profile's JSON layout; bumped when a field changes meaning or goes away.
@@ -35,6 +35,9 @@ pub struct Profile {
     pub samples: Vec<ProfileSample>,
     /// The marks the programs recorded, in the order they were taken.
     pub marks: Vec<ProfileMark>,
+    /// Bank conflicts per worker entry address (the kernel), all tiles and calls.
+    #[serde(default)]
+    pub entry_conflicts: Vec<EntryConflicts>,
 }
 
 impl Profile {

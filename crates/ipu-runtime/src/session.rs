@@ -347,6 +347,7 @@ impl<'p> Session<'p> {
             calls: self.calls.clone(),
             samples: self.device.profile_samples(),
             marks: self.device.profile_marks(),
+            entry_conflicts: self.device.conflicts_by_entry(),
         }
     }
 

@@ -10,7 +10,9 @@ use ipu_sim::{RunLimits, SimError};
 use ipu_target::{Target, config};
 
 use crate::RuntimeError;
-use crate::device::{CallLimits, Device, DeviceCounters, ProfileMark, ProfileSample, TileCounters};
+use crate::device::{
+    CallLimits, Device, DeviceCounters, EntryConflicts, ProfileMark, ProfileSample, TileCounters,
+};
 
 /// The simulator as a [`Device`].
 pub struct SimulatorDevice {
@@ -104,6 +106,7 @@ fn tile_counters(tile: u32, c: &ipu_sim::TileCounters) -> TileCounters {
         worker_instructions: c.worker_instructions,
         worker_launches: c.worker_launches,
         worker_busy_cycles: c.worker_busy_cycles,
+        bank_conflicts: c.bank_conflicts,
     }
 }
 
@@ -232,6 +235,7 @@ impl Device for SimulatorDevice {
             device_to_host_cycles: r.device_to_host_cycles,
             instructions: r.instructions,
             worker_instructions: r.worker_instructions,
+            bank_conflicts: r.bank_conflicts,
             global_steps: r.global_steps as u64,
             critical_tile: r.critical_tile,
         })
@@ -261,6 +265,15 @@ impl Device for SimulatorDevice {
                 counters: tile_counters(r.tile, &r.counters),
             };
             sim.profile().iter().map(sample).collect()
+        })
+    }
+
+    fn conflicts_by_entry(&self) -> Vec<EntryConflicts> {
+        self.read_loaded(|sim| {
+            sim.conflicts_by_entry()
+                .into_iter()
+                .map(|(entry, conflicts)| EntryConflicts { entry, conflicts })
+                .collect()
         })
     }
 
