@@ -419,7 +419,7 @@ pub fn build_searched(
     // with the program, past any fixed reserve).
     let mut support_bytes = plan::SUPPORT_RESERVE_BYTES;
     let mut attempt = 0;
-    let (plan, lowered, kernels, step_index, sized, placement, support) = loop {
+    let (plan, mut lowered, kernels, step_index, sized, placement, support) = loop {
         // The view of every tile at the operation planning refused for memory, if it did.
         let mut planning_view = None;
         let planned = phase(&mut report, "lower_mid", || {
@@ -525,6 +525,9 @@ pub fn build_searched(
             _ => None,
         })
         .collect();
+    // Placed, the addresses are known: the launches charge the bank conflicts their streams
+    // meet where placement could not keep them apart.
+    cost::charge_bank_conflicts(&mut lowered.program, &placement.addresses, &target);
     let program = &lowered.program;
     report.program_text = program.summary();
     report.peak_standard_bytes = placement

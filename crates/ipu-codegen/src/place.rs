@@ -85,6 +85,72 @@ fn top_fit(taken: &[(u32, u32)], lo: u32, hi: u32, bytes: u32) -> (Option<u32>, 
     (best, largest_free(taken, lo, hi))
 }
 
+/// [`bottom_fit`], where some address also keeps the buffer out of the `avoid` elements: the
+/// lowest such address, else `None`. Besides the ends of the taken ranges it tries every
+/// element's start.
+fn bottom_fit_apart(
+    target: &Target,
+    taken: &[(u32, u32)],
+    (lo, hi): (u32, u32),
+    bytes: u32,
+    avoid: u64,
+) -> Option<u32> {
+    let starts = (0..)
+        .map(|i| target.memory_base + i * target.bank_bytes)
+        .take_while(|&a| a < hi);
+    let mut candidates: Vec<u32> = std::iter::once(lo)
+        .chain(taken.iter().map(|t| t.1))
+        .chain(starts)
+        .map(|a| align(a.max(lo), BUFFER_ALIGN))
+        .filter(|&a| a as u64 + bytes as u64 <= hi as u64)
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    // Lowest first; the element test is cheaper than the free-range one.
+    candidates
+        .into_iter()
+        .find(|&a| target.elements(a, bytes) & avoid == 0 && free_at(taken, a, bytes))
+}
+
+/// Every buffer's partners: the buffers a kernel loads from in the same paced issues
+/// (`State::co_loaded`), which placement keeps in different memory elements where it can. Both
+/// directions of every pair, sorted and without repeats.
+struct CoLoaded(Vec<(BufferId, BufferId)>);
+
+impl CoLoaded {
+    fn of(program: &TileProgram) -> CoLoaded {
+        let mut pairs = Vec::new();
+        for step in &program.steps {
+            let crate::program::Step::Compute { tiles, .. } = step else {
+                continue;
+            };
+            for op in tiles.values().flatten() {
+                if let Some((_, state)) = op.launch() {
+                    for (a, b) in state.co_loaded() {
+                        // A tile's workers share their buffers: skip the repeats in a row.
+                        if pairs.last() != Some(&(b, a)) {
+                            pairs.push((a, b));
+                            pairs.push((b, a));
+                        }
+                    }
+                }
+            }
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        CoLoaded(pairs)
+    }
+
+    /// The partners of `b`.
+    fn of_buffer(&self, b: BufferId) -> impl Iterator<Item = BufferId> + '_ {
+        let start = self.0.partition_point(|p| p.0 < b);
+        self.0[start..]
+            .iter()
+            .take_while(move |p| p.0 == b)
+            .map(|p| p.1)
+    }
+}
+
 /// Places the buffers of `program`, given each tile's support area.
 pub fn place(
     program: &TileProgram,
@@ -197,6 +263,7 @@ pub fn place(
             by_tile.entry(mb.tile).or_default();
         }
     }
+    let apart = CoLoaded::of(program);
     let mut peak_standard_bytes = BTreeMap::new();
     let mut peak_interleaved_bytes = BTreeMap::new();
     for (tile, mut ids) in by_tile {
@@ -213,44 +280,95 @@ pub fn place(
                 id.0,
             )
         });
-        let mut placed: Vec<Placed> = preplaced.get(&tile).cloned().unwrap_or_default();
         let std_start = align(sup.support_end, BUFFER_ALIGN);
-        for id in ids {
-            let b = &program.buffers[id.0 as usize];
-            let live = (b.first, b.last);
-            let mut conflicts: Vec<(u32, u32)> = placed
-                .iter()
-                .filter(|p| overlaps(p.2, live))
-                .map(|p| (p.0, p.0 + p.1))
-                .collect();
-            conflicts.sort_unstable();
-            // Interleaved-only buffers fill interleaved memory from the top down; the others
-            // fill from the bottom up (standard and interleaved memory are adjacent, so a
-            // buffer may straddle them), leaving the free space in one piece in the middle.
-            let (chosen, best_free) = match b.region {
-                Region::Interleaved => top_fit(
-                    &conflicts,
-                    target.interleaved_base,
-                    target.memory_end,
-                    b.bytes,
-                ),
-                Region::Any => bottom_fit(&conflicts, std_start, target.memory_end, b.bytes),
-            };
-            let Some(addr) = chosen else {
-                return Err(CodegenError::DoesNotFit {
-                    op: Some(b.op.clone()),
-                    tile: Some(tile),
-                    region: b.region.into(),
-                    need_bytes: b.bytes as u64,
-                    available_bytes: best_free as u64,
-                    detail: format!(
-                        "buffer {} live at steps {}..={}: the largest free range then is counted",
-                        b.name, b.first, b.last
+        // Buffers loaded together go to different memory elements where that fits; if the
+        // tile then does not fit, it is placed again without that preference.
+        let mut placed: Vec<Placed> = Vec::new();
+        for keep_apart in [true, false] {
+            placed = preplaced.get(&tile).cloned().unwrap_or_default();
+            // Addresses placed so far on this tile (a few buffers, of many on the chip).
+            let mut here: BTreeMap<BufferId, u32> = BTreeMap::new();
+            let mut result = Ok(());
+            // Whether the preference moved a buffer (else a second pass would be the same).
+            let mut moved = false;
+            for &id in &ids {
+                let b = &program.buffers[id.0 as usize];
+                let live = (b.first, b.last);
+                let mut conflicts: Vec<(u32, u32)> = placed
+                    .iter()
+                    .filter(|p| overlaps(p.2, live))
+                    .map(|p| (p.0, p.0 + p.1))
+                    .collect();
+                conflicts.sort_unstable();
+                let avoid = if keep_apart && b.region == Region::Any {
+                    apart.of_buffer(id).fold(0u64, |m, o| {
+                        let ob = &program.buffers[o.0 as usize];
+                        match here.get(&o) {
+                            Some(&a) if overlaps((ob.first, ob.last), live) => {
+                                m | target.elements(a, ob.bytes)
+                            }
+                            _ => m,
+                        }
+                    })
+                } else {
+                    0
+                };
+                // Interleaved-only buffers fill interleaved memory from the top down; the
+                // others fill from the bottom up (standard and interleaved memory are
+                // adjacent, so a buffer may straddle them), leaving the free space in one
+                // piece in the middle.
+                let (chosen, best_free) = match b.region {
+                    Region::Interleaved => top_fit(
+                        &conflicts,
+                        target.interleaved_base,
+                        target.memory_end,
+                        b.bytes,
                     ),
-                });
+                    Region::Any => {
+                        let range = (std_start, target.memory_end);
+                        let fit = bottom_fit(&conflicts, range.0, range.1, b.bytes);
+                        // The lowest fit when it is apart already (the usual case), else the
+                        // lowest that is.
+                        match fit.0 {
+                            Some(a) if target.elements(a, b.bytes) & avoid != 0 => {
+                                match bottom_fit_apart(target, &conflicts, range, b.bytes, avoid) {
+                                    Some(apart) => {
+                                        moved = true;
+                                        (Some(apart), fit.1)
+                                    }
+                                    None => fit,
+                                }
+                            }
+                            _ => fit,
+                        }
+                    }
+                };
+                let Some(addr) = chosen else {
+                    result = Err((id, best_free));
+                    break;
+                };
+                addresses[id.0 as usize] = addr;
+                here.insert(id, addr);
+                placed.push((addr, b.bytes, live));
+            }
+            let Err((id, best_free)) = result else {
+                break;
             };
-            addresses[id.0 as usize] = addr;
-            placed.push((addr, b.bytes, live));
+            if keep_apart && moved {
+                continue;
+            }
+            let b = &program.buffers[id.0 as usize];
+            return Err(CodegenError::DoesNotFit {
+                op: Some(b.op.clone()),
+                tile: Some(tile),
+                region: b.region.into(),
+                need_bytes: b.bytes as u64,
+                available_bytes: best_free as u64,
+                detail: format!(
+                    "buffer {} live at steps {}..={}: the largest free range then is counted",
+                    b.name, b.first, b.last
+                ),
+            });
         }
         // Peak use per region: the most bytes live at any one step.
         let steps = program.steps.len();
@@ -352,4 +470,27 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_goes_to_the_lowest_address_clear_of_its_partners_elements() {
+        let t = Target::gc200();
+        let b = t.bank_bytes;
+        let mb = t.memory_base;
+        // An element's start is tried: the buffer goes to the next bank clear of `avoid`.
+        let taken = [(mb, mb + 64)];
+        let a = bottom_fit_apart(&t, &taken, (mb, t.memory_end), 256, 1);
+        assert_eq!(a, Some(mb + b));
+        let a = bottom_fit_apart(&t, &taken, (mb, t.memory_end), 256, 0b10);
+        assert_eq!(a, Some(mb + 64));
+        // Nowhere clear of every element.
+        assert_eq!(
+            bottom_fit_apart(&t, &taken, (mb, t.memory_end), 256, u64::MAX),
+            None
+        );
+    }
 }

@@ -459,3 +459,26 @@ fn flash_attention_with_a_bool_mask_that_hides_keys_and_whole_rows() {
         );
     }
 }
+
+#[test]
+fn buffers_loaded_together_are_placed_in_different_memory_elements() {
+    // Kernels that load two buffers in one issue: AMP passes with partials (k over several
+    // blocks), the k-split reduction's later additions, and the flash merge of several
+    // sources. Placement keeps each pair apart, so the device charges no bank conflict.
+    let flash = common::model(
+        "attention-flash",
+        &[
+            ("seq", "1024"),
+            ("heads", "1"),
+            ("head_dim", "64"),
+            ("dtype", "f16"),
+        ],
+    );
+    let o = common::run(&flash, Target::gc200(), 16, 3);
+    o.assert_within("flash seq 1024 on 16 tiles", 2e-3);
+    assert_eq!(o.bank_conflicts, 0, "flash seq 1024 on 16 tiles");
+    let mm = matmul(96, 256, 64, "f16", "f32", "f16");
+    let o = common::run(&mm, Target::gc200(), 4, 3);
+    o.assert_exact("matmul 96x256x64 on 4 tiles");
+    assert_eq!(o.bank_conflicts, 0, "matmul 96x256x64 on 4 tiles");
+}

@@ -230,6 +230,37 @@ pub fn binary_slots(ty: Elem, op: BinOp, vectors: u32) -> u32 {
     fixed + per * vectors
 }
 
+/// Issue slots lost to bank conflicts by [`Kernel::Binary`] (a float operation) with its
+/// operands at addresses `a` and `b`: its paced loads read `a + 8 i` and `b + 8 i` in one
+/// issue, for `i` in
+/// `0..=vectors` (the pipelined loop loads one vector ahead) or, for a division, `0..vectors`;
+/// each pair in one memory element costs a slot (`ipu_target::BANK_CONFLICT_SLOTS`), which
+/// [`binary_slots`] leaves out.
+pub fn binary_conflict_slots(
+    target: &ipu_target::Target,
+    op: BinOp,
+    a: u32,
+    b: u32,
+    vectors: u32,
+) -> u32 {
+    if vectors == 0 {
+        return 0;
+    }
+    let loads = if op.float_op().is_some() {
+        vectors + 1
+    } else {
+        vectors
+    };
+    // Streams in no common element (the usual case, placed apart) meet no conflict.
+    if target.elements(a, 8 * loads) & target.elements(b, 8 * loads) == 0 {
+        return 0;
+    }
+    (0..loads)
+        .filter(|&i| target.bank_conflicts(&[a.wrapping_add(8 * i), b.wrapping_add(8 * i)]) != 0)
+        .count() as u32
+        * ipu_target::BANK_CONFLICT_SLOTS
+}
+
 pub(crate) fn unary(c: &mut Code, ty: Elem, op: UnOp) {
     if matches!(op, UnOp::Tanh | UnOp::Erf | UnOp::Log) {
         return unary_approx(c, ty, op);

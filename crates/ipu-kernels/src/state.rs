@@ -638,6 +638,36 @@ states! {
 }
 
 impl State {
+    /// Pairs of different buffers its kernel loads from in one paced issue (`ld2x64pace`,
+    /// `ld2xst64pace`): in one memory element they would conflict
+    /// (`ipu_target::BANK_CONFLICT_SLOTS`), so storage placement keeps them apart where it can.
+    pub fn co_loaded(&self) -> impl Iterator<Item = (BufferId, BufferId)> + '_ {
+        fn pair(a: StateWord, b: StateWord) -> Option<(BufferId, BufferId)> {
+            match (a, b) {
+                (StateWord::Addr(x, _), StateWord::Addr(y, _)) if x != y => Some((x, y)),
+                _ => None,
+            }
+        }
+        let one = match self {
+            State::Amp(s) => pair(s.input.word(), s.partials),
+            State::AmpAll(s) => pair(s.input.word(), s.partials),
+            State::AmpTable(s) => pair(s.input.word(), s.partials),
+            State::Binary(s) => pair(s.a.word(), s.b.word()),
+            _ => None,
+        };
+        // The flash merge's pass B loads each source's `O` with the running sum in the
+        // scratch row.
+        let (sources, scratch) = match self {
+            State::FlashCombine(s) => (&s.sources[..], Some(s.scratch)),
+            _ => (&[][..], None),
+        };
+        one.into_iter().chain(
+            sources
+                .iter()
+                .filter_map(move |src| pair(src.o.word(), scratch?.word())),
+        )
+    }
+
     /// The buffers the state points into, in word order (a table of passes names each of its
     /// buffers once).
     pub fn buffers(&self) -> impl Iterator<Item = BufferId> {

@@ -22,6 +22,29 @@ fn value(i: usize) -> f32 {
     ((i * 7919 % 1000) as f32 - 500.0) / 250.0
 }
 
+/// The vertex state of a `FlashCombine` of the sources `src` (`groups` groups of `rows` rows
+/// each, the statistics after them) into f32 output groups of `gout` at `out`.
+fn combine_state(
+    out: u32,
+    scratch: u32,
+    rows: usize,
+    gout: usize,
+    groups: usize,
+    src: &[u32],
+) -> Vec<u32> {
+    let mut state = vec![
+        out,
+        (rows * gout * 4) as u32,
+        rows as u32,
+        scratch,
+        src.len() as u32,
+    ];
+    for &s in src {
+        state.extend([s, (rows * 32) as u32, s + (groups * rows * 32) as u32]);
+    }
+    state
+}
+
 #[test]
 fn combine_merges_two_sources_like_the_host() {
     // Two sources of 3 rows, dv = 16 (2 groups of 8 f32), f32 output in groups of 8.
@@ -41,11 +64,7 @@ fn combine_merges_two_sources_like_the_host() {
         mem.push((src[j], bytes(oj)));
     }
     let out = 0x62000u32;
-    let scratch = 0x63000u32;
-    let mut state = vec![out, (rows * cols * 4) as u32, rows as u32, scratch, 2];
-    for &s in &src {
-        state.extend([s, (rows * 32) as u32, s + (groups * rows * 32) as u32]);
-    }
+    let state = combine_state(out, 0x63000, rows, cols, groups, &src);
     let kernel = Kernel::FlashCombine {
         p: Elem::F32,
         out: Elem::F32,
@@ -106,11 +125,8 @@ fn combine_merges_two_f16_sources_like_the_host() {
         }
         mem.push((src[j], b));
     }
-    let (out, scratch, gout) = (0x62000u32, 0x63000u32, 8usize);
-    let mut state = vec![out, (rows * gout * 4) as u32, rows as u32, scratch, 2];
-    for &s in &src {
-        state.extend([s, (rows * 32) as u32, s + (groups * rows * 32) as u32]);
-    }
+    let (out, gout) = (0x62000u32, 8usize);
+    let state = combine_state(out, 0x63000, rows, gout, groups, &src);
     let kernel = Kernel::FlashCombine {
         p: Elem::F16,
         out: Elem::F32,

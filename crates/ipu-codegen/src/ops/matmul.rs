@@ -669,7 +669,11 @@ pub(crate) fn reduce_estimates(
             n as u32,
             depth,
             runs,
-            ((BufferId(0), 0), (BufferId(0), 0), (BufferId(0), 0)),
+            (
+                Slices::one((BufferId(0), 0)),
+                (BufferId(0), 0),
+                (BufferId(0), 0),
+            ),
         );
         ops.push(SupOp::WaitW);
         let exchange = if i == 0 {
@@ -689,9 +693,41 @@ pub(crate) fn reduce_estimates(
     stages
 }
 
+/// Where a reduction stage's input slices lie on a tile: one after another from `even`, or,
+/// with `odd`, the even slices one after another from `even` and the odd ones from `odd`.
+/// Split, the first addition of every run reads two buffers, which placement can keep in
+/// different memory elements (`State::co_loaded`); in one buffer its two loads would share
+/// an element wherever the slices do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slices {
+    pub even: (BufferId, u32),
+    pub odd: Option<(BufferId, u32)>,
+}
+
+impl Slices {
+    /// The slices one after another in one buffer from `at`.
+    pub(crate) fn one(at: (BufferId, u32)) -> Slices {
+        Slices {
+            even: at,
+            odd: None,
+        }
+    }
+
+    /// Where slice `s` of `slice_bytes` starts.
+    pub(crate) fn at(&self, s: usize, slice_bytes: u32) -> (BufferId, u32) {
+        match self.odd {
+            None => (self.even.0, self.even.1 + s as u32 * slice_bytes),
+            Some(odd) => {
+                let b = if s.is_multiple_of(2) { self.even } else { odd };
+                (b.0, b.1 + (s / 2) as u32 * slice_bytes)
+            }
+        }
+    }
+}
+
 /// The supervisor work of one tile's share of a [`DevOpKind::SumSplits`] stage: `recv` holds
-/// the `depth` input slices' `n` elements one after another, `out` the `runs` output
-/// slices' the same way, `temp` room for as many (buffer and byte offset each). Run `i` adds
+/// the `depth` input slices' `n` elements ([`Slices`]), `out` the `runs` output slices' one
+/// after another, `temp` room for as many (buffer and byte offset each). Run `i` adds
 /// its slices in index order, each addition into `out` or `temp` by turns so that the last
 /// writes `out` (the vector add reads a little past its end, so it never adds in place: a
 /// neighbouring worker's read would meet this one's write); the runs' `j`-th additions share
@@ -702,7 +738,7 @@ pub(crate) fn sum_splits_ops(
     n: u32,
     depth: usize,
     runs: usize,
-    (recv, out, temp): ((BufferId, u32), (BufferId, u32), (BufferId, u32)),
+    (recv, out, temp): (Slices, (BufferId, u32), (BufferId, u32)),
 ) -> Vec<SupOp> {
     let vectors = n * eb / 8;
     let run = |i: usize| (depth * i / runs, depth * (i + 1) / runs);
@@ -727,8 +763,12 @@ pub(crate) fn sum_splits_ops(
                 let into = |j: usize| {
                     if into_out(j) { at(out, i) } else { at(temp, i) }
                 };
-                let a = if j == 1 { at(recv, s0) } else { into(j - 1) };
-                let b = at(recv, s0 + j);
+                let a = if j == 1 {
+                    recv.at(s0, n * eb)
+                } else {
+                    into(j - 1)
+                };
+                let b = recv.at(s0 + j, n * eb);
                 let o = into(j);
                 for (v0, v1) in crate::lower::split(vectors, WORKER_CONTEXTS) {
                     if v1 > v0 {
@@ -1082,28 +1122,36 @@ impl Lowerer<'_> {
                 })
                 .collect();
             let recv = if x_layout.ranges_on(tile) == want {
-                self.value_buffer(x, tile)
+                Slices::one((self.value_buffer(x, tile), 0))
             } else {
-                let st = self.scratch_buffer(
-                    tile,
-                    (depth * n) as u32 * eb,
-                    format!("stage:{name}.partials"),
-                );
-                let copies = self.gather(x, tile, group, &want, st);
-                steps.copies.extend(copies);
-                st
+                // The even slices in one buffer, the odd ones in another ([`Slices`]).
+                let mut stage = |parity: usize, what: &str| {
+                    let count = (depth + 1 - parity) / 2;
+                    let st = self.scratch_buffer(
+                        tile,
+                        (count * n) as u32 * eb,
+                        format!("stage:{name}.partials.{what}"),
+                    );
+                    let part: Vec<(usize, usize, usize)> = (parity..depth)
+                        .step_by(2)
+                        .flat_map(|s| {
+                            mine.iter().map(move |&(a, b, l)| {
+                                (s * x_slice + a, s * x_slice + b, s / 2 * n + l)
+                            })
+                        })
+                        .collect();
+                    let copies = self.gather(x, tile, group, &part, st);
+                    steps.copies.extend(copies);
+                    (st, 0)
+                };
+                let even = stage(0, "even");
+                let odd = (depth > 1).then(|| stage(1, "odd"));
+                Slices { even, odd }
             };
             let ob = self.value_buffer(out, tile);
             let temp =
                 self.scratch_buffer(tile, (runs * n) as u32 * eb, format!("pingpong:{name}"));
-            let ops = sum_splits_ops(
-                ty,
-                eb,
-                n as u32,
-                depth,
-                runs,
-                ((recv, 0), (ob, 0), (temp, 0)),
-            );
+            let ops = sum_splits_ops(ty, eb, n as u32, depth, runs, (recv, (ob, 0), (temp, 0)));
             steps.tiles.entry(tile).or_default().extend(ops);
         }
         Ok(())
@@ -1163,14 +1211,18 @@ mod tests {
 
     /// The reduction's additions sum every run in index order into its slice of the output,
     /// and no wave reads (its own slice or, past its end, the next) what another of its
-    /// launches writes.
+    /// launches writes; with the slices split by parity, no addition reads one buffer twice.
     #[test]
     fn sum_splits_adds_runs_in_order_without_a_race() {
         use kernels::state::State;
-        let (recv, out, temp) = (BufferId(1), BufferId(2), BufferId(3));
+        let (recv, out, temp, odd) = (BufferId(1), BufferId(2), BufferId(3), BufferId(4));
         let n = 64u32;
         let slice_bytes = n * 4;
-        for depth in 2..40 {
+        for (depth, split) in (2..40).flat_map(|d| [(d, false), (d, true)]) {
+            let slices = Slices {
+                even: (recv, 0),
+                odd: split.then_some((odd, 0)),
+            };
             for runs in 1..=depth / 2 {
                 let ops = sum_splits_ops(
                     kernels::Elem::F32,
@@ -1178,12 +1230,13 @@ mod tests {
                     n,
                     depth,
                     runs,
-                    ((recv, 0), (out, 0), (temp, 0)),
+                    (slices, (out, 0), (temp, 0)),
                 );
                 // What each (buffer, slice) holds: the input slices summed into it, in order.
                 let mut held: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
                 for s in 0..depth {
-                    held.insert((1, s as u32), vec![s]);
+                    let (b, at) = slices.at(s, slice_bytes);
+                    held.insert((b.0, at / slice_bytes), vec![s]);
                 }
                 for wave in ops.split(|o| *o == SupOp::WaitW) {
                     let mut reads = BTreeSet::new();
@@ -1195,6 +1248,9 @@ mod tests {
                         };
                         let slot = |l: (BufferId, u32)| (l.0.0, l.1 / slice_bytes);
                         let (a, b, o) = (slot(st.a), slot(st.b), slot(st.out));
+                        if split {
+                            assert_ne!(a.0, b.0, "depth {depth} runs {runs}: one buffer twice");
+                        }
                         for r in [a, b] {
                             reads.insert(r);
                             reads.insert((r.0, r.1 + 1));
