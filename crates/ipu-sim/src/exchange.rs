@@ -5,8 +5,10 @@
 //! happened before every write. The phase lasts `EXCHANGE_PHASE_OVERHEAD_CYCLES + horizon`
 //! from the moment the last tile arrives.
 //!
-//! Not modelled: the 2x receive bandwidth of a tile pair receiving identical data (a multicast
-//! occupies each destination's port for the full transfer).
+//! Tile pairs (`Target::pair_tile`) share their receive buses: a tile takes one stream at a
+//! time, or two at once when both also reach its pair tile (the pair receiving identical data
+//! at twice a tile's bandwidth, as PopLibs' `ExchangeEstimator` models it). Sends are one
+//! stream per tile at a time. `docs/fidelity.md` ("Exchange pairs") names the assumptions.
 
 use ipu_isa::tables::{ExchangeRow, ExchangeTable, HostDirection, HostTable, TableError};
 use ipu_target::Target;
@@ -89,6 +91,8 @@ struct Recv {
     end: u64,
     src: u32,
     row: usize,
+    /// Whether the row also reaches the destination's pair tile.
+    paired: bool,
 }
 
 /// Executes an exchange phase over the active `tiles` (all arrived at `exch`). Returns the
@@ -206,12 +210,14 @@ pub(crate) fn exchange(
                         },
                     );
                 }
+                let pair = target.pair_tile(d);
                 recvs.push(Recv {
                     dst: d,
                     start,
                     end,
                     src: t as u32,
                     row: i,
+                    paired: (first..first + count).contains(&pair),
                 });
                 ranges.push((d, row.dst_addr, row.dst_addr + row.bytes, true, i, t as u32));
             }
@@ -231,29 +237,34 @@ pub(crate) fn exchange(
             }
         }
     }
-    // One incoming stream per tile at a time.
+    // One incoming stream per tile at a time, or two when both reach its pair tile too: the
+    // pair's two buses each carry one, and both tiles hear both.
     recvs.sort_unstable_by_key(|r| (r.dst, r.start, r.src, r.row));
-    let mut prev: Option<Recv> = None;
-    for r in &recvs {
-        if let Some(p) = prev
-            && p.dst == r.dst
-            && r.start < p.end
-        {
-            let dst = r.dst as usize;
-            return bad(
-                tiles,
-                dst,
-                None,
-                ExchangeFault::TwoStreams {
-                    tile: r.dst,
-                    first: (p.src, p.row, p.start, p.end),
-                    second: (r.src, r.row, r.start, r.end),
-                },
-            );
+    let mut active: Vec<Recv> = Vec::with_capacity(2);
+    for (i, r) in recvs.iter().enumerate() {
+        if i == 0 || recvs[i - 1].dst != r.dst {
+            active.clear();
         }
-        if prev.is_none_or(|p| p.dst != r.dst || r.end > p.end) {
-            prev = Some(*r);
+        active.retain(|a| a.end > r.start);
+        let stream = |s: &Recv| (s.src, s.row, s.start, s.end);
+        let clash = match active[..] {
+            [] => None,
+            [a] if a.paired && r.paired => None,
+            [a] => Some(ExchangeFault::TwoStreams {
+                tile: r.dst,
+                pair_tile: target.pair_tile(r.dst),
+                first: stream(&a),
+                second: stream(r),
+            }),
+            [a, b, ..] => Some(ExchangeFault::ThreeStreams {
+                tile: r.dst,
+                streams: [stream(&a), stream(&b), stream(r)],
+            }),
+        };
+        if let Some(why) = clash {
+            return bad(tiles, r.dst as usize, None, why);
         }
+        active.push(*r);
     }
     // Memory hazards per tile: destinations overlapping each other or a source of the phase.
     ranges.sort_unstable_by_key(|&(t, s, e, d, row, peer)| (t, s, e, !d, row, peer));

@@ -127,14 +127,24 @@ pub enum ExchangeFault {
         /// The second row and its cycles.
         second: (usize, u64, u64),
     },
-    /// A tile receives two streams at once.
+    /// A tile receives two streams at once, and not both also reach its pair tile (a tile
+    /// takes a second stream only on its pair's other bus, as identical data for both).
     TwoStreams {
         /// The receiving tile.
         tile: u32,
+        /// The tile sharing its exchange buses.
+        pair_tile: u32,
         /// The first stream: sending tile, row, cycles.
         first: (u32, usize, u64, u64),
         /// The second stream.
         second: (u32, usize, u64, u64),
+    },
+    /// A tile receives three streams at once: its pair has two buses.
+    ThreeStreams {
+        /// The receiving tile.
+        tile: u32,
+        /// The streams: sending tile, row, cycles.
+        streams: [(u32, usize, u64, u64); 3],
     },
     /// A range written in the phase overlaps another range written, or read, in it.
     MemoryHazard {
@@ -196,13 +206,26 @@ impl fmt::Display for ExchangeFault {
             ),
             ExchangeFault::TwoStreams {
                 tile,
+                pair_tile,
                 first,
                 second,
             } => write!(
                 f,
-                "tile {tile} receives two streams at once: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
+                "tile {tile} receives two streams at once, not both also to its pair tile {pair_tile}: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
                 first.0, first.1, first.2, first.3, second.0, second.1, second.2, second.3
             ),
+            ExchangeFault::ThreeStreams { tile, streams } => {
+                write!(f, "tile {tile} receives three streams at once:")?;
+                for (i, s) in streams.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "," };
+                    write!(
+                        f,
+                        "{sep} tile {} row {} (cycles {}..{})",
+                        s.0, s.1, s.2, s.3
+                    )?;
+                }
+                Ok(())
+            }
             ExchangeFault::MemoryHazard {
                 tile,
                 range,

@@ -159,6 +159,67 @@ fn a_tile_receiving_two_streams_at_once_is_rejected() {
 }
 
 #[test]
+fn a_tile_pair_takes_two_streams_at_once_when_both_reach_both_tiles() {
+    // Tiles 2 and 3 each multicast 16 bytes to the pair {0, 1} in the same cycles: the pair's
+    // two buses carry one each and both tiles hear both.
+    let both = vec![
+        table(100, vec![]),
+        table(100, vec![]),
+        table(100, vec![row(0x80000, 0x88000, 16, 0, 0, 2)]),
+        table(100, vec![row(0x80000, 0x88100, 16, 0, 0, 2)]),
+    ];
+    let (d, r) = exchange(&both);
+    r.unwrap();
+    for t in 0..2 {
+        assert_eq!(d.read(t, 0x88000, 4).unwrap(), vec![32, 33, 34, 35]);
+        assert_eq!(d.read(t, 0x88100, 4).unwrap(), vec![48, 49, 50, 51]);
+    }
+    // One of the two reaching tile 0 only: tile 0 would hear two streams, one not shared.
+    let mut one = both.clone();
+    one[3] = table(100, vec![row(0x80000, 0x88100, 16, 2, 0, 1)]);
+    let f = exchange_fault(&one);
+    assert!(
+        matches!(
+            f.kind,
+            FaultKind::Exchange(ExchangeFault::TwoStreams {
+                tile: 0,
+                pair_tile: 1,
+                ..
+            })
+        ),
+        "{f}"
+    );
+    // A multicast to tiles 1 and 2 reaches neither pair whole: with a second one at once,
+    // tile 1 hears two streams its pair tile 0 does not.
+    let straddling = vec![
+        table(100, vec![row(0x80000, 0x88000, 16, 0, 1, 2)]),
+        table(100, vec![]),
+        table(100, vec![]),
+        table(100, vec![row(0x80000, 0x88100, 16, 0, 1, 2)]),
+    ];
+    let f = exchange_fault(&straddling);
+    assert!(
+        matches!(
+            f.kind,
+            FaultKind::Exchange(ExchangeFault::TwoStreams { tile: 1, .. })
+        ),
+        "{f}"
+    );
+    // A third stream at once, shared or not, is more than the pair's two buses carry.
+    let mut three = both.clone();
+    three.push(table(100, vec![row(0x80000, 0x88200, 16, 1, 0, 2)]));
+    let f = exchange_fault(&three);
+    assert!(
+        matches!(
+            f.kind,
+            FaultKind::Exchange(ExchangeFault::ThreeStreams { tile: 0, .. })
+        ),
+        "{f}"
+    );
+    assert!(f.to_string().contains("three streams"), "{f}");
+}
+
+#[test]
 fn a_transfer_ending_after_the_horizon_is_rejected() {
     // 64 bytes = 16 cycles, latency 8: ends at 24 > 20.
     let t = vec![
