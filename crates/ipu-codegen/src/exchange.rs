@@ -12,6 +12,11 @@
 //! free for its whole span, gaps included) and the *destination-ordered* one (receivers served
 //! one after another, each row at the earliest cycle all its ports allow). The checker re-derives
 //! the port rules the device enforces from the rows alone.
+//!
+//! Receive ports come in pairs (`Target::pair_tile`): a tile has two receive lanes, a row that
+//! also reaches the tile's pair tile takes one of them (the pair hears it on one of its two
+//! buses), any other row takes both. So a pair receives two multicasts to both its tiles at
+//! once, as the device allows.
 
 use std::collections::BTreeMap;
 
@@ -188,6 +193,8 @@ pub struct Scheduled {
     pub tables: BTreeMap<u32, ExchangeTable>,
     /// Cycles of the phase.
     pub horizon: u32,
+    /// The cycles the busiest receiver needs at least (rows shared with a pair tile at half).
+    pub receive_bound: u32,
     /// Horizon of the sender-driven schedule.
     pub sender_horizon: u32,
     /// Horizon of the destination-ordered schedule.
@@ -222,12 +229,28 @@ impl Resolved {
         self.dst_tile..self.dst_tile + self.dst_count
     }
 
+    /// Whether the row reaches receiver `d`'s pair tile too (then it takes one of `d`'s two
+    /// receive lanes, otherwise both).
+    fn shared_at(&self, d: u32, target: &Target) -> bool {
+        (self.dst_tile..self.dst_tile + self.dst_count).contains(&target.pair_tile(d))
+    }
+
+    /// When receiver `d`'s lanes let this row arrive.
+    fn lanes_free(&self, d: u32, lanes: &[u32; 2], target: &Target) -> u32 {
+        if self.shared_at(d, target) {
+            lanes[0].min(lanes[1])
+        } else {
+            lanes[0].max(lanes[1])
+        }
+    }
+
     /// The earliest start at or after `free` that every receiver's port allows.
-    fn ready(&self, free: u32, recv_free: &[u32], target: &Target) -> u32 {
+    fn ready(&self, free: u32, recv_free: &[[u32; 2]], target: &Target) -> u32 {
         self.receivers()
             .map(|d| {
                 let l = target.exchange_latency_cycles(self.src_tile, d);
-                recv_free[d as usize].saturating_sub(l)
+                self.lanes_free(d, &recv_free[d as usize], target)
+                    .saturating_sub(l)
             })
             .fold(free, u32::max)
     }
@@ -237,14 +260,15 @@ impl Resolved {
     fn ready_below(
         &self,
         free: u32,
-        recv_free: &[u32],
+        recv_free: &[[u32; 2]],
         target: &Target,
         bound: u32,
     ) -> Option<u32> {
         let mut start = free;
         for d in self.receivers() {
             let l = target.exchange_latency_cycles(self.src_tile, d);
-            start = start.max(recv_free[d as usize].saturating_sub(l));
+            let lanes = self.lanes_free(d, &recv_free[d as usize], target);
+            start = start.max(lanes.saturating_sub(l));
             if start >= bound {
                 return None;
             }
@@ -252,13 +276,26 @@ impl Resolved {
         (start < bound).then_some(start)
     }
 
-    /// Books the receivers' ports from `start`; returns the end of the last arrival.
-    fn book(&self, start: u32, recv_free: &mut [u32], target: &Target) -> u32 {
+    /// Books the receivers' ports from `start` (a shared row the lane that frees latest
+    /// before it arrives, any other both); returns the end of the last arrival.
+    fn book(&self, start: u32, recv_free: &mut [[u32; 2]], target: &Target) -> u32 {
         let duration = self.duration(target);
         let mut end = 0;
         for d in self.receivers() {
-            let e = start + target.exchange_latency_cycles(self.src_tile, d) + duration;
-            recv_free[d as usize] = e;
+            let a = start + target.exchange_latency_cycles(self.src_tile, d);
+            let e = a + duration;
+            let lanes = &mut recv_free[d as usize];
+            if self.shared_at(d, target) {
+                let fits = |l: u32| l <= a;
+                let k = match (fits(lanes[0]), fits(lanes[1])) {
+                    (true, true) => usize::from(lanes[1] > lanes[0]),
+                    (false, true) => 1,
+                    _ => 0,
+                };
+                lanes[k] = e;
+            } else {
+                *lanes = [e, e];
+            }
             end = end.max(e);
         }
         end
@@ -293,7 +330,7 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
         .map(|r| r.dst_tile + r.dst_count)
         .max()
         .unwrap_or(0) as usize;
-    let mut recv_free = vec![0u32; tiles];
+    let mut recv_free = vec![[0u32; 2]; tiles];
     // Cycles each receiver still has to receive.
     let mut left = vec![0u64; tiles];
     for c in rows {
@@ -363,7 +400,7 @@ fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
         .max()
         .unwrap_or(0) as usize;
     let mut send_free = vec![0u32; tiles];
-    let mut recv_free = vec![0u32; tiles];
+    let mut recv_free = vec![[0u32; 2]; tiles];
     let mut starts = Vec::with_capacity(order.len());
     let mut horizon = 0;
     for c in order {
@@ -418,6 +455,47 @@ impl Port {
     }
 }
 
+/// A tile's two receive lanes (see the module's notes on pairs).
+#[derive(Debug, Default, Clone)]
+struct Lanes([Port; 2]);
+
+impl Lanes {
+    /// The earliest start at or after `t` of `dur` free cycles on one lane (`shared`) or on
+    /// both.
+    fn earliest(&self, t: u32, dur: u32, shared: bool) -> u32 {
+        let [a, b] = &self.0;
+        if shared {
+            return a.earliest(t, dur).min(b.earliest(t, dur));
+        }
+        let mut t = t;
+        loop {
+            let s = a.earliest(b.earliest(t, dur), dur);
+            if s == t {
+                return t;
+            }
+            t = s;
+        }
+    }
+
+    /// Books `[s, s + dur)` (free by construction) on one lane (`shared`) or on both.
+    fn book(&mut self, s: u32, dur: u32, shared: bool) {
+        let [a, b] = &mut self.0;
+        if !shared {
+            a.book(s, s + dur);
+            b.book(s, s + dur);
+        } else if a.earliest(s, dur) == s {
+            a.book(s, s + dur);
+        } else {
+            b.book(s, s + dur);
+        }
+    }
+
+    /// The end of the later lane's last busy interval.
+    fn end(&self) -> u32 {
+        self.0[0].end().max(self.0[1].end())
+    }
+}
+
 /// Rows in the given order, each at the earliest cycle at which its sender's port and every
 /// receiver's port are free for its whole span, gaps left by earlier rows included (a row may
 /// start before rows booked ahead of it). A row whose ports stay fragmented after
@@ -429,7 +507,7 @@ fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
         .max()
         .unwrap_or(0) as usize;
     let mut send = vec![Port::default(); tiles];
-    let mut recv = vec![Port::default(); tiles];
+    let mut recv = vec![Lanes::default(); tiles];
     let mut starts = Vec::with_capacity(order.len());
     let mut horizon = 0;
     for c in order {
@@ -442,7 +520,8 @@ fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
             let mut s = send[src].earliest(t, dur);
             for d in c.receivers() {
                 let l = lat(d);
-                s = s.max(recv[d as usize].earliest(s + l, dur) - l);
+                let shared = c.shared_at(d, target);
+                s = s.max(recv[d as usize].earliest(s + l, dur, shared) - l);
             }
             if s == t {
                 break;
@@ -460,12 +539,30 @@ fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
         send[src].book(t, t + dur);
         for d in c.receivers() {
             let l = lat(d);
-            recv[d as usize].book(t + l, t + l + dur);
+            recv[d as usize].book(t + l, dur, c.shared_at(d, target));
             horizon = horizon.max(t + l + dur);
         }
         starts.push(t);
     }
     (starts, horizon)
+}
+
+/// The cycles the busiest receiver needs at least: every row it takes alone in full, every row
+/// it shares with its pair tile at half (two such at once), latencies left out.
+fn receive_bound(rows: &[Resolved], target: &Target) -> u32 {
+    let tiles = rows
+        .iter()
+        .map(|r| r.dst_tile + r.dst_count)
+        .max()
+        .unwrap_or(0) as usize;
+    let mut need = vec![0u64; tiles];
+    for r in rows {
+        let d2 = 2 * r.duration(target) as u64;
+        for d in r.receivers() {
+            need[d as usize] += if r.shared_at(d, target) { d2 / 2 } else { d2 };
+        }
+    }
+    (need.into_iter().max().unwrap_or(0).div_ceil(2)) as u32
 }
 
 /// Bound on the passes of [`backfill`] over one row's ports.
@@ -496,6 +593,7 @@ pub fn schedule(
             }
         })
         .collect();
+    let receive_bound = receive_bound(&resolved, target);
     let (by_sender, starts_sender, h_sender) = sender_driven(&resolved, target);
     let mut by_dst = resolved;
     by_dst.sort_by_key(|c| (c.dst_tile, c.src_tile, c.dst_addr));
@@ -543,6 +641,7 @@ pub fn schedule(
     let s = Scheduled {
         tables,
         horizon,
+        receive_bound,
         sender_horizon: h_sender,
         destination_horizon: h_dst,
         backfilled_horizon: h_fill,
@@ -552,11 +651,13 @@ pub fn schedule(
     Ok(s)
 }
 
-/// Checks the rules the device enforces: one send and one receive per tile at a time, every
-/// transfer within the horizon, word-aligned addresses and sizes, no destination written twice.
+/// Checks the rules the device enforces: one send per tile at a time, one receive per tile at a
+/// time or two that both also reach its pair tile, every transfer within the horizon,
+/// word-aligned addresses and sizes, no destination written twice.
 pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
     let bad = |m: String| Err(CodegenError::internal(format!("exchange check: {m}")));
-    let mut recv: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
+    // Per receiver: arrival, end, whether the row reaches its pair tile too.
+    let mut recv: BTreeMap<u32, Vec<(u32, u32, bool)>> = BTreeMap::new();
     let mut writes: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
     for (&tile, t) in &s.tables {
         if t.horizon_cycles != s.horizon {
@@ -588,9 +689,14 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
                         r.bytes, r.start_cycle, s.horizon
                     ));
                 }
-                recv.entry(dst)
-                    .or_default()
-                    .push((r.start_cycle + l, r.start_cycle + l + d));
+                let first = r.dst_tile as u32;
+                let shared =
+                    (first..first + r.dst_tile_count as u32).contains(&target.pair_tile(dst));
+                recv.entry(dst).or_default().push((
+                    r.start_cycle + l,
+                    r.start_cycle + l + d,
+                    shared,
+                ));
                 writes
                     .entry(dst)
                     .or_default()
@@ -604,11 +710,23 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
     }
     for (tile, mut r) in recv {
         r.sort_unstable();
-        if let Some(w) = r.windows(2).find(|w| w[1].0 < w[0].1) {
-            return bad(format!(
-                "tile {tile} receives two streams at cycle {}",
-                w[1].0
-            ));
+        let mut active: Vec<(u32, u32, bool)> = Vec::with_capacity(2);
+        for &x in &r {
+            active.retain(|a| a.1 > x.0);
+            let fine = match active[..] {
+                [] => true,
+                [a] => a.2 && x.2,
+                _ => false,
+            };
+            if !fine {
+                let why = if active.len() > 1 {
+                    "three streams (a pair has two buses)"
+                } else {
+                    "two streams, not both also to its pair tile"
+                };
+                return bad(format!("tile {tile} receives {why} at cycle {}", x.0));
+            }
+            active.push(x);
         }
     }
     for (tile, mut w) in writes {
@@ -645,6 +763,7 @@ pub fn schedule_program(
             tracing::info!(
                 phase = i,
                 candidates = copies.len(),
+                receive_bound = sch.receive_bound,
                 sender_horizon = sch.sender_horizon,
                 backfilled_horizon = sch.backfilled_horizon,
                 destination_horizon = sch.destination_horizon,
@@ -704,5 +823,32 @@ mod tests {
         assert!(filled[2] < filled[1], "{filled:?}");
         assert!(in_order[2] > in_order[1], "{in_order:?}");
         assert!(h_filled <= h_in_order);
+    }
+
+    #[test]
+    fn a_pair_receives_two_rows_to_both_its_tiles_at_once_and_a_private_row_alone() {
+        let target = Target::gc200();
+        let one = target.exchange_transfer_cycles(4000);
+        // Tiles 2 and 3 each multicast to the pair {0, 1}: every schedule overlaps them.
+        let shared = [row(2, 0, 2, 4000), row(3, 0, 2, 4000)];
+        let (starts, _) = greedy(&shared, &target);
+        assert_eq!(starts, [0, 0]);
+        let (filled, _) = backfill(&shared, &target);
+        assert_eq!(filled, [0, 0]);
+        let (_, starts, h) = sender_driven(&shared, &target);
+        assert_eq!(starts, [0, 0]);
+        assert!(h < 2 * one, "{h}");
+        // A row to tile 0 alone takes both of its lanes: it waits for the multicast.
+        let private = [row(2, 0, 2, 4000), row(3, 0, 1, 4000)];
+        let (starts, _) = greedy(&private, &target);
+        assert!(starts[1] >= one, "{starts:?}");
+        let (filled, _) = backfill(&private, &target);
+        assert!(filled[1] >= one, "{filled:?}");
+        // A third multicast to the pair waits for a lane.
+        let three = [row(2, 0, 2, 4000), row(3, 0, 2, 4000), row(4, 0, 2, 4000)];
+        let (filled, _) = backfill(&three, &target);
+        assert!(filled[2] >= one, "{filled:?}");
+        let (starts, _) = greedy(&three, &target);
+        assert!(starts[2] >= one, "{starts:?}");
     }
 }

@@ -167,6 +167,8 @@ pub fn place(
         }
     }
     let mut preplaced: BTreeMap<u32, Vec<Placed>> = BTreeMap::new();
+    // The buffers placed before each tile's own, which its co-loaded buffers keep apart from.
+    let mut preplaced_ids: BTreeMap<u32, Vec<BufferId>> = BTreeMap::new();
     let floor = |tile: u32| {
         support
             .get(&tile)
@@ -201,6 +203,7 @@ pub fn place(
                 .entry(tile)
                 .or_default()
                 .push((at, b.bytes, (b.first, b.last)));
+            preplaced_ids.entry(tile).or_default().push(id);
             at = align(at + b.bytes, BUFFER_ALIGN);
         }
         *ids = rest;
@@ -260,6 +263,10 @@ pub fn place(
                 .entry(mb.tile)
                 .or_default()
                 .push((addr, mb.bytes, (mb.first, mb.last)));
+            preplaced_ids
+                .entry(mb.tile)
+                .or_default()
+                .push(BufferId(m as u32));
             by_tile.entry(mb.tile).or_default();
         }
     }
@@ -287,7 +294,12 @@ pub fn place(
         for keep_apart in [true, false] {
             placed = preplaced.get(&tile).cloned().unwrap_or_default();
             // Addresses placed so far on this tile (a few buffers, of many on the chip).
-            let mut here: BTreeMap<BufferId, u32> = BTreeMap::new();
+            let mut here: BTreeMap<BufferId, u32> = preplaced_ids
+                .get(&tile)
+                .into_iter()
+                .flatten()
+                .map(|&id| (id, addresses[id.0 as usize]))
+                .collect();
             let mut result = Ok(());
             // Whether the preference moved a buffer (else a second pass would be the same).
             let mut moved = false;

@@ -130,6 +130,8 @@ pub enum DevOpKind {
         /// partials, slice `split` of the output `[k_splits, ..]`, which
         /// [`DevOpKind::SumSplits`] then reduces. 1: no split.
         k_splits: usize,
+        /// The operand the blocks on consecutive tiles share (the order of `blocks`).
+        consecutive: crate::ops::matmul::Consecutive,
     },
     /// The sums of runs of a stacked value `[depth, ..]` (the partials of a k split): run `i`
     /// adds slices `depth * i / runs .. depth * (i + 1) / runs` in index order; the output is

@@ -252,13 +252,12 @@ pub(crate) fn exchange(
             [a] if a.paired && r.paired => None,
             [a] => Some(ExchangeFault::TwoStreams {
                 tile: r.dst,
-                pair_tile: target.pair_tile(r.dst),
                 first: stream(&a),
                 second: stream(r),
             }),
             [a, b, ..] => Some(ExchangeFault::ThreeStreams {
                 tile: r.dst,
-                streams: [stream(&a), stream(&b), stream(r)],
+                streams: Box::new([stream(&a), stream(&b), stream(r)]),
             }),
         };
         if let Some(why) = clash {

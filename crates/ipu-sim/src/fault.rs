@@ -132,8 +132,6 @@ pub enum ExchangeFault {
     TwoStreams {
         /// The receiving tile.
         tile: u32,
-        /// The tile sharing its exchange buses.
-        pair_tile: u32,
         /// The first stream: sending tile, row, cycles.
         first: (u32, usize, u64, u64),
         /// The second stream.
@@ -144,7 +142,7 @@ pub enum ExchangeFault {
         /// The receiving tile.
         tile: u32,
         /// The streams: sending tile, row, cycles.
-        streams: [(u32, usize, u64, u64); 3],
+        streams: Box<[(u32, usize, u64, u64); 3]>,
     },
     /// A range written in the phase overlaps another range written, or read, in it.
     MemoryHazard {
@@ -206,13 +204,20 @@ impl fmt::Display for ExchangeFault {
             ),
             ExchangeFault::TwoStreams {
                 tile,
-                pair_tile,
                 first,
                 second,
             } => write!(
                 f,
-                "tile {tile} receives two streams at once, not both also to its pair tile {pair_tile}: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
-                first.0, first.1, first.2, first.3, second.0, second.1, second.2, second.3
+                "tile {tile} receives two streams at once, not both also to its pair tile {}: tile {} row {} (cycles {}..{}) and tile {} row {} (cycles {}..{})",
+                ipu_target::pair_of(*tile),
+                first.0,
+                first.1,
+                first.2,
+                first.3,
+                second.0,
+                second.1,
+                second.2,
+                second.3
             ),
             ExchangeFault::ThreeStreams { tile, streams } => {
                 write!(f, "tile {tile} receives three streams at once:")?;

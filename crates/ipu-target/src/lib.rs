@@ -43,6 +43,12 @@ pub const BANK_BYTES: u32 = 16 * 1024;
 /// stall's length is not published; we charge one barrel slot of the issuing context per
 /// conflict, as if the extra load were replayed in the context's next issue. With all six
 /// workers conflicting that is the same as the tile's pipeline stalling one cycle per
+/// The tile sharing an exchange bus with `tile`: tiles come in pairs, `2k` with `2k + 1`, on
+/// every Mk2 target. Source: PL (`ExchangeEstimator`, `getTilesPerSharedExchangeBus() == 2`).
+pub const fn pair_of(tile: u32) -> u32 {
+    tile ^ 1
+}
+
 /// conflict.
 pub const BANK_CONFLICT_SLOTS: u32 = 1;
 
@@ -369,10 +375,9 @@ impl Target {
         bytes.div_ceil(self.exchange_bytes_per_cycle)
     }
 
-    /// The tile sharing an exchange bus with `tile` (tiles come in pairs). Source: PL
-    /// (`ExchangeEstimator`: two tiles share an exchange bus).
+    /// The tile sharing an exchange bus with `tile` (tiles come in pairs): [`pair_of`].
     pub const fn pair_tile(&self, tile: u32) -> u32 {
-        tile ^ 1
+        pair_of(tile)
     }
 
     /// Bank index of `addr`.

@@ -113,8 +113,7 @@ impl Planner<'_> {
         let groups = n.div_ceil(geo.cols);
         let kb = k.div_ceil(geo.k_block);
         let kp = kb * geo.k_block;
-        // (cycles, exchange cycles, bytes per tile, pm, pn, serial k chunks, k splits).
-        let mut candidates: Vec<(u64, u64, u64, usize, usize, usize, usize)> = Vec::new();
+        let mut candidates: Vec<Candidate> = Vec::new();
         let mut examined = 0;
         // The candidate that misses by the least: (bytes over in total, bytes over in
         // interleaved memory, bytes per tile, pm, pn).
@@ -208,20 +207,31 @@ impl Planner<'_> {
                     continue;
                 }
                 let compute = per_tile * bg * kb as u64 * amp_round_cycles(&geo, bm);
-                // For serial chunks a bound: each stages one k range, which every tile holds a
-                // share of when the operand is only this matmul's (`spread_chunk_homes`).
-                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(&homes, pn));
-                let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64
-                    + chunks * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
-                candidates.push((
-                    compute + exchange,
-                    exchange,
-                    mem,
-                    pm,
-                    pn,
-                    chunks as usize,
-                    1,
-                ));
+                // Both orders of the blocks, unless one run is every block of a row range
+                // (pn = 1: the orders agree).
+                for consecutive in [Consecutive::Weights, Consecutive::Rows] {
+                    if consecutive == Consecutive::Rows && pn == 1 {
+                        continue;
+                    }
+                    // For serial chunks a bound: each stages one k range, which every tile
+                    // holds a share of when the operand is only this matmul's
+                    // (`spread_chunk_homes`).
+                    let moved = (per_tile * staged_receive(a_bytes, b_bytes, pm, pn, consecutive))
+                        .max(operand_sends(&homes, pm, pn, consecutive));
+                    let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64
+                        + chunks
+                            * (EXCHANGE_PHASE_OVERHEAD_CYCLES + self.target.sync_cycles) as u64;
+                    candidates.push((
+                        compute + exchange,
+                        exchange,
+                        mem,
+                        pm,
+                        pn,
+                        chunks as usize,
+                        1,
+                        consecutive,
+                    ));
+                }
             }
         }
         if k_split {
@@ -257,6 +267,7 @@ impl Planner<'_> {
                     e.pn,
                     1,
                     e.splits,
+                    e.consecutive,
                 ));
             }
         }
@@ -315,13 +326,18 @@ impl Planner<'_> {
                 },
             });
         }
-        candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4, c.6));
-        for (cost, exch, mem, pm, pn, chunks, splits) in candidates.iter().take(FINALISTS) {
-            let mapping = if *splits > 1 {
+        candidates.sort_by_key(|c| (c.0, c.2, c.3, c.4, c.6, c.7));
+        for (cost, exch, mem, pm, pn, chunks, splits, consecutive) in
+            candidates.iter().take(FINALISTS)
+        {
+            let mut mapping = if *splits > 1 {
                 format!("matmul rows/{pm} column-groups/{pn} k-splits/{splits} mode={mode:?}")
             } else {
                 format!("matmul rows/{pm} column-groups/{pn} k-chunks/{chunks} mode={mode:?}")
             };
+            if *consecutive == Consecutive::Rows {
+                mapping.push_str(" consecutive=rows");
+            }
             let tiles = if *splits > 1 {
                 tiles
             } else {
@@ -338,18 +354,27 @@ impl Planner<'_> {
             });
         }
         let chosen = self.chosen(name, candidates.len().min(FINALISTS));
-        let (cost, exch, _, pm, pn, k_chunks, k_splits) = candidates[chosen];
+        let (cost, exch, _, pm, pn, k_chunks, k_splits, consecutive) = candidates[chosen];
         if k_chunks > 1 {
             self.spread_chunk_homes(mode, [a, b], k_chunks);
         }
-        // Blocks in (split, batch, row, column) order, dealt to tiles round-robin.
+        // Blocks dealt to tiles round-robin in (split, batch, column, row) order, so that the
+        // blocks sharing a column range (the same weights) get consecutive tiles and one
+        // multicast exchange row can send them their weights; with `Rows`, in (split, batch,
+        // row, column) order, the blocks sharing rows of `a`.
         let mut blocks = Vec::new();
-        // Blocks sharing a column range (the same weights) get consecutive tiles, so one
-        // multicast exchange row can send them their weights.
         for split in 0..k_splits {
             for bi in 0..batch {
-                for j in 0..pn {
-                    for i in 0..pm {
+                let (outer, inner) = match consecutive {
+                    Consecutive::Weights => (pn, pm),
+                    Consecutive::Rows => (pm, pn),
+                };
+                for o in 0..outer {
+                    for x in 0..inner {
+                        let (i, j) = match consecutive {
+                            Consecutive::Weights => (x, o),
+                            Consecutive::Rows => (o, x),
+                        };
                         let (m0, m1) = (m * i / pm, m * (i + 1) / pm);
                         let (g0, g1) = (groups * j / pn, groups * (j + 1) / pn);
                         if m1 > m0 && g1 > g0 {
@@ -419,6 +444,7 @@ impl Planner<'_> {
                 pn,
                 k_chunks,
                 k_splits,
+                consecutive,
             },
             inputs: vec![a, b],
             output: c,
@@ -506,15 +532,82 @@ fn amp_rounds_max(target: &ipu_target::Target) -> u64 {
     executable.saturating_sub(EXECUTABLE_RESERVE_BYTES) / SUPERVISOR_BYTES_PER_ROUND
 }
 
+/// A matmul mapping as costed: (cycles, exchange cycles, bytes per tile, pm, pn, serial k
+/// chunks, k splits, the operand consecutive tiles share).
+type Candidate = (u64, u64, u64, usize, usize, usize, usize, Consecutive);
+
+/// Which operand the blocks on consecutive tiles share: blocks are dealt to tiles in
+/// (split, batch, column block, row block) order with `Weights` (a run of `pm` blocks shares
+/// its weights) or (split, batch, row block, column block) with `Rows` (a run of `pn` blocks
+/// shares its rows of `a`). The shared operand's staging buffers form placement groups, so
+/// one multicast row sends each run its copy, and whole pairs in a run take two such rows at
+/// once (`Target::pair_tile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Consecutive {
+    /// Runs share weights (the default).
+    Weights,
+    /// Runs share rows of `a`.
+    Rows,
+}
+
+impl Consecutive {
+    /// The blocks sharing the operand in one run.
+    fn run(self, pm: usize, pn: usize) -> usize {
+        match self {
+            Consecutive::Weights => pm,
+            Consecutive::Rows => pn,
+        }
+    }
+}
+
+/// The bytes a tile receives to stage one block, at one tile's bandwidth: the operand it
+/// shares with its run (`consecutive`) and the other alone. When the run is even every run
+/// starts on an even tile and holds whole pairs, which take two multicasts of the shared
+/// operand at once: at best half the time each, and counted at [`PAIR_SHARED_NUM`] /
+/// [`PAIR_SHARED_DEN`] of it, what the exchange schedules reach. When it is odd every run has
+/// a tile whose pair tile is outside it, which takes its run's operand alone.
+fn staged_receive(
+    a_bytes: u64,
+    b_bytes: u64,
+    pm: usize,
+    pn: usize,
+    consecutive: Consecutive,
+) -> u64 {
+    let (shared, alone) = match consecutive {
+        Consecutive::Weights => (b_bytes, a_bytes),
+        Consecutive::Rows => (a_bytes, b_bytes),
+    };
+    if consecutive.run(pm, pn).is_multiple_of(2) {
+        alone + (shared * PAIR_SHARED_NUM).div_ceil(PAIR_SHARED_DEN)
+    } else {
+        alone + shared
+    }
+}
+
+/// The share of a tile's time a pair-shared operand's bytes take in the staging exchange, as
+/// the schedules reach it: the bound is 1/2 (two multicasts at once); the list schedules leave
+/// gaps where multicasts to a run wait for one tile's lanes, and reach about 2/3 (the 2048³
+/// f16-partials staging: receive bound 28,992 cycles, scheduled 35,200, of which the
+/// unshared weights take 10,200; `IPU_LOG=info ipu build` logs each phase's
+/// `receive_bound` beside its schedules' horizons).
+const PAIR_SHARED_NUM: u64 = 2;
+/// See [`PAIR_SHARED_NUM`].
+const PAIR_SHARED_DEN: u64 = 3;
+
 /// The bytes the busiest home of the operands sends to stage a split's blocks, given the most
 /// bytes of `a` and of `b` a tile holds (`homes`, with how many batch entries of the output
-/// read each of their elements): every element of `a` goes to each of the `pn` column blocks of
-/// its rows (on tiles `pm` apart, so one copy each), while the blocks sharing weights sit on
-/// consecutive tiles and receive each element of `b` in one multicast. An exchange phase ends
-/// no sooner than its busiest sender has sent, which for many column blocks, or operands held
-/// on few tiles (a row layout's), is later than its busiest receiver has received.
-fn operand_sends(homes: &OperandHomes, pn: usize) -> u64 {
-    homes.a * homes.a_fanout * pn as u64 + homes.b * homes.b_fanout
+/// read each of their elements): the operand a run of consecutive tiles shares goes to each run
+/// in one multicast, the other to each of its blocks on tiles a run apart (one copy each);
+/// with `Weights` every element of `a` goes to each of the `pn` column blocks of its rows,
+/// with `Rows` every element of `b` to each of the `pm` row blocks of its columns. An exchange
+/// phase ends no sooner than its busiest sender has sent, which for many blocks, or operands
+/// held on few tiles (a row layout's), is later than its busiest receiver has received.
+fn operand_sends(homes: &OperandHomes, pm: usize, pn: usize, consecutive: Consecutive) -> u64 {
+    let (a, b) = (homes.a * homes.a_fanout, homes.b * homes.b_fanout);
+    match consecutive {
+        Consecutive::Weights => a * pn as u64 + b,
+        Consecutive::Rows => a + b * pm as u64,
+    }
 }
 
 /// What [`operand_sends`] needs of where the operands are.
@@ -609,6 +702,8 @@ pub(crate) struct KSplitEstimate {
     pub reduce_cycles: u64,
     /// Bytes on the busiest tile.
     pub tile_bytes: u64,
+    /// The operand consecutive tiles share.
+    pub consecutive: Consecutive,
 }
 
 /// One stage of the reduction of a k split's partials, as costed.
@@ -845,7 +940,9 @@ pub(crate) fn k_split_candidates(
             for pn in 1..=groups.min(tiles / splits / pm) {
                 examined += 1;
                 if examined > candidates_max {
-                    found.sort_by_key(|e: &KSplitEstimate| (e.cycles, e.tile_bytes, e.pm, e.pn));
+                    found.sort_by_key(|e: &KSplitEstimate| {
+                        (e.cycles, e.tile_bytes, e.pm, e.pn, e.consecutive)
+                    });
                     return found;
                 }
                 let blocks = batch * pm * pn * splits;
@@ -870,31 +967,56 @@ pub(crate) fn k_split_candidates(
                     continue;
                 }
                 let compute = per_tile * bg * kc * amp_round_cycles(&geo, bm);
-                let moved = (per_tile * (a_bytes + b_bytes)).max(operand_sends(&shape.homes, pn));
-                let exchange = moved / EXCHANGE_BYTES_PER_CYCLE as u64 + phase;
                 let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;
                 let sends = (per_tile * c_bytes).max(recv) / bpc - recv / bpc;
                 let reduce = reduce_base + sends;
-                found.push(KSplitEstimate {
-                    pm,
-                    pn,
-                    splits,
-                    cycles: compute + exchange + reduce,
-                    exchange_cycles: exchange + reduce_exchange + sends,
-                    reduce_cycles: reduce,
-                    tile_bytes: mem,
-                });
+                for consecutive in [Consecutive::Weights, Consecutive::Rows] {
+                    if consecutive == Consecutive::Rows && pn == 1 {
+                        continue;
+                    }
+                    let moved = (per_tile * staged_receive(a_bytes, b_bytes, pm, pn, consecutive))
+                        .max(operand_sends(&shape.homes, pm, pn, consecutive));
+                    let exchange = moved / bpc + phase;
+                    found.push(KSplitEstimate {
+                        pm,
+                        pn,
+                        splits,
+                        cycles: compute + exchange + reduce,
+                        exchange_cycles: exchange + reduce_exchange + sends,
+                        reduce_cycles: reduce,
+                        tile_bytes: mem,
+                        consecutive,
+                    });
+                }
             }
         }
     }
-    found.sort_by_key(|e| (e.cycles, e.tile_bytes, e.pm, e.pn));
+    found.sort_by_key(|e| (e.cycles, e.tile_bytes, e.pm, e.pn, e.consecutive));
     found
 }
 
-/// The weights a block stages: (batch, first and last column group, k split).
+/// The weights a block stages: (batch, first and last column group, k split); or, for the rows
+/// of `a` it stages, (batch, first and last row, k split).
 type WeightKey = (usize, usize, usize, usize);
 
 impl Lowerer<'_> {
+    /// The placement group of the staging buffer on `tile` of the blocks staging `key`: the
+    /// group of its kind, or a new one for the first of its kind or a second block of it on one
+    /// tile.
+    fn group_of(
+        &mut self,
+        groups: &mut BTreeMap<WeightKey, (u32, BTreeSet<u32>)>,
+        key: WeightKey,
+        tile: u32,
+    ) -> u32 {
+        let entry = groups.entry(key).or_insert((u32::MAX, BTreeSet::new()));
+        if entry.0 == u32::MAX || !entry.1.insert(tile) {
+            *entry = (self.next_group, BTreeSet::from([tile]));
+            self.next_group += 1;
+        }
+        entry.0
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lower_matmul(
         &mut self,
@@ -902,6 +1024,7 @@ impl Lowerer<'_> {
         mode: AmpMode,
         blocks: &[crate::plan::Block],
         (k_chunks, k_splits): (usize, usize),
+        consecutive: Consecutive,
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
@@ -950,6 +1073,8 @@ impl Lowerer<'_> {
             let mut step_copies: Vec<Copy> = Vec::new();
             let mut step_tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
             let mut weight_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
+            // With `Rows`, the blocks sharing rows of `a` stage them at one address alike.
+            let mut row_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
             for (bl, (c_buf, t_buf, offsets)) in blocks.iter().zip(&outputs) {
                 let (c_buf, t_buf) = (*c_buf, *t_buf);
                 // The K blocks of this chunk (serial chunks carry the accumulation, so the
@@ -985,6 +1110,16 @@ impl Lowerer<'_> {
                         (s, s + bm * kblk, (g - kb0) * bm * kblk)
                     })
                     .collect();
+                if consecutive == Consecutive::Rows {
+                    let key = (
+                        if a_batch == 1 { 0 } else { bl.batch },
+                        bl.m0,
+                        bl.m1,
+                        bl.split,
+                    );
+                    let g = self.group_of(&mut row_groups, key, bl.tile);
+                    self.prog.buffers[a_st.0 as usize].group = Some(g);
+                }
                 let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
                 // B staging (weights): [bg][kcp][cols], in interleaved memory.
                 let b_bytes = (bg * kcp * cols) as u32 * geo.in_bytes as u32;
@@ -1002,15 +1137,8 @@ impl Lowerer<'_> {
                     bl.g1,
                     bl.split,
                 );
-                let entry = weight_groups
-                    .entry(key)
-                    .or_insert((u32::MAX, BTreeSet::new()));
-                if entry.0 == u32::MAX || !entry.1.insert(bl.tile) {
-                    // A new group: the first of its kind, or a second block of it on one tile.
-                    *entry = (self.next_group, BTreeSet::from([bl.tile]));
-                    self.next_group += 1;
-                }
-                self.prog.buffers[b_st.0 as usize].group = Some(entry.0);
+                let g = self.group_of(&mut weight_groups, key, bl.tile);
+                self.prog.buffers[b_st.0 as usize].group = Some(g);
                 let b_base = if b_batch == 1 {
                     0
                 } else {
@@ -1207,6 +1335,66 @@ mod tests {
             }
             assert!(found.windows(2).all(|w| w[0].cycles <= w[1].cycles));
         }
+    }
+
+    /// The operand a run of consecutive tiles shares costs less where the run holds whole
+    /// pairs (an even run), and is sent once per run rather than once per block.
+    #[test]
+    fn the_shared_operand_is_cheaper_on_whole_pairs_and_sent_once_a_run() {
+        let (a, b) = (3000u64, 900u64);
+        let shared = (a * PAIR_SHARED_NUM).div_ceil(PAIR_SHARED_DEN);
+        assert_eq!(staged_receive(a, b, 7, 26, Consecutive::Rows), b + shared);
+        assert_eq!(staged_receive(a, b, 7, 25, Consecutive::Rows), a + b);
+        assert_eq!(
+            staged_receive(a, b, 8, 25, Consecutive::Weights),
+            a + (b * 2).div_ceil(3)
+        );
+        assert_eq!(staged_receive(a, b, 7, 26, Consecutive::Weights), a + b);
+        let homes = OperandHomes {
+            a: 10,
+            a_fanout: 1,
+            b: 100,
+            b_fanout: 2,
+        };
+        assert_eq!(
+            operand_sends(&homes, 7, 26, Consecutive::Weights),
+            10 * 26 + 200
+        );
+        assert_eq!(
+            operand_sends(&homes, 7, 26, Consecutive::Rows),
+            10 + 200 * 7
+        );
+        // Both orders are costed for every split but pn = 1, where they agree.
+        let target = ipu_target::Target::gc200();
+        let shape = KSplitShape {
+            mode: AmpMode::F16F32,
+            batch: 1,
+            m: 2048,
+            k: 2048,
+            n: 2048,
+            tiles: 1472,
+            rounds_max: amp_rounds_max(&target),
+            homes: OperandHomes {
+                a: (2048 * 2048 * 2u64).div_ceil(1472),
+                a_fanout: 1,
+                b: (2048 * 2048 * 2u64).div_ceil(1472),
+                b_fanout: 1,
+            },
+        };
+        let tile = target.memory_bytes() as u64 - crate::plan::SUPPORT_RESERVE_BYTES;
+        let found = k_split_candidates(
+            &shape,
+            tile,
+            target.interleaved_bytes() as u64,
+            target.sync_cycles as u64,
+            MATMUL_CANDIDATES_MAX,
+        );
+        assert!(
+            found
+                .iter()
+                .all(|e| e.pn > 1 || e.consecutive == Consecutive::Weights)
+        );
+        assert!(found.iter().any(|e| e.consecutive == Consecutive::Rows));
     }
 
     /// The reduction's additions sum every run in index order into its slice of the output,

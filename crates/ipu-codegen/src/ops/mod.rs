@@ -91,9 +91,11 @@ impl Lowerer<'_> {
                 blocks,
                 k_chunks,
                 k_splits,
+                consecutive,
                 ..
             } => {
-                self.lower_matmul(index, *mode, blocks, (*k_chunks, *k_splits), &mut steps)?;
+                let splits = (*k_chunks, *k_splits);
+                self.lower_matmul(index, *mode, blocks, splits, *consecutive, &mut steps)?;
             }
             DevOpKind::SumSplits { runs } => self.lower_sum_splits(index, *runs, &mut steps)?,
             DevOpKind::Rows(rop) => {
