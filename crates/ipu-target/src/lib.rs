@@ -259,7 +259,7 @@ pub struct Target {
     pub memory_end: u32,
     /// First byte of the interleaved region (to `memory_end`).
     pub interleaved_base: u32,
-    /// Bytes per bank.
+    /// Bytes per bank (a power of two).
     pub bank_bytes: u32,
     /// Instruction fetch is allowed in `[executable_base, executable_end)`: the non-interleaved
     /// region. Source: DOC (PopVision glossary: instructions are fetched only from
@@ -393,11 +393,15 @@ impl Target {
     /// of one paced access): DOC says only that interleaved memory lets two 64-bit accesses
     /// proceed at once.
     pub const fn element(&self, addr: u32) -> u32 {
+        // Shifts, not divisions: the simulator asks this of every paced load pair.
+        let shift = self.bank_bytes.trailing_zeros();
         if addr < self.interleaved_base {
-            self.bank(addr)
+            (addr - self.memory_base) >> shift
         } else {
             let off = addr - self.interleaved_base;
-            self.bank(self.interleaved_base) + 2 * (off / (2 * self.bank_bytes)) + ((off >> 3) & 1)
+            ((self.interleaved_base - self.memory_base) >> shift)
+                + 2 * (off >> (shift + 1))
+                + ((off >> 3) & 1)
         }
     }
 
@@ -456,6 +460,10 @@ const _: () = {
     assert!(MEMORY_BYTES == 624 * 1024);
     assert!(INTERLEAVED_BASE > MEMORY_BASE && INTERLEAVED_BASE < MEMORY_END);
     assert!((INTERLEAVED_BASE - MEMORY_BASE).is_multiple_of(BANK_BYTES));
+    assert!(
+        BANK_BYTES.is_power_of_two(),
+        "`Target::element` shifts by it"
+    );
     assert!((MEMORY_END - INTERLEAVED_BASE).is_multiple_of(2 * BANK_BYTES));
     assert!(MEMORY_END <= 1 << 21, "tile addresses are 21-bit");
     assert!(
