@@ -5,13 +5,15 @@
 //! address on every member tile) merge into one multicast row per run of consecutive tiles:
 //! the sender's port is busy once, every receiver's port for the same span.
 //!
-//! Three schedules are built and the shortest is kept: the *sender-driven* list schedule
+//! Four schedules are built and the shortest is kept: the *sender-driven* list schedule
 //! (whenever a sender's port frees, it starts the pending row whose receivers can take it
 //! soonest, and among those the one whose busiest receiver has the most left to receive), the
 //! same rows *backfilled* (in that order, each at the earliest cycle at which all its ports are
-//! free for its whole span, gaps included) and the *destination-ordered* one (receivers served
-//! one after another, each row at the earliest cycle all its ports allow). The checker re-derives
-//! the port rules the device enforces from the rows alone.
+//! free for its whole span, gaps included), the *destination-ordered* one (receivers served
+//! one after another, each row at the earliest cycle all its ports allow) and *multicasts
+//! first* (the multicasts backfilled while the runs are empty, the unicasts after them as a
+//! dense list schedule: a multicast waits for every tile of its run, a unicast for two ports).
+//! The checker re-derives the port rules the device enforces from the rows alone.
 //!
 //! Receive ports come in pairs (`Target::pair_tile`): a tile has two receive lanes, a row that
 //! also reaches the tile's pair tile takes one of them (the pair hears it on one of its two
@@ -201,6 +203,9 @@ pub struct Scheduled {
     pub destination_horizon: u32,
     /// Horizon of the sender-driven order backfilled ([`backfill`]).
     pub backfilled_horizon: u32,
+    /// Horizon of the multicasts first and the unicasts densely after them
+    /// ([`multicasts_first`]).
+    pub multicasts_first_horizon: u32,
     /// Whether the destination-ordered schedule was kept.
     pub use_destination_order: bool,
 }
@@ -547,6 +552,272 @@ fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
     (starts, horizon)
 }
 
+/// Bound on the pending rows one event of [`dense_unicasts`] looks at.
+const DENSE_LOOKED_AT_MAX: usize = 256;
+
+/// The multicasts first, backfilled in the given order, then the unicasts as a dense list
+/// schedule: in time order, whenever a sender frees it starts the pending row whose free
+/// receiver has the most left to receive, and whenever a receiver frees it takes the pending
+/// row whose idle sender has the most left to send. A multicast needs every receiver of its
+/// run at once, so it goes where the runs are still empty; the unicasts, each needing two
+/// ports only, fill in after them tile by tile. Returns the rows in their new order with
+/// their starts.
+fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
+    let (multi, uni): (Vec<Resolved>, Vec<Resolved>) = order.iter().partition(|r| r.dst_count > 1);
+    let (mut starts, mut horizon) = backfill(&multi, target);
+    let tiles = order
+        .iter()
+        .map(|r| (r.dst_tile + r.dst_count).max(r.src_tile + 1))
+        .max()
+        .unwrap_or(0) as usize;
+    let mut send_free = vec![0u32; tiles];
+    let mut recv_free = vec![0u32; tiles];
+    for (r, &s) in multi.iter().zip(&starts) {
+        let dur = r.duration(target);
+        let f = &mut send_free[r.src_tile as usize];
+        *f = (*f).max(s + dur);
+        for d in r.receivers() {
+            let f = &mut recv_free[d as usize];
+            *f = (*f).max(s + target.exchange_latency_cycles(r.src_tile, d) + dur);
+        }
+    }
+    let (mut uni_starts, mut h) =
+        dense_unicasts(&uni, send_free.clone(), recv_free.clone(), target);
+    let mut uni = uni;
+    if let Some(matched) = matched_rounds(&uni) {
+        let rounds: Vec<Resolved> = matched.iter().map(|&i| uni[i]).collect();
+        let (m_starts, m_h) = in_order(&rounds, send_free, recv_free, target);
+        if m_h < h {
+            (uni, uni_starts, h) = (rounds, m_starts, m_h);
+        }
+    }
+    horizon = horizon.max(h);
+    starts.extend(uni_starts);
+    let mut rows = multi;
+    rows.extend(uni);
+    (rows, starts, horizon)
+}
+
+/// Bound on the steps [`matched_rounds`] walks along alternating paths.
+const MATCHING_STEPS_MAX: u64 = 1 << 24;
+
+/// Bound on the (sender, receiver) pairs a tile has for [`matched_rounds`].
+const MATCHING_DEGREE_MAX: usize = 256;
+
+/// Rows to one tile each ordered in rounds in which no tile sends or receives twice: the
+/// (sender, receiver) pairs edge-coloured with as many colours as the busiest tile has pairs
+/// (König's theorem; each colour found by swapping the two colours along an alternating
+/// path), then the pairs by colour, each pair's rows together. Equal pairs then go as a
+/// round-robin would (an all-to-all among a block's tiles takes one round per partner); a
+/// pair's rows stay in their order. `None` beyond [`MATCHING_DEGREE_MAX`] or
+/// [`MATCHING_STEPS_MAX`].
+fn matched_rounds(rows: &[Resolved]) -> Option<Vec<usize>> {
+    const NONE: u32 = u32::MAX;
+    let mut pairs: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        pairs.entry((r.src_tile, r.dst_tile)).or_default().push(i);
+    }
+    let tiles = rows
+        .iter()
+        .map(|r| r.src_tile.max(r.dst_tile) + 1)
+        .max()
+        .unwrap_or(0) as usize;
+    let mut degree = vec![0usize; 2 * tiles];
+    for &(s, d) in pairs.keys() {
+        degree[s as usize] += 1;
+        degree[tiles + d as usize] += 1;
+    }
+    let colours = degree.iter().copied().max().unwrap_or(0);
+    if colours > MATCHING_DEGREE_MAX {
+        return None;
+    }
+    let keys: Vec<(u32, u32)> = pairs.keys().copied().collect();
+    // at[vertex * colours + c]: the pair of colour `c` at a vertex (senders, then receivers).
+    let mut at = vec![NONE; 2 * tiles * colours];
+    let mut colour = vec![0usize; keys.len()];
+    let mut steps = 0u64;
+    let free = |at: &[u32], v: usize| (0..colours).find(|&c| at[v * colours + c] == NONE);
+    for (e, &(s, d)) in keys.iter().enumerate() {
+        let (u, v) = (s as usize, tiles + d as usize);
+        let a = free(&at, u).expect("a sender has a free colour");
+        if at[v * colours + a] != NONE {
+            let b = free(&at, v).expect("a receiver has a free colour");
+            if at[u * colours + b] == NONE {
+                at[u * colours + b] = e as u32;
+                at[v * colours + b] = e as u32;
+                colour[e] = b;
+                continue;
+            }
+            // The path from `v` along colours a, b, a, ...: swap them on it.
+            let mut path = Vec::new();
+            let (mut x, mut c) = (v, a);
+            while at[x * colours + c] != NONE {
+                let f = at[x * colours + c] as usize;
+                path.push(f);
+                let (fs, fd) = keys[f];
+                let (fu, fv) = (fs as usize, tiles + fd as usize);
+                x = if x == fu { fv } else { fu };
+                c = if c == a { b } else { a };
+                steps += 1;
+                if steps > MATCHING_STEPS_MAX {
+                    return None;
+                }
+            }
+            for &f in &path {
+                let (fs, fd) = keys[f];
+                for x in [fs as usize, tiles + fd as usize] {
+                    at[x * colours + colour[f]] = NONE;
+                }
+            }
+            for &f in &path {
+                colour[f] = if colour[f] == a { b } else { a };
+                let (fs, fd) = keys[f];
+                for x in [fs as usize, tiles + fd as usize] {
+                    at[x * colours + colour[f]] = f as u32;
+                }
+            }
+        }
+        at[u * colours + a] = e as u32;
+        at[v * colours + a] = e as u32;
+        colour[e] = a;
+    }
+    let mut by_colour: Vec<usize> = (0..keys.len()).collect();
+    by_colour.sort_by_key(|&e| (colour[e], keys[e]));
+    Some(
+        by_colour
+            .into_iter()
+            .flat_map(|e| pairs[&keys[e]].iter().copied())
+            .collect(),
+    )
+}
+
+/// Rows to one tile each in the given order, each at the earliest cycle after the rows booked
+/// before it on its two ports, from the ports' free cycles.
+fn in_order(
+    rows: &[Resolved],
+    mut send_free: Vec<u32>,
+    mut recv_free: Vec<u32>,
+    target: &Target,
+) -> (Vec<u32>, u32) {
+    let mut horizon = 0;
+    let starts = rows
+        .iter()
+        .map(|r| {
+            let (s, d) = (r.src_tile as usize, r.dst_tile as usize);
+            let l = target.exchange_latency_cycles(r.src_tile, r.dst_tile);
+            let dur = r.duration(target);
+            let t = send_free[s].max(recv_free[d].saturating_sub(l));
+            send_free[s] = t + dur;
+            recv_free[d] = t + l + dur;
+            horizon = horizon.max(t + l + dur);
+            t
+        })
+        .collect();
+    (starts, horizon)
+}
+
+/// The dense list schedule of [`multicasts_first`] for rows to one tile each, from the ports'
+/// free cycles. A row none of the bounded looks ([`DENSE_LOOKED_AT_MAX`]) found goes after
+/// everything its ports have booked.
+fn dense_unicasts(
+    rows: &[Resolved],
+    mut send_free: Vec<u32>,
+    mut recv_free: Vec<u32>,
+    target: &Target,
+) -> (Vec<u32>, u32) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let tiles = send_free.len();
+    let mut send_left = vec![0u64; tiles];
+    let mut recv_left = vec![0u64; tiles];
+    let mut by_src: Vec<Vec<usize>> = vec![Vec::new(); tiles];
+    let mut by_dst: Vec<Vec<usize>> = vec![Vec::new(); tiles];
+    for (i, r) in rows.iter().enumerate() {
+        let d = r.duration(target) as u64;
+        send_left[r.src_tile as usize] += d;
+        recv_left[r.dst_tile as usize] += d;
+        by_src[r.src_tile as usize].push(i);
+        by_dst[r.dst_tile as usize].push(i);
+    }
+    // The earliest latency: a receiver's event comes when the nearest sender could start.
+    let lat_min = target.exchange_latency_cycles(0, 0);
+    // Events (cycle, 0 for a sender and 1 for a receiver, tile).
+    let mut events: BinaryHeap<Reverse<(u32, u8, u32)>> = BinaryHeap::new();
+    for t in 0..tiles {
+        if !by_src[t].is_empty() {
+            events.push(Reverse((send_free[t], 0, t as u32)));
+        }
+        if !by_dst[t].is_empty() {
+            events.push(Reverse((recv_free[t].saturating_sub(lat_min), 1, t as u32)));
+        }
+    }
+    let mut starts: Vec<Option<u32>> = vec![None; rows.len()];
+    let mut left = rows.len();
+    while let Some(Reverse((now, kind, tile))) = events.pop() {
+        if left == 0 {
+            break;
+        }
+        let list = if kind == 0 {
+            &mut by_src[tile as usize]
+        } else {
+            &mut by_dst[tile as usize]
+        };
+        list.retain(|&i| starts[i].is_none());
+        // (the other end's load, row, start)
+        let mut best: Option<(u64, usize, u32)> = None;
+        for &i in list.iter().take(DENSE_LOOKED_AT_MAX) {
+            let r = &rows[i];
+            let (s, d) = (r.src_tile as usize, r.dst_tile as usize);
+            let l = target.exchange_latency_cycles(r.src_tile, r.dst_tile);
+            if send_free[s] > now || recv_free[d] > now + l {
+                continue;
+            }
+            let load = if kind == 0 {
+                recv_left[d]
+            } else {
+                send_left[s]
+            };
+            if best.is_none_or(|(b, _, _)| load > b) {
+                best = Some((load, i, send_free[s].max(recv_free[d].saturating_sub(l))));
+            }
+        }
+        let Some((_, i, start)) = best else { continue };
+        let r = &rows[i];
+        let (s, d) = (r.src_tile as usize, r.dst_tile as usize);
+        let dur = r.duration(target);
+        starts[i] = Some(start);
+        left -= 1;
+        send_free[s] = start + dur;
+        recv_free[d] = start + target.exchange_latency_cycles(r.src_tile, r.dst_tile) + dur;
+        send_left[s] -= dur as u64;
+        recv_left[d] -= dur as u64;
+        events.push(Reverse((send_free[s].max(now), 0, s as u32)));
+        events.push(Reverse((
+            recv_free[d].saturating_sub(lat_min).max(now),
+            1,
+            d as u32,
+        )));
+    }
+    let mut horizon = 0;
+    let starts = rows
+        .iter()
+        .zip(starts)
+        .map(|(r, st)| {
+            let (s, d) = (r.src_tile as usize, r.dst_tile as usize);
+            let l = target.exchange_latency_cycles(r.src_tile, r.dst_tile);
+            let start = st.unwrap_or_else(|| {
+                let t = send_free[s].max(recv_free[d].saturating_sub(l));
+                send_free[s] = t + r.duration(target);
+                recv_free[d] = t + l + r.duration(target);
+                t
+            });
+            horizon = horizon.max(start + l + r.duration(target));
+            start
+        })
+        .collect();
+    (starts, horizon)
+}
+
 /// The cycles the busiest receiver needs at least: every row it takes alone in full, every row
 /// it shares with its pair tile at half (two such at once), latencies left out.
 fn receive_bound(rows: &[Resolved], target: &Target) -> u32 {
@@ -600,11 +871,14 @@ pub fn schedule(
     let (starts_dst, h_dst) = greedy(&by_dst, target);
     // The sender-driven order again, each row moved into the earliest gap its ports leave.
     let (starts_fill, h_fill) = backfill(&by_sender, target);
-    let use_dst = h_dst < h_sender.min(h_fill);
-    let use_fill = !use_dst && h_fill < h_sender;
-    let (order, starts, horizon) = if use_dst {
+    let (by_kind, starts_kind, h_kind) = multicasts_first(&by_sender, target);
+    let use_kind = h_kind < h_sender.min(h_fill).min(h_dst);
+    let use_dst = !use_kind && h_dst < h_sender.min(h_fill);
+    let (order, starts, horizon) = if use_kind {
+        (by_kind, starts_kind, h_kind)
+    } else if use_dst {
         (by_dst, starts_dst, h_dst)
-    } else if use_fill {
+    } else if h_fill < h_sender {
         (by_sender, starts_fill, h_fill)
     } else {
         (by_sender, starts_sender, h_sender)
@@ -645,6 +919,7 @@ pub fn schedule(
         sender_horizon: h_sender,
         destination_horizon: h_dst,
         backfilled_horizon: h_fill,
+        multicasts_first_horizon: h_kind,
         use_destination_order: use_dst,
     };
     check(&s, target)?;
@@ -766,9 +1041,10 @@ pub fn schedule_program(
                 receive_bound = sch.receive_bound,
                 sender_horizon = sch.sender_horizon,
                 backfilled_horizon = sch.backfilled_horizon,
+                multicasts_first_horizon = sch.multicasts_first_horizon,
                 destination_horizon = sch.destination_horizon,
                 use_destination_order = sch.use_destination_order,
-                "compared sender-driven, backfilled and destination-ordered exchange schedules"
+                "compared sender-driven, backfilled, destination-ordered and multicasts-first exchange schedules"
             );
             out.insert(i, sch);
         }
@@ -779,6 +1055,7 @@ pub fn schedule_program(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn a_port_finds_the_first_gap_long_enough_and_merges_touching_spans() {
@@ -850,5 +1127,57 @@ mod tests {
         assert!(filled[2] >= one, "{filled:?}");
         let (starts, _) = greedy(&three, &target);
         assert!(starts[2] >= one, "{starts:?}");
+    }
+
+    /// An all-to-all among eight tiles (each sends one equal row to each other) takes one
+    /// round per partner in rounds from the edge colouring: seven rows' time and the
+    /// latencies, no tile twice in a round.
+    #[test]
+    fn an_all_to_all_goes_in_rounds_of_a_matching() {
+        let target = Target::gc200();
+        let tiles = 8;
+        let rows: Vec<Resolved> = (0..tiles)
+            .flat_map(|s| {
+                (0..tiles)
+                    .filter(move |&d| d != s)
+                    .map(move |d| row(s, d, 1, 4000))
+            })
+            .collect();
+        let order = matched_rounds(&rows).expect("within the bounds");
+        let mut seen = order.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..rows.len()).collect::<Vec<_>>());
+        for round in order.chunks(tiles as usize) {
+            let senders: BTreeSet<u32> = round.iter().map(|&i| rows[i].src_tile).collect();
+            let receivers: BTreeSet<u32> = round.iter().map(|&i| rows[i].dst_tile).collect();
+            assert_eq!((senders.len(), receivers.len()), (8, 8), "{round:?}");
+        }
+        let one = target.exchange_transfer_cycles(4000);
+        let (_, _, h) = multicasts_first(&rows, &target);
+        assert!(h <= 7 * (one + target.exchange_latency_cycles(0, 7)), "{h}");
+        let (_, _, h_sender) = sender_driven(&rows, &target);
+        assert!(h <= h_sender, "{h} {h_sender}");
+    }
+
+    /// Multicasts to a run first, then the runs' private rows: the private rows wait for the
+    /// multicasts, not the other way round, and the device's rules hold.
+    #[test]
+    fn multicasts_go_first_and_private_rows_fill_in_after_them() {
+        let target = Target::gc200();
+        let one = target.exchange_transfer_cycles(4000);
+        let rows = [
+            row(4, 2, 1, 4000),
+            row(8, 0, 4, 4000),
+            row(9, 0, 4, 4000),
+            row(5, 0, 1, 4000),
+        ];
+        let (order, starts, h) = multicasts_first(&rows, &target);
+        assert_eq!(
+            order.iter().map(|r| r.dst_count).collect::<Vec<_>>(),
+            [4, 4, 1, 1]
+        );
+        assert_eq!(starts[..2], [0, 0]);
+        assert!(starts[2] >= one && starts[3] >= one, "{starts:?}");
+        assert!(h < 3 * one, "{h}");
     }
 }
