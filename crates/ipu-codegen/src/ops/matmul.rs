@@ -418,16 +418,27 @@ impl Planner<'_> {
             None,
             layout,
         );
+        // Where the reduction sums each element: beside a share of the block that computed it
+        // when every tile holds one block at most, else spread over all tiles.
+        let shares = (k_splits > 1)
+            .then(|| block_shares(&blocks, k_splits, groups, m, geo.cols, tiles))
+            .flatten();
         let reduce = if k_splits > 1 {
             let per_tile = (batch * pm * pn * k_splits).div_ceil(tiles) as u64;
             let c_bytes = (groups.div_ceil(pn) * m.div_ceil(pm) * geo.cols * geo.out_bytes) as u64;
+            let share = match &shares {
+                Some(l) => ReduceShare {
+                    elements: l.most_elements_on_a_tile(),
+                    held: true,
+                },
+                None => ReduceShare::balanced(slice, tiles),
+            };
             reduce_estimates(
                 mode,
-                slice,
+                share,
                 k_splits,
-                tiles,
                 self.target.sync_cycles as u64,
-                per_tile * c_bytes,
+                reduce_sends(per_tile * c_bytes, k_splits, share.held),
             )
         } else {
             Vec::new()
@@ -453,8 +464,8 @@ impl Planner<'_> {
         });
         // The reduction, stage by stage, each stage's slices spread alike over all tiles.
         let mut x = c;
+        let one = shares.unwrap_or_else(|| Layout::balanced(out_shape, geo.cols, tiles as u32));
         for (i, r) in reduce.iter().enumerate() {
-            let one = Layout::balanced(out_shape, geo.cols, tiles as u32);
             let ranges = (0..r.runs).flat_map(|s| {
                 one.pieces
                     .iter()
@@ -735,25 +746,108 @@ fn partials_elem(mode: AmpMode) -> kernels::Elem {
     }
 }
 
-/// The stages reducing `splits` partial slices of `slice` storage elements each (one stage
-/// below 16 partials, two from 16, as PopLibs' `ConvReducePlan` chooses:
+/// A tile's part in a k split's reduction: the elements of each partial slice it sums, and
+/// whether it holds one of those slices itself (it computed that part of the block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct ReduceShare {
+    pub elements: usize,
+    pub held: bool,
+}
+
+impl ReduceShare {
+    /// The share of a tile when [`Layout::balanced`] spreads each slice of `slice` storage
+    /// elements over `tiles` tiles (every slice then arrives by exchange).
+    fn balanced(slice: usize, tiles: usize) -> ReduceShare {
+        ReduceShare {
+            elements: balanced_share(slice, tiles),
+            held: false,
+        }
+    }
+
+    /// The share of a tile when [`block_shares`] cuts blocks of `block` storage elements into
+    /// `splits` shares.
+    fn of_block(block: usize, splits: usize) -> ReduceShare {
+        let units = block / crate::layout::PIECE_GRAIN;
+        ReduceShare {
+            elements: units.div_ceil(splits) * crate::layout::PIECE_GRAIN,
+            held: true,
+        }
+    }
+}
+
+/// Bytes a product tile holding `c_bytes` of partials sends to the reduction: all of them, or
+/// all but the share it sums itself.
+fn reduce_sends(c_bytes: u64, splits: usize, held: bool) -> u64 {
+    if held {
+        c_bytes - c_bytes / splits as u64
+    } else {
+        c_bytes
+    }
+}
+
+/// The reduction's slice of the output when every tile holds one block at most: the
+/// `k_splits` tiles of a block (one per split, alike in rows and columns) take a share each
+/// of its elements in storage order, cut at multiples of [`crate::layout::PIECE_GRAIN`], the
+/// tile of split `s` share `s`. Each then sums beside the partials it computed itself (no
+/// exchange for them), and a block's partials move only among its own tiles. `None` when a
+/// tile holds several blocks.
+fn block_shares(
+    blocks: &[Block],
+    k_splits: usize,
+    groups: usize,
+    m: usize,
+    cols: usize,
+    tiles: usize,
+) -> Option<Layout> {
+    let grain = crate::layout::PIECE_GRAIN;
+    if blocks.len() > tiles || !cols.is_multiple_of(grain) {
+        return None;
+    }
+    let mut ranges = Vec::new();
+    for bl in blocks {
+        // The block's storage ranges in order, one per column group.
+        let parts: Vec<(usize, usize)> = (bl.g0..bl.g1)
+            .map(|g| {
+                let base = bl.batch * groups * m * cols + g * m * cols;
+                (base + bl.m0 * cols, base + bl.m1 * cols)
+            })
+            .collect();
+        let units = parts.iter().map(|r| r.1 - r.0).sum::<usize>() / grain;
+        let (from, to) = (
+            units * bl.split / k_splits * grain,
+            units * (bl.split + 1) / k_splits * grain,
+        );
+        // Share `split` of the ranges laid end to end.
+        let mut at = 0;
+        for (a, b) in parts {
+            let (s, e) = (from.max(at), to.min(at + b - a));
+            if e > s {
+                ranges.push((bl.tile, a + s - at, a + e - at));
+            }
+            at += b - a;
+        }
+    }
+    Some(Layout::from_ranges(cols, ranges))
+}
+
+/// The stages reducing `splits` partial slices, each tile summing `share` of every slice (one
+/// stage below 16 partials, two from 16, as PopLibs' `ConvReducePlan` chooses:
 /// `ipu_target::reduce::reduce_plan`, after `getMultiStageReducePlan` in
 /// `lib/poplin/ConvReducePlan.cpp`, graphcore/poplibs). Every stage spreads each of its output
-/// slices over all tiles alike, so only the first moves data: each tile receives its share of
-/// every partial slice, while a product tile sends its partials (`send_bytes`); later stages
-/// add what their tiles already hold. The additions are the lowering's own
-/// ([`sum_splits_ops`]), costed by the supervisor model; every stage ends with a sync of
-/// `sync_cycles`.
+/// slices over the tiles alike, so only the first moves data: each tile receives its share of
+/// every partial slice it does not hold, while a product tile sends its partials
+/// (`send_bytes`); later stages add what their tiles already hold. The additions are the
+/// lowering's own ([`sum_splits_ops`]), costed by the supervisor model; every stage ends with
+/// a sync of `sync_cycles`.
 pub(crate) fn reduce_estimates(
     mode: AmpMode,
-    slice: usize,
+    share: ReduceShare,
     splits: usize,
-    tiles: usize,
     sync_cycles: u64,
     send_bytes: u64,
 ) -> Vec<ReduceStage> {
     let eb = amp_geometry(mode).out_bytes as u64;
-    let n = balanced_share(slice, tiles);
+    let n = share.elements;
     let plan = ipu_target::reduce::reduce_plan(splits);
     let mut depth = splits;
     let mut stages = Vec::new();
@@ -765,14 +859,14 @@ pub(crate) fn reduce_estimates(
             depth,
             runs,
             (
-                Slices::one((BufferId(0), 0)),
+                &Slices::consecutive((BufferId(0), 0), depth, n as u32 * eb as u32),
                 (BufferId(0), 0),
                 (BufferId(0), 0),
             ),
         );
         ops.push(SupOp::WaitW);
         let exchange = if i == 0 {
-            let recv = depth as u64 * n as u64 * eb;
+            let recv = (depth - usize::from(share.held)) as u64 * n as u64 * eb;
             recv.max(send_bytes) / EXCHANGE_BYTES_PER_CYCLE as u64
                 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64
         } else {
@@ -788,35 +882,27 @@ pub(crate) fn reduce_estimates(
     stages
 }
 
-/// Where a reduction stage's input slices lie on a tile: one after another from `even`, or,
-/// with `odd`, the even slices one after another from `even` and the odd ones from `odd`.
-/// Split, the first addition of every run reads two buffers, which placement can keep in
+/// Where a reduction stage's input slices lie on a tile (buffer and byte offset each): in the
+/// partials' own buffer where the tile computed them, the others staged in two buffers by
+/// turns. So the first addition of every run reads two buffers, which placement can keep in
 /// different memory elements (`State::co_loaded`); in one buffer its two loads would share
 /// an element wherever the slices do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Slices {
-    pub even: (BufferId, u32),
-    pub odd: Option<(BufferId, u32)>,
-}
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Slices(pub Vec<(BufferId, u32)>);
 
 impl Slices {
-    /// The slices one after another in one buffer from `at`.
-    pub(crate) fn one(at: (BufferId, u32)) -> Slices {
-        Slices {
-            even: at,
-            odd: None,
-        }
+    /// `depth` slices of `slice_bytes` one after another in one buffer from `at`.
+    pub(crate) fn consecutive(at: (BufferId, u32), depth: usize, slice_bytes: u32) -> Slices {
+        Slices(
+            (0..depth as u32)
+                .map(|s| (at.0, at.1 + s * slice_bytes))
+                .collect(),
+        )
     }
 
-    /// Where slice `s` of `slice_bytes` starts.
-    pub(crate) fn at(&self, s: usize, slice_bytes: u32) -> (BufferId, u32) {
-        match self.odd {
-            None => (self.even.0, self.even.1 + s as u32 * slice_bytes),
-            Some(odd) => {
-                let b = if s.is_multiple_of(2) { self.even } else { odd };
-                (b.0, b.1 + (s / 2) as u32 * slice_bytes)
-            }
-        }
+    /// Where slice `s` starts.
+    pub(crate) fn at(&self, s: usize) -> (BufferId, u32) {
+        self.0[s]
     }
 }
 
@@ -833,7 +919,7 @@ pub(crate) fn sum_splits_ops(
     n: u32,
     depth: usize,
     runs: usize,
-    (recv, out, temp): (Slices, (BufferId, u32), (BufferId, u32)),
+    (recv, out, temp): (&Slices, (BufferId, u32), (BufferId, u32)),
 ) -> Vec<SupOp> {
     let vectors = n * eb / 8;
     let run = |i: usize| (depth * i / runs, depth * (i + 1) / runs);
@@ -858,12 +944,8 @@ pub(crate) fn sum_splits_ops(
                 let into = |j: usize| {
                     if into_out(j) { at(out, i) } else { at(temp, i) }
                 };
-                let a = if j == 1 {
-                    recv.at(s0, n * eb)
-                } else {
-                    into(j - 1)
-                };
-                let b = recv.at(s0 + j, n * eb);
+                let a = if j == 1 { recv.at(s0) } else { into(j - 1) };
+                let b = recv.at(s0 + j);
                 let o = into(j);
                 for (v0, v1) in crate::lower::split(vectors, WORKER_CONTEXTS) {
                     if v1 > v0 {
@@ -923,19 +1005,13 @@ pub(crate) fn k_split_candidates(
     let kb = k.div_ceil(geo.k_block);
     let phase = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + sync_cycles;
     let slice = batch * groups * m * geo.cols;
-    let share = balanced_share(slice, tiles) as u64;
     let mut found = Vec::new();
     let mut examined = 0;
+    // The reduction's stages by share (many candidates share one), without the product tiles'
+    // sends, which the first stage's exchange waits for when they exceed a tile's receipts:
+    // (cycles, exchange cycles, bytes received).
+    let mut stages_of: BTreeMap<(usize, ReduceShare), (u64, u64, u64)> = BTreeMap::new();
     for splits in 2..=kb.min(ipu_target::reduce::K_SPLITS_MAX).min(tiles) {
-        // The reduction's buffers on a tile: its share of every partial slice, of the sum and
-        // of the sum's other half (the stages after the first hold less).
-        let reduce_bytes = share * (splits as u64 + 2) * geo.out_bytes as u64;
-        // The stages' cost without the product tiles' sends, which the first stage's exchange
-        // waits for when they exceed a tile's receipts.
-        let stages = reduce_estimates(mode, slice, splits, tiles, sync_cycles, 0);
-        let reduce_base: u64 = stages.iter().map(|r| r.cycles).sum();
-        let reduce_exchange: u64 = stages.iter().map(|r| r.exchange_cycles).sum();
-        let recv = splits as u64 * share * geo.out_bytes as u64;
         for pm in 1..=m.min(tiles / splits) {
             for pn in 1..=groups.min(tiles / splits / pm) {
                 examined += 1;
@@ -953,6 +1029,20 @@ pub(crate) fn k_split_candidates(
                 let a_bytes = kc * geo.k_block as u64 * bm * geo.in_bytes as u64;
                 let b_bytes = bg * kc * (geo.k_block * geo.cols * geo.in_bytes) as u64;
                 let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
+                // A tile's part in the reduction ([`block_shares`]): with one block a tile at
+                // most, a share of its own block's (the largest block's, as the rows and
+                // column groups divide).
+                let share = if blocks <= tiles {
+                    ReduceShare::of_block(bm as usize * bg as usize * geo.cols, splits)
+                } else {
+                    ReduceShare::balanced(slice, tiles)
+                };
+                // The reduction's buffers on a tile: its share of every partial slice it does
+                // not hold, of the sum and of the sum's other half (the stages after the first
+                // hold less).
+                let reduce_bytes = share.elements as u64
+                    * (splits - usize::from(share.held) + 2) as u64
+                    * geo.out_bytes as u64;
                 // The products' buffers die before the reduction's are born; the partials
                 // live through both.
                 let states = rounds_support(per_tile * bg * kc);
@@ -968,7 +1058,19 @@ pub(crate) fn k_split_candidates(
                 }
                 let compute = per_tile * bg * kc * amp_round_cycles(&geo, bm);
                 let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;
-                let sends = (per_tile * c_bytes).max(recv) / bpc - recv / bpc;
+                let (reduce_base, reduce_exchange, recv) =
+                    *stages_of.entry((splits, share)).or_insert_with(|| {
+                        let stages = reduce_estimates(mode, share, splits, sync_cycles, 0);
+                        (
+                            stages.iter().map(|r| r.cycles).sum(),
+                            stages.iter().map(|r| r.exchange_cycles).sum(),
+                            (splits - usize::from(share.held)) as u64
+                                * share.elements as u64
+                                * geo.out_bytes as u64,
+                        )
+                    });
+                let sent = reduce_sends(per_tile * c_bytes, splits, share.held);
+                let sends = sent.max(recv) / bpc - recv / bpc;
                 let reduce = reduce_base + sends;
                 for consecutive in [Consecutive::Weights, Consecutive::Rows] {
                     if consecutive == Consecutive::Rows && pn == 1 {
@@ -993,6 +1095,27 @@ pub(crate) fn k_split_candidates(
     }
     found.sort_by_key(|e| (e.cycles, e.tile_bytes, e.pm, e.pn, e.consecutive));
     found
+}
+
+/// The element offset in a tile's buffer of a value at which the tile holds the ranges `mine`
+/// (start, end, offset within the slice) of the slice starting at element `base`, one after
+/// another in that order; `held` is the value's ranges on the tile (start, end, offset).
+/// `None` where they are not all there so.
+fn held_in_place(
+    held: &[(usize, usize, usize)],
+    mine: &[(usize, usize, usize)],
+    base: usize,
+) -> Option<usize> {
+    let mut first = None;
+    for &(a, b, l) in mine {
+        let (a, b) = (base + a, base + b);
+        let &(ha, _, hl) = held.iter().find(|h| h.0 <= a && b <= h.1)?;
+        let at = (hl + (a - ha)).checked_sub(l)?;
+        if *first.get_or_insert(at) != at {
+            return None;
+        }
+    }
+    first
 }
 
 /// The weights a block stages: (batch, first and last column group, k split); or, for the rows
@@ -1243,43 +1366,56 @@ impl Lowerer<'_> {
                 .filter(|r| r.0 < x_slice)
                 .collect();
             let n: usize = mine.iter().map(|r| r.1 - r.0).sum();
-            let want: Vec<(usize, usize, usize)> = (0..depth)
-                .flat_map(|s| {
-                    mine.iter()
-                        .map(move |&(a, b, l)| (s * x_slice + a, s * x_slice + b, s * n + l))
-                })
+            // Each slice in place where this tile holds it in that order, as a product tile
+            // holds its own share ([`block_shares`]) or an earlier stage its sums; the others
+            // staged, by turns in two buffers ([`Slices`]).
+            let held = x_layout.ranges_on(tile);
+            let in_place: Vec<Option<u32>> = (0..depth)
+                .map(|s| held_in_place(&held, &mine, s * x_slice).map(|l| l as u32 * eb))
                 .collect();
-            let recv = if x_layout.ranges_on(tile) == want {
-                Slices::one((self.value_buffer(x, tile), 0))
-            } else {
-                // The even slices in one buffer, the odd ones in another ([`Slices`]).
-                let mut stage = |parity: usize, what: &str| {
-                    let count = (depth + 1 - parity) / 2;
-                    let st = self.scratch_buffer(
-                        tile,
-                        (count * n) as u32 * eb,
-                        format!("stage:{name}.partials.{what}"),
-                    );
-                    let part: Vec<(usize, usize, usize)> = (parity..depth)
-                        .step_by(2)
-                        .flat_map(|s| {
-                            mine.iter().map(move |&(a, b, l)| {
-                                (s * x_slice + a, s * x_slice + b, s / 2 * n + l)
-                            })
-                        })
-                        .collect();
-                    let copies = self.gather(x, tile, group, &part, st);
-                    steps.copies.extend(copies);
-                    (st, 0)
-                };
-                let even = stage(0, "even");
-                let odd = (depth > 1).then(|| stage(1, "odd"));
-                Slices { even, odd }
-            };
+            let staged: Vec<usize> = (0..depth).filter(|&s| in_place[s].is_none()).collect();
+            let mut stage_buffers = [None, None];
+            for (parity, what) in [(0, "even"), (1, "odd")] {
+                let mine_staged: Vec<usize> =
+                    staged.iter().copied().skip(parity).step_by(2).collect();
+                if mine_staged.is_empty() {
+                    continue;
+                }
+                let st = self.scratch_buffer(
+                    tile,
+                    (mine_staged.len() * n) as u32 * eb,
+                    format!("stage:{name}.partials.{what}"),
+                );
+                let part: Vec<(usize, usize, usize)> = mine_staged
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(k, &s)| {
+                        mine.iter()
+                            .map(move |&(a, b, l)| (s * x_slice + a, s * x_slice + b, k * n + l))
+                    })
+                    .collect();
+                let copies = self.gather(x, tile, group, &part, st);
+                steps.copies.extend(copies);
+                stage_buffers[parity] = Some(st);
+            }
+            let xb = self.value_buffer(x, tile);
+            let mut k = 0;
+            let recv = Slices(
+                (0..depth)
+                    .map(|s| match in_place[s] {
+                        Some(at) => (xb, at),
+                        None => {
+                            let st = stage_buffers[k % 2].expect("staged");
+                            k += 1;
+                            (st, ((k - 1) / 2 * n) as u32 * eb)
+                        }
+                    })
+                    .collect(),
+            );
             let ob = self.value_buffer(out, tile);
             let temp =
                 self.scratch_buffer(tile, (runs * n) as u32 * eb, format!("pingpong:{name}"));
-            let ops = sum_splits_ops(ty, eb, n as u32, depth, runs, (recv, (ob, 0), (temp, 0)));
+            let ops = sum_splits_ops(ty, eb, n as u32, depth, runs, (&recv, (ob, 0), (temp, 0)));
             steps.tiles.entry(tile).or_default().extend(ops);
         }
         Ok(())
@@ -1399,17 +1535,39 @@ mod tests {
 
     /// The reduction's additions sum every run in index order into its slice of the output,
     /// and no wave reads (its own slice or, past its end, the next) what another of its
-    /// launches writes; with the slices split by parity, no addition reads one buffer twice.
+    /// launches writes; with the slices staged by turns in two buffers (one of them maybe in
+    /// place in a third, as a product tile's own share), no addition reads one buffer twice.
     #[test]
     fn sum_splits_adds_runs_in_order_without_a_race() {
         use kernels::state::State;
-        let (recv, out, temp, odd) = (BufferId(1), BufferId(2), BufferId(3), BufferId(4));
+        let (recv, out, temp, odd, own) = (
+            BufferId(1),
+            BufferId(2),
+            BufferId(3),
+            BufferId(4),
+            BufferId(5),
+        );
         let n = 64u32;
         let slice_bytes = n * 4;
-        for (depth, split) in (2..40).flat_map(|d| [(d, false), (d, true)]) {
-            let slices = Slices {
-                even: (recv, 0),
-                odd: split.then_some((odd, 0)),
+        for (depth, split, held_at) in
+            (2..40).flat_map(|d| [(d, false, None), (d, true, None), (d, true, Some(d / 3))])
+        {
+            let slices = if split {
+                let mut k = 0;
+                Slices(
+                    (0..depth)
+                        .map(|s| {
+                            if held_at == Some(s) {
+                                return (own, 0);
+                            }
+                            k += 1;
+                            let b = if (k - 1) % 2 == 0 { recv } else { odd };
+                            (b, (k - 1) as u32 / 2 * slice_bytes)
+                        })
+                        .collect(),
+                )
+            } else {
+                Slices::consecutive((recv, 0), depth, slice_bytes)
             };
             for runs in 1..=depth / 2 {
                 let ops = sum_splits_ops(
@@ -1418,12 +1576,12 @@ mod tests {
                     n,
                     depth,
                     runs,
-                    (slices, (out, 0), (temp, 0)),
+                    (&slices, (out, 0), (temp, 0)),
                 );
                 // What each (buffer, slice) holds: the input slices summed into it, in order.
                 let mut held: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
                 for s in 0..depth {
-                    let (b, at) = slices.at(s, slice_bytes);
+                    let (b, at) = slices.at(s);
                     held.insert((b.0, at / slice_bytes), vec![s]);
                 }
                 for wave in ops.split(|o| *o == SupOp::WaitW) {
@@ -1462,6 +1620,65 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The reduction's shares cover the output once, each on a tile of the block that computed
+    /// it, a block's shares balanced within a grain, and each tile's share sits in its own
+    /// partials in order (summed in place).
+    #[test]
+    fn block_shares_cover_the_output_once_beside_the_partials_that_made_them() {
+        let (m, groups, cols, splits) = (37, 5, 8, 3);
+        let (pm, pn) = (2, 2);
+        let mut blocks = Vec::new();
+        for split in 0..splits {
+            for i in 0..pm {
+                for j in 0..pn {
+                    blocks.push(Block {
+                        tile: blocks.len() as u32,
+                        batch: 0,
+                        m0: m * i / pm,
+                        m1: m * (i + 1) / pm,
+                        g0: groups * j / pn,
+                        g1: groups * (j + 1) / pn,
+                        split,
+                    });
+                }
+            }
+        }
+        let tiles = blocks.len();
+        assert!(block_shares(&blocks, splits, groups, m, cols, tiles - 1).is_none());
+        let shares = block_shares(&blocks, splits, groups, m, cols, tiles).expect("one a tile");
+        let slice = groups * m * cols;
+        let mut covered = vec![0u8; slice];
+        for p in &shares.pieces {
+            covered[p.start..p.end].iter_mut().for_each(|c| *c += 1);
+        }
+        assert!(covered.iter().all(|&c| c == 1));
+        for bl in &blocks {
+            let mine = shares.ranges_on(bl.tile);
+            let n: usize = mine.iter().map(|r| r.1 - r.0).sum();
+            let block = (bl.m1 - bl.m0) * (bl.g1 - bl.g0) * cols;
+            assert!(
+                n.abs_diff(block / splits) <= crate::layout::PIECE_GRAIN,
+                "{n} {block}"
+            );
+            // The product's layout on the tile: its column groups' rows, in order.
+            let held: Vec<(usize, usize, usize)> = (bl.g0..bl.g1)
+                .enumerate()
+                .map(|(k, g)| {
+                    let base = bl.split * slice + g * m * cols;
+                    let rows = (bl.m1 - bl.m0) * cols;
+                    (base + bl.m0 * cols, base + bl.m1 * cols, k * rows)
+                })
+                .collect();
+            let at = held_in_place(&held, &mine, bl.split * slice).expect("in place");
+            let first = mine.first().expect("a share");
+            let x = bl.split * slice + first.0;
+            let (ha, _, hl) = held.iter().find(|h| h.0 <= x && x < h.1).unwrap();
+            assert_eq!(at, hl + x - ha);
+            let other = (bl.split + 1) % splits;
+            assert!(held_in_place(&held, &mine, other * slice).is_none());
         }
     }
 }
