@@ -203,9 +203,9 @@ pub struct Scheduled {
     pub destination_horizon: u32,
     /// Horizon of the sender-driven order backfilled ([`backfill`]).
     pub backfilled_horizon: u32,
-    /// Horizon of the multicasts first and the unicasts densely after them
-    /// ([`multicasts_first`]).
-    pub multicasts_first_horizon: u32,
+    /// Horizon of the multicasts first and the unicasts after them ([`multicasts_first`]);
+    /// `None` when another schedule was already within a hundredth of the busiest port's need.
+    pub multicasts_first_horizon: Option<u32>,
     /// Whether the destination-ordered schedule was kept.
     pub use_destination_order: bool,
 }
@@ -553,7 +553,7 @@ fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
 }
 
 /// Bound on the pending rows one event of [`dense_unicasts`] looks at.
-const DENSE_LOOKED_AT_MAX: usize = 256;
+const DENSE_LOOKED_AT_MAX: usize = 32;
 
 /// The multicasts first, backfilled in the given order, then the unicasts as a dense list
 /// schedule: in time order, whenever a sender frees it starts the pending row whose free
@@ -584,7 +584,25 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
     let (mut uni_starts, mut h) =
         dense_unicasts(&uni, send_free.clone(), recv_free.clone(), target);
     let mut uni = uni;
-    if let Some(matched) = matched_rounds(&uni) {
+    // What the unicasts need at least after the multicasts: the busiest port's rows back to
+    // back from when it frees. Within a hundredth of it, the rounds are not tried.
+    let mut need = vec![0u64; tiles];
+    for r in &uni {
+        need[r.src_tile as usize] += r.duration(target) as u64;
+    }
+    let mut least = (0..tiles)
+        .map(|t| send_free[t] as u64 + need[t])
+        .max()
+        .unwrap_or(0);
+    need.iter_mut().for_each(|n| *n = 0);
+    for r in &uni {
+        need[r.dst_tile as usize] += r.duration(target) as u64;
+    }
+    least = (0..tiles)
+        .map(|t| recv_free[t] as u64 + need[t])
+        .fold(least, u64::max);
+    let near = (h as u64) <= least + least / 100;
+    if let Some(matched) = (!near).then(|| matched_rounds(&uni)).flatten() {
         let rounds: Vec<Resolved> = matched.iter().map(|&i| uni[i]).collect();
         let (m_starts, m_h) = in_order(&rounds, send_free, recv_free, target);
         if m_h < h {
@@ -598,8 +616,9 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
     (rows, starts, horizon)
 }
 
-/// Bound on the steps [`matched_rounds`] walks along alternating paths.
-const MATCHING_STEPS_MAX: u64 = 1 << 24;
+/// Bound on the steps [`matched_rounds`] walks along alternating paths, and on its pairs
+/// times colours (the colour look-ups).
+const MATCHING_STEPS_MAX: u64 = 1 << 22;
 
 /// Bound on the (sender, receiver) pairs a tile has for [`matched_rounds`].
 const MATCHING_DEGREE_MAX: usize = 256;
@@ -613,25 +632,34 @@ const MATCHING_DEGREE_MAX: usize = 256;
 /// [`MATCHING_STEPS_MAX`].
 fn matched_rounds(rows: &[Resolved]) -> Option<Vec<usize>> {
     const NONE: u32 = u32::MAX;
-    let mut pairs: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
-    for (i, r) in rows.iter().enumerate() {
-        pairs.entry((r.src_tile, r.dst_tile)).or_default().push(i);
+    // The rows by (sender, receiver), in their order within each pair.
+    let mut by_pair: Vec<usize> = (0..rows.len()).collect();
+    by_pair.sort_by_key(|&i| (rows[i].src_tile, rows[i].dst_tile));
+    let mut keys: Vec<(u32, u32)> = Vec::new();
+    // Where each pair's rows start in `by_pair`, and one past the last pair's.
+    let mut first: Vec<usize> = Vec::new();
+    for (k, &i) in by_pair.iter().enumerate() {
+        let key = (rows[i].src_tile, rows[i].dst_tile);
+        if keys.last() != Some(&key) {
+            keys.push(key);
+            first.push(k);
+        }
     }
+    first.push(by_pair.len());
     let tiles = rows
         .iter()
         .map(|r| r.src_tile.max(r.dst_tile) + 1)
         .max()
         .unwrap_or(0) as usize;
     let mut degree = vec![0usize; 2 * tiles];
-    for &(s, d) in pairs.keys() {
+    for &(s, d) in &keys {
         degree[s as usize] += 1;
         degree[tiles + d as usize] += 1;
     }
     let colours = degree.iter().copied().max().unwrap_or(0);
-    if colours > MATCHING_DEGREE_MAX {
+    if colours > MATCHING_DEGREE_MAX || (keys.len() * colours) as u64 > MATCHING_STEPS_MAX {
         return None;
     }
-    let keys: Vec<(u32, u32)> = pairs.keys().copied().collect();
     // at[vertex * colours + c]: the pair of colour `c` at a vertex (senders, then receivers).
     let mut at = vec![NONE; 2 * tiles * colours];
     let mut colour = vec![0usize; keys.len()];
@@ -686,7 +714,7 @@ fn matched_rounds(rows: &[Resolved]) -> Option<Vec<usize>> {
     Some(
         by_colour
             .into_iter()
-            .flat_map(|e| pairs[&keys[e]].iter().copied())
+            .flat_map(|e| by_pair[first[e]..first[e + 1]].iter().copied())
             .collect(),
     )
 }
@@ -727,75 +755,106 @@ fn dense_unicasts(
 ) -> (Vec<u32>, u32) {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
+    /// A pending row as the lists hold it (its ports, latency and span at hand).
+    #[derive(Clone, Copy)]
+    struct Entry {
+        row: u32,
+        src: u32,
+        dst: u32,
+        lat: u32,
+        dur: u32,
+    }
     let tiles = send_free.len();
     let mut send_left = vec![0u64; tiles];
     let mut recv_left = vec![0u64; tiles];
-    let mut by_src: Vec<Vec<usize>> = vec![Vec::new(); tiles];
-    let mut by_dst: Vec<Vec<usize>> = vec![Vec::new(); tiles];
+    // Per tile: its rows as a sender, then as a receiver.
+    let mut lists: Vec<Vec<Entry>> = vec![Vec::new(); 2 * tiles];
     for (i, r) in rows.iter().enumerate() {
-        let d = r.duration(target) as u64;
-        send_left[r.src_tile as usize] += d;
-        recv_left[r.dst_tile as usize] += d;
-        by_src[r.src_tile as usize].push(i);
-        by_dst[r.dst_tile as usize].push(i);
+        let e = Entry {
+            row: i as u32,
+            src: r.src_tile,
+            dst: r.dst_tile,
+            lat: target.exchange_latency_cycles(r.src_tile, r.dst_tile),
+            dur: r.duration(target),
+        };
+        send_left[e.src as usize] += e.dur as u64;
+        recv_left[e.dst as usize] += e.dur as u64;
+        lists[e.src as usize].push(e);
+        lists[tiles + e.dst as usize].push(e);
     }
+    // Rows not yet started in each list, and where its first such one may be.
+    let mut live: Vec<usize> = lists.iter().map(Vec::len).collect();
+    let mut head = vec![0usize; 2 * tiles];
     // The earliest latency: a receiver's event comes when the nearest sender could start.
     let lat_min = target.exchange_latency_cycles(0, 0);
-    // Events (cycle, 0 for a sender and 1 for a receiver, tile).
-    let mut events: BinaryHeap<Reverse<(u32, u8, u32)>> = BinaryHeap::new();
+    // Events (cycle, list): list `t` a sender's, `tiles + t` a receiver's.
+    let mut events: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::new();
     for t in 0..tiles {
-        if !by_src[t].is_empty() {
-            events.push(Reverse((send_free[t], 0, t as u32)));
+        if !lists[t].is_empty() {
+            events.push(Reverse((send_free[t], t as u32)));
         }
-        if !by_dst[t].is_empty() {
-            events.push(Reverse((recv_free[t].saturating_sub(lat_min), 1, t as u32)));
+        if !lists[tiles + t].is_empty() {
+            events.push(Reverse((
+                recv_free[t].saturating_sub(lat_min),
+                (tiles + t) as u32,
+            )));
         }
     }
     let mut starts: Vec<Option<u32>> = vec![None; rows.len()];
     let mut left = rows.len();
-    while let Some(Reverse((now, kind, tile))) = events.pop() {
+    while let Some(Reverse((now, at))) = events.pop() {
         if left == 0 {
             break;
         }
-        let list = if kind == 0 {
-            &mut by_src[tile as usize]
-        } else {
-            &mut by_dst[tile as usize]
-        };
-        list.retain(|&i| starts[i].is_none());
-        // (the other end's load, row, start)
-        let mut best: Option<(u64, usize, u32)> = None;
-        for &i in list.iter().take(DENSE_LOOKED_AT_MAX) {
-            let r = &rows[i];
-            let (s, d) = (r.src_tile as usize, r.dst_tile as usize);
-            let l = target.exchange_latency_cycles(r.src_tile, r.dst_tile);
-            if send_free[s] > now || recv_free[d] > now + l {
+        let (at, as_sender) = (at as usize, (at as usize) < tiles);
+        let list = &mut lists[at];
+        // Started rows leave from the front as they go, and all at once when more than a
+        // look's worth are left among the pending.
+        while head[at] < list.len() && starts[list[head[at]].row as usize].is_some() {
+            head[at] += 1;
+        }
+        if list.len() - head[at] - live[at] > DENSE_LOOKED_AT_MAX {
+            list.drain(..head[at]);
+            list.retain(|e| starts[e.row as usize].is_none());
+            head[at] = 0;
+        }
+        // (the other end's load, entry, start)
+        let mut best: Option<(u64, Entry, u32)> = None;
+        let pending = list[head[at]..]
+            .iter()
+            .filter(|e| starts[e.row as usize].is_none());
+        for &e in pending.take(DENSE_LOOKED_AT_MAX) {
+            let (s, d) = (e.src as usize, e.dst as usize);
+            if send_free[s] > now || recv_free[d] > now + e.lat {
                 continue;
             }
-            let load = if kind == 0 {
+            let load = if as_sender {
                 recv_left[d]
             } else {
                 send_left[s]
             };
             if best.is_none_or(|(b, _, _)| load > b) {
-                best = Some((load, i, send_free[s].max(recv_free[d].saturating_sub(l))));
+                best = Some((
+                    load,
+                    e,
+                    send_free[s].max(recv_free[d].saturating_sub(e.lat)),
+                ));
             }
         }
-        let Some((_, i, start)) = best else { continue };
-        let r = &rows[i];
-        let (s, d) = (r.src_tile as usize, r.dst_tile as usize);
-        let dur = r.duration(target);
-        starts[i] = Some(start);
+        let Some((_, e, start)) = best else { continue };
+        let (s, d) = (e.src as usize, e.dst as usize);
+        starts[e.row as usize] = Some(start);
         left -= 1;
-        send_free[s] = start + dur;
-        recv_free[d] = start + target.exchange_latency_cycles(r.src_tile, r.dst_tile) + dur;
-        send_left[s] -= dur as u64;
-        recv_left[d] -= dur as u64;
-        events.push(Reverse((send_free[s].max(now), 0, s as u32)));
+        live[s] -= 1;
+        live[tiles + d] -= 1;
+        send_free[s] = start + e.dur;
+        recv_free[d] = start + e.lat + e.dur;
+        send_left[s] -= e.dur as u64;
+        recv_left[d] -= e.dur as u64;
+        events.push(Reverse((send_free[s].max(now), s as u32)));
         events.push(Reverse((
             recv_free[d].saturating_sub(lat_min).max(now),
-            1,
-            d as u32,
+            (tiles + d) as u32,
         )));
     }
     let mut horizon = 0;
@@ -871,11 +930,20 @@ pub fn schedule(
     let (starts_dst, h_dst) = greedy(&by_dst, target);
     // The sender-driven order again, each row moved into the earliest gap its ports leave.
     let (starts_fill, h_fill) = backfill(&by_sender, target);
-    let (by_kind, starts_kind, h_kind) = multicasts_first(&by_sender, target);
-    let use_kind = h_kind < h_sender.min(h_fill).min(h_dst);
+    // Multicasts first, unless a schedule is already within a hundredth of the busiest port's
+    // need.
+    let mut sends: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in &by_sender {
+        *sends.entry(r.src_tile).or_default() += r.duration(target) as u64;
+    }
+    let least = sends.values().copied().fold(receive_bound as u64, u64::max);
+    let best = h_sender.min(h_fill).min(h_dst) as u64;
+    let kind = (best > least + least / 100).then(|| multicasts_first(&by_sender, target));
+    let h_kind = kind.as_ref().map(|k| k.2);
+    let use_kind = h_kind.is_some_and(|h| (h as u64) < best);
     let use_dst = !use_kind && h_dst < h_sender.min(h_fill);
-    let (order, starts, horizon) = if use_kind {
-        (by_kind, starts_kind, h_kind)
+    let (order, starts, horizon) = if let Some(k) = kind.filter(|_| use_kind) {
+        k
     } else if use_dst {
         (by_dst, starts_dst, h_dst)
     } else if h_fill < h_sender {
@@ -1041,7 +1109,7 @@ pub fn schedule_program(
                 receive_bound = sch.receive_bound,
                 sender_horizon = sch.sender_horizon,
                 backfilled_horizon = sch.backfilled_horizon,
-                multicasts_first_horizon = sch.multicasts_first_horizon,
+                multicasts_first_horizon = ?sch.multicasts_first_horizon,
                 destination_horizon = sch.destination_horizon,
                 use_destination_order = sch.use_destination_order,
                 "compared sender-driven, backfilled, destination-ordered and multicasts-first exchange schedules"
