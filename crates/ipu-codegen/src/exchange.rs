@@ -397,13 +397,17 @@ fn sender_driven(rows: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>
     (order, starts, horizon)
 }
 
-/// Rows in the given order, each at the earliest cycle its ports allow.
-fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
-    let tiles = order
-        .iter()
+/// One past the highest tile the rows send from or to.
+fn tiles_spanned(rows: &[Resolved]) -> usize {
+    rows.iter()
         .map(|r| (r.dst_tile + r.dst_count).max(r.src_tile + 1))
         .max()
-        .unwrap_or(0) as usize;
+        .unwrap_or(0) as usize
+}
+
+/// Rows in the given order, each at the earliest cycle its ports allow.
+fn greedy(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
+    let tiles = tiles_spanned(order);
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![[0u32; 2]; tiles];
     let mut starts = Vec::with_capacity(order.len());
@@ -506,11 +510,7 @@ impl Lanes {
 /// start before rows booked ahead of it). A row whose ports stay fragmented after
 /// [`BACKFILL_PASSES_MAX`] passes goes after everything its ports have booked.
 fn backfill(order: &[Resolved], target: &Target) -> (Vec<u32>, u32) {
-    let tiles = order
-        .iter()
-        .map(|r| (r.dst_tile + r.dst_count).max(r.src_tile + 1))
-        .max()
-        .unwrap_or(0) as usize;
+    let tiles = tiles_spanned(order);
     let mut send = vec![Port::default(); tiles];
     let mut recv = vec![Lanes::default(); tiles];
     let mut starts = Vec::with_capacity(order.len());
@@ -565,11 +565,7 @@ const DENSE_LOOKED_AT_MAX: usize = 32;
 fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
     let (multi, uni): (Vec<Resolved>, Vec<Resolved>) = order.iter().partition(|r| r.dst_count > 1);
     let (mut starts, mut horizon) = backfill(&multi, target);
-    let tiles = order
-        .iter()
-        .map(|r| (r.dst_tile + r.dst_count).max(r.src_tile + 1))
-        .max()
-        .unwrap_or(0) as usize;
+    let tiles = tiles_spanned(order);
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![0u32; tiles];
     for (r, &s) in multi.iter().zip(&starts) {

@@ -597,10 +597,12 @@ fn staged_receive(
 
 /// The share of a tile's time a pair-shared operand's bytes take in the staging exchange, as
 /// the schedules reach it: the bound is 1/2 (two multicasts at once); the list schedules leave
-/// gaps where multicasts to a run wait for one tile's lanes, and reach about 2/3 (the 2048³
+/// gaps where multicasts to a run wait for one tile's lanes, and reached about 2/3 (the 2048³
 /// f16-partials staging: receive bound 28,992 cycles, scheduled 35,200, of which the
 /// unshared weights take 10,200; `IPU_LOG=info ipu build` logs each phase's
-/// `receive_bound` beside its schedules' horizons).
+/// `receive_bound` beside its schedules' horizons). The multicasts-first schedule
+/// (`exchange::multicasts_first`) comes nearer the bound (2048³ f32 partials: 19,488 cycles
+/// for 37,504 of shared rows, 0.52), so this share now errs high.
 const PAIR_SHARED_NUM: u64 = 2;
 /// See [`PAIR_SHARED_NUM`].
 const PAIR_SHARED_DEN: u64 = 3;
