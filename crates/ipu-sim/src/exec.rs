@@ -849,6 +849,16 @@ pub(crate) enum FloatOp {
     Amp { d: u8, a: u8, p: u8, phase: u8 },
     /// f32v2 arithmetic; the pairs' first registers (even).
     F32v2 { op: FBinOp, d: u8, x: u8, y: u8 },
+    /// f32v2 unary operations (`exp` and the rest); the pairs' first registers (even).
+    F32v2Un { op: FUnOp, d: u8, x: u8 },
+    /// f16v4 arithmetic; the pairs' first registers (even).
+    F16v4 { op: FBinOp, d: u8, x: u8, y: u8 },
+    /// f16v4 unary operations; the pairs' first registers (even).
+    F16v4Un { op: FUnOp, d: u8, x: u8 },
+    /// `f32v2tof16v2` into `d` (masked) from the pair at `x` (even).
+    Narrow { d: u8, x: u8 },
+    /// `f16v2tof32v2` into the pair at `d` (even) from `x` (masked).
+    Widen { d: u8, x: u8 },
     /// Any other: the slot's float instruction through [`Tile::exec_float`].
     Other,
 }
@@ -927,8 +937,127 @@ fn float_op(i: &Instr) -> FloatOp {
             x: a & 14,
             y: b & 14,
         },
+        Instr::FBin {
+            ty: FType::F16v4,
+            op,
+            d,
+            a,
+            b,
+        } => FloatOp::F16v4 {
+            op,
+            d: d & 14,
+            x: a & 14,
+            y: b & 14,
+        },
+        Instr::FUn {
+            ty: FType::F32v2,
+            op,
+            d,
+            a,
+        } => FloatOp::F32v2Un {
+            op,
+            d: d & 14,
+            x: a & 14,
+        },
+        Instr::FUn {
+            ty: FType::F16v4,
+            op,
+            d,
+            a,
+        } => FloatOp::F16v4Un {
+            op,
+            d: d & 14,
+            x: a & 14,
+        },
+        Instr::Conv {
+            op: ConvOp::F32v2ToF16v2,
+            d,
+            a,
+        } => FloatOp::Narrow {
+            d: d & 15,
+            x: a & 14,
+        },
+        Instr::Conv {
+            op: ConvOp::F16v2ToF32v2,
+            d,
+            a,
+        } => FloatOp::Widen {
+            d: d & 14,
+            x: a & 15,
+        },
         _ => FloatOp::Other,
     }
+}
+
+/// The register write of a decoded float half that only reads and writes registers
+/// (`F32v2` to `Widen`), the same as [`float_value`] of its instruction; [`NO_WRITE`] for the
+/// others, which the caller handles.
+#[inline(always)]
+fn decoded_float(a: &[u32; 16], op: FloatOp) -> AWrite {
+    match op {
+        FloatOp::F32v2 { op, d: z, x, y } => {
+            let (x, y, z) = (x as usize, y as usize, z as usize);
+            AWrite::new(
+                z as u8,
+                2,
+                [
+                    op_f32(op, f(a[x]), f(a[y]), f(a[z])),
+                    op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
+                ],
+            )
+        }
+        FloatOp::F32v2Un { op, d, x } => AWrite::new(d, 2, un_f32v2(a, op, x as usize)),
+        FloatOp::F16v4 { op, d: z, x, y } => {
+            AWrite::new(z, 2, bin_f16v4(a, op, x as usize, y as usize, z as usize))
+        }
+        FloatOp::F16v4Un { op, d, x } => AWrite::new(d, 2, un_f16v4(a, op, x as usize)),
+        FloatOp::Narrow { d, x } => {
+            let x = x as usize;
+            AWrite::new(d, 1, [to_h(f(a[x])) | to_h(f(a[x + 1])) << 16, 0])
+        }
+        FloatOp::Widen { d, x } => {
+            let v = a[x as usize];
+            AWrite::new(d, 2, [h(v).to_bits(), h(v >> 16).to_bits()])
+        }
+        FloatOp::None | FloatOp::Amp { .. } | FloatOp::Other => NO_WRITE,
+    }
+}
+
+/// f32v2 unary operation on the pair at `x` (even), as [`float_value`]'s `FUn` arm.
+#[inline(always)]
+fn un_f32v2(a: &[u32; 16], op: FUnOp, x: usize) -> [u32; 2] {
+    let one = |v: u32| match op {
+        FUnOp::Mov => v,
+        FUnOp::Abs => v & 0x7FFF_FFFF,
+        FUnOp::Neg => v ^ 0x8000_0000,
+        _ => un_f32(op, f(v)).to_bits(),
+    };
+    [one(a[x]), one(a[x + 1])]
+}
+
+/// f16v4 binary operation on the pairs at `x`, `y` and `z` (even), as [`float_value`]'s
+/// `FBin` arm: lane by lane, packed.
+#[inline(always)]
+fn bin_f16v4(a: &[u32; 16], op: FBinOp, x: usize, y: usize, z: usize) -> [u32; 2] {
+    let word = |i: usize| {
+        let lane = |s: u32| {
+            op_f16(
+                op,
+                (a[x + i] >> s) & 0xFFFF,
+                (a[y + i] >> s) & 0xFFFF,
+                (a[z + i] >> s) & 0xFFFF,
+            )
+        };
+        lane(0) | lane(16) << 16
+    };
+    [word(0), word(1)]
+}
+
+/// f16v4 unary operation on the pair at `x` (even), as [`float_value`]'s `FUn` arm.
+#[inline(always)]
+fn un_f16v4(a: &[u32; 16], op: FUnOp, x: usize) -> [u32; 2] {
+    let word = |v: u32| un_f16(op, v & 0xFFFF) | un_f16(op, v >> 16) << 16;
+    [word(a[x]), word(a[x + 1])]
 }
 
 /// The main half of a slot that only computes, decoded.
@@ -1534,18 +1663,6 @@ impl Tile {
                 );
                 AWrite::new(o, 2, out)
             }
-            FloatOp::F32v2 { op, d: z, x, y } => {
-                let (x, y, z) = (x as usize, y as usize, z as usize);
-                let a = &r.a;
-                AWrite::new(
-                    z as u8,
-                    2,
-                    [
-                        op_f32(op, f(a[x]), f(a[y]), f(a[z])),
-                        op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
-                    ],
-                )
-            }
             FloatOp::Other => {
                 // The instruction itself (from the cache: the loop copies only the `Op`).
                 let i = match slot {
@@ -1554,6 +1671,7 @@ impl Tile {
                 };
                 self.exec_float(r, acc, &i, ctx)?
             }
+            f => decoded_float(&r.a, f),
         };
         match op.main {
             MainOp::None => {}
@@ -2471,6 +2589,55 @@ mod tests {
             normalize(&mut added);
             assert_eq!(list.ranges, added, "case {case}");
         }
+    }
+
+    #[test]
+    fn decoded_float_halves_write_what_the_general_path_writes() {
+        // Every float instruction with a decoded form, on every register (odd ones too: the
+        // decoder masks them as the general path does), against `float_value`, over random
+        // registers with f16 and f32 specials mixed in.
+        let mut n = xorshift(0x5EED_F10A7);
+        let specials = [0u32, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 0x7FC0_0001, 0x7C00_FC00];
+        let fp8 = (Fp8Format::F143, 0);
+        let mut decoded = 0;
+        for round in 0..64 {
+            let mut a = [0u32; 16];
+            for (i, r) in a.iter_mut().enumerate() {
+                *r = if (round + i) % 5 == 0 {
+                    specials[(n() % specials.len() as u64) as usize]
+                } else {
+                    let bits = n() as u32;
+                    // f16 lanes of moderate exponent most of the time, so `exp` stays finite.
+                    if round % 2 == 0 { bits & 0xBBFF_BBFF } else { bits }
+                };
+            }
+            let mut instrs = Vec::new();
+            for d in 0..16u8 {
+                let x = (d * 7 + round as u8) % 16;
+                let y = (d * 3 + 5) % 16;
+                for ty in [FType::F32v2, FType::F16v4] {
+                    for op in FBinOp::ALL {
+                        instrs.push(Instr::FBin { ty, op, d, a: x, b: y });
+                    }
+                    for op in FUnOp::ALL {
+                        instrs.push(Instr::FUn { ty, op, d, a: x });
+                    }
+                }
+                for op in [ConvOp::F32v2ToF16v2, ConvOp::F16v2ToF32v2] {
+                    instrs.push(Instr::Conv { op, d, a: x });
+                }
+            }
+            for i in instrs {
+                let op = float_op(&i);
+                if matches!(op, FloatOp::Other) {
+                    continue;
+                }
+                decoded += 1;
+                let (want, got) = (float_value(&a, &i, fp8), decoded_float(&a, op));
+                assert_eq!((want.v, want.dn), (got.v, got.dn), "{i:?} on {a:08x?}");
+            }
+        }
+        assert!(decoded > 10_000, "{decoded} decoded instructions checked");
     }
 
     #[test]
