@@ -19,6 +19,8 @@ use crate::fault::{Context, Fault, FaultKind, GlobalKind};
 use crate::memory::{CodeCache, Decoded, Memory};
 use crate::{ProfileMark, TileCounters};
 
+mod streams;
+
 /// Tile cycles of a barrel slot, as a u64 (the target's value is checked to match).
 pub(crate) const SLOT: u64 = ipu_target::BARREL_SLOT_CYCLES as u64;
 
@@ -138,7 +140,7 @@ const RECENT: usize = 4;
 /// and an open range pushed out goes into `ranges`, extending one of the [`RECENT`] most
 /// recently touched ranges if it touches it (sorting one range per access when the window
 /// closed was a fifth of the simulation's time).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct RangeList {
     ranges: Vec<(u32, u32)>,
     /// Indices into `ranges`, most recent first (`recent_len` valid).
@@ -1839,6 +1841,9 @@ impl Tile {
             })
         };
         let (iter_slots, iter_instrs) = sums(buf);
+        if self.run_rpt_streams(w, buf, count, (iter_slots, iter_instrs)) {
+            return Ok(());
+        }
         let all_data = buf.iter().all(|(_, d)| d.op.data);
         for _ in 0..count {
             let mut done = 0;
@@ -2597,7 +2602,14 @@ mod tests {
         // decoder masks them as the general path does), against `float_value`, over random
         // registers with f16 and f32 specials mixed in.
         let mut n = xorshift(0x5EED_F10A7);
-        let specials = [0u32, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 0x7FC0_0001, 0x7C00_FC00];
+        let specials = [
+            0u32,
+            0x8000_0000,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0001,
+            0x7C00_FC00,
+        ];
         let fp8 = (Fp8Format::F143, 0);
         let mut decoded = 0;
         for round in 0..64 {
@@ -2608,7 +2620,11 @@ mod tests {
                 } else {
                     let bits = n() as u32;
                     // f16 lanes of moderate exponent most of the time, so `exp` stays finite.
-                    if round % 2 == 0 { bits & 0xBBFF_BBFF } else { bits }
+                    if round % 2 == 0 {
+                        bits & 0xBBFF_BBFF
+                    } else {
+                        bits
+                    }
                 };
             }
             let mut instrs = Vec::new();
@@ -2617,7 +2633,13 @@ mod tests {
                 let y = (d * 3 + 5) % 16;
                 for ty in [FType::F32v2, FType::F16v4] {
                     for op in FBinOp::ALL {
-                        instrs.push(Instr::FBin { ty, op, d, a: x, b: y });
+                        instrs.push(Instr::FBin {
+                            ty,
+                            op,
+                            d,
+                            a: x,
+                            b: y,
+                        });
                     }
                     for op in FUnOp::ALL {
                         instrs.push(Instr::FUn { ty, op, d, a: x });

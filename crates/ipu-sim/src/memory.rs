@@ -274,6 +274,19 @@ impl CodeCache {
         self.forget(w, w_end);
     }
 
+    /// Whether a store into `[addr, addr + len)` could forget a cached slot (a page of the
+    /// cache it touches holds slots; conservative).
+    pub fn may_forget(&self, addr: u32, len: u32) -> bool {
+        if addr >= self.top || addr >= self.end || (addr as u64 + len as u64) <= self.base as u64 {
+            return false;
+        }
+        let lo = addr.saturating_sub(4).max(self.base);
+        let hi = (addr as u64 + len as u64).min(self.end as u64) as u32;
+        let (w, w_end) = ((lo - self.base) >> 2, (hi - self.base).div_ceil(4));
+        (w >> CACHE_PAGE_SHIFT..=(w_end - 1) >> CACHE_PAGE_SHIFT)
+            .any(|p| self.pages[p as usize].is_some())
+    }
+
     /// Forgets the cached slots of words `[w, w_end)`.
     fn forget(&mut self, mut w: u32, w_end: u32) {
         let mut removed = false;

@@ -201,6 +201,61 @@ fn run_entry_outside_executable_memory() {
     );
 }
 
+/// Two workers of one phase: `a` walks paced streams in an `rpt` of 32 (the loop run as
+/// streams), `b` touches one word with `access` (`ld32` or `st32` through `$m4`) at `addr`.
+fn streams_beside(stream: &str, access: &str, addr: u32) -> String {
+    format!(
+        "main:\n setzi $m1, a\n setzi $m2, b\n run $m1, $m3\n run $m2, $m3\n waitw\n halt\n .align 8\na:\n li $m1, 0x80000\n li $m2, 0x82000\n li $m3, 0x84000\n rpt 32, 1\n {stream}\n exit\nb:\n li $m4, {addr}\n {access} $m5, $m4, 0\n exit\n"
+    )
+}
+
+#[test]
+fn races_with_the_streams_of_an_rpt_are_found_where_its_accesses_reach() {
+    let st = "ldst64pace $a0:1, $a2:3, $m1+=8, $m3+=8";
+    let two = "ld2x64pace $a0:1, $a2:3, $m1+=8, $m2+=8";
+    // Inside the store stream (0x84000..0x84100), its middle and its last word.
+    for addr in [0x84080, 0x840FC] {
+        let (f, _) = fault(&streams_beside(st, "ld32", addr));
+        assert_eq!((f.kind, f.address), (race(false), Some(addr)));
+    }
+    // Inside each of two alternating read streams, from their first to their last word.
+    for addr in [0x80000, 0x80040, 0x800FC, 0x82000, 0x820FC] {
+        let (f, _) = fault(&streams_beside(two, "st32", addr));
+        assert_eq!((f.kind, f.address), (race(false), Some(addr)), "{addr:#x}");
+    }
+    // Just past either end of every stream: no race.
+    for addr in [0x84100, 0x83FFC] {
+        runs_clean(1, &streams_beside(st, "ld32", addr));
+    }
+    for addr in [0x80100, 0x82100, 0x81FFC] {
+        runs_clean(1, &streams_beside(two, "st32", addr));
+    }
+}
+
+#[test]
+fn a_stream_leaving_memory_faults_at_its_first_access_outside() {
+    // 32 iterations of 8 bytes from 8 words below the end: the ninth access is outside.
+    let src = worker(
+        " li $m1, 0xE7FC0
+ li $m3, 0x80000
+ rpt 32, 1
+bad: ldst64pace $a0:1, $a2:3, $m1+=8, $m3+=8",
+    );
+    let (f, s) = fault(&src);
+    assert_eq!(f.kind, FaultKind::OutOfRange { bytes: 8 });
+    check(&f, Context::Worker(0), s["bad"], Some(0xE8000));
+    // Misaligned from the start.
+    let src = worker(
+        " li $m1, 0x80004
+ li $m3, 0x81000
+ rpt 32, 1
+bad: ldst64pace $a0:1, $a2:3, $m1+=8, $m3+=8",
+    );
+    let (f, s) = fault(&src);
+    assert_eq!(f.kind, FaultKind::Misaligned { align: 8 });
+    check(&f, Context::Worker(0), s["bad"], Some(0x80004));
+}
+
 #[test]
 fn rpt_count_over_the_limit() {
     worker_faults(

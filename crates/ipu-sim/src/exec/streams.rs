@@ -1,0 +1,460 @@
+//! `rpt` bodies of paced streams, run as one loop.
+//!
+//! The AMP rounds of every matmul and attention kernel are `rpt` bodies of four
+//! `{ paced load/store ; amp }` bundles: every memory access goes through a pointer register
+//! that the paced forms advance by 8, so each register walks one contiguous stream. When a
+//! body has only such slots, [`Tile::run_rpt_streams`] checks once, before the loop, what the
+//! slot-by-slot path checks at every access (each stream inside memory and aligned, no store
+//! on cached code, the cycle limit out of reach even if every paced load pair conflicted), and
+//! then runs the iterations without those checks. The race checker's ranges are recorded in
+//! closed form where the state they reach is provably the one access-by-access recording
+//! reaches ([`RangeList::extend_stream`], [`RangeList::alternate_streams`]), and access by
+//! access otherwise. Results, counters, conflicts and faults are the same as the general path.
+
+use ipu_target::BANK_CONFLICT_SLOTS;
+
+use super::*;
+
+/// A slot of a streamed body: its float half and its paced accesses.
+#[derive(Clone, Copy)]
+struct StreamSlot {
+    float: FloatOp,
+    /// `(destination pair, pointer register)` of each load (`loads` valid).
+    load: [(u8, u8); 2],
+    loads: u8,
+    /// `(source pair, pointer register)` of the store.
+    store: Option<(u8, u8)>,
+}
+
+/// How one race-check list (reads or writes) records a body's accesses after the first
+/// iteration.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Record {
+    /// Access by access.
+    Each,
+    /// The list sees one stream, through this register.
+    One(u8),
+    /// The list sees two streams, strictly alternating through these registers (the first
+    /// first in every iteration).
+    Two(u8, u8),
+}
+
+/// Bodies of at most this many slots are streamed (the AMP rounds have four).
+const STREAM_SLOTS_MAX: usize = 8;
+
+/// A body resolved for [`Tile::run_rpt_streams`].
+struct StreamBody {
+    slots: [StreamSlot; STREAM_SLOTS_MAX],
+    len: usize,
+    /// Accesses per iteration through each pointer register.
+    uses: [u32; 16],
+    /// Whether each pointer register is stored through.
+    stored: [bool; 16],
+    reads: Record,
+    writes: Record,
+    /// Slots with two loads (each can conflict once).
+    pairs: u32,
+    amp: bool,
+}
+
+/// How a list of the pointer registers of a list's accesses in one iteration can be recorded
+/// (`other`: the registers of the other list, which must not share a stream with it).
+fn record(regs: &[u8], other: &[u8]) -> Record {
+    if regs.is_empty() || regs.iter().any(|r| other.contains(r)) {
+        return Record::Each;
+    }
+    if regs.iter().all(|&r| r == regs[0]) {
+        return Record::One(regs[0]);
+    }
+    let (x, y) = (regs[0], regs[1]);
+    let alternates =
+        x != y && regs.len().is_multiple_of(2) && regs.chunks(2).all(|c| c[0] == x && c[1] == y);
+    if alternates {
+        Record::Two(x, y)
+    } else {
+        Record::Each
+    }
+}
+
+/// The streamed form of `buf`, when every slot only computes, its main half is a paced form
+/// (or none, or `nop`) whose pointers are distinct registers, and its float half is an `amp` or a decoded
+/// register operation.
+fn stream_body(buf: &[(u32, Decoded)]) -> Option<StreamBody> {
+    if buf.is_empty() || buf.len() > STREAM_SLOTS_MAX {
+        return None;
+    }
+    let none = StreamSlot {
+        float: FloatOp::None,
+        load: [(0, 0); 2],
+        loads: 0,
+        store: None,
+    };
+    let mut b = StreamBody {
+        slots: [none; STREAM_SLOTS_MAX],
+        len: buf.len(),
+        uses: [0; 16],
+        stored: [false; 16],
+        reads: Record::Each,
+        writes: Record::Each,
+        pairs: 0,
+        amp: false,
+    };
+    // The pointer registers of the reads and the writes of one iteration, in order.
+    let (mut reads, mut writes) = ([0u8; 2 * STREAM_SLOTS_MAX], [0u8; STREAM_SLOTS_MAX]);
+    let (mut nr, mut nw) = (0, 0);
+    for (k, (_, d)) in buf.iter().enumerate() {
+        if !d.op.data {
+            return None;
+        }
+        let (loads, store, pointers): (&[APair], Option<APair>, &[MReg]) = match &d.op.main {
+            MainOp::None => (&[], None, &[]),
+            MainOp::LdSt64Pace { d, s, p } => (std::slice::from_ref(d), Some(*s), p),
+            MainOp::Ld2xSt64Pace { d, s, p } => (d, Some(*s), p),
+            MainOp::Ld2x64Pace { d, p } => (d, None, p),
+            MainOp::Other if matches!(main_instr(&d.slot), Instr::Nop) => (&[], None, &[]),
+            _ => return None,
+        };
+        let mut regs = [0u8; 3];
+        for (r, p) in regs.iter_mut().zip(pointers) {
+            *r = p.0 & 15;
+        }
+        let regs = &regs[..pointers.len()];
+        if (1..regs.len()).any(|i| regs[..i].contains(&regs[i])) {
+            return None;
+        }
+        let s = &mut b.slots[k];
+        s.float = match d.op.float {
+            FloatOp::Other => return None,
+            FloatOp::Amp { .. } => {
+                b.amp = true;
+                d.op.float
+            }
+            f => f,
+        };
+        for (i, l) in loads.iter().enumerate() {
+            s.load[i] = (l.0, regs[i]);
+            reads[nr] = regs[i];
+            nr += 1;
+        }
+        s.loads = loads.len() as u8;
+        if let Some(st) = store {
+            let p = regs[loads.len()];
+            s.store = Some((st.0, p));
+            writes[nw] = p;
+            nw += 1;
+            b.stored[p as usize] = true;
+        }
+        for &r in regs {
+            b.uses[r as usize] += 1;
+        }
+        if loads.len() == 2 {
+            b.pairs += 1;
+        }
+    }
+    b.reads = record(&reads[..nr], &writes[..nw]);
+    b.writes = record(&writes[..nw], &reads[..nr]);
+    Some(b)
+}
+
+impl RangeList {
+    /// Records the accesses of one stream from `addr` to `end` (8 bytes at a time), when they
+    /// all extend the current run: the state is the one adding them one by one gives. False
+    /// (nothing recorded) when the first does not extend the run.
+    pub(super) fn extend_stream(&mut self, addr: u32, end: u32) -> bool {
+        if self.count == 0 || addr > self.last.1 || addr + 8 < self.last.0 {
+            return false;
+        }
+        self.add(addr, end)
+    }
+
+    /// Records `n` accesses of each of two streams, alternating from `x` (the first) and `y`,
+    /// 8 bytes each and contiguous, when the state one-by-one recording reaches is known: the
+    /// last access was `y`'s stream's (in `open[0]`), `x`'s stream is `open[1]`, the two
+    /// streams' ranges stay apart and the run limit is not reached. Each access then starts a
+    /// run that extends its stream's open range. False (nothing recorded) otherwise.
+    pub(super) fn alternate_streams(&mut self, x: u32, y: u32, n: u32) -> bool {
+        let touches = |a: (u32, u32), b: (u32, u32)| a.0 <= b.1 && a.1 >= b.0;
+        let len = 8 * n;
+        let (xs, ys) = ((x, x + len), (y, y + len));
+        if n == 0
+            || self.open_len != 2
+            || self.count == 0
+            || self.count + 2 * n as usize > RACE_RANGES_MAX
+            || !touches((x, x + 8), self.open[1])
+            || !touches((y, y + 8), self.open[0])
+            || !touches(self.last, self.open[0])
+        {
+            return false;
+        }
+        let grow = |o: (u32, u32), s: (u32, u32)| (o.0.min(s.0), o.1.max(s.1));
+        let (ox, oy) = (grow(self.open[1], xs), grow(self.open[0], ys));
+        if touches(ox, oy) {
+            return false;
+        }
+        self.count += 2 * n as usize;
+        self.last = (ys.1 - 8, ys.1);
+        self.open = [oy, ox];
+        true
+    }
+}
+
+impl Tracker {
+    /// The running launch's list (`write`), unless the tracker is off or the launch overflowed.
+    fn list(&mut self, write: bool) -> Option<&mut RangeList> {
+        if !self.on {
+            return None;
+        }
+        let l = &mut self.launches[self.used - 1];
+        if l.overflow {
+            return None;
+        }
+        Some(if write { &mut l.writes } else { &mut l.reads })
+    }
+}
+
+impl Tile {
+    /// Runs `count` iterations of the `rpt` body `buf` as streams (see the module
+    /// documentation). Returns false, having done nothing, when the body or the loop does not
+    /// qualify; the general path then runs it.
+    pub(super) fn run_rpt_streams(
+        &mut self,
+        w: &mut WorkerRun,
+        buf: &[(u32, Decoded)],
+        count: u32,
+        (iter_slots, iter_instrs): (u64, u64),
+    ) -> bool {
+        if count < 2 {
+            return false;
+        }
+        let Some(b) = stream_body(buf) else {
+            return false;
+        };
+        let mode = self.amp.mode;
+        if b.amp && mode.is_none() {
+            return false;
+        }
+        // Every stall a conflict could add, and the cycle limit still out of reach.
+        let worst = (iter_slots + (b.pairs * BANK_CONFLICT_SLOTS) as u64) * count as u64;
+        if w.time.saturating_add(SLOT.saturating_mul(worst)) > w.deadline {
+            return false;
+        }
+        // Every stream inside memory and aligned; no store on cached code.
+        let r = &*w.r;
+        for p in 0..16 {
+            let u = b.uses[p] as u64;
+            if u == 0 {
+                continue;
+            }
+            let (start, len) = (r.m[p], 8 * u * count as u64);
+            if len > u32::MAX as u64
+                || start & 7 != 0
+                || !self.mem.contains(start, len as u32)
+                || (b.stored[p] && self.code.may_forget(start, len as u32))
+            {
+                return false;
+            }
+        }
+        // The first iteration records access by access; the rest in closed form where it
+        // holds from the state the first iteration left.
+        let mut each = (true, true);
+        let mut stalls = 0u64;
+        for it in 0..count {
+            if it == 1 {
+                let (r, n) = (&*w.r, count - 1);
+                each = (
+                    !self.record_streams(b.reads, &b.uses, r, n, false),
+                    !self.record_streams(b.writes, &b.uses, r, n, true),
+                );
+            }
+            for s in &b.slots[..b.len] {
+                let r = &mut *w.r;
+                let fw = match s.float {
+                    FloatOp::None => NO_WRITE,
+                    FloatOp::Amp { d, a, p, phase } => {
+                        let mode = mode.expect("checked above");
+                        let out = amp_run(
+                            &self.amp,
+                            mode,
+                            w.acc,
+                            pair(r, a),
+                            pair(r, p),
+                            phase as usize,
+                            (r.fp8_format, r.fp8_scale),
+                        );
+                        AWrite::new(d, 2, out)
+                    }
+                    f => decoded_float(&r.a, f),
+                };
+                let mut values = [[0u32; 2]; 2];
+                let mut addrs = [0u32; 2];
+                for i in 0..s.loads as usize {
+                    let a = r.m[s.load[i].1 as usize];
+                    addrs[i] = a;
+                    if each.0 {
+                        self.tracker.note(a, 8, false);
+                    }
+                    let m = self.mem.slice(a, 8);
+                    values[i] = [
+                        u32::from_le_bytes([m[0], m[1], m[2], m[3]]),
+                        u32::from_le_bytes([m[4], m[5], m[6], m[7]]),
+                    ];
+                }
+                if let Some((src, p)) = s.store {
+                    let a = r.m[p as usize];
+                    if each.1 {
+                        self.tracker.note(a, 8, true);
+                    }
+                    let v = pair(r, src);
+                    let m = self.mem.slice_mut(a, 8);
+                    m[..4].copy_from_slice(&v[0].to_le_bytes());
+                    m[4..].copy_from_slice(&v[1].to_le_bytes());
+                }
+                if s.loads == 2 && self.target.element(addrs[0]) == self.target.element(addrs[1]) {
+                    self.conflict(1);
+                    stalls += std::mem::take(&mut self.stall) as u64;
+                }
+                for &(_, p) in &s.load[..s.loads as usize] {
+                    r.m[p as usize] = r.m[p as usize].wrapping_add(8);
+                }
+                if let Some((_, p)) = s.store {
+                    r.m[p as usize] = r.m[p as usize].wrapping_add(8);
+                }
+                for (i, v) in values.iter().enumerate().take(s.loads as usize) {
+                    set_pair(r, s.load[i].0, *v);
+                }
+                if fw.n() != 0 {
+                    commit(r, fw);
+                }
+            }
+        }
+        *w.time += SLOT * (iter_slots * count as u64 + stalls);
+        *w.slots += iter_slots * count as u64 + stalls;
+        *w.instrs += iter_instrs * count as u64;
+        true
+    }
+
+    /// Records in closed form the accesses of the `n` iterations still to run through the
+    /// pointers in `r` (`uses` per iteration and register) in the running launch's list
+    /// (`write`), as [`Record`] `rec` says; false, recording nothing, where the form does not
+    /// hold. A list that is off or overflowed records nothing either way.
+    fn record_streams(
+        &mut self,
+        rec: Record,
+        uses: &[u32; 16],
+        r: &Regs,
+        n: u32,
+        write: bool,
+    ) -> bool {
+        if rec == Record::Each {
+            return false;
+        }
+        let Some(list) = self.tracker.list(write) else {
+            return true;
+        };
+        match rec {
+            Record::One(p) => {
+                let a = r.m[p as usize];
+                list.extend_stream(a, a + 8 * uses[p as usize] * n)
+            }
+            Record::Two(x, y) => {
+                list.alternate_streams(r.m[x as usize], r.m[y as usize], uses[x as usize] * n)
+            }
+            Record::Each => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    /// A list after a few random accesses, as a launch would have it before a loop.
+    fn random_list(n: &mut impl FnMut() -> u64) -> RangeList {
+        let mut l = RangeList::default();
+        for _ in 0..n() % 6 {
+            let a = 0x5_0000 + 8 * (n() % 512) as u32;
+            l.add(a, a + 8 * (1 + n() % 4) as u32);
+        }
+        l
+    }
+
+    #[test]
+    fn closed_forms_leave_the_state_access_by_access_recording_leaves() {
+        let mut n = xorshift(0x00C1_05ED);
+        let (mut one, mut two) = (0, 0);
+        for _ in 0..20_000 {
+            let mut l = random_list(&mut n);
+            // Two streams (the second sometimes unused), starting near each other so that
+            // they touch in some cases, `k` accesses each an iteration, `iters` iterations.
+            let x = 0x5_0000 + 8 * (n() % 512) as u32;
+            let y = if n().is_multiple_of(3) {
+                x + 8 * (n() % 8) as u32
+            } else {
+                0x5_0000 + 8 * (n() % 512) as u32
+            };
+            let k = 1 + (n() % 4) as u32;
+            let iters = 1 + (n() % 6) as u32;
+            let both = n().is_multiple_of(2);
+            let access = |l: &mut RangeList, i: u32| {
+                l.add(x + 8 * i, x + 8 * i + 8);
+                if both {
+                    l.add(y + 8 * i, y + 8 * i + 8);
+                }
+            };
+            // The first iteration, access by access.
+            for i in 0..k {
+                access(&mut l, i);
+            }
+            let mut each = l.clone();
+            for i in k..k * (1 + iters) {
+                access(&mut each, i);
+            }
+            let mut closed = l.clone();
+            let held = if both {
+                closed.alternate_streams(x + 8 * k, y + 8 * k, k * iters)
+            } else {
+                closed.extend_stream(x + 8 * k, x + 8 * k * (1 + iters))
+            };
+            if held {
+                assert_eq!(
+                    closed, each,
+                    "x {x:#x} y {y:#x} k {k} iters {iters} both {both}"
+                );
+                if both {
+                    two += 1;
+                } else {
+                    one += 1;
+                }
+            } else {
+                assert_eq!(closed, l, "nothing recorded when the form does not hold");
+            }
+        }
+        assert!(
+            one > 1000 && two > 1000,
+            "{one} single and {two} alternating cases held"
+        );
+    }
+
+    #[test]
+    fn bodies_of_paced_streams_are_recognised_and_others_are_not() {
+        assert_eq!(record(&[1, 1, 1], &[3]), Record::One(1));
+        assert_eq!(record(&[1, 2, 1, 2], &[3]), Record::Two(1, 2));
+        assert_eq!(record(&[1, 2, 2, 1], &[3]), Record::Each);
+        assert_eq!(record(&[1, 2, 1], &[3]), Record::Each);
+        assert_eq!(
+            record(&[1, 3], &[3]),
+            Record::Each,
+            "a register in both lists"
+        );
+        assert_eq!(record(&[], &[3]), Record::Each);
+    }
+}
