@@ -19,6 +19,7 @@ use crate::fault::{Context, Fault, FaultKind, GlobalKind};
 use crate::memory::{CodeCache, Decoded, Memory};
 use crate::{ProfileMark, TileCounters};
 
+mod blocks;
 mod streams;
 
 /// Tile cycles of a barrel slot, as a u64 (the target's value is checked to match).
@@ -353,6 +354,8 @@ pub(crate) struct Tile {
     tracker: Tracker,
     /// Scratch space for the decoded body of the running `rpt`.
     rpt_buf: Vec<(u32, Decoded)>,
+    /// Straight runs of slots that only compute, by their first pc.
+    blocks: blocks::Blocks,
     /// Barrel slots the last executed slot lost to bank conflicts, charged by the loop that
     /// issued it (`ipu_target::BANK_CONFLICT_SLOTS` per conflict).
     stall: u32,
@@ -1192,6 +1195,7 @@ impl Tile {
             marks: Vec::new(),
             tracker: Tracker::default(),
             rpt_buf: Vec::new(),
+            blocks: blocks::Blocks::default(),
             stall: 0,
             entry: u32::MAX,
             entry_conflicts: Vec::new(),
@@ -1752,8 +1756,28 @@ impl Tile {
         let mut slots = 0u64;
         self.tracker.on = true;
         let result = (|| -> Result<(), Fault> {
+            // Whether control just arrived at `r.pc` (a straight run may start there).
+            let mut head = true;
             loop {
                 let pc = r.pc;
+                if head {
+                    head = false;
+                    let run = self.run_block(
+                        &mut r,
+                        &mut acc,
+                        ctx,
+                        pc,
+                        &mut time,
+                        &mut slots,
+                        &mut instrs,
+                        deadline,
+                    )?;
+                    if let Some(after) = run {
+                        r.pc = after.pc;
+                        head = after.head;
+                        continue;
+                    }
+                }
                 let op = self.fetch_op(pc).map_err(|t| self.fault(cx, pc, *t))?;
                 time += SLOT * op.cost as u64;
                 slots += op.cost as u64;
@@ -1776,6 +1800,7 @@ impl Tile {
                     .exec_slot(&mut r, &mut acc, &slot, pc, ctx, time)
                     .map_err(|t| self.fault(cx, pc, *t))?;
                 self.worker_stall(&mut time, &mut slots);
+                head = true;
                 match flow {
                     Flow::Next => r.pc = pc + op.bytes as u32,
                     Flow::Jump(t) => r.pc = t,
