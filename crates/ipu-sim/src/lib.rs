@@ -313,9 +313,9 @@ impl Device {
         Ok(out)
     }
 
-    /// Bytes of tile memory allocated so far (touched banks, all tiles).
+    /// Bytes of tile memory in banks that hold a byte other than zero (all tiles).
     pub fn allocated_bytes(&self) -> usize {
-        self.tiles.iter().map(|t| t.mem.allocated_bytes()).sum()
+        self.tiles.iter().map(|t| t.mem.nonzero_bank_bytes()).sum()
     }
 
     /// Attaches the host pages that `hostx` tables refer to by index.
