@@ -892,6 +892,22 @@ pub(crate) enum MainOp {
     Alu { op: AluOp, d: u8, a: u8, b: u8 },
     /// Register-immediate integer arithmetic (registers masked, immediate sign-extended).
     AluImm { op: AluOp, d: u8, a: u8, imm: i16 },
+    /// A 32-bit load into `$m{d}` (or `$a{d}` with `to_a`), addressed as [`MainOp::Ld64`].
+    Ld32 {
+        to_a: bool,
+        d: u8,
+        base: u8,
+        off: i16,
+        inc: i16,
+    },
+    /// `setzi` (register masked).
+    Setzi { d: u8, imm: u32 },
+    /// `mov $aD, $mA` (registers masked).
+    MovToA { d: u8, a: u8 },
+    /// `get` (register masked).
+    Get { d: u8, sys: SysReg },
+    /// `nop`.
+    Nop,
     /// Any other: the slot's main instruction through [`Tile::exec_data`].
     Other,
 }
@@ -1096,6 +1112,32 @@ fn main_op(i: &Instr) -> MainOp {
                 inc,
             }
         }
+        Instr::Load {
+            width: Width::B32,
+            d,
+            base,
+            mode,
+        } => {
+            let (off, inc) = offset_and_increment(mode);
+            let (to_a, d) = match d {
+                DataReg::M(x) => (false, x.0 & 15),
+                DataReg::A(x) => (true, x & 15),
+            };
+            MainOp::Ld32 {
+                to_a,
+                d,
+                base: base.0 & 15,
+                off,
+                inc,
+            }
+        }
+        Instr::Setzi { d, imm } => MainOp::Setzi { d: d.0 & 15, imm },
+        Instr::MovToA { d, a } => MainOp::MovToA {
+            d: d.0 & 15,
+            a: a.0 & 15,
+        },
+        Instr::Get { d, sys } => MainOp::Get { d: d.0 & 15, sys },
+        Instr::Nop => MainOp::Nop,
         Instr::LdSt64Pace { d, s, p } => MainOp::LdSt64Pace { d, s, p },
         Instr::Ld2xSt64Pace { d, s, p } => MainOp::Ld2xSt64Pace { d, s, p },
         Instr::Ld2x64Pace { d, p } => MainOp::Ld2x64Pace { d, p },
@@ -1699,6 +1741,37 @@ impl Tile {
                 self.store64(addr, pair(r, s))?;
                 r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
             }
+            MainOp::Ld32 {
+                to_a,
+                d: x,
+                base,
+                off,
+                inc,
+            } => {
+                // As `exec_data`: checked, recorded, the base advanced, then the register set.
+                let b = base as usize;
+                let addr = r.m[b].wrapping_add(off as i32 as u32);
+                self.check(addr, 4)?;
+                self.tracker.note(addr, 4, false);
+                r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
+                let m = self.mem.slice(addr, 4);
+                let v = u32::from_le_bytes([m[0], m[1], m[2], m[3]]);
+                if to_a {
+                    r.a[x as usize] = v;
+                } else {
+                    r.m[x as usize] = v;
+                }
+            }
+            MainOp::Setzi { d: x, imm } => r.m[x as usize] = imm,
+            MainOp::MovToA { d: x, a } => r.a[x as usize] = r.m[a as usize],
+            MainOp::Get { d: x, sys } => {
+                r.m[x as usize] = match sys {
+                    SysReg::TileId => self.id,
+                    SysReg::ContextId => ctx,
+                    SysReg::Cycles => now as u32,
+                }
+            }
+            MainOp::Nop => {}
             MainOp::LdSt64Pace { d: x, s, p } => self.paced(r, [x], Some(s), &p)?,
             MainOp::Ld2xSt64Pace { d: x, s, p } => self.paced(r, x, Some(s), &p)?,
             MainOp::Ld2x64Pace { d: x, p } => self.paced(r, x, None, &p)?,

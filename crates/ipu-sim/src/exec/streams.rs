@@ -111,7 +111,7 @@ fn stream_body(buf: &[(u32, Decoded)]) -> Option<StreamBody> {
             MainOp::LdSt64Pace { d, s, p } => (std::slice::from_ref(d), Some(*s), p),
             MainOp::Ld2xSt64Pace { d, s, p } => (d, Some(*s), p),
             MainOp::Ld2x64Pace { d, p } => (d, None, p),
-            MainOp::Other if matches!(main_instr(&d.slot), Instr::Nop) => (&[], None, &[]),
+            MainOp::Nop => (&[], None, &[]),
             _ => return None,
         };
         let mut regs = [0u8; 3];
