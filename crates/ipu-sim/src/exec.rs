@@ -352,9 +352,7 @@ pub(crate) struct Tile {
     pub counters: TileCounters,
     pub marks: Vec<ProfileMark>,
     tracker: Tracker,
-    /// Scratch space for the decoded body of the running `rpt`.
-    rpt_buf: Vec<(u32, Decoded)>,
-    /// Straight runs of slots that only compute, by their first pc.
+    /// Straight runs of slots that only compute, by their first pc, and `rpt` bodies.
     blocks: blocks::Blocks,
     /// Barrel slots the last executed slot lost to bank conflicts, charged by the loop that
     /// issued it (`ipu_target::BANK_CONFLICT_SLOTS` per conflict).
@@ -1236,7 +1234,6 @@ impl Tile {
             counters: TileCounters::default(),
             marks: Vec::new(),
             tracker: Tracker::default(),
-            rpt_buf: Vec::new(),
             blocks: blocks::Blocks::default(),
             stall: 0,
             entry: u32::MAX,
@@ -1879,20 +1876,10 @@ impl Tile {
                     Flow::Jump(t) => r.pc = t,
                     Flow::Exit => return Ok(()),
                     Flow::Rpt { count, body } => {
-                        let body_start = pc + 4;
-                        let end = self
-                            .rpt_body_end(body_start, body)
-                            .map_err(|t| self.fault(cx, body_start, *t))?;
-                        // The body's decoded slots, resolved once; refetched from the cache
-                        // whenever a store may have changed code (the cache's epoch moves).
-                        let mut buf = std::mem::take(&mut self.rpt_buf);
-                        buf.clear();
-                        let mut q = body_start;
-                        while q < end {
-                            let d = self.fetch(q).map_err(|t| self.fault(cx, q, *t))?;
-                            buf.push((q, d));
-                            q += d.bytes;
-                        }
+                        // The body's decoded slots, resolved once per tile and code epoch;
+                        // refetched from the cache whenever a store may have changed code.
+                        let b = self.take_body(pc, body, cx)?;
+                        let end = b.end;
                         let mut w = WorkerRun {
                             r: &mut r,
                             acc: &mut acc,
@@ -1902,8 +1889,8 @@ impl Tile {
                             instrs: &mut instrs,
                             deadline,
                         };
-                        let result = self.run_rpt(&mut w, &buf, count, end);
-                        self.rpt_buf = buf;
+                        let result = self.run_rpt(&mut w, &b.buf, b.stream.as_ref(), count, end);
+                        self.keep_body(pc, b);
                         result?;
                         r.pc = end;
                     }
@@ -1928,6 +1915,7 @@ impl Tile {
         &mut self,
         w: &mut WorkerRun,
         buf: &[(u32, Decoded)],
+        stream: Option<&streams::StreamBody>,
         count: u32,
         end: u32,
     ) -> Result<(), Fault> {
@@ -1939,7 +1927,9 @@ impl Tile {
             })
         };
         let (iter_slots, iter_instrs) = sums(buf);
-        if self.run_rpt_streams(w, buf, count, (iter_slots, iter_instrs)) {
+        if let Some(b) = stream
+            && self.run_rpt_streams(w, b, count, (iter_slots, iter_instrs))
+        {
             return Ok(());
         }
         let all_data = buf.iter().all(|(_, d)| d.op.data);

@@ -30,12 +30,34 @@ pub(super) struct Block {
     cut: bool,
 }
 
-/// The runs of a tile by their first pc, for one epoch of its code cache.
+/// An `rpt` body resolved once: its decoded slots, the pc after them and its streamed form.
+#[derive(Clone, Debug)]
+pub(super) struct Body {
+    pub end: u32,
+    pub buf: Vec<(u32, Decoded)>,
+    pub stream: Option<streams::StreamBody>,
+}
+
+/// The runs of a tile by their first pc, and its `rpt` bodies by the `rpt`'s pc, for one
+/// epoch of its code cache.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Blocks {
     at: ahash::AHashMap<u32, u32>,
     runs: Vec<Block>,
+    bodies: ahash::AHashMap<u32, Body>,
     epoch: u64,
+}
+
+impl Blocks {
+    /// Forgets everything when the code cache's epoch has moved from the one recorded.
+    fn sync(&mut self, epoch: u64) {
+        if self.epoch != epoch {
+            self.at.clear();
+            self.runs.clear();
+            self.bodies.clear();
+            self.epoch = epoch;
+        }
+    }
 }
 
 /// Where a worker goes after [`Tile::run_block`]: the next pc, and whether a run may start
@@ -48,12 +70,7 @@ pub(super) struct After {
 impl Tile {
     /// The index of the run starting at `pc`, built from the cache on first use.
     fn block_at(&mut self, pc: u32) -> usize {
-        let epoch = self.code.epoch();
-        if self.blocks.epoch != epoch {
-            self.blocks.at.clear();
-            self.blocks.runs.clear();
-            self.blocks.epoch = epoch;
-        }
+        self.blocks.sync(self.code.epoch());
         if let Some(&i) = self.blocks.at.get(&pc) {
             return i as usize;
         }
@@ -150,5 +167,34 @@ impl Tile {
             b.ops = ops;
         }
         result.map(|()| Some(after))
+    }
+
+    /// The body of the `rpt` at `pc` (`body` slots), taken from the cache (resolved on first
+    /// use); give it back with [`Tile::keep_body`]. Faults (in `cx`) as fetching it does.
+    pub(super) fn take_body(&mut self, pc: u32, body: u8, cx: Context) -> Result<Body, Fault> {
+        self.blocks.sync(self.code.epoch());
+        if let Some(b) = self.blocks.bodies.remove(&pc) {
+            return Ok(b);
+        }
+        let body_start = pc + 4;
+        let end = self
+            .rpt_body_end(body_start, body)
+            .map_err(|t| self.fault(cx, body_start, *t))?;
+        let mut buf = Vec::with_capacity(body as usize);
+        let mut q = body_start;
+        while q < end {
+            let d = self.fetch(q).map_err(|t| self.fault(cx, q, *t))?;
+            buf.push((q, d));
+            q += d.bytes;
+        }
+        let stream = streams::stream_body(&buf);
+        Ok(Body { end, buf, stream })
+    }
+
+    /// Puts back a body from [`Tile::take_body`], unless the code changed while it ran.
+    pub(super) fn keep_body(&mut self, pc: u32, b: Body) {
+        if self.blocks.epoch == self.code.epoch() {
+            self.blocks.bodies.insert(pc, b);
+        }
     }
 }

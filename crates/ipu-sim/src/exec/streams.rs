@@ -16,7 +16,7 @@ use ipu_target::BANK_CONFLICT_SLOTS;
 use super::*;
 
 /// A slot of a streamed body: its float half and its paced accesses.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct StreamSlot {
     float: FloatOp,
     /// `(destination pair, pointer register)` of each load (`loads` valid).
@@ -43,7 +43,8 @@ enum Record {
 const STREAM_SLOTS_MAX: usize = 8;
 
 /// A body resolved for [`Tile::run_rpt_streams`].
-struct StreamBody {
+#[derive(Clone, Debug)]
+pub(super) struct StreamBody {
     slots: [StreamSlot; STREAM_SLOTS_MAX],
     len: usize,
     /// Accesses per iteration through each pointer register.
@@ -79,7 +80,7 @@ fn record(regs: &[u8], other: &[u8]) -> Record {
 /// The streamed form of `buf`, when every slot only computes, its main half is a paced form
 /// (or none, or `nop`) whose pointers are distinct registers, and its float half is an `amp` or a decoded
 /// register operation.
-fn stream_body(buf: &[(u32, Decoded)]) -> Option<StreamBody> {
+pub(super) fn stream_body(buf: &[(u32, Decoded)]) -> Option<StreamBody> {
     if buf.is_empty() || buf.len() > STREAM_SLOTS_MAX {
         return None;
     }
@@ -213,22 +214,19 @@ impl Tracker {
 }
 
 impl Tile {
-    /// Runs `count` iterations of the `rpt` body `buf` as streams (see the module
-    /// documentation). Returns false, having done nothing, when the body or the loop does not
+    /// Runs `count` iterations of the `rpt` body `b` ([`stream_body`]) as streams (see the
+    /// module documentation). Returns false, having done nothing, when the body or the loop does not
     /// qualify; the general path then runs it.
     pub(super) fn run_rpt_streams(
         &mut self,
         w: &mut WorkerRun,
-        buf: &[(u32, Decoded)],
+        b: &StreamBody,
         count: u32,
         (iter_slots, iter_instrs): (u64, u64),
     ) -> bool {
         if count < 2 {
             return false;
         }
-        let Some(b) = stream_body(buf) else {
-            return false;
-        };
         let mode = self.amp.mode;
         if b.amp && mode.is_none() {
             return false;
