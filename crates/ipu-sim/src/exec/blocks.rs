@@ -135,6 +135,8 @@ impl Tile {
         );
         let ops = std::mem::take(&mut self.blocks.runs[i].ops);
         let epoch = self.code.epoch();
+        // The counters in locals (registers) while the run goes, written back after it.
+        let (mut t, mut sl, mut ins) = (*time, *slots, *instrs);
         let mut used = 0u64;
         let mut result = Ok(());
         for (k, &(q, op)) in ops.iter().enumerate() {
@@ -143,15 +145,15 @@ impl Tile {
                 after = After { pc: q, head: false };
                 break;
             }
-            *time += SLOT * op.cost as u64;
-            *slots += op.cost as u64;
-            *instrs += op.instrs as u64;
+            t += SLOT * op.cost as u64;
+            sl += op.cost as u64;
+            ins += op.instrs as u64;
             used += op.cost as u64;
-            if let Err(t) = self.exec_data_slot(r, acc, &op, SlotAt::Cached(q), ctx, *time) {
-                result = Err(self.fault(Context::Worker(ctx as u8), q, *t));
+            if let Err(trap) = self.exec_data_slot(r, acc, &op, SlotAt::Cached(q), ctx, t) {
+                result = Err(self.fault(Context::Worker(ctx as u8), q, *trap));
                 break;
             }
-            if self.worker_stall(time, slots) && *time + SLOT * (total - used) > deadline {
+            if self.worker_stall(&mut t, &mut sl) && t + SLOT * (total - used) > deadline {
                 after = After {
                     pc: q + op.bytes as u32,
                     head: false,
@@ -159,6 +161,7 @@ impl Tile {
                 break;
             }
         }
+        (*time, *slots, *instrs) = (t, sl, ins);
         // The epoch may have moved (the runs were then forgotten): put the list back only
         // where it came from.
         if let Some(b) = self.blocks.runs.get_mut(i)
