@@ -4,9 +4,11 @@
 //! # The model
 //!
 //! - **Memory**: every tile has memory at the real addresses `[memory_base, memory_end)`,
-//!   allocated a 16 KiB bank at a time on first write (an idle tile costs nothing). Code is
-//!   fetched from tile memory, decoded with `ipu_isa::decode_slot` and cached per pc; stores
-//!   into the executable range invalidate the cache.
+//!   mapped on first write and zero-filled by the host as its pages are touched (an idle tile
+//!   costs nothing). Code is fetched from tile memory, decoded with `ipu_isa::decode_slot` and
+//!   cached per pc; stores into the executable range invalidate the cache. Paced `rpt` bodies
+//!   and straight runs of slots that only compute take faster paths that give the same
+//!   results, counters and faults (`exec::streams`, `exec::blocks`).
 //! - **Timing**: every issue slot (an instruction or a co-issued bundle) of a worker costs one
 //!   barrel slot, `Target::barrel_slot_cycles` (6) tile cycles; transcendental helpers
 //!   (`exp`, `rcp`, `sqrt`, `rsqrt`) cost two. `rpt` bodies run with no overhead beyond the `rpt`
