@@ -12,7 +12,7 @@ use ipu_isa::Slot;
 use crate::exec::Op;
 
 /// Bytes of one memory bank (16 KiB on Mk2, see `ipu_target::BANK_BYTES`), the unit of
-/// [`Memory::nonzero_bank_bytes`].
+/// `Memory::nonzero_bank_bytes`.
 pub const PAGE_BYTES: u32 = 16 * 1024;
 const _: () = assert!(ipu_target::MEMORY_BASE.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(ipu_target::BANK_BYTES == PAGE_BYTES);
