@@ -2521,8 +2521,8 @@ mod tests {
     use super::*;
     use half::f16;
 
-    /// A deterministic xorshift generator.
-    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    /// A deterministic xorshift generator (also for the tests of `streams`).
+    pub(super) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
         move || {
             seed ^= seed << 13;
             seed ^= seed >> 7;

@@ -364,16 +364,8 @@ impl Tile {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::xorshift;
     use super::*;
-
-    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        }
-    }
 
     /// A list after a few random accesses, as a launch would have it before a loop.
     fn random_list(n: &mut impl FnMut() -> u64) -> RangeList {
