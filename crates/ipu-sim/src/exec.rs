@@ -560,26 +560,6 @@ fn float_trap(instr: &Instr) -> Trap {
 /// [`float_result`] with a trap returned as [`NO_WRITE`] (then [`float_trap`] says which), so
 /// that the write comes back in registers.
 fn float_value(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> AWrite {
-    // The most frequent form, f32v2 arithmetic, without the generic lane loop: the same
-    // operations on the same lanes as the `FBin` arm below.
-    if let Instr::FBin {
-        ty: FType::F32v2,
-        op,
-        d,
-        a: x,
-        b: y,
-    } = *instr
-    {
-        let (x, y, z) = (x as usize & 14, y as usize & 14, d as usize & 14);
-        return AWrite::new(
-            d & 14,
-            2,
-            [
-                op_f32(op, f(a[x]), f(a[y]), f(a[z])),
-                op_f32(op, f(a[x + 1]), f(a[y + 1]), f(a[z + 1])),
-            ],
-        );
-    }
     match *instr {
         Instr::FBin {
             ty,
@@ -1361,6 +1341,14 @@ impl Tile {
     }
 
     #[inline(always)]
+    fn load32(&mut self, addr: u32) -> R<u32> {
+        self.check(addr, 4)?;
+        self.tracker.note(addr, 4, false);
+        let s = self.mem.slice(addr, 4);
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    #[inline(always)]
     fn store_bytes(&mut self, addr: u32, bytes: &[u8]) -> R<()> {
         let len = bytes.len() as u32;
         self.check(addr, len)?;
@@ -1748,11 +1736,8 @@ impl Tile {
                 // As `exec_data`: checked, recorded, the base advanced, then the register set.
                 let b = base as usize;
                 let addr = r.m[b].wrapping_add(off as i32 as u32);
-                self.check(addr, 4)?;
-                self.tracker.note(addr, 4, false);
+                let v = self.load32(addr)?;
                 r.m[b] = r.m[b].wrapping_add(inc as i32 as u32);
-                let m = self.mem.slice(addr, 4);
-                let v = u32::from_le_bytes([m[0], m[1], m[2], m[3]]);
                 if to_a {
                     r.a[x as usize] = v;
                 } else {
