@@ -1545,11 +1545,10 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
     }
     if let Some(&op) = ConvOp::ALL.iter().find(|c| c.mnemonic() == m) {
         o.count(&[2], m)?;
-        let n = |p: bool| if p { 2 } else { 1 };
         return one(Conv {
             op,
-            d: o.a(0, n(op.dst_is_pair()))?,
-            a: o.a(1, n(op.src_is_pair()))?,
+            d: o.a(0, op.dst_regs() as u32)?,
+            a: o.a(1, op.src_regs() as u32)?,
         });
     }
     // Loads and stores.

@@ -487,8 +487,8 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         }
         Conv { op: o, d, a } => {
             op(CONV)
-                | aty("d", d, o.dst_is_pair())? << R1
-                | aty("a", a, o.src_is_pair())? << R2
+                | check_reg("d", d, o.dst_regs())? << R1
+                | check_reg("a", a, o.src_regs())? << R2
                 | conv_index(o)
         }
         Bcast { ty, d, a } => {

@@ -361,11 +361,13 @@ pub enum ConvOp {
     F32ToI32,
     /// `i32tof32 $aD, $aA`: signed integer bits to f32.
     I32ToF32,
+    /// `f32v4tof16 $aD:E, $aA:A+3`: four f32 (a quad) to f16v4 (a pair).
+    F32v4ToF16v4,
 }
 
 impl ConvOp {
     /// Every conversion, in encoding order.
-    pub const ALL: [ConvOp; 8] = [
+    pub const ALL: [ConvOp; 9] = [
         ConvOp::F32ToF16,
         ConvOp::F16ToF32,
         ConvOp::F32v2ToF16v2,
@@ -374,6 +376,7 @@ impl ConvOp {
         ConvOp::F8v4ToF16v4,
         ConvOp::F32ToI32,
         ConvOp::I32ToF32,
+        ConvOp::F32v4ToF16v4,
     ];
 
     /// The mnemonic.
@@ -387,17 +390,25 @@ impl ConvOp {
             ConvOp::F8v4ToF16v4 => "f8v4tof16",
             ConvOp::F32ToI32 => "f32toi32",
             ConvOp::I32ToF32 => "i32tof32",
+            ConvOp::F32v4ToF16v4 => "f32v4tof16",
         }
     }
 
-    /// Whether the destination is a register pair.
-    pub fn dst_is_pair(self) -> bool {
-        matches!(self, ConvOp::F16v2ToF32v2 | ConvOp::F8v4ToF16v4)
+    /// Registers of the destination: 1, or 2 for a pair.
+    pub fn dst_regs(self) -> u8 {
+        match self {
+            ConvOp::F16v2ToF32v2 | ConvOp::F8v4ToF16v4 | ConvOp::F32v4ToF16v4 => 2,
+            _ => 1,
+        }
     }
 
-    /// Whether the source is a register pair.
-    pub fn src_is_pair(self) -> bool {
-        matches!(self, ConvOp::F32v2ToF16v2 | ConvOp::F16v4ToF8v4)
+    /// Registers of the source: 1, 2 for a pair or 4 for a quad.
+    pub fn src_regs(self) -> u8 {
+        match self {
+            ConvOp::F32v2ToF16v2 | ConvOp::F16v4ToF8v4 => 2,
+            ConvOp::F32v4ToF16v4 => 4,
+            _ => 1,
+        }
     }
 }
 

@@ -182,8 +182,8 @@ pub(crate) fn write_instr(
             f,
             "{} {}, {}",
             op.mnemonic(),
-            ARegs(d, width_of(op.dst_is_pair())),
-            ARegs(a, width_of(op.src_is_pair()))
+            ARegs(d, op.dst_regs()),
+            ARegs(a, op.src_regs())
         ),
         Bcast { ty, d, a } => write!(f, "{}bcast {d}, {a}", ty.prefix()),
         F16v2Pack { d, a, b } => write!(f, "f16v2pack {d}, {a}, {b}"),

@@ -320,7 +320,10 @@ fn specific_words_are_rejected_with_the_reason() {
     assert!(invalid_field(ld64 | 1 << 20));
     // An undefined float operation and conversion.
     assert!(undefined(0x5000_000F));
-    assert!(undefined(0x5A00_0008));
+    assert!(undefined(0x5A00_0009));
+    // `f32v4tof16` from a quad that does not start at a multiple of 4.
+    assert!(decode(0x5A00_0008).is_ok());
+    assert!(invalid_field(0x5A02_0008));
     // `rpt` with a zero body.
     assert!(invalid_field(0x4600_0000));
     // A misaligned branch target.

@@ -670,6 +670,17 @@ fn conv(a: &[u32; 16], op: ConvOp, d: u8, x: u8, fp8: (Fp8Format, i8)) -> AWrite
         }
         ConvOp::F32ToI32 => AWrite::new(d & 15, 1, [(f(a[s]).round_ties_even() as i32) as u32, 0]),
         ConvOp::I32ToF32 => AWrite::new(d & 15, 1, [((a[s] as i32) as f32).to_bits(), 0]),
+        ConvOp::F32v4ToF16v4 => {
+            let q = x as usize & 12;
+            AWrite::new(
+                d & 14,
+                2,
+                [
+                    to_h(f(a[q])) | to_h(f(a[q + 1])) << 16,
+                    to_h(f(a[q + 2])) | to_h(f(a[q + 3])) << 16,
+                ],
+            )
+        }
     }
 }
 

@@ -37,6 +37,10 @@ impl Rng {
             self.below(16) as u8
         }
     }
+    /// A register of a group of `n` (1, 2 or 4): its index a multiple of `n`.
+    fn reg_n(&mut self, n: u8) -> u8 {
+        n * self.below(16 / n as u64) as u8
+    }
     /// `N` registers as [`Rng::reg`] draws them, in order.
     fn regs<const N: usize>(&mut self, pair: bool) -> [u8; N] {
         std::array::from_fn(|_| self.reg(pair))
@@ -224,6 +228,11 @@ fn reference(i: &Instr, m: &mut [u32; 16], a: &mut [u32; 16], fp8: (Fp8Format, i
                 }
                 ConvOp::F32ToI32 => a[d] = f32::from_bits(a[x]).round_ties_even() as i32 as u32,
                 ConvOp::I32ToF32 => a[d] = (a[x] as i32 as f32).to_bits(),
+                ConvOp::F32v4ToF16v4 => {
+                    let l: Vec<u32> = (0..4).map(|k| th(f32::from_bits(a[x + k]))).collect();
+                    a[d] = l[0] | l[1] << 16;
+                    a[d + 1] = l[2] | l[3] << 16;
+                }
             }
         }
         Instr::Bcast { ty, d, a: x } => {
@@ -300,8 +309,8 @@ fn random_instr(r: &mut Rng) -> Instr {
             let op = r.pick(&ConvOp::ALL);
             Instr::Conv {
                 op,
-                d: r.reg(op.dst_is_pair()),
-                a: r.reg(op.src_is_pair()),
+                d: r.reg_n(op.dst_regs()),
+                a: r.reg_n(op.src_regs()),
             }
         }
         _ => match r.below(3) {

@@ -13,12 +13,8 @@ pub fn areg() -> impl Strategy<Value = AReg> {
 pub fn apair() -> impl Strategy<Value = APair> {
     (0u8..8).prop_map(|i| APair(i * 2))
 }
-fn aty(pair: bool) -> BoxedStrategy<u8> {
-    if pair {
-        (0u8..8).prop_map(|i| i * 2).boxed()
-    } else {
-        (0u8..16).boxed()
-    }
+fn aty(regs: u8) -> BoxedStrategy<u8> {
+    (0u8..16 / regs).prop_map(move |i| i * regs).boxed()
 }
 pub fn alu_op() -> impl Strategy<Value = AluOp> {
     prop::sample::select(AluOp::ALL.to_vec())
@@ -142,13 +138,13 @@ pub fn float_instr() -> BoxedStrategy<Instr> {
     prop_oneof![
         (ftype(), prop::sample::select(FBinOp::ALL.to_vec()))
             .prop_flat_map(|(ty, op)| {
-                let p = ty.is_pair();
+                let p = if ty.is_pair() { 2 } else { 1 };
                 (Just(ty), Just(op), aty(p), aty(p), aty(p))
             })
             .prop_map(|(ty, op, d, a, b)| FBin { ty, op, d, a, b }),
         (ftype(), prop::sample::select(FUnOp::ALL.to_vec()))
             .prop_flat_map(|(ty, op)| {
-                let p = ty.is_pair();
+                let p = if ty.is_pair() { 2 } else { 1 };
                 (Just(ty), Just(op), aty(p), aty(p))
             })
             .prop_map(|(ty, op, d, a)| FUn { ty, op, d, a }),
@@ -160,7 +156,7 @@ pub fn float_instr() -> BoxedStrategy<Instr> {
         )
             .prop_map(|(ty, op, d, a)| FReduce { ty, op, d, a }),
         prop::sample::select(ConvOp::ALL.to_vec())
-            .prop_flat_map(|op| (Just(op), aty(op.dst_is_pair()), aty(op.src_is_pair())))
+            .prop_flat_map(|op| (Just(op), aty(op.dst_regs()), aty(op.src_regs())))
             .prop_map(|(op, d, a)| Conv { op, d, a }),
         (pair_type(), apair(), areg()).prop_map(|(ty, d, a)| Bcast { ty, d, a }),
         (areg(), areg(), areg()).prop_map(|(d, a, b)| F16v2Pack { d, a, b }),
