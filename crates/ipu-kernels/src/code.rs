@@ -132,6 +132,49 @@ impl Code {
         self
     }
 
+    /// Whether the next slot starts on an 8-byte boundary when the code is laid out at an
+    /// 8-byte aligned address (as every kernel is).
+    pub fn at_even_word(&self) -> bool {
+        self.size_at(0).is_multiple_of(8)
+    }
+
+    /// Appends the Main-class `ops`, one issue slot each, so that the next slot starts on an
+    /// odd word (`end_odd`) or on an 8-byte boundary, without a padding `nop`: each op goes
+    /// alone (one word) but for at most one, issued with [`FLOAT_NOP`] as a bundle (two words)
+    /// where that fixes the parity. Needs two ops when the first starts on an odd word and the
+    /// parity must change.
+    pub fn main_ops_ending(&mut self, ops: &[Instr], end_odd: bool) -> &mut Self {
+        let even = self.at_even_word();
+        let odd_end_alone = even != ops.len().is_multiple_of(2);
+        let bundled = if odd_end_alone == end_odd {
+            None
+        } else if even {
+            Some(0)
+        } else {
+            assert!(ops.len() >= 2, "no op to bundle on an even word");
+            Some(1)
+        };
+        for (i, &op) in ops.iter().enumerate() {
+            if Some(i) == bundled {
+                self.bundle(op, FLOAT_NOP);
+            } else {
+                self.op(op);
+            }
+        }
+        self
+    }
+
+    /// Appends `float` in bundles, the Main-class `main` (no more of them than of `float`)
+    /// as the first halves in order and `nop`s after them, from an 8-byte boundary: every
+    /// float op costs its own slots and the main ops none.
+    pub fn bundles(&mut self, main: &[Instr], float: &[Instr]) -> &mut Self {
+        assert!(main.len() <= float.len(), "more main ops than float ops");
+        for (i, &f) in float.iter().enumerate() {
+            self.bundle(main.get(i).copied().unwrap_or(Instr::Nop), f);
+        }
+        self
+    }
+
     /// `rpt` over a body of bundles: pads so that the body starts 8-byte aligned (a pad
     /// inside the body would be repeated).
     pub fn rpt_bundles(&mut self, rpt: Instr) -> &mut Self {

@@ -71,11 +71,12 @@ fn ld4_st4_slots(ty: Elem) -> u32 {
 
 /// Points `ptrs[0]` at `base` and, when `groups` is 2, `ptrs[1]` at `base + stride` (the
 /// same row of the next group).
-fn group_pointers(c: &mut Code, ptrs: [MReg; 2], base: MReg, stride: MReg, groups: u32) {
-    c.op(alu_imm(AluOp::Add, ptrs[0], base, 0));
+fn group_pointer_ops(ptrs: [MReg; 2], base: MReg, stride: MReg, groups: u32) -> Vec<Instr> {
+    let mut ops = vec![alu_imm(AluOp::Add, ptrs[0], base, 0)];
     if groups == 2 {
-        c.op(alu(AluOp::Add, ptrs[1], base, stride));
+        ops.push(alu(AluOp::Add, ptrs[1], base, stride));
     }
+    ops
 }
 
 /// Issues `main` (loads and stores) co-issued with the first of `float` and the rest of
@@ -104,9 +105,9 @@ fn co_issue(c: &mut Code, main: Vec<Instr>, float: &[Instr], odd: &mut bool) {
 }
 
 /// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
-/// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in `$a6:7`), and
-/// `p` added lane-wise to the sum in `$a10:11`.
-fn probabilities(scaled: bool, lo: u8, hi: u8) -> Vec<Instr> {
+/// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in the pair
+/// `$a{mx}:..`), and `p` added lane-wise to the sum in `$a10:11`.
+fn probabilities(scaled: bool, lo: u8, hi: u8, mx: u8) -> Vec<Instr> {
     let v = FType::F32v2;
     let mut float = Vec::new();
     if scaled {
@@ -114,14 +115,141 @@ fn probabilities(scaled: bool, lo: u8, hi: u8) -> Vec<Instr> {
         float.push(fbin(v, FBinOp::Mul, hi, hi, 8));
     }
     float.extend([
-        fbin(v, FBinOp::Sub, lo, lo, 6),
-        fbin(v, FBinOp::Sub, hi, hi, 6),
+        fbin(v, FBinOp::Sub, lo, lo, mx),
+        fbin(v, FBinOp::Sub, hi, hi, mx),
         fun(v, FUnOp::Exp, lo, lo),
         fun(v, FUnOp::Exp, hi, hi),
         fbin(v, FBinOp::Add, 10, 10, lo),
         fbin(v, FBinOp::Add, 10, 10, hi),
     ]);
     float
+}
+
+/// Where pass 2 of f32 scores keeps the row's maximum (both lanes).
+const PASS2_M: u8 = 14;
+
+/// Pass 2 of [`flash_softmax`] for f32 scores: units of four keys software-pipelined over the
+/// whole row. Unit `k` computes in one register quad (`$a0:3` or `$a4:7`, alternating; `m` is
+/// in `$a14:15`, and f16 probabilities narrow into `$a12:13` with one `f32v4tof16`) while the scores of unit `k + 1` load into the other and the probabilities of
+/// unit `k - 1` store, all co-issued with its arithmetic; the group pointers advance beside
+/// them. Every float op is the second half of a bundle, so no `nop` aligns them: the row costs
+/// its float slots plus a fixed few. The super-groups but the last run in an `rpt` whose body
+/// is the units `1..units` of one super-group and unit 0 of the next.
+struct Pass2<'a> {
+    scaled: bool,
+    a_ty: Elem,
+    /// Units of four keys per super-group.
+    units: u32,
+    /// The score and probability pointer of a unit of a super-group.
+    sptr: &'a dyn Fn(u32) -> MReg,
+    pptr: &'a dyn Fn(u32) -> MReg,
+    adv_s: MReg,
+    adv_p: MReg,
+    /// The super-groups less one: the `rpt` count.
+    sgroups: MReg,
+}
+
+impl Pass2<'_> {
+    /// The register pairs of the unit at position `k` of the row.
+    fn set(k: u32) -> (u8, u8) {
+        if k.is_multiple_of(2) { (0, 2) } else { (4, 6) }
+    }
+
+    fn float(&self, k: u32) -> Vec<Instr> {
+        let (lo, hi) = Self::set(k);
+        let mut float = probabilities(self.scaled, lo, hi, PASS2_M);
+        if self.a_ty == Elem::F16 {
+            float.push(conv(ConvOp::F32v4ToF16v4, 12, lo));
+        }
+        float
+    }
+
+    /// The loads of unit `u` of a super-group, at position `k` of the row.
+    fn loads(&self, u: u32, k: u32) -> Vec<Instr> {
+        let (lo, hi) = Self::set(k);
+        let ptr = (self.sptr)(u);
+        vec![ld64step(ap(lo), ptr, 8), ld64step(ap(hi), ptr, 8)]
+    }
+
+    /// The stores of unit `u` of a super-group, at position `k` of the row.
+    fn stores(&self, u: u32, k: u32) -> Vec<Instr> {
+        let (lo, hi) = Self::set(k);
+        let ptr = (self.pptr)(u);
+        match self.a_ty {
+            Elem::F16 => vec![st64step(ap(12), ptr, 8)],
+            Elem::F32 => vec![st64step(ap(lo), ptr, 8), st64step(ap(hi), ptr, 8)],
+        }
+    }
+
+    /// The Main-class ops of unit `u` of a super-group at position `k` of the row: the stores
+    /// of the unit before, the loads of the next (`next`), and with `advance` each pointer's
+    /// advance to the next super-group after its last access in this one.
+    fn main(&self, u: u32, k: u32, advance: bool, next: bool) -> Vec<Instr> {
+        let n = self.units;
+        let mut ops = Vec::new();
+        if k > 0 {
+            let pu = (u + n - 1) % n;
+            ops.extend(self.stores(pu, k - 1));
+            if advance && (pu + 1 == n || (self.pptr)(pu + 1) != (self.pptr)(pu)) {
+                let ptr = (self.pptr)(pu);
+                ops.push(alu(AluOp::Add, ptr, ptr, self.adv_p));
+            }
+        }
+        if next {
+            let nu = (u + 1) % n;
+            ops.extend(self.loads(nu, k + 1));
+            if advance && (nu + 1 == n || (self.sptr)(nu + 1) != (self.sptr)(nu)) {
+                let ptr = (self.sptr)(nu);
+                ops.push(alu(AluOp::Add, ptr, ptr, self.adv_s));
+            }
+        }
+        ops
+    }
+
+    /// Emits the pass after the Main-class set-up `pre`.
+    fn emit(&self, c: &mut Code, mut pre: Vec<Instr>) {
+        let n = self.units;
+        pre.extend(self.loads(0, 0));
+        c.main_ops_ending(&pre, false);
+        // Unit 0, its last Main op alone after it: the `rpt` then starts on an odd word and
+        // its body of bundles on an even one.
+        let mut main = self.main(0, 0, true, true);
+        let last = main.pop().unwrap_or(Instr::Nop);
+        c.bundles(&main, &self.float(0));
+        c.op(last);
+        let body: Vec<_> = (1..=n)
+            .map(|k| (self.main(k % n, k, true, true), self.float(k)))
+            .collect();
+        let issues: usize = body.iter().map(|(_, f)| f.len()).sum();
+        c.rpt_bundles(Instr::Rpt {
+            count: self.sgroups,
+            body: issues as u8,
+        });
+        for (main, float) in &body {
+            c.bundles(main, float);
+        }
+        // The last super-group: no advances, no load after its last unit.
+        for k in 1..n {
+            c.bundles(&self.main(k, k, false, k + 1 < n), &self.float(k));
+        }
+        for op in self.stores(n - 1, n - 1) {
+            c.op(op);
+        }
+    }
+
+    /// Issue slots of [`Pass2::emit`] over `super_groups`, after `pre` set-up ops.
+    fn slots(scaled: bool, a_ty: Elem, units: u32, super_groups: u32, pre: u32) -> u32 {
+        // Per unit: the subtractions, `exp`s (two slots each), additions, and the narrowing
+        // to f16 probabilities, with the scale's multiplications when scaled.
+        let float = 8 + if scaled { 2 } else { 0 } + if a_ty == Elem::F16 { 1 } else { 0 };
+        let stores = match a_ty {
+            Elem::F16 => 1,
+            Elem::F32 => 2,
+        };
+        // The set-up and the first loads, unit 0's Main op alone, the `rpt`, the units and
+        // the last stores.
+        pre + 2 + 1 + 1 + super_groups * units * float + stores
+    }
 }
 
 /// Scores to probabilities, per row: `m = max_k(s_k) * scale`, `p_k = exp(s_k * scale - m)`
@@ -177,29 +305,48 @@ pub fn flash_softmax(
     c.op(bcast(8, 8));
     let row = c.label();
     c.bind(row);
-    // Pass 1: the maximum of the raw scores in $a4:5 (lane-wise), then reduced.
+    // Pass 1: the maximum of the raw scores in $a4:5 (lane-wise), then reduced. The loads
+    // alternate between $a0:1 and $a2:3, each one's `max` co-issued with the next load, in an
+    // `rpt` over all super-groups but the last (a group pointer advances after its group's
+    // fourth load); the last super-group follows without the advances.
     let neg_inf = match s_ty {
         Elem::F32 => NEG_INF,
         Elem::F16 => 0xFC00_FC00,
     };
-    li(c, tmp, neg_inf);
-    c.op(mov_a(4, tmp));
-    c.op(mov_a(5, tmp));
-    group_pointers(c, [ps0, ps1], s, stride, s_groups);
-    c.op(mov_m(cnt, sgroups));
     let v = s_ty.vector_type();
-    let pass1 = c.label();
-    c.bind(pass1);
-    for g in 0..s_groups {
-        let ptr = if g == 0 { ps0 } else { ps1 };
-        c.op(ld64step(ap(0), ptr, 8));
-        c.bundle(ld64step(ap(2), ptr, 8), fbin(v, FBinOp::Max, 4, 4, 0));
-        c.bundle(ld64step(ap(0), ptr, 8), fbin(v, FBinOp::Max, 4, 4, 2));
-        c.bundle(ld64step(ap(2), ptr, 8), fbin(v, FBinOp::Max, 4, 4, 0));
-        c.op(fbin(v, FBinOp::Max, 4, 4, 2));
-        c.op(alu(AluOp::Add, ptr, ptr, adv_s));
+    let q1 = 4 * s_groups;
+    let load1 = |t: u32| {
+        let ptr = if t % q1 / 4 == 0 { ps0 } else { ps1 };
+        ld64step(ap(2 * (t % 2) as u8), ptr, 8)
+    };
+    let max1 = |t: u32| fbin(v, FBinOp::Max, 4, 4, 2 * (t % 2) as u8);
+    let mut pre = vec![
+        setzi(tmp, neg_inf & 0xFFFF),
+        Instr::Orhi {
+            d: tmp,
+            imm: (neg_inf >> 16) as u16,
+        },
+        mov_a(4, tmp),
+        mov_a(5, tmp),
+    ];
+    pre.extend(group_pointer_ops([ps0, ps1], s, stride, s_groups));
+    pre.push(load1(0));
+    c.main_ops_ending(&pre, true);
+    c.rpt_bundles(Instr::Rpt {
+        count: sgroups,
+        body: (q1 + s_groups) as u8,
+    });
+    for t in 1..=q1 {
+        c.bundle(load1(t), max1(t - 1));
+        if t % 4 == 3 {
+            let ptr = if t / 4 == 0 { ps0 } else { ps1 };
+            c.bundle(alu(AluOp::Add, ptr, ptr, adv_s), FLOAT_NOP);
+        }
     }
-    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass1);
+    for t in 1..q1 {
+        c.bundle(load1(t), max1(t - 1));
+    }
+    c.op(max1(q1 - 1));
     if s_ty == Elem::F16 {
         widen4(c, 0, 4);
         c.op(fbin(FType::F32v2, FBinOp::Max, 4, 0, 2));
@@ -239,132 +386,105 @@ pub fn flash_softmax(
             d: ap(6),
             a: a(6),
         });
+    } else if s_ty == Elem::F32 {
+        c.op(bcast(PASS2_M, 4));
     } else {
         c.op(bcast(6, 4));
     }
     // Pass 2: p = exp(s * scale - m), summed in $a10:11.
-    c.op(setzi(tmp, 0));
-    c.op(mov_a(10, tmp));
-    c.op(mov_a(11, tmp));
-    group_pointers(c, [ps0, ps1], s, stride, s_groups);
-    group_pointers(c, [pp0, pp1], p, stride, p_groups);
-    c.op(mov_m(cnt, sgroups));
-    let pass2 = c.label();
+    let mut pre = vec![setzi(tmp, 0), mov_a(10, tmp), mov_a(11, tmp)];
+    pre.extend(group_pointer_ops([ps0, ps1], s, stride, s_groups));
+    pre.extend(group_pointer_ops([pp0, pp1], p, stride, p_groups));
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
     if s_ty == Elem::F32 {
-        // Software-pipelined: unit u (4 keys) computes in one register set while the next
-        // unit's scores load into the other and the previous unit's probabilities store, the
-        // loads and stores co-issued with the arithmetic. Bundles stay 8-byte aligned: a unit
-        // that starts on an odd word issues its first operation alone.
-        c.align_bundle();
-        c.bind(pass2);
-        let units = lkeys / 4;
-        let set = |u: u32| {
-            if u.is_multiple_of(2) {
-                (0u8, 2u8)
-            } else {
-                (4u8, 14u8)
-            }
+        let g = Pass2 {
+            scaled,
+            a_ty,
+            units: lkeys / 4,
+            sptr: &sptr,
+            pptr: &pptr,
+            adv_s,
+            adv_p,
+            sgroups,
         };
-        let stores = |u: u32| -> Vec<Instr> {
-            let (lo, hi) = set(u);
-            match a_ty {
-                Elem::F16 => vec![st64step(ap(12), pptr(u), 8)],
-                Elem::F32 => vec![st64step(ap(lo), pptr(u), 8), st64step(ap(hi), pptr(u), 8)],
-            }
-        };
-        let (lo, hi) = set(0);
-        c.op(ld64step(ap(lo), sptr(0), 8));
-        c.op(ld64step(ap(hi), sptr(0), 8));
-        let mut odd = false;
-        for u in 0..units {
-            let (lo, hi) = set(u);
-            let mut float = probabilities(scaled, lo, hi);
-            if a_ty == Elem::F16 {
-                float.push(conv(ConvOp::F32v2ToF16v2, 12, lo));
-                float.push(conv(ConvOp::F32v2ToF16v2, 13, hi));
-            }
-            let mut main = if u > 0 { stores(u - 1) } else { Vec::new() };
-            if u + 1 < units {
-                let (nlo, nhi) = set(u + 1);
-                main.push(ld64step(ap(nlo), sptr(u + 1), 8));
-                main.push(ld64step(ap(nhi), sptr(u + 1), 8));
-            }
-            co_issue(c, main, &float, &mut odd);
-        }
-        for i in stores(units - 1) {
-            c.op(i);
-        }
-    } else if half {
-        // Pipelined as the f32 form: four keys per unit in one f16v4 pair, the next unit's
-        // load and the previous unit's store co-issued with the arithmetic.
-        c.align_bundle();
-        c.bind(pass2);
-        let units = lkeys / 4;
-        let set = |u: u32| {
-            if u.is_multiple_of(2) {
-                (0u8, 2u8)
-            } else {
-                (4u8, 3u8)
-            }
-        };
-        let (d0, _) = set(0);
-        c.op(ld64step(ap(d0), sptr(0), 8));
-        let mut odd = true;
-        for u in 0..units {
-            let (d, t) = set(u);
-            let mut float = Vec::new();
-            if scaled {
-                float.extend([
-                    conv(ConvOp::F16v2ToF32v2, 12, d),
-                    conv(ConvOp::F16v2ToF32v2, 14, d + 1),
-                    fbin(FType::F32v2, FBinOp::Mul, 12, 12, 8),
-                    fbin(FType::F32v2, FBinOp::Mul, 14, 14, 8),
-                    conv(ConvOp::F32v2ToF16v2, d, 12),
-                    conv(ConvOp::F32v2ToF16v2, d + 1, 14),
-                ]);
-            }
-            float.extend([
-                fbin(FType::F16v4, FBinOp::Sub, d, d, 6),
-                fun(FType::F16v4, FUnOp::Exp, d, d),
-                Instr::FReduce {
-                    ty: FType::F16v4,
-                    op: RedOp::Sum,
-                    d: a(t),
-                    a: ap(d),
-                },
-                fbin(FType::F32, FBinOp::Add, 10, 10, t),
-            ]);
-            let mut main = Vec::new();
-            if u > 0 {
-                main.push(st64step(ap(set(u - 1).0), pptr(u - 1), 8));
-            }
-            if u + 1 < units {
-                main.push(ld64step(ap(set(u + 1).0), sptr(u + 1), 8));
-            }
-            co_issue(c, main, &float, &mut odd);
-        }
-        c.op(st64step(ap(set(units - 1).0), pptr(units - 1), 8));
+        g.emit(c, pre);
     } else {
-        c.bind(pass2);
-        for u in 0..lkeys / 4 {
-            ld4(c, s_ty, 0, sptr(u));
-            for f in probabilities(scaled, 0, 2) {
-                c.op(f);
-            }
-            st4(c, a_ty, 0, pptr(u));
+        for op in pre {
+            c.op(op);
         }
+        c.op(mov_m(cnt, sgroups));
+        let pass2 = c.label();
+        if half {
+            // Pipelined as the f32 form: four keys per unit in one f16v4 pair, the next unit's
+            // load and the previous unit's store co-issued with the arithmetic.
+            c.align_bundle();
+            c.bind(pass2);
+            let units = lkeys / 4;
+            let set = |u: u32| {
+                if u.is_multiple_of(2) {
+                    (0u8, 2u8)
+                } else {
+                    (4u8, 3u8)
+                }
+            };
+            let (d0, _) = set(0);
+            c.op(ld64step(ap(d0), sptr(0), 8));
+            let mut odd = true;
+            for u in 0..units {
+                let (d, t) = set(u);
+                let mut float = Vec::new();
+                if scaled {
+                    float.extend([
+                        conv(ConvOp::F16v2ToF32v2, 12, d),
+                        conv(ConvOp::F16v2ToF32v2, 14, d + 1),
+                        fbin(FType::F32v2, FBinOp::Mul, 12, 12, 8),
+                        fbin(FType::F32v2, FBinOp::Mul, 14, 14, 8),
+                        conv(ConvOp::F32v2ToF16v2, d, 12),
+                        conv(ConvOp::F32v2ToF16v2, d + 1, 14),
+                    ]);
+                }
+                float.extend([
+                    fbin(FType::F16v4, FBinOp::Sub, d, d, 6),
+                    fun(FType::F16v4, FUnOp::Exp, d, d),
+                    Instr::FReduce {
+                        ty: FType::F16v4,
+                        op: RedOp::Sum,
+                        d: a(t),
+                        a: ap(d),
+                    },
+                    fbin(FType::F32, FBinOp::Add, 10, 10, t),
+                ]);
+                let mut main = Vec::new();
+                if u > 0 {
+                    main.push(st64step(ap(set(u - 1).0), pptr(u - 1), 8));
+                }
+                if u + 1 < units {
+                    main.push(ld64step(ap(set(u + 1).0), sptr(u + 1), 8));
+                }
+                co_issue(c, main, &float, &mut odd);
+            }
+            c.op(st64step(ap(set(units - 1).0), pptr(units - 1), 8));
+        } else {
+            c.bind(pass2);
+            for u in 0..lkeys / 4 {
+                ld4(c, s_ty, 0, sptr(u));
+                for f in probabilities(scaled, 0, 2, 6) {
+                    c.op(f);
+                }
+                st4(c, a_ty, 0, pptr(u));
+            }
+        }
+        for g in 0..s_groups {
+            let ptr = if g == 0 { ps0 } else { ps1 };
+            c.op(alu(AluOp::Add, ptr, ptr, adv_s));
+        }
+        for g in 0..p_groups {
+            let ptr = if g == 0 { pp0 } else { pp1 };
+            c.op(alu(AluOp::Add, ptr, ptr, adv_p));
+        }
+        c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass2);
     }
-    for g in 0..s_groups {
-        let ptr = if g == 0 { ps0 } else { ps1 };
-        c.op(alu(AluOp::Add, ptr, ptr, adv_s));
-    }
-    for g in 0..p_groups {
-        let ptr = if g == 0 { pp0 } else { pp1 };
-        c.op(alu(AluOp::Add, ptr, ptr, adv_p));
-    }
-    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass2);
     c.op(fbin(FType::F32, FBinOp::Add, 10, 10, 11));
     if running {
         c.op(ld32a(a(12), st, 4));
@@ -378,7 +498,8 @@ pub fn flash_softmax(
     close_rows_and_exit(c, rows, row, end);
 }
 
-/// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups.
+/// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups: exact for
+/// f32 scores; for f16 scores its pass 2 leaves out the `nop`s that align bundles.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_softmax_slots(
     s_ty: Elem,
@@ -390,37 +511,58 @@ pub fn flash_softmax_slots(
     rows: u32,
     super_groups: u32,
 ) -> u32 {
-    let running = if running { 14 } else { 0 };
+    let words = FlashSoftmaxState::WORDS as u32;
+    // The state's loads, the count checks, `exit`.
+    if rows == 0 {
+        return words + 1 + 1;
+    }
+    if super_groups == 0 {
+        return words + 2 + 1;
+    }
     let lkeys = cols.max(kb);
     let (s_groups, p_groups) = (lkeys / cols, lkeys / kb);
-    let pass1 = s_groups * 6 + 1;
-    // Arithmetic per unit of 4 keys (each `exp` takes two slots), then the loads and stores.
-    let float = if scaled { 2 } else { 0 } + 8;
     let units = lkeys / 4;
-    let pass2 = match s_ty {
-        // Loads and stores ride with the arithmetic but for the first unit's loads and the
-        // last unit's stores (and an alignment slot).
-        Elem::F32 => {
-            let conv = if a_ty == Elem::F16 { 2 } else { 0 };
-            units * (float + conv) + 2 + 2 + 1
+    let half = s_ty == Elem::F16 && a_ty == Elem::F16;
+    let sg = super_groups;
+    // Once: the state, the loop counts, the pointer advances, the scale pair, `exit`.
+    let fixed = words + 4 + 4 + u32::from(s_groups == 1) + u32::from(p_groups == 1) + 2 + 1;
+    // Pass 1: the set-up and first load, the `rpt` over all super-groups but the last (a load
+    // and a `max` per slot, each group pointer's advance), the last super-group.
+    let q1 = 4 * s_groups;
+    let pass1 = 4 + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1;
+    // The maximum reduced (f16 lanes widened first), scaled (and rounded to f16), merged with
+    // the running one, stored, floored and broadcast.
+    let reduce = if s_ty == Elem::F16 { 3 } else { 0 }
+        + 1
+        + if scaled {
+            1 + if half { 2 } else { 0 }
+        } else {
+            0
         }
+        + if running { 11 } else { 0 }
+        + 1
+        + 2
+        + 1
+        + 1
+        + if half { 2 } else { 1 };
+    let pre2 = 3 + s_groups + p_groups;
+    let pass2 = match s_ty {
+        Elem::F32 => Pass2::slots(scaled, a_ty, units, sg, pre2),
         // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
-        // multiplications and narrowing when scaled; the first load, the last store and an
-        // alignment slot alone.
-        Elem::F16 if a_ty == Elem::F16 => units * (5 + if scaled { 6 } else { 0 }) + 1 + 1 + 1,
-        Elem::F16 => units * (ld4_st4_slots(s_ty) + float + ld4_st4_slots(a_ty)),
-    } + s_groups
-        + p_groups
-        + 1;
-    // m is narrowed and broadcast as f16 for f16 arithmetic (one slot more than f32's), and
-    // rounded to f16 once scaled.
-    let half = if s_ty == Elem::F16 && a_ty == Elem::F16 {
-        1 + if scaled { 2 } else { 0 }
-    } else {
-        0
+        // multiplications and narrowing when scaled; the first load and the last store alone.
+        _ => {
+            let unit = if half {
+                5 + if scaled { 6 } else { 0 }
+            } else {
+                ld4_st4_slots(s_ty) + 8 + if scaled { 2 } else { 0 } + ld4_st4_slots(a_ty)
+            };
+            let ends = if half { 2 } else { 0 };
+            pre2 + 1 + sg * (units * unit + ends + s_groups + p_groups + 1)
+        }
     };
-    let row_fixed = 7 + s_groups + 2 + 2 + 3 + 8 + 3 + s_groups + p_groups + 1 + 2 + 4 + 6 + half;
-    18 + rows * (row_fixed + running + super_groups * (pass1 + pass2))
+    // The row's sum, merged with the running one, stored; the pointers to the next row.
+    let tail = 1 + if running { 3 } else { 0 } + 1 + 3 + 1;
+    fixed + rows * (pass1 + reduce + pass2 + tail)
 }
 
 /// Adds a mask to a block of scores in place, both in the scores' layout `[groups][R][cols]`

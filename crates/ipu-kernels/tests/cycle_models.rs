@@ -586,9 +586,11 @@ fn cases() -> Vec<Case> {
                         flash_softmax_slots(s, a, cols, kb, scaled, running, rows, super_groups),
                         s,
                     );
-                    // The formula does not count the `nop`s that align the loops' bundles: it
-                    // leans high.
-                    c.bound = Bound::Within(20);
+                    // For f16 scores the formula does not count the `nop`s that align pass
+                    // 2's bundles; f32 scores issue none.
+                    if s == Elem::F16 {
+                        c.bound = Bound::Within(20);
+                    }
                     out.push(c);
                 }
             }
