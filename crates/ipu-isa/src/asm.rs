@@ -1445,6 +1445,7 @@ pub fn mnemonics() -> Vec<String> {
         "rpt",
         "setfp8",
         "f16v2pack",
+        "f16v2packhi",
         "amp",
         "run",
         "exch",
@@ -1740,6 +1741,14 @@ fn build(ctx: &Ctx, p: &ParsedInstr) -> Result<Vec<Instr>, AsmError> {
         "f16v2pack" => {
             o.count(&[3], "f16v2pack $aD, $aA, $aB")?;
             one(F16v2Pack {
+                d: AReg(o.a(0, 1)?),
+                a: AReg(o.a(1, 1)?),
+                b: AReg(o.a(2, 1)?),
+            })
+        }
+        "f16v2packhi" => {
+            o.count(&[3], "f16v2packhi $aD, $aA, $aB")?;
+            one(F16v2PackHi {
                 d: AReg(o.a(0, 1)?),
                 a: AReg(o.a(1, 1)?),
                 b: AReg(o.a(2, 1)?),

@@ -100,6 +100,8 @@ pub mod opcode {
     pub const BCAST_F16V4: u32 = 0x5C;
     /// `f16v2pack`
     pub const F16V2PACK: u32 = 0x5D;
+    /// `f16v2packhi`.
+    pub const F16V2PACKHI: u32 = 0x5F;
     /// `amp`
     pub const AMP: u32 = 0x5E;
     /// `run`
@@ -498,6 +500,9 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
         F16v2Pack { d, a, b } => {
             op(F16V2PACK) | a1("d", d)? << R1 | a1("a", a)? << R2 | a1("b", b)? << R3
         }
+        F16v2PackHi { d, a, b } => {
+            op(F16V2PACKHI) | a1("d", d)? << R1 | a1("a", a)? << R2 | a1("b", b)? << R3
+        }
         Amp { d, a, p, phase } => {
             if phase >= AMP_PHASES {
                 return Err(out_of_range(
@@ -656,7 +661,7 @@ fn used_bits(code: u32) -> Option<u32> {
         0x50..=0x53 => REG1 | REG2 | REG3 | SUB,
         0x54..=0x57 | FREDUCE_F32V2 | FREDUCE_F16V4 | CONV => REG1 | REG2 | SUB,
         BCAST_F32V2 | BCAST_F16V4 => REG1 | REG2,
-        F16V2PACK => REG1 | REG2 | REG3,
+        F16V2PACK | F16V2PACKHI => REG1 | REG2 | REG3,
         AMP => REG1 | REG2 | REG3 | 0x3,
         MARK => 0xFFFF,
         AMPCFG => 0x3,
@@ -850,6 +855,11 @@ fn decode_unflagged(word: u32) -> Result<Instr, DecodeError> {
             a: AReg(r2),
         },
         F16V2PACK => F16v2Pack {
+            d: AReg(r1),
+            a: AReg(r2),
+            b: AReg(r3),
+        },
+        F16V2PACKHI => F16v2PackHi {
             d: AReg(r1),
             a: AReg(r2),
             b: AReg(r3),

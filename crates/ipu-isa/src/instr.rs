@@ -583,6 +583,8 @@ pub enum Instr {
     Bcast { ty: FType, d: APair, a: AReg },
     /// `f16v2pack $aD, $aA, $aB`: d = low16(a) | low16(b) << 16.
     F16v2Pack { d: AReg, a: AReg, b: AReg },
+    /// `f16v2packhi $aD, $aA, $aB`: d = high16(a) | high16(b) << 16.
+    F16v2PackHi { d: AReg, a: AReg, b: AReg },
     /// `amp $aD:E, $aA:B, $aP:Q, PHASE`: one AMP step of this worker's accumulators. See
     /// `docs/isa.md`: phase p accumulates input lanes a (the next K-chunk of the current row)
     /// against the tile's weights into the 16 (or 8) column accumulators, adds the partials-in
@@ -674,6 +676,7 @@ impl Instr {
             | Conv { .. }
             | Bcast { .. }
             | F16v2Pack { .. }
+            | F16v2PackHi { .. }
             | Amp { .. } => Class::Float,
             Run { .. }
             | RunAll { .. }

@@ -187,6 +187,7 @@ pub(crate) fn write_instr(
         ),
         Bcast { ty, d, a } => write!(f, "{}bcast {d}, {a}", ty.prefix()),
         F16v2Pack { d, a, b } => write!(f, "f16v2pack {d}, {a}, {b}"),
+        F16v2PackHi { d, a, b } => write!(f, "f16v2packhi {d}, {a}, {b}"),
         Amp { d, a, p, phase } => write!(f, "amp {d}, {a}, {p}, {phase}"),
         Run { entry, state } => write!(f, "run {entry}, {state}"),
         RunAll { entry, state } => write!(f, "runall {entry}, {state}"),

@@ -633,6 +633,14 @@ fn float_value(a: &[u32; 16], instr: &Instr, fp8: (Fp8Format, i8)) -> AWrite {
                 0,
             ],
         ),
+        Instr::F16v2PackHi { d, a: x, b: y } => AWrite::new(
+            d.0 & 15,
+            1,
+            [
+                (a[x.0 as usize & 15] >> 16) | (a[y.0 as usize & 15] & 0xFFFF_0000),
+                0,
+            ],
+        ),
         _ => NO_WRITE,
     }
 }

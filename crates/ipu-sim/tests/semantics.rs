@@ -248,6 +248,9 @@ fn reference(i: &Instr, m: &mut [u32; 16], a: &mut [u32; 16], fp8: (Fp8Format, i
         Instr::F16v2Pack { d, a: x, b } => {
             a[d.0 as usize] = (a[x.0 as usize] & 0xFFFF) | a[b.0 as usize] << 16
         }
+        Instr::F16v2PackHi { d, a: x, b } => {
+            a[d.0 as usize] = a[x.0 as usize] >> 16 | (a[b.0 as usize] & 0xFFFF_0000)
+        }
         _ => unreachable!("not generated"),
     }
 }
@@ -313,7 +316,7 @@ fn random_instr(r: &mut Rng) -> Instr {
                 a: r.reg_n(op.src_regs()),
             }
         }
-        _ => match r.below(3) {
+        _ => match r.below(4) {
             0 => Instr::Bcast {
                 ty: FType::F32v2,
                 d: APair(r.reg(true)),
@@ -324,7 +327,12 @@ fn random_instr(r: &mut Rng) -> Instr {
                 d: APair(r.reg(true)),
                 a: AReg(r.reg(false)),
             },
-            _ => Instr::F16v2Pack {
+            2 => Instr::F16v2Pack {
+                d: AReg(r.reg(false)),
+                a: AReg(r.reg(false)),
+                b: AReg(r.reg(false)),
+            },
+            _ => Instr::F16v2PackHi {
                 d: AReg(r.reg(false)),
                 a: AReg(r.reg(false)),
                 b: AReg(r.reg(false)),
@@ -429,6 +437,11 @@ fn generated_mnemonics() -> std::collections::BTreeSet<String> {
         Instr::MovToA { d: AReg(1), a: m },
         Instr::MovToM { d: m, a: AReg(1) },
         Instr::F16v2Pack {
+            d: AReg(1),
+            a: AReg(2),
+            b: AReg(3),
+        },
+        Instr::F16v2PackHi {
             d: AReg(1),
             a: AReg(2),
             b: AReg(3),

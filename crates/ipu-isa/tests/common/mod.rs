@@ -160,6 +160,7 @@ pub fn float_instr() -> BoxedStrategy<Instr> {
             .prop_map(|(op, d, a)| Conv { op, d, a }),
         (pair_type(), apair(), areg()).prop_map(|(ty, d, a)| Bcast { ty, d, a }),
         (areg(), areg(), areg()).prop_map(|(d, a, b)| F16v2Pack { d, a, b }),
+        (areg(), areg(), areg()).prop_map(|(d, a, b)| F16v2PackHi { d, a, b }),
         (apair(), apair(), apair(), 0u8..4).prop_map(|(d, a, p, phase)| Amp { d, a, p, phase }),
     ]
     .boxed()
