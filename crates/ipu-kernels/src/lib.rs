@@ -71,6 +71,9 @@ pub enum Kernel {
     MaskRowsF16,
     /// On-tile transpose of a staged block of `bytes`-byte elements (`row_kernels::transpose`).
     Transpose { bytes: u32 },
+    /// [`Kernel::Transpose`] of 2-byte elements four output rows at a time
+    /// (`row_kernels::transpose_halves`): `rows` a multiple of 4, the input 8-byte aligned.
+    TransposeHalves,
     /// Per-row maximum or sum (`row_kernels::row_reduce`).
     RowReduce { ty: Elem, max: bool },
     /// A row operand combined with one scalar per row (`row_kernels::row_scalar`).
@@ -226,6 +229,7 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::MaskRows => basic::mask_rows(&mut c, false),
         Kernel::MaskRowsF16 => basic::mask_rows(&mut c, true),
         Kernel::Transpose { bytes } => rows::transpose(&mut c, bytes),
+        Kernel::TransposeHalves => rows::transpose_halves(&mut c),
         Kernel::RowReduce { ty, max } => rows::row_reduce(&mut c, ty, max),
         Kernel::RowScalar { ty, op, reversed } => rows::row_scalar(&mut c, ty, op, reversed),
         Kernel::Softmax { ty } => rows::softmax(&mut c, ty, false),

@@ -237,6 +237,86 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     close_rows_and_exit(c, rows, row, end);
 }
 
+/// [`transpose`] of 2-byte elements, four output rows at a time: the 64 bits of four columns
+/// of two staged rows give one word of each of the four output rows (`f16v2pack` of the low
+/// halves, `f16v2packhi` of the high ones). One issue slot per two elements and stored word,
+/// against seven for the general kernel. `rows` must be a multiple of 4 (others are left
+/// out), the input and `in_stride` 8-byte aligned; like [`transpose`], an odd number of staged
+/// rows reads the row after the last.
+pub fn transpose_halves(c: &mut Code) {
+    load_state(c, TransposeState::WORDS);
+    let (inp, out, quads, stride, out_stride, words) = (m(1), m(2), m(3), m(4), m(5), m(6));
+    let (stride2, pe, po, out4) = (m(7), m(8), m(9), m(14));
+    let q = [m(10), m(11), m(12), m(13)];
+    let end = c.label();
+    let quad = c.label();
+    c.op(alu_imm(AluOp::Shr, quads, quads, 2));
+    loop_counts(c, &[quads], end);
+    c.op(alu(AluOp::Add, stride2, stride, stride));
+    c.op(alu_imm(AluOp::Shl, out4, out_stride, 2));
+    c.bind(quad);
+    // The even staged rows through `pe`, the odd ones through `po`; output row i through q[i].
+    c.main_ops_ending(
+        &[
+            mov_m(pe, inp),
+            alu(AluOp::Add, po, inp, stride),
+            mov_m(q[0], out),
+            alu(AluOp::Add, q[1], out, out_stride),
+            alu(AluOp::Add, q[2], q[1], out_stride),
+            alu(AluOp::Add, q[3], q[2], out_stride),
+        ],
+        true,
+    );
+    c.rpt_bundles(Instr::Rpt {
+        count: words,
+        body: 8,
+    });
+    let pack = |d: u8, x: u8, y: u8, hi: bool| {
+        let (d, x, y) = (a(d), a(x), a(y));
+        if hi {
+            Instr::F16v2PackHi { d, a: x, b: y }
+        } else {
+            Instr::F16v2Pack { d, a: x, b: y }
+        }
+    };
+    c.bundles(
+        &[
+            ld64_at(0, pe, 0),
+            ld64_at(2, po, 0),
+            alu(AluOp::Add, pe, pe, stride2),
+            alu(AluOp::Add, po, po, stride2),
+            st32step_a(a(4), q[0], 4),
+            st32step_a(a(5), q[1], 4),
+            st32step_a(a(6), q[2], 4),
+            st32step_a(a(7), q[3], 4),
+        ],
+        &[
+            FLOAT_NOP,
+            FLOAT_NOP,
+            pack(4, 0, 2, false),
+            pack(5, 0, 2, true),
+            pack(6, 1, 3, false),
+            pack(7, 1, 3, true),
+            FLOAT_NOP,
+            FLOAT_NOP,
+        ],
+    );
+    c.op(alu_imm(AluOp::Add, inp, inp, 8));
+    c.op(alu(AluOp::Add, out, out, out4));
+    close_rows_and_exit(c, quads, quad, end);
+}
+
+/// Issue slots of [`transpose_halves`] over `rows` output rows of `words` words each.
+pub fn transpose_halves_slots(rows: u32, words: u32) -> u32 {
+    let quads = rows / 4;
+    if quads == 0 {
+        return TransposeState::WORDS as u32 + 1 + 1 + 1;
+    }
+    // The state, the quad count, its check and decrement, the two strides, `exit`; per quad
+    // the six pointers, the `rpt` and its eight slots per word, the two advances, the branch.
+    TransposeState::WORDS as u32 + 1 + 2 + 2 + 1 + quads * (6 + 1 + 8 * words + 2 + 1)
+}
+
 /// Issue slots of a transpose of `rows` output rows of `words` words each.
 pub fn transpose_slots(bytes: u32, rows: u32, words: u32) -> u32 {
     let per_word = 4 / bytes;

@@ -722,7 +722,7 @@ impl crate::Kernel {
             K::Zero => StateKind::Zero,
             K::PadClear => StateKind::PadClear,
             K::MaskRows | K::MaskRowsF16 => StateKind::MaskRows,
-            K::Transpose { .. } => StateKind::Transpose,
+            K::Transpose { .. } | K::TransposeHalves => StateKind::Transpose,
             K::RowReduce { .. } => StateKind::RowReduce,
             K::RowScalar { .. } => StateKind::RowScalar,
             K::Softmax { .. } | K::SoftmaxStats { .. } => StateKind::Softmax,

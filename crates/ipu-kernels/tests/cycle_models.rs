@@ -386,6 +386,22 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+    for (rows, words) in [(4, 1), (16, 4), (8, 16), (3, 2)] {
+        out.push(case(
+            format!("transpose_halves rows={rows} words={words}"),
+            Kernel::TransposeHalves,
+            TransposeState {
+                input: at(0, 0),
+                out: at(2, 0),
+                rows,
+                in_stride: 32,
+                out_stride: words * 4,
+                words,
+            },
+            transpose_halves_slots(rows, words),
+            Elem::F16,
+        ));
+    }
     for ty in elems() {
         let eb = elem_bytes(ty);
         for max in [false, true] {

@@ -751,8 +751,25 @@ fn prep_ops(
                                 let in_off = ((dg * n + h.local + kg * cols) * kb) as u32 * ab;
                                 let out_off = (((base + kg) * g.d + dg * kb) * cols) as u32 * ab;
                                 let words = (keys * ab).div_ceil(4);
+                                // Halves four output rows at a time where the rows and the
+                                // staged rows' 8-byte columns allow (every f16 layout).
+                                let (kernel, slots) = if ab == 2
+                                    && kb.is_multiple_of(4)
+                                    && (kb as u32 * ab).is_multiple_of(8)
+                                    && in_off.is_multiple_of(8)
+                                {
+                                    (
+                                        Kernel::TransposeHalves,
+                                        ipu_kernels::rows::transpose_halves_slots(kb as u32, words),
+                                    )
+                                } else {
+                                    (
+                                        Kernel::Transpose { bytes: ab },
+                                        ipu_kernels::rows::transpose_slots(ab, kb as u32, words),
+                                    )
+                                };
                                 calls.push(SupOp::Run(
-                                    Kernel::Transpose { bytes: ab },
+                                    kernel,
                                     TransposeState {
                                         input: (typed, in_off),
                                         out: (kt, out_off),
@@ -762,7 +779,7 @@ fn prep_ops(
                                         words,
                                     }
                                     .into(),
-                                    ipu_kernels::rows::transpose_slots(ab, kb as u32, words),
+                                    slots,
                                 ));
                             }
                         }
