@@ -18,7 +18,6 @@ use super::plan::{FlashGeometry, FlashPlan};
 use crate::CodegenError;
 use crate::cost::estimate;
 use crate::lower::*;
-use crate::plan::default_group;
 use crate::plan::{DevOpKind, DevValueId, cast_type, conv_type};
 use crate::program::*;
 use ipu_kernels::flash::{
@@ -594,7 +593,7 @@ fn prep_ops(
     let (kb, cols) = (amp.k_block, amp.cols);
     let ab = g.ab() as u32;
     let dims = [g.d, g.d, g.dv];
-    let hgs = [kb, kb, default_group(g.a)];
+    let hgs = [kb, kb, cols];
     let mut mask_home: BTreeMap<u32, BufferId> = BTreeMap::new();
     if let Some(m) = &g.mask {
         let from = m.dtype;
@@ -850,7 +849,7 @@ impl Lowerer<'_> {
         let (kb, cols) = (amp.k_block, amp.cols);
         let dims = [g.d, g.d, g.dv];
         // Homes: staging of each input in group `hg` ([dims / hg][positions][hg] per tile).
-        let hgs = [kb, kb, default_group(g.a)];
+        let hgs = [kb, kb, cols];
         let mut home_copies = Vec::new();
         let mut staging: [BTreeMap<u32, BufferId>; 3] = Default::default();
         for x in 0..3 {

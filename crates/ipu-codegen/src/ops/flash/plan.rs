@@ -40,7 +40,7 @@ use ipu_target::{
 
 use crate::layout::{Layout, Piece};
 use crate::plan::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
-use crate::plan::{DevOp, DevOpKind, DevValueId, FINALISTS, Finalist, Planner, default_group};
+use crate::plan::{DevOp, DevOpKind, DevValueId, FINALISTS, Finalist, Planner};
 use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::flash::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
 use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
@@ -906,7 +906,7 @@ pub fn plan_flash(
                 + match x {
                     0 => usize::from(prescaled),
                     1 => 1,
-                    _ => usize::from(crate::plan::default_group(a) != cols),
+                    _ => 0,
                 };
             n * width as u64 * (inputs[x].bytes() + copies * a.bytes()) as u64
         })
@@ -1291,11 +1291,15 @@ impl Planner<'_> {
         );
         // Inputs only this operation reads sit on their homes.
         let kb = amp_geometry(fp.geo.mode).k_block;
-        let hgs = [kb, kb, default_group(fp.geo.a)];
-        // A graph input read by this operation alone, once (not an output).
+        let cols = amp_geometry(fp.geo.mode).cols;
+        let hgs = [kb, kb, cols];
+        // A graph input read by this operation alone, once (not an output). `v` is stored in
+        // groups of the scores' columns, as the `P v` product reads it: the host writes it so.
         for x in 0..3 {
             let v = ins[x];
-            if self.read_only_here(v, ins, false) && self.values[v].layout.group == hgs[x] {
+            if self.read_only_here(v, ins, false)
+                && (self.values[v].layout.group == hgs[x] || x == 2)
+            {
                 self.values[v].layout = fp.home_layout(x, hgs[x]);
             }
         }
