@@ -814,6 +814,16 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         c.op(mov_m(pa, scratch));
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
         c.op(mov_m(sp, scratch));
+        if p_ty == Elem::F32 && !first {
+            combine_source_f32(c, groups, [po, sp, pa], base, gs);
+            c.op(alu_imm(
+                AluOp::Add,
+                q,
+                q,
+                FlashCombineState::SOURCE_BYTES as i16,
+            ));
+            return;
+        }
         c.op(setzi(g, groups - 1));
         if p_ty == Elem::F32 || !first {
             // The loop's bundles start 8-byte aligned (a `nop` here, once per source).
@@ -986,6 +996,52 @@ fn combine_group_f32(c: &mut Code, first: bool, [po, sp, pa]: [MReg; 3]) {
     }
 }
 
+/// The groups of a source after the first, f32 partials: `scratch += w O` four f32v2 units a
+/// group, software-pipelined over all the source's groups (each unit's load and the store of
+/// the unit two before co-issued with the multiply-add of the one before), the groups after
+/// the first in an `rpt`. `po` walks a group's 32 bytes and then jumps to the next group's
+/// (`gs`, the group stride, becomes the jump); `sp` and `pa` walk the scratch row.
+fn combine_source_f32(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: MReg, gs: MReg) {
+    let v = FType::F32v2;
+    let o = |u: usize| ap([6, 8][u % 2]);
+    let l = |u: usize| ap([10, 12, 14, 0][u % 4]);
+    let mac = |u: usize| fbin(v, FBinOp::Mac, l(u).0, o(u).0, 2);
+    let load = |u: usize| Instr::Ld2x64Pace {
+        d: [o(u), l(u)],
+        p: [po, sp],
+    };
+    let load_store = |u: usize| Instr::Ld2xSt64Pace {
+        d: [o(u), l(u)],
+        s: l(u + 2),
+        p: [po, sp, pa],
+    };
+    let jump = alu(AluOp::Add, po, po, gs);
+    c.main_ops_ending(
+        &[
+            mov_m(po, base),
+            alu_imm(AluOp::Sub, gs, gs, GROUP_ROW_BYTES as i16),
+        ],
+        true,
+    );
+    // The first group: nothing to store before its third unit.
+    c.op(load(0));
+    c.bundle(load(1), mac(0));
+    c.bundle(load_store(2), mac(1));
+    c.bundle(load_store(3), mac(2));
+    c.op(jump);
+    c.rpt_bundles(Instr::Rpti {
+        count: (groups - 1) as u16,
+        body: 5,
+    });
+    for u in 0..4 {
+        c.bundle(load_store(u), mac(u + 3));
+    }
+    c.op(jump);
+    c.op(mac(3));
+    c.op(st64step(l(2), pa, 8));
+    c.op(st64step(l(3), pa, 8));
+}
+
 /// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.
 pub fn flash_combine_slots(
     p_ty: Elem,
@@ -1009,7 +1065,13 @@ pub fn flash_combine_slots(
         (units * (load_first + 4) + 2, units * 6 + 2)
     };
     let per_source_first = 14 + groups * group_first + 1;
-    let per_source = 15 + groups * group + 2;
+    let per_source = if p_ty == Elem::F32 {
+        // `combine_source_f32`: two set-up ops, the first group's five slots, the `rpt` and
+        // five a further group, the last group's multiply-add and stores.
+        14 + 2 + 5 + 1 + 5 * (groups - 1) + 3 + 2
+    } else {
+        15 + groups * group + 2
+    };
     let out_units = gout / 4;
     let store = if out_ty == Elem::F32 { 2 } else { 3 };
     let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);
