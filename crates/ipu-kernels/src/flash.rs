@@ -79,31 +79,6 @@ fn group_pointer_ops(ptrs: [MReg; 2], base: MReg, stride: MReg, groups: u32) -> 
     ops
 }
 
-/// Issues `main` (loads and stores) co-issued with the first of `float` and the rest of
-/// `float` alone, keeping bundles 8-byte aligned: `odd` says whether the next issue starts on
-/// an odd word, in which case the first float operation goes alone.
-fn co_issue(c: &mut Code, main: Vec<Instr>, float: &[Instr], odd: &mut bool) {
-    let mut fi = 0;
-    if *odd && !main.is_empty() {
-        c.op(float[0]);
-        fi = 1;
-        *odd = !*odd;
-    }
-    for m in main {
-        if fi < float.len() {
-            c.bundle(m, float[fi]);
-            fi += 1;
-        } else {
-            c.op(m);
-            *odd = !*odd;
-        }
-    }
-    for f in &float[fi..] {
-        c.op(*f);
-        *odd = !*odd;
-    }
-}
-
 /// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
 /// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in the pair
 /// `$a{mx}:..`), and `p` added lane-wise to the sum in `$a10:11`.
@@ -128,16 +103,22 @@ fn probabilities(scaled: bool, lo: u8, hi: u8, mx: u8) -> Vec<Instr> {
 /// Where pass 2 of f32 scores keeps the row's maximum (both lanes).
 const PASS2_M: u8 = 14;
 
-/// Pass 2 of [`flash_softmax`] for f32 scores: units of four keys software-pipelined over the
-/// whole row. Unit `k` computes in one register quad (`$a0:3` or `$a4:7`, alternating; `m` is
-/// in `$a14:15`, and f16 probabilities narrow into `$a12:13` with one `f32v4tof16`) while the scores of unit `k + 1` load into the other and the probabilities of
-/// unit `k - 1` store, all co-issued with its arithmetic; the group pointers advance beside
-/// them. Every float op is the second half of a bundle, so no `nop` aligns them: the row costs
-/// its float slots plus a fixed few. The super-groups but the last run in an `rpt` whose body
-/// is the units `1..units` of one super-group and unit 0 of the next.
+/// Pass 2 of [`flash_softmax`] for f32 scores, and for f16 scores with f16 probabilities
+/// (`half`): units of four keys software-pipelined over the whole row. For f32 scores unit `k`
+/// computes in one register quad (`$a0:3` or `$a4:7`, alternating; `m` is in `$a14:15`, and
+/// f16 probabilities narrow into `$a12:13` with one `f32v4tof16`) while the scores of unit
+/// `k + 1` load into the other and the probabilities of unit `k - 1` store, all co-issued with
+/// its arithmetic; the group pointers advance beside them. Every float op is the second half of
+/// a bundle, so no `nop` aligns them: the row costs its float slots plus a fixed few. The
+/// super-groups but the last run in an `rpt` whose body is the units `1..units` of one
+/// super-group and unit 0 of the next.
 struct Pass2<'a> {
     scaled: bool,
     a_ty: Elem,
+    /// f16 scores and probabilities: a unit is one f16v4 pair (`$a0:1` or `$a4:5`, with `$a2`
+    /// or `$a3` for its lanes' f32 sum), computed as the expansion's f16 operations round,
+    /// the row's maximum in `$a6:7`.
+    half: bool,
     /// Units of four keys per super-group.
     units: u32,
     /// The score and probability pointer of a unit of a super-group.
@@ -151,12 +132,43 @@ struct Pass2<'a> {
 
 impl Pass2<'_> {
     /// The register pairs of the unit at position `k` of the row.
-    fn set(k: u32) -> (u8, u8) {
-        if k.is_multiple_of(2) { (0, 2) } else { (4, 6) }
+    fn set(&self, k: u32) -> (u8, u8) {
+        match (self.half, k.is_multiple_of(2)) {
+            (false, true) => (0, 2),
+            (false, false) => (4, 6),
+            (true, true) => (0, 2),
+            (true, false) => (4, 3),
+        }
     }
 
     fn float(&self, k: u32) -> Vec<Instr> {
-        let (lo, hi) = Self::set(k);
+        if self.half {
+            let (d, t) = self.set(k);
+            let mut float = Vec::new();
+            if self.scaled {
+                float.extend([
+                    conv(ConvOp::F16v2ToF32v2, 12, d),
+                    conv(ConvOp::F16v2ToF32v2, 14, d + 1),
+                    fbin(FType::F32v2, FBinOp::Mul, 12, 12, 8),
+                    fbin(FType::F32v2, FBinOp::Mul, 14, 14, 8),
+                    conv(ConvOp::F32v2ToF16v2, d, 12),
+                    conv(ConvOp::F32v2ToF16v2, d + 1, 14),
+                ]);
+            }
+            float.extend([
+                fbin(FType::F16v4, FBinOp::Sub, d, d, 6),
+                fun(FType::F16v4, FUnOp::Exp, d, d),
+                Instr::FReduce {
+                    ty: FType::F16v4,
+                    op: RedOp::Sum,
+                    d: a(t),
+                    a: ap(d),
+                },
+                fbin(FType::F32, FBinOp::Add, 10, 10, t),
+            ]);
+            return float;
+        }
+        let (lo, hi) = self.set(k);
         let mut float = probabilities(self.scaled, lo, hi, PASS2_M);
         if self.a_ty == Elem::F16 {
             float.push(conv(ConvOp::F32v4ToF16v4, 12, lo));
@@ -166,15 +178,21 @@ impl Pass2<'_> {
 
     /// The loads of unit `u` of a super-group, at position `k` of the row.
     fn loads(&self, u: u32, k: u32) -> Vec<Instr> {
-        let (lo, hi) = Self::set(k);
+        let (lo, hi) = self.set(k);
         let ptr = (self.sptr)(u);
+        if self.half {
+            return vec![ld64step(ap(lo), ptr, 8)];
+        }
         vec![ld64step(ap(lo), ptr, 8), ld64step(ap(hi), ptr, 8)]
     }
 
     /// The stores of unit `u` of a super-group, at position `k` of the row.
     fn stores(&self, u: u32, k: u32) -> Vec<Instr> {
-        let (lo, hi) = Self::set(k);
+        let (lo, hi) = self.set(k);
         let ptr = (self.pptr)(u);
+        if self.half {
+            return vec![st64step(ap(lo), ptr, 8)];
+        }
         match self.a_ty {
             Elem::F16 => vec![st64step(ap(12), ptr, 8)],
             Elem::F32 => vec![st64step(ap(lo), ptr, 8), st64step(ap(hi), ptr, 8)],
@@ -238,17 +256,21 @@ impl Pass2<'_> {
     }
 
     /// Issue slots of [`Pass2::emit`] over `super_groups`, after `pre` set-up ops.
-    fn slots(scaled: bool, a_ty: Elem, units: u32, super_groups: u32, pre: u32) -> u32 {
-        // Per unit: the subtractions, `exp`s (two slots each), additions, and the narrowing
-        // to f16 probabilities, with the scale's multiplications when scaled.
-        let float = 8 + if scaled { 2 } else { 0 } + if a_ty == Elem::F16 { 1 } else { 0 };
-        let stores = match a_ty {
-            Elem::F16 => 1,
-            Elem::F32 => 2,
+    fn slots(scaled: bool, a_ty: Elem, half: bool, units: u32, super_groups: u32, pre: u32) -> u32 {
+        let (float, loads, stores) = if half {
+            // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
+            // multiplications and narrowing when scaled.
+            (5 + if scaled { 6 } else { 0 }, 1, 1)
+        } else {
+            // The subtractions, `exp`s (two slots each), additions, and the narrowing to f16
+            // probabilities, with the scale's multiplications when scaled.
+            let narrow = if a_ty == Elem::F16 { 1 } else { 0 };
+            let stores = if a_ty == Elem::F16 { 1 } else { 2 };
+            (8 + if scaled { 2 } else { 0 } + narrow, 2, stores)
         };
         // The set-up and the first loads, unit 0's Main op alone, the `rpt`, the units and
         // the last stores.
-        pre + 2 + 1 + 1 + super_groups * units * float + stores
+        pre + loads + 1 + 1 + super_groups * units * float + stores
     }
 }
 
@@ -397,10 +419,11 @@ pub fn flash_softmax(
     pre.extend(group_pointer_ops([pp0, pp1], p, stride, p_groups));
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
-    if s_ty == Elem::F32 {
+    if s_ty == Elem::F32 || half {
         let g = Pass2 {
             scaled,
             a_ty,
+            half,
             units: lkeys / 4,
             sptr: &sptr,
             pptr: &pptr,
@@ -415,65 +438,13 @@ pub fn flash_softmax(
         }
         c.op(mov_m(cnt, sgroups));
         let pass2 = c.label();
-        if half {
-            // Pipelined as the f32 form: four keys per unit in one f16v4 pair, the next unit's
-            // load and the previous unit's store co-issued with the arithmetic.
-            c.align_bundle();
-            c.bind(pass2);
-            let units = lkeys / 4;
-            let set = |u: u32| {
-                if u.is_multiple_of(2) {
-                    (0u8, 2u8)
-                } else {
-                    (4u8, 3u8)
-                }
-            };
-            let (d0, _) = set(0);
-            c.op(ld64step(ap(d0), sptr(0), 8));
-            let mut odd = true;
-            for u in 0..units {
-                let (d, t) = set(u);
-                let mut float = Vec::new();
-                if scaled {
-                    float.extend([
-                        conv(ConvOp::F16v2ToF32v2, 12, d),
-                        conv(ConvOp::F16v2ToF32v2, 14, d + 1),
-                        fbin(FType::F32v2, FBinOp::Mul, 12, 12, 8),
-                        fbin(FType::F32v2, FBinOp::Mul, 14, 14, 8),
-                        conv(ConvOp::F32v2ToF16v2, d, 12),
-                        conv(ConvOp::F32v2ToF16v2, d + 1, 14),
-                    ]);
-                }
-                float.extend([
-                    fbin(FType::F16v4, FBinOp::Sub, d, d, 6),
-                    fun(FType::F16v4, FUnOp::Exp, d, d),
-                    Instr::FReduce {
-                        ty: FType::F16v4,
-                        op: RedOp::Sum,
-                        d: a(t),
-                        a: ap(d),
-                    },
-                    fbin(FType::F32, FBinOp::Add, 10, 10, t),
-                ]);
-                let mut main = Vec::new();
-                if u > 0 {
-                    main.push(st64step(ap(set(u - 1).0), pptr(u - 1), 8));
-                }
-                if u + 1 < units {
-                    main.push(ld64step(ap(set(u + 1).0), sptr(u + 1), 8));
-                }
-                co_issue(c, main, &float, &mut odd);
+        c.bind(pass2);
+        for u in 0..lkeys / 4 {
+            ld4(c, s_ty, 0, sptr(u));
+            for f in probabilities(scaled, 0, 2, 6) {
+                c.op(f);
             }
-            c.op(st64step(ap(set(units - 1).0), pptr(units - 1), 8));
-        } else {
-            c.bind(pass2);
-            for u in 0..lkeys / 4 {
-                ld4(c, s_ty, 0, sptr(u));
-                for f in probabilities(scaled, 0, 2, 6) {
-                    c.op(f);
-                }
-                st4(c, a_ty, 0, pptr(u));
-            }
+            st4(c, a_ty, 0, pptr(u));
         }
         for g in 0..s_groups {
             let ptr = if g == 0 { ps0 } else { ps1 };
@@ -498,8 +469,8 @@ pub fn flash_softmax(
     close_rows_and_exit(c, rows, row, end);
 }
 
-/// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups: exact for
-/// f32 scores; for f16 scores its pass 2 leaves out the `nop`s that align bundles.
+/// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups: exact (its
+/// pass 2 for f16 scores and f32 probabilities, which no lowering uses, goes a unit at a time).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_softmax_slots(
     s_ty: Elem,
@@ -547,17 +518,12 @@ pub fn flash_softmax_slots(
         + if half { 2 } else { 1 };
     let pre2 = 3 + s_groups + p_groups;
     let pass2 = match s_ty {
-        Elem::F32 => Pass2::slots(scaled, a_ty, units, sg, pre2),
+        _ if s_ty == Elem::F32 || half => Pass2::slots(scaled, a_ty, half, units, sg, pre2),
         // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
         // multiplications and narrowing when scaled; the first load and the last store alone.
         _ => {
-            let unit = if half {
-                5 + if scaled { 6 } else { 0 }
-            } else {
-                ld4_st4_slots(s_ty) + 8 + if scaled { 2 } else { 0 } + ld4_st4_slots(a_ty)
-            };
-            let ends = if half { 2 } else { 0 };
-            pre2 + 1 + sg * (units * unit + ends + s_groups + p_groups + 1)
+            let unit = ld4_st4_slots(s_ty) + 8 + if scaled { 2 } else { 0 } + ld4_st4_slots(a_ty);
+            pre2 + 1 + sg * (units * unit + s_groups + p_groups + 1)
         }
     };
     // The row's sum, merged with the running one, stored; the pointers to the next row.
