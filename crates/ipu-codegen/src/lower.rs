@@ -87,12 +87,14 @@ pub(crate) fn even_bounds(n: u32) -> [u32; WORKERS as usize + 1] {
 
 /// One AMP round's launch of `rows` rows of `input` (rows of `in_row` bytes) into `out` (rows
 /// of `out_row` bytes), adding the partials at `partials` (laid out as `out`) when there are
-/// any: all six workers at once (`runall`), the rows split evenly.
+/// any: all six workers at once (`runall`), the rows split evenly. With `dense`, a round that
+/// gives every worker rows runs [`Kernel::AmpTableDense`].
 pub(crate) fn amp_launch(
     (input, in_row): ((BufferId, u32), u32),
     partials: Option<(BufferId, u32)>,
     (out, out_row): ((BufferId, u32), u32),
     rows: u32,
+    dense: bool,
 ) -> SupOp {
     let bounds = even_bounds(rows);
     let state = AmpTableState {
@@ -106,7 +108,12 @@ pub(crate) fn amp_launch(
         bounds,
     };
     let partials = partials.is_some();
-    let slots = kernels::amp_table_slots(rows.div_ceil(WORKERS), partials);
+    let per = rows.div_ceil(WORKERS);
+    if dense && rows >= WORKERS {
+        let slots = kernels::amp_table_dense_slots(per, partials);
+        return SupOp::RunAll(Kernel::AmpTableDense { partials }, state.into(), slots);
+    }
+    let slots = kernels::amp_table_slots(per, partials);
     SupOp::RunAll(Kernel::AmpTable { partials }, state.into(), slots)
 }
 

@@ -20,6 +20,8 @@ pub(crate) enum AmpShare {
     Bounds,
     /// One state for all six, a pass per context ([`Kernel::AmpTable`]).
     Table,
+    /// [`AmpShare::Table`], no context without rows ([`Kernel::AmpTableDense`]).
+    TableDense,
 }
 
 pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
@@ -41,7 +43,7 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
             c.op(alu(AluOp::Add, m(2), m(2), m(6)));
             c.op(alu(AluOp::Add, m(3), m(3), m(6)));
         }
-        AmpShare::Table => {
+        AmpShare::Table | AmpShare::TableDense => {
             // This context's entry of the table, then the single-worker pass.
             c.op(Instr::Get {
                 d: m(5),
@@ -54,16 +56,27 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
                 AmpTableState::ENTRY_BYTES.trailing_zeros() as i16,
             ));
             c.op(alu(AluOp::Add, m(0), m(0), m(5)));
-            load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
+            if share == AmpShare::Table {
+                load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
+            }
         }
         AmpShare::One => load_state(c, AmpState::WORDS), // m1 in, m2 partials, m3 out, m4 rows
     }
-    let end = exit_if_zero(c, m(4));
+    let dense = share == AmpShare::TableDense;
+    let end = c.label();
+    if !dense {
+        c.branch(Instr::Brz { a: m(4), target: 0 }, end);
+    }
+    // The state's loads (dense) and the zero partials-in of a first pass ($a12:13), as Main
+    // ops; dense, laid out so that the bundles that follow need no aligning `nop`.
+    let mut pre: Vec<Instr> = Vec::new();
+    if dense {
+        pre.extend((0..AmpState::WORDS).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
+    }
     if !partials {
-        // $a12:13 = 0: the partials-in of a first pass.
-        c.op(setzi(m(7), 0));
-        c.op(Instr::MovToA { d: a(12), a: m(7) });
-        c.op(Instr::MovToA { d: a(13), a: m(7) });
+        pre.push(setzi(m(7), 0));
+        pre.push(Instr::MovToA { d: a(12), a: m(7) });
+        pre.push(Instr::MovToA { d: a(13), a: m(7) });
     }
     let (inp, part, out) = (ap(0), ap(2), ap(4));
     let p_reg = if partials { part } else { ap(12) };
@@ -98,7 +111,15 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
             }
         }
     };
-    c.op(load());
+    if dense {
+        pre.push(load());
+        c.main_ops_ending(&pre, false);
+    } else {
+        for op in pre {
+            c.op(op);
+        }
+        c.op(load());
+    }
     // Row 0 and phase 0 of row 1: nothing to store yet.
     for phase in [0, 1, 2, 3, 0] {
         c.bundle(load(), amp_op(phase));
@@ -140,6 +161,14 @@ pub fn amp_slots(rows: u32, partials: bool) -> u32 {
 /// `nop` is needed).
 pub fn amp_all_slots(rows: u32, partials: bool) -> u32 {
     amp_slots(rows, partials) + AMP_ALL_PROLOGUE_SLOTS - if partials { 0 } else { 2 }
+}
+
+/// Issue slots of one of the six workers of [`Kernel::AmpTableDense`] over `rows` (at least
+/// one) rows: finding its entry (three instructions) and the pass without the empty check and
+/// without an aligning `nop`.
+pub fn amp_table_dense_slots(rows: u32, partials: bool) -> u32 {
+    let zero = if partials { 0 } else { 3 };
+    3 + 4 + zero + 1 + 5 + 1 + 1 + 4 * rows.saturating_sub(1) + 3 + 1 + 1
 }
 
 /// Issue slots of one of the six workers of [`Kernel::AmpTable`] over `rows` rows: finding its

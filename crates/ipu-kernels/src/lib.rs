@@ -40,6 +40,9 @@ pub enum Kernel {
     /// The same pass started on all six workers at once (`runall`) with one state: a table of
     /// six [`AmpState`]s, worker context `c` reading entry `c` ([`AmpTableState`]).
     AmpTable { partials: bool },
+    /// [`Kernel::AmpTable`] where every worker has at least one row: no check for an empty
+    /// share, and no `nop` aligning the loop (`basic::amp_table_dense_slots`).
+    AmpTableDense { partials: bool },
     /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
     Binary { ty: Elem, op: BinOp },
     /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
@@ -219,6 +222,9 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Amp { partials } => basic::amp(&mut c, partials, basic::AmpShare::One),
         Kernel::AmpAll { partials } => basic::amp(&mut c, partials, basic::AmpShare::Bounds),
         Kernel::AmpTable { partials } => basic::amp(&mut c, partials, basic::AmpShare::Table),
+        Kernel::AmpTableDense { partials } => {
+            basic::amp(&mut c, partials, basic::AmpShare::TableDense)
+        }
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
         Kernel::Cast { from, to } => basic::cast(&mut c, from, to),

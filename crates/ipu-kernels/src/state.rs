@@ -714,7 +714,7 @@ impl crate::Kernel {
         match self {
             K::Amp { .. } => StateKind::Amp,
             K::AmpAll { .. } => StateKind::AmpAll,
-            K::AmpTable { .. } => StateKind::AmpTable,
+            K::AmpTable { .. } | K::AmpTableDense { .. } => StateKind::AmpTable,
             K::Binary { .. } => StateKind::Binary,
             K::Unary { .. } => StateKind::Unary,
             K::Cast { .. } | K::Convert { .. } => StateKind::Cast,

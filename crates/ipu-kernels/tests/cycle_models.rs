@@ -228,6 +228,30 @@ fn cases() -> Vec<Case> {
             );
             c.amp = Some(mode);
             out.push(c);
+            // The dense table form: every worker has rows (one of them a single row).
+            let rows = [7u32, 1, 9, 6, 7, 11];
+            let mut bounds = [0u32; 7];
+            for (i, r) in rows.iter().enumerate() {
+                bounds[i + 1] = bounds[i] + r;
+            }
+            let table = AmpTableState {
+                input: at(0, 0),
+                partials: partials_word,
+                out: at(2, 0),
+                row_bytes: [32, 32],
+                bounds,
+            };
+            let mut c = case(
+                format!("amp_table_dense {mode:?} partials={partials} rows={rows:?}"),
+                Kernel::AmpTableDense { partials },
+                table,
+                rows.iter()
+                    .map(|&r| amp_table_dense_slots(r, partials))
+                    .sum(),
+                Elem::F16,
+            );
+            c.amp = Some(mode);
+            out.push(c);
         }
     }
     for ty in elems() {

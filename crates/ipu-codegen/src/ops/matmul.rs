@@ -1302,6 +1302,7 @@ impl Lowerer<'_> {
                             (kk > first).then_some((src, c_off)),
                             ((dst, c_off), out_row_bytes),
                             bm as u32,
+                            false,
                         ));
                         ops.push(SupOp::WaitW);
                     }

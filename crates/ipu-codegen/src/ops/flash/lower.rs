@@ -99,6 +99,7 @@ fn amp_rounds(
                     partials.then_some((src, src_off)),
                     ((dst, dst_off), GRB),
                     rows,
+                    true,
                 ));
             }
             ops.push(SupOp::WaitW);

@@ -619,7 +619,9 @@ pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
 fn amp_round_cycles(rows: usize, table: bool) -> u64 {
     let slot = BARREL_SLOT_CYCLES as u64;
     let per = (rows as u32).div_ceil(6);
-    let worker = if table {
+    let worker = if table && rows >= 6 {
+        kernels::amp_table_dense_slots(per, true)
+    } else if table {
         kernels::amp_table_slots(per, true)
     } else {
         kernels::amp_all_slots(per, true)
