@@ -170,6 +170,15 @@ impl Pass2<'_> {
         }
         let (lo, hi) = self.set(k);
         let mut float = probabilities(self.scaled, lo, hi, PASS2_M);
+        if k == 0 {
+            // The row's first unit starts the sum: `0 + p` is `p`.
+            let first = fbin(FType::F32v2, FBinOp::Add, 10, 10, lo);
+            for f in &mut float {
+                if *f == first {
+                    *f = fun(FType::F32v2, FUnOp::Mov, 10, lo);
+                }
+            }
+        }
         if self.a_ty == Elem::F16 {
             float.push(conv(ConvOp::F32v4ToF16v4, 12, lo));
         }
@@ -325,16 +334,24 @@ pub fn flash_softmax(
     // $a8:9 = scale pair.
     c.op(mov_a(8, m(7)));
     c.op(bcast(8, 8));
+    // The maximum's start (`-inf`) in $m7 and its floor in $m0, for every row.
+    let half = s_ty == Elem::F16 && a_ty == Elem::F16;
+    let (start, floor) = (m(7), m(0));
+    li(
+        c,
+        start,
+        match s_ty {
+            Elem::F32 => NEG_INF,
+            Elem::F16 => 0xFC00_FC00,
+        },
+    );
+    li(c, floor, if half { NEG_MAX_F16 } else { NEG_MAX });
     let row = c.label();
     c.bind(row);
     // Pass 1: the maximum of the raw scores in $a4:5 (lane-wise), then reduced. The loads
     // alternate between $a0:1 and $a2:3, each one's `max` co-issued with the next load, in an
     // `rpt` over all super-groups but the last (a group pointer advances after its group's
     // fourth load); the last super-group follows without the advances.
-    let neg_inf = match s_ty {
-        Elem::F32 => NEG_INF,
-        Elem::F16 => 0xFC00_FC00,
-    };
     let v = s_ty.vector_type();
     let q1 = 4 * s_groups;
     let load1 = |t: u32| {
@@ -342,15 +359,7 @@ pub fn flash_softmax(
         ld64step(ap(2 * (t % 2) as u8), ptr, 8)
     };
     let max1 = |t: u32| fbin(v, FBinOp::Max, 4, 4, 2 * (t % 2) as u8);
-    let mut pre = vec![
-        setzi(tmp, neg_inf & 0xFFFF),
-        Instr::Orhi {
-            d: tmp,
-            imm: (neg_inf >> 16) as u16,
-        },
-        mov_a(4, tmp),
-        mov_a(5, tmp),
-    ];
+    let mut pre = vec![mov_a(4, start), mov_a(5, start)];
     pre.extend(group_pointer_ops([ps0, ps1], s, stride, s_groups));
     pre.push(load1(0));
     c.main_ops_ending(&pre, true);
@@ -375,7 +384,6 @@ pub fn flash_softmax(
     }
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     // m = max * scale (scale > 0, so the maximum of the scaled scores).
-    let half = s_ty == Elem::F16 && a_ty == Elem::F16;
     if scaled {
         c.op(fbin(FType::F32, FBinOp::Mul, 4, 4, 8));
         if half {
@@ -397,8 +405,7 @@ pub fn flash_softmax(
         c.op(st32_a(5, st, 8));
     }
     c.op(st32_a(4, st, 0));
-    li(c, tmp, if half { NEG_MAX_F16 } else { NEG_MAX });
-    c.op(mov_a(5, tmp));
+    c.op(mov_a(5, floor));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     if half {
         // m in all four f16 lanes of $a6:7 (exact: the maximum of f16 values, or the floor).
@@ -414,7 +421,12 @@ pub fn flash_softmax(
         c.op(bcast(6, 4));
     }
     // Pass 2: p = exp(s * scale - m), summed in $a10:11.
-    let mut pre = vec![setzi(tmp, 0), mov_a(10, tmp), mov_a(11, tmp)];
+    // The sum starts at zero; the f32 form's first unit moves its first pair into it instead.
+    let mut pre = if s_ty == Elem::F32 {
+        Vec::new()
+    } else {
+        vec![setzi(tmp, 0), mov_a(10, tmp), mov_a(11, tmp)]
+    };
     pre.extend(group_pointer_ops([ps0, ps1], s, stride, s_groups));
     pre.extend(group_pointer_ops([pp0, pp1], p, stride, p_groups));
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
@@ -495,12 +507,13 @@ pub fn flash_softmax_slots(
     let units = lkeys / 4;
     let half = s_ty == Elem::F16 && a_ty == Elem::F16;
     let sg = super_groups;
-    // Once: the state, the loop counts, the pointer advances, the scale pair, `exit`.
-    let fixed = words + 4 + 4 + u32::from(s_groups == 1) + u32::from(p_groups == 1) + 2 + 1;
+    // Once: the state, the loop counts, the pointer advances, the scale pair, the maximum's
+    // start and floor, `exit`.
+    let fixed = words + 4 + 4 + u32::from(s_groups == 1) + u32::from(p_groups == 1) + 2 + 4 + 1;
     // Pass 1: the set-up and first load, the `rpt` over all super-groups but the last (a load
     // and a `max` per slot, each group pointer's advance), the last super-group.
     let q1 = 4 * s_groups;
-    let pass1 = 4 + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1;
+    let pass1 = 2 + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1;
     // The maximum reduced (f16 lanes widened first), scaled (and rounded to f16), merged with
     // the running one, stored, floored and broadcast.
     let reduce = if s_ty == Elem::F16 { 3 } else { 0 }
@@ -512,11 +525,10 @@ pub fn flash_softmax_slots(
         }
         + if running { 11 } else { 0 }
         + 1
-        + 2
         + 1
         + 1
         + if half { 2 } else { 1 };
-    let pre2 = 3 + s_groups + p_groups;
+    let pre2 = if s_ty == Elem::F32 { 0 } else { 3 } + s_groups + p_groups;
     let pass2 = match s_ty {
         _ if s_ty == Elem::F32 || half => Pass2::slots(scaled, a_ty, half, units, sg, pre2),
         // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
