@@ -350,6 +350,64 @@ pub fn unary_slots(ty: Elem, op: UnOp, vectors: u32) -> u32 {
     9 + per * vectors
 }
 
+/// [`Kernel::ScaleHalves`]: f16 vectors times a factor that is exactly an f16, one f16v4
+/// multiply a vector. The f16v4 product is the f32 product rounded once to f16, which is what
+/// the widened multiplication of [`unary`]'s `Scale` gives when the factor converts exactly.
+/// Each vector's load and the previous one's store are one `ldst64pace`, co-issued with the
+/// multiply of the vector before; nothing is read past the last vector.
+pub(crate) fn scale_halves(c: &mut Code) {
+    load_state(c, UnaryState::WORDS); // m1 in, m2 out, m3 vectors, m4 factor bits
+    let end = exit_if_zero(c, m(3));
+    let one = c.label();
+    c.op(Instr::MovToA { d: a(8), a: m(4) });
+    c.op(conv(ConvOp::F32ToF16, 8, 8));
+    c.op(Instr::Bcast {
+        ty: FType::F16v4,
+        d: ap(8),
+        a: a(8),
+    });
+    let mul = fbin(FType::F16v4, FBinOp::Mul, 4, 0, 8);
+    c.main_ops_ending(
+        &[ld64step(ap(0), m(1), 8), alu_imm(AluOp::Sub, m(5), m(3), 1)],
+        true,
+    );
+    c.branch(Instr::Brz { a: m(5), target: 0 }, one);
+    c.bundle(ld64step(ap(0), m(1), 8), mul);
+    c.op(alu_imm(AluOp::Sub, m(5), m(5), 1));
+    c.rpt_bundles(Instr::Rpt {
+        count: m(5),
+        body: 1,
+    });
+    c.bundle(
+        Instr::LdSt64Pace {
+            d: ap(0),
+            s: ap(4),
+            p: [m(1), m(2)],
+        },
+        mul,
+    );
+    c.bundle(st64step(ap(4), m(2), 8), mul);
+    c.op(st64step(ap(4), m(2), 8));
+    c.op(Instr::Exit);
+    c.bind(one);
+    c.op(mul);
+    c.op(st64step(ap(4), m(2), 8));
+    exit_at(c, end);
+}
+
+/// Issue slots of [`scale_halves`] over `vectors` vectors.
+pub fn scale_halves_slots(vectors: u32) -> u32 {
+    match vectors {
+        // The state, the check, `exit`.
+        0 => 4 + 1 + 1,
+        // The factor's pair, the first load, the count and its check, the product, the store.
+        1 => 4 + 1 + 3 + 2 + 1 + 1 + 1 + 1,
+        // ... then the second load with the first product, the `rpt` of one slot a vector, the
+        // last two products' stores.
+        n => 4 + 1 + 3 + 2 + 1 + 1 + 1 + 1 + (n - 2) + 1 + 1 + 1,
+    }
+}
+
 /// Issue slots of a straight-line sequence.
 fn instr_slots(seq: &[Instr]) -> u32 {
     seq.iter()

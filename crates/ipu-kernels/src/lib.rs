@@ -47,6 +47,10 @@ pub enum Kernel {
     Binary { ty: Elem, op: BinOp },
     /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
     Unary { ty: Elem, op: UnOp },
+    /// f16 `out = in * factor` by a factor that is exactly an f16 (a power of two in range):
+    /// one f16v4 multiply per vector, pipelined (`basic::scale_halves`), the result the same
+    /// as [`Kernel::Unary`]'s `Scale`. State: [`UnaryState`].
+    ScaleHalves,
     /// Conversion over groups of 4 elements. State: in, out, groups of 4.
     Cast { from: CastType, to: CastType },
     /// Conversion between any two element formats, one element at a time through f32, with
@@ -227,6 +231,7 @@ pub fn generate(kernel: Kernel) -> Code {
         }
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
+        Kernel::ScaleHalves => basic::scale_halves(&mut c),
         Kernel::Cast { from, to } => basic::cast(&mut c, from, to),
         Kernel::Convert { from, to, overflow } => convert::convert(&mut c, from, to, overflow),
         Kernel::IntBinary { op, bits, signed } => convert::int_binary(&mut c, op, bits, signed),

@@ -716,7 +716,7 @@ impl crate::Kernel {
             K::AmpAll { .. } => StateKind::AmpAll,
             K::AmpTable { .. } | K::AmpTableDense { .. } => StateKind::AmpTable,
             K::Binary { .. } => StateKind::Binary,
-            K::Unary { .. } => StateKind::Unary,
+            K::Unary { .. } | K::ScaleHalves => StateKind::Unary,
             K::Cast { .. } | K::Convert { .. } => StateKind::Cast,
             K::IntBinary { .. } => StateKind::Binary,
             K::Zero => StateKind::Zero,

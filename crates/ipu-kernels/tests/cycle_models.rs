@@ -410,6 +410,20 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+    for vectors in [0u32, 1, 2, 7] {
+        out.push(case(
+            format!("scale_halves vectors={vectors}"),
+            Kernel::ScaleHalves,
+            UnaryState {
+                input: at(0, 0),
+                out: at(2, 0),
+                vectors,
+                factor_bits: 0.125f32.to_bits(),
+            },
+            scale_halves_slots(vectors),
+            Elem::F16,
+        ));
+    }
     for (rows, words) in [(4, 1), (16, 4), (8, 16), (3, 2)] {
         out.push(case(
             format!("transpose_halves rows={rows} words={words}"),

@@ -3,7 +3,7 @@
 mod common;
 
 use common::run;
-use ipu_kernels::Kernel;
+use ipu_kernels::{Elem, Kernel, UnOp};
 
 /// `transpose_halves` writes what the general 2-byte transpose writes, for every quad of
 /// output rows, from staged rows of 16 elements with random bits.
@@ -32,5 +32,47 @@ fn transpose_halves_writes_what_the_general_transpose_writes() {
             read(Kernel::Transpose { bytes: 2 }),
             "rows={rows} words={words} stride={stride}"
         );
+    }
+}
+
+/// `scale_halves` writes what the general f16 scale writes, bit for bit, for factors that are
+/// exactly f16 (powers of two down to the f16 subnormals), over every vector count from 0.
+#[test]
+fn scale_halves_writes_what_the_general_f16_scale_writes() {
+    let (input, out) = (0x60000u32, 0x64000u32);
+    let mut x = 0x2545_F491u32;
+    for factor in [0.125f32, 2.0, 0.5, 2f32.powi(-20), 1024.0] {
+        for vectors in [0u32, 1, 2, 3, 11] {
+            let bytes: Vec<u8> = (0..8 * vectors)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            let state = [input, out, vectors, factor.to_bits()];
+            let read = |kernel| {
+                run(
+                    kernel,
+                    &state,
+                    &[
+                        (input, bytes.clone()),
+                        (out, vec![0xA5; 16 + 8 * vectors as usize]),
+                    ],
+                )
+                .read(0, out, 16 + 8 * vectors)
+                .unwrap()
+            };
+            let general = Kernel::Unary {
+                ty: Elem::F16,
+                op: UnOp::Scale,
+            };
+            assert_eq!(
+                read(Kernel::ScaleHalves),
+                read(general),
+                "factor={factor} vectors={vectors}"
+            );
+        }
     }
 }

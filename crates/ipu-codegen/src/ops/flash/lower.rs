@@ -709,13 +709,24 @@ fn prep_ops(
                     // q * scale, exact for a power of two: the scores arrive scaled.
                     let ty = g.a_elem();
                     let qs = alloc_any(tile, elems * ab, format!("stage:{name}.q_scaled"), false);
+                    // f16 by an f16-exact factor: one f16v4 multiply a vector, the same bits.
+                    let halves = ty == kernels::Elem::F16
+                        && half::f16::from_f32(g.scale).to_f32() == g.scale;
                     for (v0, v1) in split(elems * ab / 8, WORKERS) {
                         if v1 > v0 {
+                            let (kernel, slots) = if halves {
+                                (Kernel::ScaleHalves, kernels::scale_halves_slots(v1 - v0))
+                            } else {
+                                (
+                                    Kernel::Unary {
+                                        ty,
+                                        op: UnOp::Scale,
+                                    },
+                                    kernels::unary_slots(ty, UnOp::Scale, v1 - v0),
+                                )
+                            };
                             ops.push(SupOp::Run(
-                                Kernel::Unary {
-                                    ty,
-                                    op: UnOp::Scale,
-                                },
+                                kernel,
                                 UnaryState {
                                     input: (typed, v0 * 8),
                                     out: (qs, v0 * 8),
@@ -723,7 +734,7 @@ fn prep_ops(
                                     factor_bits: g.scale.to_bits(),
                                 }
                                 .into(),
-                                kernels::unary_slots(ty, UnOp::Scale, v1 - v0),
+                                slots,
                             ));
                         }
                     }
