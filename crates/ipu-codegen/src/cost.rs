@@ -36,8 +36,15 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
         *sup = (*sup).max(free[w]);
         free[w] = *sup + slots as u64 * slot;
     };
-    for op in ops {
+    // The next `ampw`'s address and launch's state already set (`SupOp::set_up_ahead`).
+    let (mut ampw_set, mut launch_set) = (false, false);
+    for (i, op) in ops.iter().enumerate() {
         match op {
+            SupOp::RunAll(_, _, slots) if std::mem::take(&mut launch_set) => {
+                sup = sup.max(free.iter().copied().max().unwrap_or(0));
+                free = [sup + *slots as u64 * slot; WORKERS as usize];
+                sup += slot;
+            }
             SupOp::Run(k, _, slots) => {
                 // `setzi` of the entry only when the kernel changes (see emit::supervisor_code).
                 sup += if entry == Some(*k) { slot } else { 2 * slot };
@@ -54,6 +61,12 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
                 sup += slot;
             }
             SupOp::WaitW => {
+                if let Some((_, _, k)) = SupOp::set_up_ahead(ops, i) {
+                    // The next round's weight address, entry and state, while workers run.
+                    sup += if entry == Some(k) { 2 * slot } else { 3 * slot };
+                    entry = Some(k);
+                    (ampw_set, launch_set) = (true, true);
+                }
                 sup += slot;
                 total += sup.max(free.iter().copied().max().unwrap_or(0));
                 sup = 0;
@@ -68,7 +81,12 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
             SupOp::AmpW(..) => {
                 let bytes =
                     amp_mode.map_or(AMP_WEIGHT_BYTES_MAX, |m| m.geometry().weight_bytes()) as u64;
-                sup += 2 * slot + bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64;
+                let setzi = if std::mem::take(&mut ampw_set) {
+                    0
+                } else {
+                    slot
+                };
+                sup += setzi + slot + bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64;
             }
             _ => sup += slot,
         }

@@ -262,7 +262,10 @@ pub fn supervisor_code(
                 run.op(Instr::Exch { table: m1 });
             }
             Step::Compute { tiles, .. } => {
-                for op in tiles.get(&tile).map(|v| v.as_slice()).unwrap_or(&[]) {
+                let ops = tiles.get(&tile).map(|v| v.as_slice()).unwrap_or(&[]);
+                // The next `ampw` address and launch already set (`SupOp::set_up_ahead`).
+                let (mut ampw_set, mut launch_set) = (false, false);
+                for (j, op) in ops.iter().enumerate() {
                     match op {
                         SupOp::AmpCfg(mode) => {
                             run.op(Instr::AmpCfg { mode: *mode });
@@ -274,11 +277,20 @@ pub fn supervisor_code(
                             });
                         }
                         SupOp::AmpW(b, off) => {
-                            run.op(Instr::Setzi {
-                                d: MReg(4),
-                                imm: addr(*b) + off,
-                            });
+                            if !std::mem::take(&mut ampw_set) {
+                                run.op(Instr::Setzi {
+                                    d: MReg(4),
+                                    imm: addr(*b) + off,
+                                });
+                            }
                             run.op(Instr::AmpW { base: MReg(4) });
+                        }
+                        SupOp::Run(..) | SupOp::RunAll(..) if std::mem::take(&mut launch_set) => {
+                            run.op(Instr::RunAll {
+                                entry: m2,
+                                state: m3,
+                            });
+                            state_index += 1;
                         }
                         SupOp::Run(k, _, _) | SupOp::RunAll(k, _, _) => {
                             if entry != Some(*k) {
@@ -306,6 +318,24 @@ pub fn supervisor_code(
                             state_index += 1;
                         }
                         SupOp::WaitW => {
+                            if let Some((b, off, k)) = SupOp::set_up_ahead(ops, j) {
+                                run.op(Instr::Setzi {
+                                    d: MReg(4),
+                                    imm: addr(b) + off,
+                                });
+                                if entry != Some(k) {
+                                    run.op(Instr::Setzi {
+                                        d: m2,
+                                        imm: kernels.entries[&k],
+                                    });
+                                    entry = Some(k);
+                                }
+                                run.op(Instr::Setzi {
+                                    d: m3,
+                                    imm: support.states[state_index],
+                                });
+                                (ampw_set, launch_set) = (true, true);
+                            }
                             run.op(Instr::WaitW);
                         }
                     }

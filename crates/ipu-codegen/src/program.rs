@@ -97,6 +97,21 @@ pub enum SupOp {
 }
 
 impl SupOp {
+    /// When the `waitw` at `ops[i]` is followed by an AMP round of flash attention (`ampw`,
+    /// then a launch of [`Kernel::AmpTableDense`]), the round's weights and kernel: the
+    /// supervisor sets the weight address and the vertex state while the workers before the
+    /// `waitw` still run.
+    pub fn set_up_ahead(ops: &[SupOp], i: usize) -> Option<(BufferId, u32, Kernel)> {
+        match (ops.get(i), ops.get(i + 1), ops.get(i + 2)) {
+            (
+                Some(SupOp::WaitW),
+                Some(SupOp::AmpW(b, off)),
+                Some(SupOp::RunAll(k @ Kernel::AmpTableDense { .. }, _, _)),
+            ) => Some((*b, *off, *k)),
+            _ => None,
+        }
+    }
+
     /// The kernel and vertex state of a worker launch.
     pub fn launch(&self) -> Option<(Kernel, &State)> {
         match self {

@@ -627,8 +627,10 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
         kernels::amp_all_slots(per, true)
     };
     // The slowest worker of the `runall`, the supervisor's `setzi` and `ampw` (and the weight
-    // load), `setzi` of the state and `runall` (the `waitw` issues while the workers run).
-    slot * (worker as u64 + 3) + 32
+    // load), `setzi` of the state and `runall` (the `waitw` issues while the workers run); a
+    // dense round's two `setzi`s issue while the round before it runs.
+    let setzi = if table && rows >= 6 { 0 } else { 2 };
+    slot * (worker as u64 + 1 + setzi) + 32
 }
 
 /// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
