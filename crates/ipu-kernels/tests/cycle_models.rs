@@ -206,52 +206,40 @@ fn cases() -> Vec<Case> {
                 .sum();
             c.amp = Some(mode);
             out.push(c);
-            // The table form, with a worker that has no rows.
-            let rows = [7u32, 0, 9, 6, 7, 11];
-            let mut bounds = [0u32; 7];
-            for (i, r) in rows.iter().enumerate() {
-                bounds[i + 1] = bounds[i] + r;
+            // The table form, with a worker that has no rows, and the dense one: every worker
+            // has rows (one of them a single row).
+            for dense in [false, true] {
+                let rows = [7u32, u32::from(dense), 9, 6, 7, 11];
+                let mut bounds = [0u32; 7];
+                for (i, r) in rows.iter().enumerate() {
+                    bounds[i + 1] = bounds[i] + r;
+                }
+                let table = AmpTableState {
+                    input: at(0, 0),
+                    partials: partials_word,
+                    out: at(2, 0),
+                    row_bytes: [32, 32],
+                    bounds,
+                };
+                let (name, kernel, slots): (_, _, fn(u32, bool) -> u32) = if dense {
+                    (
+                        "amp_table_dense",
+                        Kernel::AmpTableDense { partials },
+                        amp_table_dense_slots,
+                    )
+                } else {
+                    ("amp_table", Kernel::AmpTable { partials }, amp_table_slots)
+                };
+                let mut c = case(
+                    format!("{name} {mode:?} partials={partials} rows={rows:?}"),
+                    kernel,
+                    table,
+                    rows.iter().map(|&r| slots(r, partials)).sum(),
+                    Elem::F16,
+                );
+                c.amp = Some(mode);
+                out.push(c);
             }
-            let table = AmpTableState {
-                input: at(0, 0),
-                partials: partials_word,
-                out: at(2, 0),
-                row_bytes: [32, 32],
-                bounds,
-            };
-            let mut c = case(
-                format!("amp_table {mode:?} partials={partials} rows={rows:?}"),
-                Kernel::AmpTable { partials },
-                table,
-                rows.iter().map(|&r| amp_table_slots(r, partials)).sum(),
-                Elem::F16,
-            );
-            c.amp = Some(mode);
-            out.push(c);
-            // The dense table form: every worker has rows (one of them a single row).
-            let rows = [7u32, 1, 9, 6, 7, 11];
-            let mut bounds = [0u32; 7];
-            for (i, r) in rows.iter().enumerate() {
-                bounds[i + 1] = bounds[i] + r;
-            }
-            let table = AmpTableState {
-                input: at(0, 0),
-                partials: partials_word,
-                out: at(2, 0),
-                row_bytes: [32, 32],
-                bounds,
-            };
-            let mut c = case(
-                format!("amp_table_dense {mode:?} partials={partials} rows={rows:?}"),
-                Kernel::AmpTableDense { partials },
-                table,
-                rows.iter()
-                    .map(|&r| amp_table_dense_slots(r, partials))
-                    .sum(),
-                Elem::F16,
-            );
-            c.amp = Some(mode);
-            out.push(c);
         }
     }
     for ty in elems() {

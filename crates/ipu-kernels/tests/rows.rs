@@ -5,6 +5,18 @@ mod common;
 use common::run;
 use ipu_kernels::{Elem, Kernel, UnOp};
 
+/// `n` bytes from the xorshift state `x`.
+fn random_bytes(x: &mut u32, n: u32) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 17;
+            *x ^= *x << 5;
+            *x as u8
+        })
+        .collect()
+}
+
 /// `transpose_halves` writes what the general 2-byte transpose writes, for every quad of
 /// output rows, from staged rows of 16 elements with random bits.
 #[test]
@@ -13,14 +25,7 @@ fn transpose_halves_writes_what_the_general_transpose_writes() {
     let mut x = 0x9E37_79B9u32;
     for (rows, words, stride) in [(4u32, 1u32, 32u32), (16, 4, 32), (8, 8, 48), (12, 3, 24)] {
         let staged = 2 * words;
-        let bytes: Vec<u8> = (0..staged * stride + 8)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let bytes = random_bytes(&mut x, staged * stride + 8);
         let state = [input, out, rows, stride, 4 * words, words];
         let read = |kernel| {
             run(kernel, &state, &[(input, bytes.clone())])
@@ -43,14 +48,7 @@ fn scale_halves_writes_what_the_general_f16_scale_writes() {
     let mut x = 0x2545_F491u32;
     for factor in [0.125f32, 2.0, 0.5, 2f32.powi(-20), 1024.0] {
         for vectors in [0u32, 1, 2, 3, 11] {
-            let bytes: Vec<u8> = (0..8 * vectors)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 17;
-                    x ^= x << 5;
-                    x as u8
-                })
-                .collect();
+            let bytes = random_bytes(&mut x, 8 * vectors);
             let state = [input, out, vectors, factor.to_bits()];
             let read = |kernel| {
                 run(
