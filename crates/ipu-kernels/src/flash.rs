@@ -792,8 +792,11 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         c.op(mov_m(pa, scratch));
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
         c.op(mov_m(sp, scratch));
-        if p_ty == Elem::F32 && !first {
-            combine_source_f32(c, groups, [po, sp, pa], base, gs);
+        if !first {
+            match p_ty {
+                Elem::F32 => combine_source_f32(c, groups, [po, sp, pa], base, gs),
+                Elem::F16 => combine_source_f16(c, groups, [po, sp, pa], base, gs),
+            }
             c.op(alu_imm(
                 AluOp::Add,
                 q,
@@ -1020,6 +1023,69 @@ fn combine_source_f32(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: 
     c.op(st64step(l(3), pa, 8));
 }
 
+/// [`combine_source_f32`] for f16 partials: a unit is four f16 of `O` (`$a12:13`), widened
+/// into `$a6:7` and `$a8:9`, and the four f32 of the running sum (`$a10:11`, `$a14:15`), five
+/// bundles a unit: the paced load of `O` and the sum's first pair (storing the unit before's
+/// second pair), the second pair's load with the first widening, the second widening (beside
+/// the jump to the next group after a group's last unit), and the two multiply-adds, the first
+/// pair's store beside the second.
+fn combine_source_f16(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: MReg, gs: MReg) {
+    let v = FType::F32v2;
+    let jump = alu(AluOp::Add, po, po, gs);
+    let unit = |c: &mut Code, first: bool, jump_here: bool| {
+        let load = if first {
+            Instr::Ld2x64Pace {
+                d: [ap(12), ap(10)],
+                p: [po, sp],
+            }
+        } else {
+            Instr::Ld2xSt64Pace {
+                d: [ap(12), ap(10)],
+                s: ap(14),
+                p: [po, sp, pa],
+            }
+        };
+        c.bundles(
+            &[
+                load,
+                ld64step(ap(14), sp, 8),
+                if jump_here { jump } else { Instr::Nop },
+                Instr::Nop,
+                st64step(ap(10), pa, 8),
+            ],
+            &[
+                FLOAT_NOP,
+                conv(ConvOp::F16v2ToF32v2, 6, 12),
+                conv(ConvOp::F16v2ToF32v2, 8, 13),
+                fbin(v, FBinOp::Mac, 10, 6, 2),
+                fbin(v, FBinOp::Mac, 14, 8, 2),
+            ],
+        );
+    };
+    let units = GROUP_ROW_BYTES / 8;
+    c.main_ops_ending(
+        &[
+            mov_m(po, base),
+            alu_imm(AluOp::Sub, gs, gs, GROUP_ROW_BYTES as i16),
+        ],
+        false,
+    );
+    // The first group: its first unit stores nothing; the jump alone leaves the `rpt` on an
+    // odd word and its body of bundles on an even one.
+    for u in 0..units {
+        unit(c, u == 0, false);
+    }
+    c.op(jump);
+    c.rpt_bundles(Instr::Rpti {
+        count: (groups - 1) as u16,
+        body: (5 * units) as u8,
+    });
+    for u in 0..units {
+        unit(c, false, u + 1 == units);
+    }
+    c.op(st64step(ap(14), pa, 8));
+}
+
 /// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.
 pub fn flash_combine_slots(
     p_ty: Elem,
@@ -1034,13 +1100,12 @@ pub fn flash_combine_slots(
     let units = if p_ty == Elem::F32 { 2 } else { 4 };
     // The first source's loads and f16 widening per unit.
     let load_first = if p_ty == Elem::F32 { 2 } else { 3 };
-    // A group row: its loads, arithmetic and stores (f32: the pointer copy, the six issues of
-    // `combine_group_f32`, the pointer update and the branch).
-    let (group_first, group) = if p_ty == Elem::F32 {
-        (1 + 6 + 2, 1 + 6 + 2)
+    // The first source's group row: its loads, arithmetic and stores (f32: the pointer copy,
+    // the six issues of `combine_group_f32`, the pointer update and the branch).
+    let group_first = if p_ty == Elem::F32 {
+        1 + 6 + 2
     } else {
-        // f16: six issues a unit after the first source (two of them bundles).
-        (units * (load_first + 4) + 2, units * 6 + 2)
+        units * (load_first + 4) + 2
     };
     let per_source_first = 14 + groups * group_first + 1;
     let per_source = if p_ty == Elem::F32 {
@@ -1048,7 +1113,9 @@ pub fn flash_combine_slots(
         // five a further group, the last group's multiply-add and stores.
         14 + 2 + 5 + 1 + 5 * (groups - 1) + 3 + 2
     } else {
-        15 + groups * group + 2
+        // `combine_source_f16`: two set-up ops, five bundles a unit of four, the first group's
+        // jump, the `rpt`, the last store.
+        14 + 2 + 20 * groups + 1 + 1 + 1 + 2
     };
     let out_units = gout / 4;
     let store = if out_ty == Elem::F32 { 2 } else { 3 };
