@@ -310,6 +310,7 @@ pub fn flash_softmax(
     kb: u32,
     scaled: bool,
     running: bool,
+    stride_baked: u32,
 ) {
     load_state(c, FlashSoftmaxState::WORDS);
     let (s, p, st, rows, sgroups, stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
@@ -354,22 +355,38 @@ pub fn flash_softmax(
     // fourth load); the last super-group follows without the advances.
     let v = s_ty.vector_type();
     let q1 = 4 * s_groups;
+    // With the stride built in, one pointer walks the groups: each group's fourth load jumps
+    // to the same row of the next group, and no advance needs a slot of its own.
+    let baked = stride_baked != 0;
     let load1 = |t: u32| {
+        if baked {
+            let inc = if t % 4 == 3 {
+                (stride_baked as i32 - 24) as i16
+            } else {
+                8
+            };
+            return ld64step(ap(2 * (t % 2) as u8), ps0, inc);
+        }
         let ptr = if t % q1 / 4 == 0 { ps0 } else { ps1 };
         ld64step(ap(2 * (t % 2) as u8), ptr, 8)
     };
     let max1 = |t: u32| fbin(v, FBinOp::Max, 4, 4, 2 * (t % 2) as u8);
     let mut pre = vec![mov_a(4, start), mov_a(5, start)];
-    pre.extend(group_pointer_ops([ps0, ps1], s, stride, s_groups));
+    pre.extend(group_pointer_ops(
+        [ps0, ps1],
+        s,
+        stride,
+        if baked { 1 } else { s_groups },
+    ));
     pre.push(load1(0));
     c.main_ops_ending(&pre, true);
     c.rpt_bundles(Instr::Rpt {
         count: sgroups,
-        body: (q1 + s_groups) as u8,
+        body: (q1 + if baked { 0 } else { s_groups }) as u8,
     });
     for t in 1..=q1 {
         c.bundle(load1(t), max1(t - 1));
-        if t % 4 == 3 {
+        if t % 4 == 3 && !baked {
             let ptr = if t / 4 == 0 { ps0 } else { ps1 };
             c.bundle(alu(AluOp::Add, ptr, ptr, adv_s), FLOAT_NOP);
         }
@@ -481,6 +498,17 @@ pub fn flash_softmax(
     close_rows_and_exit(c, rows, row, end);
 }
 
+/// The group stride to build into [`flash_softmax`] (`Kernel::FlashSoftmax::stride`) for
+/// scores whose groups are `group_stride` bytes apart: itself where a load's increment can
+/// reach the next group, else 0.
+pub fn baked_stride(group_stride: u32) -> u32 {
+    if (GROUP_ROW_BYTES..=i16::MAX as u32 + 24).contains(&group_stride) {
+        group_stride
+    } else {
+        0
+    }
+}
+
 /// Issue slots of [`flash_softmax`] over `rows` rows of `super_groups` super-groups: exact (its
 /// pass 2 for f16 scores and f32 probabilities, which no lowering uses, goes a unit at a time).
 #[allow(clippy::too_many_arguments)]
@@ -493,6 +521,7 @@ pub fn flash_softmax_slots(
     running: bool,
     rows: u32,
     super_groups: u32,
+    stride_baked: bool,
 ) -> u32 {
     let words = FlashSoftmaxState::WORDS as u32;
     // The state's loads, the count checks, `exit`.
@@ -513,7 +542,11 @@ pub fn flash_softmax_slots(
     // Pass 1: the set-up and first load, the `rpt` over all super-groups but the last (a load
     // and a `max` per slot, each group pointer's advance), the last super-group.
     let q1 = 4 * s_groups;
-    let pass1 = 2 + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1;
+    let pass1 = if stride_baked {
+        2 + 1 + 1 + 1 + sg * q1
+    } else {
+        2 + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1
+    };
     // The maximum reduced (f16 lanes widened first), scaled (and rounded to f16), merged with
     // the running one, stored, floored and broadcast.
     let reduce = if s_ty == Elem::F16 { 3 } else { 0 }

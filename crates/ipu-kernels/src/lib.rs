@@ -106,6 +106,9 @@ pub enum Kernel {
         kb: u32,
         scaled: bool,
         running: bool,
+        /// The scores' group stride built into the maximum pass's loads
+        /// ([`flash::baked_stride`]), or 0 to read it from the state only.
+        stride: u32,
     },
     /// Flash attention: a partial output rescaled by its rows' factors
     /// (`flash_kernels::flash_rescale`).
@@ -256,7 +259,8 @@ pub fn generate(kernel: Kernel) -> Code {
             kb,
             scaled,
             running,
-        } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running),
+            stride,
+        } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running, stride),
         Kernel::FlashRescale { p } => flash::flash_rescale(&mut c, p),
         Kernel::FlashMask { s, scaled } => flash::flash_mask(&mut c, s, scaled),
         Kernel::FlashMaskAdditive { ty } => flash::flash_mask_additive(&mut c, ty),

@@ -603,10 +603,13 @@ fn cases() -> Vec<Case> {
         let (cols, kb) = (g.columns, g.k);
         for scaled in [false, true] {
             for running in [false, true] {
-                for (rows, super_groups) in [(1u32, 1u32), (6, 4)] {
+                for ((rows, super_groups), baked) in [(1u32, 1u32), (6, 4)]
+                    .into_iter()
+                    .flat_map(|shape| [(shape, false), (shape, true)])
+                {
                     let c = case(
                         format!(
-                            "flash_softmax {mode:?} scaled={scaled} running={running} rows={rows} sg={super_groups}"
+                            "flash_softmax {mode:?} scaled={scaled} running={running} rows={rows} sg={super_groups} baked={baked}"
                         ),
                         Kernel::FlashSoftmax {
                             s,
@@ -615,6 +618,7 @@ fn cases() -> Vec<Case> {
                             kb,
                             scaled,
                             running,
+                            stride: if baked { rows * GROUP_ROW_BYTES } else { 0 },
                         },
                         FlashSoftmaxState {
                             s: at(0, 0),
@@ -625,7 +629,17 @@ fn cases() -> Vec<Case> {
                             group_stride: rows * GROUP_ROW_BYTES,
                             scale_bits: 0.125f32.to_bits(),
                         },
-                        flash_softmax_slots(s, a, cols, kb, scaled, running, rows, super_groups),
+                        flash_softmax_slots(
+                            s,
+                            a,
+                            cols,
+                            kb,
+                            scaled,
+                            running,
+                            rows,
+                            super_groups,
+                            baked,
+                        ),
                         s,
                     );
                     out.push(c);

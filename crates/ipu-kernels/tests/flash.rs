@@ -175,14 +175,6 @@ fn softmax_block(
     scores: Vec<u8>,
 ) -> (Vec<u16>, Vec<f32>) {
     let (s_addr, p_addr, st_addr) = (0x60000u32, 0x61000u32, 0x62000u32);
-    let kernel = Kernel::FlashSoftmax {
-        s,
-        a: Elem::F16,
-        cols: cols as u32,
-        kb: kb as u32,
-        scaled,
-        running: false,
-    };
     let state = [
         s_addr,
         p_addr,
@@ -192,11 +184,30 @@ fn softmax_block(
         (rows * 32) as u32,
         scale.to_bits(),
     ];
-    let dev = run(kernel, &state, &[(s_addr, scores)]);
-    (
-        f16_bits(&dev, p_addr, keys * rows),
-        f32s(&dev, st_addr, rows * 8),
-    )
+    // The group stride read from the state, and built into the loads: the same results.
+    let [plain, baked] = [0, (rows * 32) as u32].map(|stride| {
+        let kernel = Kernel::FlashSoftmax {
+            s,
+            a: Elem::F16,
+            cols: cols as u32,
+            kb: kb as u32,
+            scaled,
+            running: false,
+            stride,
+        };
+        let dev = run(kernel, &state, &[(s_addr, scores.clone())]);
+        (
+            f16_bits(&dev, p_addr, keys * rows),
+            f32s(&dev, st_addr, rows * 8),
+        )
+    });
+    assert_eq!(plain.0, baked.0, "probabilities with the stride built in");
+    assert_eq!(
+        plain.1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        baked.1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        "statistics with the stride built in"
+    );
+    plain
 }
 
 #[test]

@@ -252,6 +252,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
             }
         }
         let running = si > 0;
+        let stride = kernels::flash::baked_stride(r * GRB);
         let kernel = Kernel::FlashSoftmax {
             s: g.p_elem(),
             a: g.a_elem(),
@@ -259,6 +260,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
             kb: kb as u32,
             scaled: g.softmax_scaled(),
             running,
+            stride,
         };
         for (r0, r1) in split(r, WORKERS) {
             if r1 > r0 {
@@ -283,6 +285,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
                         running,
                         r1 - r0,
                         (sub / lkeys) as u32,
+                        stride != 0,
                     ),
                 ));
             }

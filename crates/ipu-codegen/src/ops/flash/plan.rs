@@ -682,6 +682,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             false,
             r.div_ceil(6) as u32,
             nk.div_ceil(lkeys) as u32,
+            kernels::flash::baked_stride(r as u32 * GROUP_ROW_BYTES) != 0,
         ) as u64;
     // The mask's add (with the scaling when `q` is not prescaled), and its receive time.
     let (mask, mask_recv) = if geo.mask.is_some() {
