@@ -585,7 +585,10 @@ pub fn flash_softmax_slots(
 ///
 /// State: S (row 0, group 0), mask (row 0, group 0), rows, groups, S group stride (bytes),
 /// mask group stride (bytes), mask row step (bytes), scale (f32 bits).
-pub fn flash_mask(c: &mut Code, s_ty: Elem, scaled: bool) {
+pub fn flash_mask(c: &mut Code, s_ty: Elem, scaled: bool, broadcast: bool) {
+    if !scaled {
+        return flash_mask_stream(c, s_ty, broadcast);
+    }
     load_state(c, FlashMaskState::WORDS);
     let (s, mk, rows, groups, s_stride, m_stride, m_step) =
         (m(1), m(2), m(3), m(4), m(5), m(6), m(7));
@@ -648,8 +651,113 @@ pub fn flash_mask(c: &mut Code, s_ty: Elem, scaled: bool) {
     close_rows_and_exit(c, rows, row, end);
 }
 
-/// Issue slots of [`flash_mask`] over `rows` rows of `groups` groups.
-pub fn flash_mask_slots(s_ty: Elem, scaled: bool, rows: u32, groups: u32) -> u32 {
+/// [`flash_mask`] without the scaling (`s = s + mask`), a group at a time: a group's rows are
+/// one contiguous run of the scores (and, unless `broadcast`, of the mask), so each group is one
+/// software pipeline of 64-bit vectors, a vector's load (and its mask's) and the store of the
+/// vector before in one paced issue beside the add of the vector between: one slot a vector.
+/// A `broadcast` mask (one row for every query: its row step is 0) has its group's four vectors
+/// in `$a8..$a15` for the group. The sum is in `$a4:5`, the scores in `$a0:1`, the mask's in
+/// `$a2:3`.
+fn flash_mask_stream(c: &mut Code, s_ty: Elem, broadcast: bool) {
+    load_state(c, FlashMaskState::WORDS);
+    let (s, mk, rows, groups, s_stride, m_stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
+    let (pst, cnt, adv_s, adv_m) = (m(9), m(12), m(13), m(14));
+    let v = s_ty.vector_type();
+    let add = |mask: u8| fbin(v, FBinOp::Add, 4, 0, mask);
+    let end = c.label();
+    c.branch(Instr::Brz { a: rows, target: 0 }, end);
+    loop_counts(c, &[groups], end);
+    // The scores' pointer walks a group's rows (32 bytes each) and then jumps to the next
+    // group; so does the mask's, or it loads the group's single row.
+    c.op(alu_imm(AluOp::Shl, adv_s, rows, 5));
+    if broadcast {
+        c.op(alu_imm(AluOp::Sub, adv_m, m_stride, GROUP_ROW_BYTES as i16));
+        c.op(alu_imm(AluOp::Sub, cnt, rows, 1));
+    } else {
+        c.op(alu(AluOp::Sub, adv_m, m_stride, adv_s));
+        c.op(alu_imm(AluOp::Shl, cnt, rows, 2));
+        c.op(alu_imm(AluOp::Sub, cnt, cnt, 2));
+    }
+    c.op(alu(AluOp::Sub, adv_s, s_stride, adv_s));
+    let group = c.label();
+    c.bind(group);
+    if broadcast {
+        let m_of = |i: u32| 8 + 2 * (i % 4) as u8;
+        let mut pre: Vec<Instr> = (0..4).map(|i| ld64step(ap(m_of(i)), mk, 8)).collect();
+        pre.extend([mov_m(pst, s), ld64step(ap(0), s, 8)]);
+        c.main_ops_ending(&pre, false);
+        c.bundle(ld64step(ap(0), s, 8), add(m_of(0)));
+        let paced = Instr::LdSt64Pace {
+            d: ap(0),
+            s: ap(4),
+            p: [s, pst],
+        };
+        // The `rpt` starts on an even word here: one aligning `nop`, counted by the model.
+        c.rpt_bundles(Instr::Rpt {
+            count: cnt,
+            body: 4,
+        });
+        for i in 1..=4 {
+            c.bundle(paced, add(m_of(i)));
+        }
+        c.bundle(paced, add(m_of(1)));
+        c.bundle(paced, add(m_of(2)));
+        c.bundle(st64step(ap(4), pst, 8), add(m_of(3)));
+    } else {
+        let load = Instr::Ld2x64Pace {
+            d: [ap(0), ap(2)],
+            p: [s, mk],
+        };
+        c.main_ops_ending(&[mov_m(pst, s), load], false);
+        c.bundle(load, add(2));
+        c.rpt_bundles(Instr::Rpt {
+            count: cnt,
+            body: 1,
+        });
+        c.bundle(
+            Instr::Ld2xSt64Pace {
+                d: [ap(0), ap(2)],
+                s: ap(4),
+                p: [s, mk, pst],
+            },
+            add(2),
+        );
+        c.bundle(st64step(ap(4), pst, 8), add(2));
+    }
+    c.op(st64step(ap(4), pst, 8));
+    c.op(alu(AluOp::Add, s, s, adv_s));
+    c.op(alu(AluOp::Add, mk, mk, adv_m));
+    c.branch(
+        Instr::Brnzdec {
+            a: groups,
+            target: 0,
+        },
+        group,
+    );
+    exit_at(c, end);
+}
+
+/// Issue slots of [`flash_mask`] over `rows` rows of `groups` groups (`broadcast`: one mask row
+/// for every query).
+pub fn flash_mask_slots(s_ty: Elem, scaled: bool, broadcast: bool, rows: u32, groups: u32) -> u32 {
+    if !scaled {
+        let words = FlashMaskState::WORDS as u32;
+        if rows == 0 {
+            return words + 1 + 1;
+        }
+        if groups == 0 {
+            return words + 1 + 1 + 1;
+        }
+        // The state, the checks, the group count's decrement, the jumps and the `rpt` count,
+        // `exit`; per group the pipeline (one slot a vector), its set-up and ends, the aligning
+        // `nop`, the `rpt`, the two jumps and the branch.
+        let n = 4 * rows;
+        return if broadcast {
+            words + 1 + 2 + 4 + 1 + groups * (6 + 1 + 1 + 1 + (n - 4) + 3 + 1 + 3)
+        } else {
+            words + 1 + 2 + 5 + 1 + groups * (2 + 1 + 1 + 1 + (n - 2) + 1 + 1 + 3)
+        };
+    }
     // Per 64 bits: two loads, the add, the store, and the scaling (f16: widen, two
     // multiplications, narrow).
     let per = 4 + match (s_ty, scaled) {

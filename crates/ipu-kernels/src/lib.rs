@@ -115,7 +115,12 @@ pub enum Kernel {
     FlashRescale { p: Elem },
     /// Flash attention: a mask added to a block of scores, scaling them first with `scaled`
     /// (`flash_kernels::flash_mask`).
-    FlashMask { s: Elem, scaled: bool },
+    FlashMask {
+        s: Elem,
+        scaled: bool,
+        /// One mask row for every query (its row step is 0).
+        broadcast: bool,
+    },
     /// Flash attention: a boolean mask cast to 0 or 1 made additive, `(x - 1) * largest`
     /// (`flash_kernels::flash_mask_additive`).
     FlashMaskAdditive { ty: Elem },
@@ -262,7 +267,11 @@ pub fn generate(kernel: Kernel) -> Code {
             stride,
         } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running, stride),
         Kernel::FlashRescale { p } => flash::flash_rescale(&mut c, p),
-        Kernel::FlashMask { s, scaled } => flash::flash_mask(&mut c, s, scaled),
+        Kernel::FlashMask {
+            s,
+            scaled,
+            broadcast,
+        } => flash::flash_mask(&mut c, s, scaled, broadcast),
         Kernel::FlashMaskAdditive { ty } => flash::flash_mask_additive(&mut c, ty),
         Kernel::FlashCombine {
             p,

@@ -653,6 +653,8 @@ impl State {
             State::AmpAll(s) => pair(s.input.word(), s.partials),
             State::AmpTable(s) => pair(s.input.word(), s.partials),
             State::Binary(s) => pair(s.a.word(), s.b.word()),
+            // A full mask streams with the scores (a broadcast one is loaded on its own).
+            State::FlashMask(s) if s.mask_row_step != 0 => pair(s.s.word(), s.mask.word()),
             _ => None,
         };
         // The flash merge's pass B loads each source's `O` with the running sum in the

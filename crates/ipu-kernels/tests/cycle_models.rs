@@ -654,7 +654,11 @@ fn cases() -> Vec<Case> {
                         format!(
                             "flash_mask {s:?} scaled={scaled} rows={rows} groups={groups} step={step}"
                         ),
-                        Kernel::FlashMask { s, scaled },
+                        Kernel::FlashMask {
+                            s,
+                            scaled,
+                            broadcast: step == 0,
+                        },
                         FlashMaskState {
                             s: at(0, 0),
                             mask: at(2, 0),
@@ -665,7 +669,7 @@ fn cases() -> Vec<Case> {
                             mask_row_step: step,
                             scale_bits: 0.125f32.to_bits(),
                         },
-                        flash_mask_slots(s, scaled, rows, groups),
+                        flash_mask_slots(s, scaled, step == 0, rows, groups),
                         s,
                     ));
                 }

@@ -401,7 +401,11 @@ fn mask_adds_to_scores_like_the_expansion() {
                     scale.to_bits(),
                 ];
                 let dev = run(
-                    Kernel::FlashMask { s: s_ty, scaled },
+                    Kernel::FlashMask {
+                        s: s_ty,
+                        scaled,
+                        broadcast,
+                    },
                     &state,
                     &[(s_addr, sb), (m_addr, mb)],
                 );

@@ -183,11 +183,13 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
                         Kernel::FlashMask {
                             s: g.p_elem(),
                             scaled,
+                            broadcast: step == 0,
                         },
                         state.into(),
                         kernels::flash::flash_mask_slots(
                             g.p_elem(),
                             scaled,
+                            step == 0,
                             r1 - r0,
                             (sub / cols) as u32,
                         ),

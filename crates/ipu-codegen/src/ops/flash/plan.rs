@@ -689,6 +689,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
         let slots = kernels::flash::flash_mask_slots(
             geo.p_elem(),
             !geo.prescale(),
+            geo.mask_rows() == 1,
             r.div_ceil(6) as u32,
             nk.div_ceil(amp.cols) as u32,
         );
