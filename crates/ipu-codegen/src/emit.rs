@@ -285,7 +285,7 @@ pub fn supervisor_code(
                             }
                             run.op(Instr::AmpW { base: MReg(4) });
                         }
-                        SupOp::Run(..) | SupOp::RunAll(..) if std::mem::take(&mut launch_set) => {
+                        SupOp::RunAll(..) if std::mem::take(&mut launch_set) => {
                             run.op(Instr::RunAll {
                                 entry: m2,
                                 state: m3,

@@ -81,8 +81,9 @@ fn group_pointer_ops(ptrs: [MReg; 2], base: MReg, stride: MReg, groups: u32) -> 
 
 /// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
 /// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in the pair
-/// `$a{mx}:..`), and `p` added lane-wise to the sum in `$a10:11`.
-fn probabilities(scaled: bool, lo: u8, hi: u8, mx: u8) -> Vec<Instr> {
+/// `$a{mx}:..`), and `p` added lane-wise to the sum in `$a10:11` (with `starts_sum`, the row's
+/// first unit, moved into it: `0 + p` is `p`).
+fn probabilities(scaled: bool, lo: u8, hi: u8, mx: u8, starts_sum: bool) -> Vec<Instr> {
     let v = FType::F32v2;
     let mut float = Vec::new();
     if scaled {
@@ -94,7 +95,11 @@ fn probabilities(scaled: bool, lo: u8, hi: u8, mx: u8) -> Vec<Instr> {
         fbin(v, FBinOp::Sub, hi, hi, mx),
         fun(v, FUnOp::Exp, lo, lo),
         fun(v, FUnOp::Exp, hi, hi),
-        fbin(v, FBinOp::Add, 10, 10, lo),
+        if starts_sum {
+            fun(v, FUnOp::Mov, 10, lo)
+        } else {
+            fbin(v, FBinOp::Add, 10, 10, lo)
+        },
         fbin(v, FBinOp::Add, 10, 10, hi),
     ]);
     float
@@ -169,16 +174,7 @@ impl Pass2<'_> {
             return float;
         }
         let (lo, hi) = self.set(k);
-        let mut float = probabilities(self.scaled, lo, hi, PASS2_M);
-        if k == 0 {
-            // The row's first unit starts the sum: `0 + p` is `p`.
-            let first = fbin(FType::F32v2, FBinOp::Add, 10, 10, lo);
-            for f in &mut float {
-                if *f == first {
-                    *f = fun(FType::F32v2, FUnOp::Mov, 10, lo);
-                }
-            }
-        }
+        let mut float = probabilities(self.scaled, lo, hi, PASS2_M, k == 0);
         if self.a_ty == Elem::F16 {
             float.push(conv(ConvOp::F32v4ToF16v4, 12, lo));
         }
@@ -470,7 +466,7 @@ pub fn flash_softmax(
         c.bind(pass2);
         for u in 0..lkeys / 4 {
             ld4(c, s_ty, 0, sptr(u));
-            for f in probabilities(scaled, 0, 2, 6) {
+            for f in probabilities(scaled, 0, 2, 6, false) {
                 c.op(f);
             }
             st4(c, a_ty, 0, pptr(u));
