@@ -117,6 +117,50 @@ pub(crate) fn amp_launch(
     SupOp::RunAll(Kernel::AmpTable { partials }, state.into(), slots)
 }
 
+/// Whether the AMP rounds over `rows` rows can be one chain of [`Kernel::AmpChain`] rounds:
+/// every worker has at least two rows.
+pub(crate) fn amp_chains(rows: u32) -> bool {
+    rows >= 2 * WORKERS
+}
+
+/// Round `n` of `len` of a chain of AMP rounds over the same `rows` rows (see [`amp_launch`]
+/// for the operands): the first stores nothing of the round before it, the others store the
+/// last row the one before left in the AMP (its output at `prev_out`), and only the last
+/// drains its own.
+pub(crate) fn amp_chain_launch(
+    (input, in_row): ((BufferId, u32), u32),
+    partials: Option<(BufferId, u32)>,
+    (out, out_row): ((BufferId, u32), u32),
+    rows: u32,
+    prev_out: Option<(BufferId, u32)>,
+    drain: bool,
+) -> SupOp {
+    debug_assert!(amp_chains(rows));
+    let state = AmpChainState {
+        input,
+        partials: match partials {
+            Some((buffer, offset)) => StateWord::Addr(buffer, offset),
+            None => StateWord::Const(0),
+        },
+        out,
+        row_bytes: [in_row, out_row],
+        rows,
+        carry: prev_out,
+        drain,
+    };
+    let (partials, carry) = (partials.is_some(), prev_out.is_some());
+    let slots = kernels::amp_chain_slots(rows.div_ceil(WORKERS), partials, carry, drain);
+    SupOp::RunAll(
+        Kernel::AmpChain {
+            partials,
+            carry,
+            drain,
+        },
+        state.into(),
+        slots,
+    )
+}
+
 /// The direction of a [`Copy2d::regroup`].
 pub(crate) enum Regroup {
     /// From `[group][row][segment]` to whole rows.

@@ -98,7 +98,7 @@ pub enum SupOp {
 
 impl SupOp {
     /// When the `waitw` at `ops[i]` is followed by an AMP round of flash attention (`ampw`,
-    /// then a launch of [`Kernel::AmpTableDense`]), the round's weights and kernel: the
+    /// then a launch of [`Kernel::AmpTableDense`] or [`Kernel::AmpChain`]), the round's weights and kernel: the
     /// supervisor sets the weight address and the vertex state while the workers before the
     /// `waitw` still run.
     pub fn set_up_ahead(ops: &[SupOp], i: usize) -> Option<(BufferId, u32, Kernel)> {
@@ -106,7 +106,11 @@ impl SupOp {
             (
                 Some(SupOp::WaitW),
                 Some(SupOp::AmpW(b, off)),
-                Some(SupOp::RunAll(k @ Kernel::AmpTableDense { .. }, _, _)),
+                Some(SupOp::RunAll(
+                    k @ (Kernel::AmpTableDense { .. } | Kernel::AmpChain { .. }),
+                    _,
+                    _,
+                )),
             ) => Some((*b, *off, *k)),
             _ => None,
         }

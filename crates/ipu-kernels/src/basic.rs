@@ -22,6 +22,11 @@ pub(crate) enum AmpShare {
     Table,
     /// [`AmpShare::Table`], no context without rows ([`Kernel::AmpTableDense`]).
     TableDense,
+    /// [`AmpShare::TableDense`] in a chain of rounds ([`Kernel::AmpChain`]), every context with
+    /// at least two rows: with `carry`, the first row's outputs are the previous round's last
+    /// row (the AMP's accumulators persist between runs of a context), stored where that
+    /// round left it; with `drain`, a dummy row drains the last row, else it stays in the AMP.
+    Chain { carry: bool, drain: bool },
 }
 
 pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
@@ -43,17 +48,22 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
             c.op(alu(AluOp::Add, m(2), m(2), m(6)));
             c.op(alu(AluOp::Add, m(3), m(3), m(6)));
         }
-        AmpShare::Table | AmpShare::TableDense => {
+        AmpShare::Table | AmpShare::TableDense | AmpShare::Chain { .. } => {
             // This context's entry of the table, then the single-worker pass.
             c.op(Instr::Get {
                 d: m(5),
                 sys: ipu_isa::SysReg::ContextId,
             });
+            let entry = if matches!(share, AmpShare::Chain { .. }) {
+                AmpChainState::ENTRY_BYTES
+            } else {
+                AmpTableState::ENTRY_BYTES
+            };
             c.op(alu_imm(
                 AluOp::Shl,
                 m(5),
                 m(5),
-                AmpTableState::ENTRY_BYTES.trailing_zeros() as i16,
+                entry.trailing_zeros() as i16,
             ));
             c.op(alu(AluOp::Add, m(0), m(0), m(5)));
             if share == AmpShare::Table {
@@ -62,15 +72,26 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
         }
         AmpShare::One => load_state(c, AmpState::WORDS), // m1 in, m2 partials, m3 out, m4 rows
     }
-    let dense = share == AmpShare::TableDense;
+    let (chain, carry, drain) = match share {
+        AmpShare::Chain { carry, drain } => (true, carry, drain),
+        _ => (false, false, true),
+    };
+    let dense = share == AmpShare::TableDense || chain;
     let end = c.label();
     if !dense {
         c.branch(Instr::Brz { a: m(4), target: 0 }, end);
     }
     // The state's loads (dense) and the zero partials-in of a first pass ($a12:13), as Main
-    // ops; dense, laid out so that the bundles that follow need no aligning `nop`.
+    // ops; dense, laid out so that the bundles that follow need no aligning `nop`. A chain's
+    // count ($m4) is loaded after the first bundles, where it takes the place of the `sub`
+    // that would otherwise derive it; its carry pointer is $m6.
     let mut pre: Vec<Instr> = Vec::new();
-    if dense {
+    if chain {
+        pre.extend((0..3).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
+        if carry {
+            pre.push(ld32m(m(6), m(0), AmpChainState::CARRY_OFFSET as i16));
+        }
+    } else if dense {
         pre.extend((0..AmpState::WORDS).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
     }
     if !partials {
@@ -96,21 +117,22 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
             ld64step(inp, m(1), 8)
         }
     };
-    let load_store = || {
+    let load_store_to = |to: MReg| {
         if partials {
             Instr::Ld2xSt64Pace {
                 d: [inp, part],
                 s: out,
-                p: [m(1), m(2), m(3)],
+                p: [m(1), m(2), to],
             }
         } else {
             Instr::LdSt64Pace {
                 d: inp,
                 s: out,
-                p: [m(1), m(3)],
+                p: [m(1), to],
             }
         }
     };
+    let load_store = || load_store_to(m(3));
     if dense {
         pre.push(load());
         c.main_ops_ending(&pre, false);
@@ -120,21 +142,38 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
         }
         c.op(load());
     }
-    // Row 0 and phase 0 of row 1: nothing to store yet.
-    for phase in [0, 1, 2, 3, 0] {
-        c.bundle(load(), amp_op(phase));
+    // Row 0 and phase 0 of row 1: nothing of this pass to store yet; with a carry, the
+    // previous round's last row, which these five `amp`s output, goes to $m6.
+    for (i, phase) in [0, 1, 2, 3, 0].into_iter().enumerate() {
+        let main = if carry && i > 0 {
+            load_store_to(m(6))
+        } else {
+            load()
+        };
+        c.bundle(main, amp_op(phase));
     }
-    c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
-    c.rpt_bundles(Instr::Rpt {
-        count: m(5),
-        body: 4,
-    });
+    let count = if chain {
+        // The state holds the `rpt` count: rows - 1 with a drain, rows - 2 without.
+        c.op(ld32m(m(4), m(0), 12));
+        m(4)
+    } else {
+        c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
+        m(5)
+    };
+    c.rpt_bundles(Instr::Rpt { count, body: 4 });
     for phase in [1, 2, 3, 0] {
         c.bundle(load_store(), amp_op(phase));
     }
-    // Drain the last row.
-    for phase in [1, 2, 3] {
-        c.bundle(st64step(out, m(3), 8), amp_op(phase));
+    if drain {
+        // Drain the last row.
+        for phase in [1, 2, 3] {
+            c.bundle(st64step(out, m(3), 8), amp_op(phase));
+        }
+    } else {
+        // The last row's last three phases; its outputs stay in the AMP for the next round.
+        c.bundle(load_store(), amp_op(1));
+        c.bundle(load_store(), amp_op(2));
+        c.bundle(st64step(out, m(3), 8), amp_op(3));
     }
     c.op(st64step(out, m(3), 8));
     exit_at(c, end);
@@ -169,6 +208,19 @@ pub fn amp_all_slots(rows: u32, partials: bool) -> u32 {
 pub fn amp_table_dense_slots(rows: u32, partials: bool) -> u32 {
     let zero = if partials { 0 } else { 3 };
     3 + 4 + zero + 1 + 5 + 1 + 1 + 4 * rows.saturating_sub(1) + 3 + 1 + 1
+}
+
+/// Issue slots of one of the six workers of [`Kernel::AmpChain`] over `rows` (at least two)
+/// rows: finding its entry, the state's loads (one more for a carry), the pass without the
+/// `sub` of its count, and with a drain four more slots than without.
+pub fn amp_chain_slots(rows: u32, partials: bool, carry: bool, drain: bool) -> u32 {
+    let zero = if partials { 0 } else { 3 };
+    let body = if drain {
+        4 * rows.saturating_sub(1) + 4
+    } else {
+        4 * rows.saturating_sub(1)
+    };
+    3 + 3 + u32::from(carry) + zero + 1 + 5 + 1 + 1 + body + 1
 }
 
 /// Issue slots of one of the six workers of [`Kernel::AmpTable`] over `rows` rows: finding its

@@ -43,6 +43,15 @@ pub enum Kernel {
     /// [`Kernel::AmpTable`] where every worker has at least one row: no check for an empty
     /// share, and no `nop` aligning the loop (`basic::amp_table_dense_slots`).
     AmpTableDense { partials: bool },
+    /// A round of a chain of AMP rounds over the same rows, every worker with at least two
+    /// ([`AmpChainState`]): with `carry`, the previous round left its last row in the AMP
+    /// and this one stores it; without `drain`, this one leaves its own there
+    /// (`basic::amp_chain_slots`).
+    AmpChain {
+        partials: bool,
+        carry: bool,
+        drain: bool,
+    },
     /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
     Binary { ty: Elem, op: BinOp },
     /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
@@ -237,6 +246,11 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::AmpTableDense { partials } => {
             basic::amp(&mut c, partials, basic::AmpShare::TableDense)
         }
+        Kernel::AmpChain {
+            partials,
+            carry,
+            drain,
+        } => basic::amp(&mut c, partials, basic::AmpShare::Chain { carry, drain }),
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
         Kernel::ScaleHalves => basic::scale_halves(&mut c),

@@ -169,6 +169,99 @@ impl AmpTableState {
 
 const _: () = assert!(AmpTableState::ENTRY_BYTES.is_power_of_two());
 
+/// [`crate::Kernel::AmpChain`]: a round of a chain of AMP rounds over the same rows, a table
+/// of six entries of [`AmpChainState::ENTRY_WORDS`] words: input, partials, out (row 0 of the
+/// context's rows each), the `rpt` count (rows - 1 with a drain, rows - 2 without), the carry
+/// (where the previous round's last row of the context goes, or 0) and padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AmpChainState {
+    /// Row 0 of the input rows.
+    pub input: Loc,
+    /// Row 0 of the partials-in (`Const(0)` for a first pass), laid out as `out`.
+    pub partials: StateWord,
+    /// Row 0 of the output rows.
+    pub out: Loc,
+    /// Bytes of an input row and of an output row.
+    pub row_bytes: [u32; 2],
+    /// The round's rows, split evenly over the six workers (the first ones take one more).
+    pub rows: u32,
+    /// Row 0 of the previous round's output (laid out as `out`), whose last row of each
+    /// context this round stores, when the previous round left it in the AMP.
+    pub carry: Option<Loc>,
+    /// Whether this round drains its last row (the chain's last round).
+    pub drain: bool,
+}
+
+impl AmpChainState {
+    /// Words of one worker's entry.
+    pub const ENTRY_WORDS: u32 = 8;
+    /// Bytes of one worker's entry, a power of two.
+    pub const ENTRY_BYTES: u32 = 4 * Self::ENTRY_WORDS;
+    /// Byte offset of the carry word in an entry.
+    pub const CARRY_OFFSET: u32 = 16;
+    /// The fields' names, in word order: worker 0's, then the other workers' words.
+    pub const FIELDS: &'static [&'static str] = &[
+        "input", "partials", "out", "count", "carry", "pad", "pad", "pad", "workers",
+    ];
+
+    /// The number of words.
+    pub fn word_count(&self) -> usize {
+        (Self::ENTRY_WORDS * ipu_target::WORKER_CONTEXTS) as usize
+    }
+
+    /// The round as the table form holds it.
+    pub fn pass(&self) -> AmpTableState {
+        let n = ipu_target::WORKER_CONTEXTS;
+        let mut bounds = [0u32; ipu_target::WORKER_CONTEXTS as usize + 1];
+        for c in 0..n as usize {
+            let (q, r) = (self.rows / n, self.rows % n);
+            bounds[c + 1] = bounds[c] + q + u32::from((c as u32) < r);
+        }
+        AmpTableState {
+            input: self.input,
+            partials: self.partials,
+            out: self.out,
+            row_bytes: self.row_bytes,
+            bounds,
+        }
+    }
+
+    /// The state's words, in order.
+    pub fn words(&self) -> Vec<StateWord> {
+        let t = &self.pass();
+        let mut w = Vec::with_capacity(self.word_count());
+        for c in 0..t.bounds.len() - 1 {
+            let p = t.part(c);
+            let rows = p.rows;
+            let count = if self.drain {
+                rows.saturating_sub(1)
+            } else {
+                rows.saturating_sub(2)
+            };
+            let carry = match self.carry {
+                Some((b, off)) => StateWord::Addr(
+                    b,
+                    off + (t.bounds[c] + rows.saturating_sub(1)) * t.row_bytes[1],
+                ),
+                None => StateWord::Const(0),
+            };
+            w.extend([
+                p.input.word(),
+                p.partials,
+                p.out.word(),
+                StateWord::Const(count),
+                carry,
+                StateWord::Const(0),
+                StateWord::Const(0),
+                StateWord::Const(0),
+            ]);
+        }
+        w
+    }
+}
+
+const _: () = assert!(AmpChainState::ENTRY_BYTES.is_power_of_two());
+
 /// [`crate::Kernel::AmpAll`]: the AMP pass on all six workers with one state; worker context
 /// `c` takes rows `bounds[c]..bounds[c + 1]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -618,6 +711,7 @@ states! {
     Amp(AmpState),
     AmpAll(AmpAllState),
     AmpTable(AmpTableState),
+    AmpChain(AmpChainState),
     Binary(BinaryState),
     Unary(UnaryState),
     Cast(CastState),
@@ -652,6 +746,7 @@ impl State {
             State::Amp(s) => pair(s.input.word(), s.partials),
             State::AmpAll(s) => pair(s.input.word(), s.partials),
             State::AmpTable(s) => pair(s.input.word(), s.partials),
+            State::AmpChain(s) => pair(s.input.word(), s.partials),
             State::Binary(s) => pair(s.a.word(), s.b.word()),
             // A full mask streams with the scores (a broadcast one is loaded on its own).
             State::FlashMask(s) if s.mask_row_step != 0 => pair(s.s.word(), s.mask.word()),
@@ -675,6 +770,11 @@ impl State {
     pub fn buffers(&self) -> impl Iterator<Item = BufferId> {
         let words = match self {
             State::AmpTable(t) => vec![t.input.word(), t.partials, t.out.word()],
+            State::AmpChain(t) => {
+                let mut w = vec![t.input.word(), t.partials, t.out.word()];
+                w.extend(t.carry.map(|c| c.word()));
+                w
+            }
             _ => self.words(),
         };
         words.into_iter().filter_map(|w| match w {
@@ -717,6 +817,7 @@ impl crate::Kernel {
             K::Amp { .. } => StateKind::Amp,
             K::AmpAll { .. } => StateKind::AmpAll,
             K::AmpTable { .. } | K::AmpTableDense { .. } => StateKind::AmpTable,
+            K::AmpChain { .. } => StateKind::AmpChain,
             K::Binary { .. } => StateKind::Binary,
             K::Unary { .. } | K::ScaleHalves => StateKind::Unary,
             K::Cast { .. } | K::Convert { .. } => StateKind::Cast,

@@ -64,6 +64,7 @@ fn amp_rounds(
     // the first round writes `t` and the last writes `out`).
     debug_assert!(!accumulate || kblocks.is_multiple_of(2));
     let bounds = even_bounds(rows);
+    let mut prev_out = None;
     for g in 0..groups {
         let out_off = g as u32 * r_total * GRB;
         for kk in 0..kblocks {
@@ -93,6 +94,18 @@ fn amp_rounds(
                     st.into(),
                     kernels::amp_all_slots(most, partials),
                 ));
+            } else if amp_chains(rows) {
+                // One chain over all the rounds: each stores the last row the round before it
+                // left in the AMP, and only the last drains its own.
+                let n = g * kblocks + kk;
+                ops.push(amp_chain_launch(
+                    ((input, kk as u32 * r_total * GRB), GRB),
+                    partials.then_some((src, src_off)),
+                    ((dst, dst_off), GRB),
+                    rows,
+                    prev_out,
+                    n + 1 == groups * kblocks,
+                ));
             } else {
                 ops.push(amp_launch(
                     ((input, kk as u32 * r_total * GRB), GRB),
@@ -102,6 +115,7 @@ fn amp_rounds(
                     true,
                 ));
             }
+            prev_out = Some((dst, dst_off));
             ops.push(SupOp::WaitW);
         }
     }

@@ -590,8 +590,8 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
 /// states per tile)`. Code: 20 bytes per AMP round (`setzi` and `ampw`, `setzi` of the state
 /// and `runall`, `waitw`), about 160 per sub-block for the softmax's and rescale's launches and
 /// 512 for the rest. States: identical states of a tile are stored once (`emit`), and the
-/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (96 or 40 bytes, see
-/// [`FlashGeometry::table`]) are the same for every sub-block and item: one set per tile. The `P v` rounds write the
+/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (192, 96 or 40 bytes, see
+/// [`FlashGeometry::table`] and [`crate::lower::amp_chains`]) are the same for every sub-block and item: one set per tile. The `P v` rounds write the
 /// item's own partial result, a set for the first sub-block and one for the others; the
 /// softmax, rescale and mask launches about 300 bytes per sub-block, and 6 launches of a
 /// 32-byte mask state per key group for the sub-blocks a causal diagonal or padding crosses.
@@ -606,7 +606,14 @@ pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
     let pv_states = (2 * geo.gv() * sk.div_ceil(amp.k_block)) as u64;
     let crossed = if geo.causal { 3 } else { 1 };
     let mask_states = crossed * sk.div_ceil(amp.cols) as u64 * 6 * 32;
-    let amp_state = if geo.table { 96 } else { 40 };
+    // Six entries of a table: 32 bytes each in a chain of rounds, 16 otherwise.
+    let amp_state = if geo.table && crate::lower::amp_chains(geo.rows as u32) {
+        6 * kernels::AmpChainState::ENTRY_BYTES as u64
+    } else if geo.table {
+        96
+    } else {
+        40
+    };
     (
         code,
         amp_state * pv_states + 300 * subs + mask_states + 512,
@@ -619,7 +626,11 @@ pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
 fn amp_round_cycles(rows: usize, table: bool) -> u64 {
     let slot = BARREL_SLOT_CYCLES as u64;
     let per = (rows as u32).div_ceil(6);
-    let worker = if table && rows >= 6 {
+    let worker = if table && crate::lower::amp_chains(rows as u32) {
+        // A round inside a chain: it stores the last row of the one before and leaves its own
+        // in the AMP (the chain's ends: `amp_chain_ends_slots`).
+        kernels::amp_chain_slots(per, true, true, false)
+    } else if table && rows >= 6 {
         kernels::amp_table_dense_slots(per, true)
     } else if table {
         kernels::amp_table_slots(per, true)
@@ -631,6 +642,20 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
     // dense round's two `setzi`s issue while the round before it runs.
     let setzi = if table && rows >= 6 { 0 } else { 2 };
     slot * (worker as u64 + 1 + setzi) + 32
+}
+
+/// Worker issue slots that a chain of AMP rounds over `rows` rows spends at its ends beyond
+/// [`amp_round_cycles`] of each of its rounds: its first round stores no carry and its last
+/// drains (0 when the rounds do not chain).
+fn amp_chain_ends_slots(rows: usize, table: bool) -> u64 {
+    if !(table && crate::lower::amp_chains(rows as u32)) {
+        return 0;
+    }
+    let per = (rows as u32).div_ceil(6);
+    let middle = kernels::amp_chain_slots(per, true, true, false);
+    let ends = kernels::amp_chain_slots(per, true, false, false)
+        + kernels::amp_chain_slots(per, true, true, true);
+    (ends - 2 * middle) as u64
 }
 
 /// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
@@ -670,7 +695,10 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let (r, nk) = (geo.rows, geo.keys);
     let rounds =
         nk.div_ceil(amp.cols) * (geo.d / amp.k_block) + geo.gv() * nk.div_ceil(amp.k_block);
-    let amp_cycles = rounds as u64 * amp_round_cycles(r, geo.table);
+    // Per sub-block, the `q kᵀ` rounds are one chain and the `P v` rounds another.
+    let chains = 2 * geo.sub_blocks().len() as u64;
+    let amp_cycles = rounds as u64 * amp_round_cycles(r, geo.table)
+        + chains * slot * amp_chain_ends_slots(r, geo.table);
     let lkeys = amp.cols.max(amp.k_block);
     let stats = slot
         * flash_softmax_slots(
