@@ -201,12 +201,19 @@ fn flash(
             }
         };
         let shifted = b.op(n("shifted"), OpKind::Sub, &[t, mj])?;
-        let p = b.op(n("p"), OpKind::Exp, &[shifted])?;
-        let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[p])?;
-        let pa = if partials == operand {
-            p
+        let (pa, rs) = if partials == operand {
+            let p = b.op(n("p"), OpKind::Exp, &[shifted])?;
+            let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[p])?;
+            (p, rs)
         } else {
-            b.op(n("pa"), OpKind::cast(operand), &[p])?
+            // f16 probabilities from f32 scores: the shifted scores round to f16 and `exp`
+            // runs in f16 (the device's f16v4 `exp`); the row sum is the f32 sum of those
+            // probabilities, the values the `p v` product multiplies.
+            let sh = b.op(n("shifted16"), OpKind::cast(operand), &[shifted])?;
+            let pa = b.op(n("p"), OpKind::Exp, &[sh])?;
+            let wide = b.op(n("pwide"), OpKind::cast(partials), &[pa])?;
+            let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[wide])?;
+            (pa, rs)
         };
         let pv = b.op(n("pv"), mm.clone(), &[pa, vj])?;
         let (lj, oj) = match (alpha, l, o) {

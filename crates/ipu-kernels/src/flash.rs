@@ -10,8 +10,10 @@
 //!   the row's maximum `m` and sum `l`.
 //!
 //! [`flash_softmax`] turns a block of scores into probabilities and statistics; [`flash_combine`]
-//! merges the partial results of the key blocks of the same rows and normalises them. All
-//! arithmetic is f32 (f16 data is widened on load and narrowed on store).
+//! merges the partial results of the key blocks of the same rows and normalises them. The
+//! arithmetic is f32 (f16 data is widened on load and narrowed on store), but for f16
+//! probabilities, whose `exp` takes the shifted score rounded to f16 (see [`flash_softmax`]),
+//! and f16 scores, which compute as the expansion's f16 operations round.
 
 use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg, RedOp};
 
@@ -174,9 +176,45 @@ impl Pass2<'_> {
             return float;
         }
         let (lo, hi) = self.set(k);
-        let mut float = probabilities(self.scaled, lo, hi, PASS2_M, k == 0);
-        if self.a_ty == Elem::F16 {
-            float.push(conv(ConvOp::F32v4ToF16v4, 12, lo));
+        if self.a_ty == Elem::F32 {
+            return probabilities(self.scaled, lo, hi, PASS2_M, k == 0);
+        }
+        // f16 probabilities: the shifted scores narrow first and `exp` runs on f16v4, four
+        // keys in two slots; the sum is of the f16 probabilities `P v` multiplies.
+        let v = FType::F32v2;
+        let mut float = Vec::new();
+        if self.scaled {
+            float.push(fbin(v, FBinOp::Mul, lo, lo, 8));
+            float.push(fbin(v, FBinOp::Mul, hi, hi, 8));
+        }
+        float.extend([
+            fbin(v, FBinOp::Sub, lo, lo, PASS2_M),
+            fbin(v, FBinOp::Sub, hi, hi, PASS2_M),
+            conv(ConvOp::F32v4ToF16v4, 12, lo),
+            fun(FType::F16v4, FUnOp::Exp, 12, 12),
+        ]);
+        let sum = |d: u8| Instr::FReduce {
+            ty: FType::F16v4,
+            op: RedOp::Sum,
+            d: a(d),
+            a: ap(12),
+        };
+        // The row's first two units start the sums `$a10` and `$a11` with their lane sums;
+        // they run before the `rpt` (`Pass2::lead`).
+        if k < 2 {
+            float.push(sum(10 + k as u8));
+        } else if self.scaled {
+            // `$a8:9` holds the scale: a unit's lane sum goes to its own quad's first register
+            // (free once narrowed), then into the sum of its parity.
+            let acc = 10 + (k % 2) as u8;
+            float.push(sum(lo));
+            float.push(fbin(FType::F32, FBinOp::Add, acc, acc, lo));
+        } else if k.is_multiple_of(2) {
+            float.push(sum(8));
+        } else {
+            // Two units' lane sums in `$a8:9`, added to `$a10:11` as a pair.
+            float.push(sum(9));
+            float.push(fbin(v, FBinOp::Add, 10, 10, 8));
         }
         float
     }
@@ -234,13 +272,20 @@ impl Pass2<'_> {
         let n = self.units;
         pre.extend(self.loads(0, 0));
         c.main_ops_ending(&pre, false);
-        // Unit 0, its last Main op alone after it: the `rpt` then starts on an odd word and
-        // its body of bundles on an even one.
-        let mut main = self.main(0, 0, true, true);
-        let last = main.pop().unwrap_or(Instr::Nop);
-        c.bundles(&main, &self.float(0));
-        c.op(last);
-        let body: Vec<_> = (1..=n)
+        // The lead units, the last one's last Main op alone after it: the `rpt` then starts on
+        // an odd word and its body of bundles on an even one.
+        let lead = self.lead();
+        for k in 0..lead {
+            let mut main = self.main(k, k, true, true);
+            if k + 1 == lead {
+                let last = main.pop().unwrap_or(Instr::Nop);
+                c.bundles(&main, &self.float(k));
+                c.op(last);
+            } else {
+                c.bundles(&main, &self.float(k));
+            }
+        }
+        let body: Vec<_> = (lead..lead + n)
             .map(|k| (self.main(k % n, k, true, true), self.float(k)))
             .collect();
         let issues: usize = body.iter().map(|(_, f)| f.len()).sum();
@@ -252,11 +297,21 @@ impl Pass2<'_> {
             c.bundles(main, float);
         }
         // The last super-group: no advances, no load after its last unit.
-        for k in 1..n {
+        for k in lead..n {
             c.bundles(&self.main(k, k, false, k + 1 < n), &self.float(k));
         }
         for op in self.stores(n - 1, n - 1) {
             c.op(op);
+        }
+    }
+
+    /// Units of the row's first super-group before the `rpt`: those whose arithmetic starts
+    /// the row's sums (two for f16 probabilities from f32 scores, else one).
+    fn lead(&self) -> u32 {
+        if !self.half && self.a_ty == Elem::F16 {
+            2
+        } else {
+            1
         }
     }
 
@@ -267,11 +322,21 @@ impl Pass2<'_> {
             // multiplications and narrowing when scaled.
             (5 + if scaled { 6 } else { 0 }, 1, 1)
         } else {
-            // The subtractions, `exp`s (two slots each), additions, and the narrowing to f16
-            // probabilities, with the scale's multiplications when scaled.
-            let narrow = if a_ty == Elem::F16 { 1 } else { 0 };
-            let stores = if a_ty == Elem::F16 { 1 } else { 2 };
-            (8 + if scaled { 2 } else { 0 } + narrow, 2, stores)
+            match a_ty {
+                // The subtractions, `exp`s (two slots each) and additions, with the scale's
+                // multiplications when scaled.
+                Elem::F32 => (8 + if scaled { 2 } else { 0 }, 2, 2),
+                // The subtractions, the narrowing, one f16v4 `exp` (two slots), the lane sum
+                // and, scaled, the multiplications and an addition a unit; unscaled, an
+                // addition every second unit (`units` is even: [`flash_softmax`] checks it).
+                // The first two units store their lane sums as the row's sums: one slot less
+                // each scaled, the pair's addition less unscaled.
+                Elem::F16 => {
+                    let n = super_groups * units;
+                    let float = if scaled { 9 * n - 2 } else { 6 * n + n / 2 - 1 };
+                    return pre + 2 + 1 + 1 + float + 1;
+                }
+            }
         };
         // The set-up and the first loads, unit 0's Main op alone, the `rpt`, the units and
         // the last stores.
@@ -281,7 +346,11 @@ impl Pass2<'_> {
 
 /// Scores to probabilities, per row: `m = max_k(s_k) * scale`, `p_k = exp(s_k * scale - m)`
 /// stored as `a_ty` in the `P` layout, `l = sum_k p_k` (in f32, two lanes then added);
-/// `m` and `l` are stored at the row's statistics. Keys are visited in super-groups of
+/// `m` and `l` are stored at the row's statistics. f16 probabilities from f32 scores are
+/// `p_k = f16(exp(f16(s_k * scale - m)))`: the shifted score narrows first and `exp` runs on
+/// f16v4 (four keys in two slots, against two f32v2 `exp`s of two slots each), and `l` is the
+/// f32 sum of those f16 `p_k`, the values `P v` multiplies (each unit's four lanes summed, then
+/// added into two lanes). Keys are visited in super-groups of
 /// `max(cols, kb)` keys (`cols`: the score layout's group, `kb`: the probability layout's).
 ///
 /// State: S (row 0, group 0), P (row 0, group 0), statistics (row 0), rows, super-groups,
@@ -445,6 +514,12 @@ pub fn flash_softmax(
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
     if s_ty == Elem::F32 || half {
+        // f16 probabilities from f32 scores pair units of four keys (a super-group of the
+        // AMP's layouts holds at least 16 keys).
+        assert!(
+            half || a_ty == Elem::F32 || (lkeys / 4).is_multiple_of(2),
+            "flash_softmax: f16 probabilities from f32 scores need super-groups of 8n keys"
+        );
         let g = Pass2 {
             scaled,
             a_ty,

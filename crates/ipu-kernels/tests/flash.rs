@@ -212,45 +212,61 @@ fn softmax_block(
 
 #[test]
 fn softmax_block_gives_the_host_probabilities_and_statistics() {
-    // 3 rows, 32 keys: scores f32 in groups of 8 keys, probabilities f16 in groups of 16.
-    let (rows, keys, cols, kb) = (3usize, 32usize, 8usize, 16usize);
-    let scale = 0.125f32;
-    let score = |r: usize, k: usize| value(r * 131 + k * 17) * 4.0;
-    let mut s = vec![0f32; keys * rows];
-    for r in 0..rows {
-        for k in 0..keys {
-            s[((k / cols) * rows + r) * cols + k % cols] = score(r, k);
+    // 3 rows of f32 scores in groups of 8 keys, f16 probabilities in groups of 16: one
+    // super-group of 16 keys (no `rpt` iteration), two, and five; scaled in the kernel and
+    // already scaled (the pass that pairs its units' sums).
+    let (rows, cols, kb) = (3usize, 8usize, 16usize);
+    let f16 = |x: f32| half::f16::from_f32(x).to_f32();
+    for keys in [16usize, 32, 80] {
+        for scaled in [true, false] {
+            let scale = if scaled { 0.125f32 } else { 1.0 };
+            let score = |r: usize, k: usize| value(r * 131 + k * 17) * 4.0;
+            let mut s = vec![0f32; keys * rows];
+            for r in 0..rows {
+                for k in 0..keys {
+                    s[((k / cols) * rows + r) * cols + k % cols] = score(r, k);
+                }
+            }
+            // Row 2 sees only its first 5 keys: the rest are -inf, as the causal mask leaves them.
+            for k in 5..keys {
+                s[((k / cols) * rows + 2) * cols + k % cols] = f32::NEG_INFINITY;
+            }
+            let what = format!("keys={keys} scaled={scaled}");
+            let (p, stats) =
+                softmax_block(Elem::F32, [cols, kb, rows, keys], scaled, scale, bytes(&s));
+            for r in 0..rows {
+                let seen = if r == 2 { 5 } else { keys };
+                let t = |k: usize| {
+                    if scaled {
+                        score(r, k) * scale
+                    } else {
+                        score(r, k)
+                    }
+                };
+                let m = (0..seen).map(t).fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(stats[r * 8], m, "{what} row {r} maximum");
+                let mut l = 0f64;
+                for k in 0..keys {
+                    // The shifted score rounded to f16, `exp` in f32, rounded to f16.
+                    let e = if k < seen {
+                        f16(f16(t(k) - m).exp())
+                    } else {
+                        0.0
+                    };
+                    l += e as f64;
+                    assert_eq!(
+                        p[((k / kb) * rows + r) * kb + k % kb],
+                        half::f16::from_f32(e).to_bits(),
+                        "{what} row {r} key {k}"
+                    );
+                }
+                let got = stats[r * 8 + 1] as f64;
+                assert!(
+                    (got - l).abs() <= 1e-6 * l,
+                    "{what} row {r} sum {got} vs {l}"
+                );
+            }
         }
-    }
-    // Row 2 sees only its first 5 keys: the rest are -inf, as the causal mask leaves them.
-    for k in 5..keys {
-        s[((k / cols) * rows + 2) * cols + k % cols] = f32::NEG_INFINITY;
-    }
-    let (p, stats) = softmax_block(Elem::F32, [cols, kb, rows, keys], true, scale, bytes(&s));
-    for r in 0..rows {
-        let seen = if r == 2 { 5 } else { keys };
-        let m = (0..seen)
-            .map(|k| score(r, k))
-            .fold(f32::NEG_INFINITY, f32::max)
-            * scale;
-        assert_eq!(stats[r * 8], m, "row {r} maximum");
-        let mut l = 0f64;
-        for k in 0..keys {
-            let e = if k < seen {
-                (score(r, k) * scale - m).exp()
-            } else {
-                0.0
-            };
-            l += e as f64;
-            let want = half::f16::from_f32(e).to_bits();
-            assert_eq!(
-                p[((k / kb) * rows + r) * kb + k % kb],
-                want,
-                "row {r} key {k}"
-            );
-        }
-        let got = stats[r * 8 + 1] as f64;
-        assert!((got - l).abs() <= 1e-6 * l, "row {r} sum {got} vs {l}");
     }
 }
 

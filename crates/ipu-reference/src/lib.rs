@@ -30,8 +30,10 @@
 //!   in f32 ([`unary::tanh_device`], [`unary::erf_device`]; exact: f64 `tanh` and
 //!   [`unary::erf_exact`]);
 //! - flash attention is its expansion into blocked operations (`ipu_graph::expand`, a causal
-//!   mask included), each evaluated by the rules here; the per-row blocked recipe in
-//!   `eval::flash_attention_device` is used only for a graph the expansion refuses.
+//!   mask included), each evaluated by the rules here: with f32 partials and f16
+//!   probabilities, the shifted scores round to f16 before an f16 `exp`, and the row sum adds
+//!   those f16 probabilities in f32, as the device's `flash_softmax` does. The exact precision
+//!   evaluates the fused operation directly, without blocks.
 //!
 //! In both precisions a graph constant takes the values its data decodes to (f16 bits and FP8
 //! codes at the dtype's scale are exact f32 values).
