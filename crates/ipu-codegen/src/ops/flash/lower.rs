@@ -989,7 +989,7 @@ impl Lowerer<'_> {
         let chunks = g.chunks();
         let nkp = g.chunk_keys_padded();
         let nkk = g.chunk_keys().div_ceil(kb) * kb;
-        let mut bufs = Vec::with_capacity(fp.items.len());
+        let mut bufs: Vec<ItemBuffers> = Vec::with_capacity(fp.items.len());
         let mut copies: Vec<Vec<Vec<Copy>>> = Vec::with_capacity(fp.items.len());
         // Placement groups of each key block's kᵀ and v (a new pair when a tile would hold two
         // members of one group).
@@ -1032,6 +1032,19 @@ impl Lowerer<'_> {
             let (gk, gvv) = (entry.0, entry.1);
             self.prog.buffers[kt.0 as usize].group = Some(gk);
             self.prog.buffers[v.0 as usize].group = Some(gvv);
+            // Two items of the same query rows on the tiles of a pair (`plan::layout` puts the
+            // last item of each odd run of a key block there): their `q` at one address, so
+            // its copies merge into one multicast the pair receives at once.
+            if let Some(prev) = i.checked_sub(1).map(|j| &fp.items[j])
+                && (prev.batch, prev.q0) == (it.batch, it.q0)
+                && prev.tile + 1 == tile
+                && tile % 2 == 1
+            {
+                let qg = self.next_group;
+                self.next_group += 1;
+                self.prog.buffers[bufs[i - 1].q.0 as usize].group = Some(qg);
+                self.prog.buffers[q.0 as usize].group = Some(qg);
+            }
             let sub = g.sub_keys().div_ceil(cols) * cols;
             let s = self.prog.buffer(
                 tile,

@@ -58,8 +58,11 @@ pub const fn home_unit(x: usize) -> usize {
 }
 /// Keys per block are multiples of this (the largest `max(cols, kb)` of the AMP modes).
 pub const KEY_STEP: usize = 16;
-/// Query rows per block are multiples of this.
-pub const ROW_STEP: usize = 8;
+/// Query rows per block are multiples of this. Any even count maps (each worker takes a share
+/// of the rows, at least two in a chain of AMP rounds); a finer step than eight lets a block
+/// fill the tiles exactly: the preset's 23 blocks of 90 rows by 16 of 128 keys are 1472 items,
+/// 15 rows a worker, where multiples of eight give 22 blocks of 96 (1408 items, 16 a worker).
+pub const ROW_STEP: usize = 2;
 /// Candidates (cheapest estimates first) modelled from their tile programs.
 pub const MODELLED_MAX: usize = 8;
 /// Bound on the key-block sizes examined.
@@ -1089,30 +1092,46 @@ pub fn plan_flash(
 
 /// Items, merges and homes of a mapping.
 pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
-    let mut items = Vec::new();
+    let mut order = Vec::new();
+    let mut deferred = Vec::new();
     let kblocks = geo.sk.div_ceil(geo.keys);
     let group = geo.group();
     for kvb in 0..geo.kv_batch {
         for kj in 0..kblocks {
             // The query entries of one kv entry read the same key blocks: their items follow
             // one another too.
+            let start = order.len();
             for b in kvb * group..(kvb + 1) * group {
                 for q0 in (0..geo.sq).step_by(geo.rows) {
                     let q1 = (q0 + geo.rows).min(geo.sq);
                     if needed(geo.causal, q1, kj * geo.keys) {
-                        // Consecutive items on consecutive tiles (multicast of a key block);
-                        // with more items than tiles, a tile takes every `tiles`-th.
-                        items.push(FlashItem {
-                            tile: (items.len() % tiles as usize) as u32,
-                            batch: b,
-                            q0,
-                            k0: kj * geo.keys,
-                        });
+                        order.push((b, q0, kj * geo.keys));
                     }
                 }
             }
+            // Tiles 2i and 2i + 1 share an exchange bus, and a pair receives a multicast at
+            // twice a tile's rate: a key block's run of an odd length would leave the pairs of
+            // every run after it straddling two key blocks. Its last item (the last query
+            // block) goes to the end instead, where it pairs with the next run's last item:
+            // the same query rows, and the same head's next key block.
+            if !(order.len() - start).is_multiple_of(2) {
+                deferred.push(order.pop().expect("a run of odd length is not empty"));
+            }
         }
     }
+    order.extend(deferred);
+    // Consecutive items on consecutive tiles (multicast of a key block); with more items than
+    // tiles, a tile takes every `tiles`-th.
+    let items: Vec<FlashItem> = order
+        .into_iter()
+        .enumerate()
+        .map(|(i, (batch, q0, k0))| FlashItem {
+            tile: (i % tiles as usize) as u32,
+            batch,
+            q0,
+            k0,
+        })
+        .collect();
     let mut by_rows: std::collections::BTreeMap<(usize, usize), Vec<usize>> = Default::default();
     for (i, it) in items.iter().enumerate() {
         by_rows.entry((it.batch, it.q0)).or_default().push(i);
