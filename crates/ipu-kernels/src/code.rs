@@ -486,6 +486,15 @@ pub fn ld64_at(d: u8, base: MReg, off: i16) -> Instr {
         mode: AddrMode::Offset(off),
     }
 }
+/// `st64 $aS:, $mB, off`
+pub fn st64_at(s: u8, base: MReg, off: i16) -> Instr {
+    Instr::Store {
+        width: Width::B64,
+        s: DataReg::A(s),
+        base,
+        mode: AddrMode::Offset(off),
+    }
+}
 /// `li d, value`: two words.
 pub fn li(c: &mut Code, d: MReg, value: u32) {
     c.op(setzi(d, value & 0xFFFF));

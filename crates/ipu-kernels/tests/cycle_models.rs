@@ -689,7 +689,7 @@ fn cases() -> Vec<Case> {
                 ));
             }
         }
-        for (rows, groups) in [(1u32, 1u32), (5, 8)] {
+        for (rows, groups) in [(0u32, 2u32), (2, 0), (1, 1), (2, 3), (5, 8)] {
             out.push(case(
                 format!("flash_rescale {s:?} rows={rows} groups={groups}"),
                 Kernel::FlashRescale { p: s },

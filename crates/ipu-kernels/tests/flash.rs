@@ -325,54 +325,57 @@ fn f16_softmax_rounds_as_the_f16_expansion() {
 
 #[test]
 fn rescale_multiplies_each_row_by_its_factor() {
-    // 3 rows, 2 groups of 32 bytes, in f32 and in f16.
+    // A worker's `rows` of a block of `all` rows, `groups` groups of 32 bytes, in f32 and in
+    // f16: its rows scaled, the block's other rows untouched.
     for p in [Elem::F32, Elem::F16] {
-        let (rows, groups) = (3usize, 2usize);
-        let o_addr = 0x60000u32;
-        let st_addr = 0x61000u32;
-        let per = if p == Elem::F32 { 8 } else { 16 };
-        let o: Vec<f32> = (0..groups * rows * per).map(|i| value(i) * 3.0).collect();
-        let o_bytes: Vec<u8> = match p {
-            Elem::F32 => bytes(&o),
-            Elem::F16 => o
-                .iter()
-                .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
-                .collect(),
-        };
-        let alpha = [0.5f32, 0.123, 1.0];
-        let mut st = vec![0f32; rows * 8];
-        for (r, a) in alpha.iter().enumerate() {
-            st[r * 8 + 2] = *a;
-        }
-        let state = [
-            o_addr,
-            st_addr,
-            rows as u32,
-            groups as u32,
-            (rows * 32) as u32,
-        ];
-        let dev = run(
-            Kernel::FlashRescale { p },
-            &state,
-            &[(o_addr, o_bytes), (st_addr, bytes(&st))],
-        );
-        for g in 0..groups {
-            for (r, &factor) in alpha.iter().enumerate() {
-                for lane in 0..per {
-                    let i = (g * rows + r) * per + lane;
-                    match p {
-                        Elem::F32 => {
-                            let got = f32s(&dev, o_addr + 4 * i as u32, 1)[0];
-                            assert_eq!(got, o[i] * factor, "f32 group {g} row {r}");
-                        }
-                        Elem::F16 => {
-                            let got = f16_bits(&dev, o_addr + 2 * i as u32, 1)[0];
-                            let x = half::f16::from_f32(o[i]).to_f32() * factor;
-                            assert_eq!(
-                                got,
-                                half::f16::from_f32(x).to_bits(),
-                                "f16 group {g} row {r}"
-                            );
+        for (rows, groups, all) in [(3usize, 2usize, 3usize), (1, 1, 1), (1, 3, 4), (7, 8, 9)] {
+            let o_addr = 0x60000u32;
+            let st_addr = 0x61000u32;
+            let per = if p == Elem::F32 { 8 } else { 16 };
+            let o: Vec<f32> = (0..groups * all * per).map(|i| value(i) * 3.0).collect();
+            let o_bytes: Vec<u8> = match p {
+                Elem::F32 => bytes(&o),
+                Elem::F16 => f16_of(&o),
+            };
+            let alpha: Vec<f32> = (0..rows).map(|r| [0.5f32, 0.123, 1.0][r % 3]).collect();
+            let mut st = vec![0f32; all * 8];
+            // alpha as a pair in the third and fourth words, as `flash_softmax` stores it.
+            for (r, a) in alpha.iter().enumerate() {
+                st[r * 8 + 2] = *a;
+                st[r * 8 + 3] = *a;
+            }
+            let state = [
+                o_addr,
+                st_addr,
+                rows as u32,
+                groups as u32,
+                (all * 32) as u32,
+            ];
+            let dev = run(
+                Kernel::FlashRescale { p },
+                &state,
+                &[(o_addr, o_bytes), (st_addr, bytes(&st))],
+            );
+            let what = format!("{p:?} rows={rows} groups={groups} of {all}");
+            for g in 0..groups {
+                for r in 0..all {
+                    let factor = alpha.get(r).copied().unwrap_or(1.0);
+                    for lane in 0..per {
+                        let i = (g * all + r) * per + lane;
+                        match p {
+                            Elem::F32 => {
+                                let got = f32s(&dev, o_addr + 4 * i as u32, 1)[0];
+                                assert_eq!(got, o[i] * factor, "{what}: group {g} row {r}");
+                            }
+                            Elem::F16 => {
+                                let got = f16_bits(&dev, o_addr + 2 * i as u32, 1)[0];
+                                let x = half::f16::from_f32(o[i]).to_f32() * factor;
+                                assert_eq!(
+                                    got,
+                                    half::f16::from_f32(x).to_bits(),
+                                    "{what}: group {g} row {r}"
+                                );
+                            }
                         }
                     }
                 }
