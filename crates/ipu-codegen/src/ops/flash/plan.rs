@@ -7,7 +7,7 @@
 //! maximum, row sum, unnormalised output) in a second exchange and compute step (the running-
 //! max rescaling of flash attention, applied across key blocks). With a causal mask, blocks
 //! whose keys all follow their queries are not items at all. An item whose scores would not
-//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] with a running maximum; an item
+//! fit at once walks its keys in sub-blocks of [`SUB_KEYS`] to [`SUB_KEYS_MAX`] keys with a running maximum; an item
 //! whose keys' `kᵀ` and `v` would not fit at once receives them in chunks of whole sub-blocks
 //! ([`FlashGeometry::chunk`]), each chunk its own distribution and scores step into the same
 //! buffers, the running maximum, sum and output staying on the tile between them. A mask
@@ -152,6 +152,8 @@ impl FlashMask {
 /// Keys of the sub-blocks an item walks through with a running maximum when its keys' scores
 /// do not fit at once: bounds the scores a tile holds, whatever the keys per item.
 pub const SUB_KEYS: usize = 128;
+/// The largest sub-blocks tried (powers of two from [`SUB_KEYS`]).
+pub const SUB_KEYS_MAX: usize = 512;
 
 impl FlashGeometry {
     /// Query batch entries per kv batch entry (1 without grouped-query attention).
@@ -991,13 +993,18 @@ pub fn plan_flash(
             geo.rows = rows;
             let (items, merge) = count_items(&geo);
             let per_tile = items.div_ceil(tiles as usize);
-            // One pass over the keys if its scores fit, else sub-blocks of SUB_KEYS keys.
+            // One pass over the keys, or sub-blocks of SUB_KEYS keys up to SUB_KEYS_MAX (fewer
+            // rescales of the partial output the larger they are), each launch form: the
+            // cheapest that fits. Only when none fits, the keys streamed in the largest chunks
+            // that fit.
             let mut subs = vec![usize::MAX];
-            if nk > SUB_KEYS {
-                subs.push(SUB_KEYS);
+            let mut sub = SUB_KEYS_MAX;
+            while sub >= SUB_KEYS {
+                if nk > sub {
+                    subs.push(sub);
+                }
+                sub /= 2;
             }
-            // The faster launch when its states fit, else the leaner one; then, when no item
-            // holds all its keys at once, the keys streamed in the largest chunks that fit.
             let mut options: Vec<(usize, bool, usize)> = subs
                 .iter()
                 .flat_map(|&sub| [(sub, true, usize::MAX), (sub, false, usize::MAX)])
@@ -1011,7 +1018,11 @@ pub fn plan_flash(
             for &c in chunks.iter().rev() {
                 options.extend([(SUB_KEYS, true, c), (SUB_KEYS, false, c)]);
             }
+            let mut best: Option<FlashCandidate> = None;
             for (sub, table, chunk) in options {
+                if chunk != usize::MAX && best.is_some() {
+                    break;
+                }
                 geo.sub = sub;
                 geo.table = table;
                 geo.chunk = chunk;
@@ -1046,7 +1057,7 @@ pub fn plan_flash(
                     cycles * per_tile as u64 + mask_prep,
                     exchange * per_tile as u64,
                 );
-                candidates.push(FlashCandidate {
+                let candidate = FlashCandidate {
                     rows: geo.rows,
                     keys: nk,
                     sub,
@@ -1057,9 +1068,18 @@ pub fn plan_flash(
                     estimated_cycles: cycles,
                     estimated_exchange_cycles: exchange,
                     peak_bytes: need,
-                });
-                break;
+                };
+                if best
+                    .as_ref()
+                    .is_none_or(|b| candidate.estimated_cycles < b.estimated_cycles)
+                {
+                    best = Some(candidate);
+                }
+                if chunk != usize::MAX {
+                    break;
+                }
             }
+            candidates.extend(best);
         }
         nk += step;
     }
@@ -1296,6 +1316,7 @@ impl Planner<'_> {
                 candidate = i,
                 rows = c.rows,
                 keys = c.keys,
+                sub_block_keys = c.sub.min(c.keys),
                 items = c.items,
                 merged_blocks = c.merge,
                 modelled_cycles = modelled,
