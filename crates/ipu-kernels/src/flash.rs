@@ -15,7 +15,7 @@
 //! probabilities, whose `exp` takes the shifted score rounded to f16 (see [`flash_softmax`]),
 //! and f16 scores, which compute as the expansion's f16 operations round.
 
-use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg, RedOp};
+use ipu_isa::{AddrMode, AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, RedOp, Width};
 
 use crate::Elem;
 use crate::code::*;
@@ -842,57 +842,85 @@ pub fn flash_mask_slots(s_ty: Elem, scaled: bool, broadcast: bool, rows: u32, gr
     fixed + rows * (6 + groups * (4 * per + 3))
 }
 
-/// f32 bits of 1.0 and of the largest finite f32; the f16 pairs of the same.
-const ONE_F32: u32 = 0x3F80_0000;
-const ONE_F16X2: u32 = 0x3C00_3C00;
-/// The largest finite value of each partials type (`x` bits for f32, two halves for f16).
-pub const LARGEST_F32: u32 = 0x7F7F_FFFF;
-/// See [`LARGEST_F32`].
-pub const LARGEST_F16X2: u32 = 0x7BFF_7BFF;
+/// The lowest finite value of each partials type, as [`flash_mask_bool`] writes it for a
+/// hidden key (f32 bits; an f16 in the low half).
+const LOWEST_F32: u32 = 0xFF7F_FFFF;
+/// See [`LOWEST_F32`].
+const LOWEST_F16: u32 = 0xFBFF;
 
-/// A boolean mask, already cast to 0 or 1 in `ty`, made additive in place:
-/// `x = (x - 1) * largest`, exactly 0 for a visible key and the lowest finite value of `ty`
-/// for a hidden one (`docs/numerics.md`, flash attention with a mask).
+/// A boolean mask (a byte an element, nonzero where the key is visible) to the additive mask
+/// in `ty`: exactly 0 for a visible key and the lowest finite value of `ty` for a hidden one,
+/// what `(cast(m) - 1) * largest` gives (`docs/numerics.md`, flash attention with a mask).
+/// An element at a time in the integer unit, in an `rpt` over groups of four: its byte loaded
+/// (`ldz8`), compared with zero (1 where hidden) and multiplied by the lowest value's bits, the
+/// word stored (f16: two elements' halves in one word). Four slots an element.
 ///
-/// State ([`UnaryState`]): input, out, 64-bit vectors, `largest` (f32 bits, or two f16
-/// halves).
-pub fn flash_mask_additive(c: &mut Code, ty: Elem) {
-    load_state(c, UnaryState::WORDS);
-    let (input, out, vectors, tmp) = (m(1), m(2), m(3), m(5));
-    let end = c.label();
-    loop_counts(c, &[vectors], end);
-    li(
-        c,
-        tmp,
-        match ty {
-            Elem::F32 => ONE_F32,
-            Elem::F16 => ONE_F16X2,
-        },
-    );
-    c.op(mov_a(4, tmp));
-    c.op(mov_a(5, tmp));
-    c.op(mov_a(6, m(4)));
-    c.op(mov_a(7, m(4)));
-    let v = ty.vector_type();
-    let body = c.label();
-    c.bind(body);
-    c.op(ld64step(ap(0), input, 8));
-    c.op(fbin(v, FBinOp::Sub, 0, 0, 4));
-    c.op(fbin(v, FBinOp::Mul, 0, 0, 6));
-    c.op(st64step(ap(0), out, 8));
-    c.branch(
-        Instr::Brnzdec {
-            a: vectors,
-            target: 0,
-        },
-        body,
-    );
+/// State ([`CastState`]): input (bytes), out, groups of four elements.
+pub fn flash_mask_bool(c: &mut Code, ty: Elem) {
+    load_state(c, CastState::WORDS);
+    let (input, out, groups) = (m(1), m(2), m(3));
+    let (lo, hi) = (m(10), m(11));
+    let end = exit_if_zero(c, groups);
+    match ty {
+        Elem::F32 => li(c, lo, LOWEST_F32),
+        Elem::F16 => {
+            c.op(setzi(lo, LOWEST_F16));
+            li(c, hi, LOWEST_F16 << 16);
+        }
+    }
+    let byte = |d: MReg| Instr::Load {
+        width: Width::B8,
+        d: DataReg::M(d),
+        base: input,
+        mode: AddrMode::PostInc(1),
+    };
+    let store = |s: MReg| Instr::Store {
+        width: Width::B32,
+        s: DataReg::M(s),
+        base: out,
+        mode: AddrMode::PostInc(4),
+    };
+    let hidden = |d: MReg, k: MReg| [alu_imm(AluOp::CmpEq, d, d, 0), alu(AluOp::Mul, d, d, k)];
+    rpt(c, groups, |c| {
+        for pair in 0..2 {
+            let (t0, t1) = (m(4 + 2 * pair), m(5 + 2 * pair));
+            match ty {
+                Elem::F32 => {
+                    for t in [t0, t1] {
+                        c.op(byte(t));
+                        for op in hidden(t, lo) {
+                            c.op(op);
+                        }
+                        c.op(store(t));
+                    }
+                }
+                Elem::F16 => {
+                    c.op(byte(t0));
+                    c.op(byte(t1));
+                    for op in hidden(t0, lo).into_iter().chain(hidden(t1, hi)) {
+                        c.op(op);
+                    }
+                    c.op(alu(AluOp::Or, t0, t0, t1));
+                    c.op(store(t0));
+                }
+            }
+        }
+    });
     exit_at(c, end);
 }
 
-/// Issue slots of [`flash_mask_additive`] over `vectors` 64-bit vectors.
-pub fn flash_mask_additive_slots(vectors: u32) -> u32 {
-    4 + 2 + 2 + 4 + 1 + vectors * 5
+/// Issue slots of [`flash_mask_bool`] over `groups` groups of four elements: the state, the
+/// count check, the lowest value's bits (f16: a half each), the `rpt` and sixteen slots a
+/// group, `exit`.
+pub fn flash_mask_bool_slots(ty: Elem, groups: u32) -> u32 {
+    if groups == 0 {
+        return 3 + 1 + 1;
+    }
+    let consts = match ty {
+        Elem::F32 => 2,
+        Elem::F16 => 3,
+    };
+    3 + 1 + consts + 1 + 16 * groups + 1
 }
 
 /// Rescales the partial output of rows by their `alpha` (the third statistics word, which

@@ -130,9 +130,9 @@ pub enum Kernel {
         /// One mask row for every query (its row step is 0).
         broadcast: bool,
     },
-    /// Flash attention: a boolean mask cast to 0 or 1 made additive, `(x - 1) * largest`
-    /// (`flash_kernels::flash_mask_additive`).
-    FlashMaskAdditive { ty: Elem },
+    /// Flash attention: a boolean mask (bytes) to the additive mask in `ty`, 0 or the lowest
+    /// finite value (`flash_kernels::flash_mask_bool`).
+    FlashMaskBool { ty: Elem },
     /// Flash attention: partial results of key blocks merged and normalised
     /// (`flash_kernels::flash_combine`).
     FlashCombine {
@@ -286,7 +286,7 @@ pub fn generate(kernel: Kernel) -> Code {
             scaled,
             broadcast,
         } => flash::flash_mask(&mut c, s, scaled, broadcast),
-        Kernel::FlashMaskAdditive { ty } => flash::flash_mask_additive(&mut c, ty),
+        Kernel::FlashMaskBool { ty } => flash::flash_mask_bool(&mut c, ty),
         Kernel::FlashCombine {
             p,
             out,

@@ -835,7 +835,7 @@ impl crate::Kernel {
             K::FlashSoftmax { .. } => StateKind::FlashSoftmax,
             K::FlashRescale { .. } => StateKind::FlashRescale,
             K::FlashMask { .. } => StateKind::FlashMask,
-            K::FlashMaskAdditive { .. } => StateKind::Unary,
+            K::FlashMaskBool { .. } => StateKind::Cast,
             K::FlashCombine { .. } => StateKind::FlashCombine,
         }
     }

@@ -10,7 +10,7 @@
 use ipu_isa::{Fp8Format, Instr};
 use ipu_kernels::code::{Code, m, setzi};
 use ipu_kernels::flash::{
-    GROUP_ROW_BYTES, LARGEST_F32, flash_combine_slots, flash_mask_additive_slots, flash_mask_slots,
+    GROUP_ROW_BYTES, flash_combine_slots, flash_mask_bool_slots, flash_mask_slots,
     flash_rescale_slots, flash_softmax_slots,
 };
 use ipu_kernels::rows::*;
@@ -674,17 +674,16 @@ fn cases() -> Vec<Case> {
                     ));
                 }
             }
-            for vectors in [1u32, 37] {
+            for groups in [0u32, 1, 37] {
                 out.push(case(
-                    format!("flash_mask_additive {s:?} vectors={vectors}"),
-                    Kernel::FlashMaskAdditive { ty: s },
-                    UnaryState {
+                    format!("flash_mask_bool {s:?} groups={groups}"),
+                    Kernel::FlashMaskBool { ty: s },
+                    CastState {
                         input: at(0, 0),
                         out: at(2, 0),
-                        vectors,
-                        factor_bits: LARGEST_F32,
+                        groups,
                     },
-                    flash_mask_additive_slots(vectors),
+                    flash_mask_bool_slots(s, groups),
                     s,
                 ));
             }

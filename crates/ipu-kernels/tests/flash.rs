@@ -3,7 +3,7 @@
 mod common;
 
 use common::run;
-use ipu_kernels::{self as kernels, Elem, Kernel};
+use ipu_kernels::{Elem, Kernel};
 use ipu_sim::Device;
 
 fn f32s(dev: &Device, addr: u32, n: usize) -> Vec<f32> {
@@ -464,34 +464,36 @@ fn mask_adds_to_scores_like_the_expansion() {
 fn bool_mask_becomes_zero_or_the_lowest_finite_value() {
     let addr = 0x60000u32;
     let out = 0x61000u32;
-    let x: Vec<f32> = (0..16).map(|i| (i % 3 == 0) as u8 as f32).collect();
+    // Nonzero bytes are visible keys, whatever their value.
+    let x: Vec<u8> = (0..24u32)
+        .map(|i| [1u8, 0, 0, 7, 255, 0][i as usize % 6])
+        .collect();
     for ty in [Elem::F32, Elem::F16] {
-        let (input, largest, vectors) = match ty {
-            Elem::F32 => (bytes(&x), kernels::flash::LARGEST_F32, 8),
-            Elem::F16 => (f16_of(&x), kernels::flash::LARGEST_F16X2, 4),
-        };
         let dev = run(
-            Kernel::FlashMaskAdditive { ty },
-            &[addr, out, vectors, largest],
-            &[(addr, input)],
+            Kernel::FlashMaskBool { ty },
+            &[addr, out, x.len() as u32 / 4],
+            &[(addr, x.clone())],
         );
         for (i, &b) in x.iter().enumerate() {
             match ty {
                 Elem::F32 => {
-                    let want = if b == 1.0 { 0.0 } else { f32::MIN };
+                    let want = if b != 0 { 0.0 } else { f32::MIN };
                     let got = f32s(&dev, out + 4 * i as u32, 1)[0];
                     assert_eq!(got.to_bits(), want.to_bits(), "f32 element {i}");
                 }
                 Elem::F16 => {
-                    let want = if b == 1.0 {
-                        0
-                    } else {
-                        half::f16::MIN.to_bits()
-                    };
+                    let want = if b != 0 { 0 } else { half::f16::MIN.to_bits() };
                     let got = f16_bits(&dev, out + 2 * i as u32, 1)[0];
                     assert_eq!(got, want, "f16 element {i}");
                 }
             }
         }
+        // Nothing past the groups is written.
+        let size = if ty == Elem::F32 { 4 } else { 2 };
+        let past = dev.read(0, out + x.len() as u32 * size, 8).unwrap();
+        assert!(
+            past.iter().all(|&b| b == 0),
+            "{ty:?}: written past the groups"
+        );
     }
 }

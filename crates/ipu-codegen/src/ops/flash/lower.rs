@@ -18,7 +18,7 @@ use super::plan::{FlashGeometry, FlashPlan};
 use crate::CodegenError;
 use crate::cost::estimate;
 use crate::lower::*;
-use crate::plan::{DevOpKind, DevValueId, cast_type, conv_type};
+use crate::plan::{DevOpKind, DevValueId, cast_type};
 use crate::program::*;
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
@@ -636,16 +636,11 @@ fn prep_ops(
                         groups: g1 - g0,
                     };
                     ops.push(if from == ipu_graph::DType::Bool {
-                        let (f, t) = (conv_type(from), conv_type(g.p));
-                        let overflow = ipu_numerics::Overflow::Saturate;
+                        // 0 where a key is visible, the lowest finite value where hidden.
                         SupOp::Run(
-                            Kernel::Convert {
-                                from: f,
-                                to: t,
-                                overflow,
-                            },
+                            Kernel::FlashMaskBool { ty: g.p_elem() },
                             state.into(),
-                            kernels::convert_slots(f, t, overflow, g1 - g0),
+                            kernels::flash::flash_mask_bool_slots(g.p_elem(), g1 - g0),
                         )
                     } else {
                         let (f, t) = (cast_type(from), cast_type(g.p));
@@ -658,31 +653,6 @@ fn prep_ops(
                 }
             }
             ops.push(SupOp::WaitW);
-            if from == ipu_graph::DType::Bool {
-                // 0 or 1 to 0 or the lowest finite value, in place.
-                let largest = if g.p == ipu_graph::DType::F32 {
-                    kernels::flash::LARGEST_F32
-                } else {
-                    kernels::flash::LARGEST_F16X2
-                };
-                let vectors = elems * pb / 8;
-                for (v0, v1) in split(vectors, WORKERS) {
-                    if v1 > v0 {
-                        ops.push(SupOp::Run(
-                            Kernel::FlashMaskAdditive { ty: g.p_elem() },
-                            UnaryState {
-                                input: (buf, v0 * 8),
-                                out: (buf, v0 * 8),
-                                vectors: v1 - v0,
-                                factor_bits: largest,
-                            }
-                            .into(),
-                            kernels::flash::flash_mask_additive_slots(v1 - v0),
-                        ));
-                    }
-                }
-                ops.push(SupOp::WaitW);
-            }
             mask_home.insert(tile, buf);
         }
     }

@@ -664,7 +664,7 @@ fn amp_chain_ends_slots(rows: usize, table: bool) -> u64 {
 }
 
 /// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
-/// type and, for a bool mask, `flash_mask_additive`, each over six workers (0 without a mask
+/// type (for a bool mask, `flash_mask_bool`: the additive mask at once), over six workers (0 without a mask
 /// or when the mask is already in the partials type).
 pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
     let Some(m) = &geo.mask else {
@@ -676,13 +676,7 @@ pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
     let elems = rows * geo.amp().cols as u64;
     let groups = elems.div_ceil(4).div_ceil(WORKER_CONTEXTS as u64) as u32;
     let slots = if m.dtype == DType::Bool {
-        let (f, t) = (
-            crate::plan::conv_type(m.dtype),
-            crate::plan::conv_type(geo.p),
-        );
-        let vectors = (elems * geo.pb() as u64 / 8).div_ceil(WORKER_CONTEXTS as u64) as u32;
-        kernels::convert_slots(f, t, ipu_numerics::Overflow::Saturate, groups)
-            + kernels::flash::flash_mask_additive_slots(vectors)
+        kernels::flash::flash_mask_bool_slots(geo.p_elem(), groups)
     } else {
         let (f, t) = (
             crate::plan::cast_type(m.dtype),
