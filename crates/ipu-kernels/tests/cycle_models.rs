@@ -120,7 +120,7 @@ fn measure(c: &Case) -> u64 {
         sup.op(setzi(m(3), state_at));
         if matches!(
             c.kernel.state_kind(),
-            StateKind::AmpAll | StateKind::AmpTable
+            StateKind::AmpAll | StateKind::AmpTable | StateKind::AmpChain
         ) {
             sup.op(Instr::RunAll {
                 entry: m(2),
@@ -239,6 +239,40 @@ fn cases() -> Vec<Case> {
                 );
                 c.amp = Some(mode);
                 out.push(c);
+            }
+            // A round of a chain: its first (no carry), a middle one, its last (a drain), and a
+            // chain of one round; every worker with two rows at least, some with one more.
+            for rows in [12u32, 17, 96] {
+                for (carry, drain) in [(false, false), (true, false), (true, true), (false, true)] {
+                    let state = AmpChainState {
+                        input: at(0, 0),
+                        partials: partials_word,
+                        out: at(2, 0),
+                        row_bytes: [32, 32],
+                        rows,
+                        carry: carry.then_some(at(3, 0)),
+                        drain,
+                    };
+                    let (q, r) = (rows / 6, rows % 6);
+                    let model = (0..6)
+                        .map(|w| amp_chain_slots(q + u32::from(w < r), partials, carry, drain))
+                        .sum();
+                    let mut c = case(
+                        format!(
+                            "amp_chain {mode:?} partials={partials} rows={rows} carry={carry} drain={drain}"
+                        ),
+                        Kernel::AmpChain {
+                            partials,
+                            carry,
+                            drain,
+                        },
+                        state,
+                        model,
+                        Elem::F16,
+                    );
+                    c.amp = Some(mode);
+                    out.push(c);
+                }
             }
         }
     }
@@ -776,7 +810,7 @@ fn every_cycle_model_matches_the_device() {
         table.join("\n")
     );
     // Every state layout, so every kernel family, is covered.
-    assert_eq!(kinds.len(), 20, "{kinds:?}");
+    assert_eq!(kinds.len(), 21, "{kinds:?}");
     assert!(
         failures.is_empty(),
         "{} of {} cases off their model:\n{}",
