@@ -210,13 +210,49 @@ fn softmax_block(
     plain
 }
 
+/// Checks `flash_softmax`'s f16 probabilities `p` (in groups of `g` keys) and statistics
+/// against `p = f16(exp(f16(t - m)))` of the scaled scores `t(r, k)`, row 2 seeing only its
+/// first 5 keys: the maximum exactly, every probability bit for bit, the sum to 1e-6.
+fn check_f16_probabilities(
+    (p, stats): (&[u16], &[f32]),
+    [g, rows, keys]: [usize; 3],
+    t: impl Fn(usize, usize) -> f32,
+    what: &str,
+) {
+    let f16 = |x: f32| half::f16::from_f32(x).to_f32();
+    for r in 0..rows {
+        let seen = if r == 2 { 5 } else { keys };
+        let m = (0..seen).map(|k| t(r, k)).fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(stats[r * 8], m, "{what} row {r} maximum");
+        let mut l = 0f64;
+        for k in 0..keys {
+            // The shifted score rounded to f16, `exp` in f32, rounded to f16.
+            let e = if k < seen {
+                f16(f16(t(r, k) - m).exp())
+            } else {
+                0.0
+            };
+            l += e as f64;
+            assert_eq!(
+                p[((k / g) * rows + r) * g + k % g],
+                half::f16::from_f32(e).to_bits(),
+                "{what} row {r} key {k}"
+            );
+        }
+        let got = stats[r * 8 + 1] as f64;
+        assert!(
+            (got - l).abs() <= 1e-6 * l,
+            "{what} row {r} sum {got} vs {l}"
+        );
+    }
+}
+
 #[test]
 fn softmax_block_gives_the_host_probabilities_and_statistics() {
     // 3 rows of f32 scores in groups of 8 keys, f16 probabilities in groups of 16: one
     // super-group of 16 keys (no `rpt` iteration), two, and five; scaled in the kernel and
     // already scaled (the pass that pairs its units' sums).
     let (rows, cols, kb) = (3usize, 8usize, 16usize);
-    let f16 = |x: f32| half::f16::from_f32(x).to_f32();
     for keys in [16usize, 32, 80] {
         for scaled in [true, false] {
             let scale = if scaled { 0.125f32 } else { 1.0 };
@@ -234,38 +270,14 @@ fn softmax_block_gives_the_host_probabilities_and_statistics() {
             let what = format!("keys={keys} scaled={scaled}");
             let (p, stats) =
                 softmax_block(Elem::F32, [cols, kb, rows, keys], scaled, scale, bytes(&s));
-            for r in 0..rows {
-                let seen = if r == 2 { 5 } else { keys };
-                let t = |k: usize| {
-                    if scaled {
-                        score(r, k) * scale
-                    } else {
-                        score(r, k)
-                    }
-                };
-                let m = (0..seen).map(t).fold(f32::NEG_INFINITY, f32::max);
-                assert_eq!(stats[r * 8], m, "{what} row {r} maximum");
-                let mut l = 0f64;
-                for k in 0..keys {
-                    // The shifted score rounded to f16, `exp` in f32, rounded to f16.
-                    let e = if k < seen {
-                        f16(f16(t(k) - m).exp())
-                    } else {
-                        0.0
-                    };
-                    l += e as f64;
-                    assert_eq!(
-                        p[((k / kb) * rows + r) * kb + k % kb],
-                        half::f16::from_f32(e).to_bits(),
-                        "{what} row {r} key {k}"
-                    );
+            let t = |r: usize, k: usize| {
+                if scaled {
+                    score(r, k) * scale
+                } else {
+                    score(r, k)
                 }
-                let got = stats[r * 8 + 1] as f64;
-                assert!(
-                    (got - l).abs() <= 1e-6 * l,
-                    "{what} row {r} sum {got} vs {l}"
-                );
-            }
+            };
+            check_f16_probabilities((&p, &stats), [kb, rows, keys], t, &what);
         }
     }
 }
@@ -292,34 +304,19 @@ fn f16_softmax_rounds_as_the_f16_expansion() {
         }
         let s_bytes: Vec<u8> = s.iter().flat_map(|x| x.to_le_bytes()).collect();
         let (p, stats) = softmax_block(Elem::F16, [g, g, rows, keys], scaled, scale, s_bytes);
-        for r in 0..rows {
-            let seen = if r == 2 { 5 } else { keys };
-            let t = |k: usize| {
-                if scaled {
-                    f16(score(r, k) * scale)
-                } else {
-                    score(r, k)
-                }
-            };
-            let m = (0..seen).map(t).fold(f32::NEG_INFINITY, f32::max);
-            assert_eq!(stats[r * 8], m, "scaled={scaled} row {r} maximum");
-            let mut l = 0f64;
-            for k in 0..keys {
-                let e = if k < seen {
-                    f16(f16(t(k) - m).exp())
-                } else {
-                    0.0
-                };
-                l += e as f64;
-                assert_eq!(
-                    p[((k / g) * rows + r) * g + k % g],
-                    half::f16::from_f32(e).to_bits(),
-                    "scaled={scaled} row {r} key {k}"
-                );
+        let t = |r: usize, k: usize| {
+            if scaled {
+                f16(score(r, k) * scale)
+            } else {
+                score(r, k)
             }
-            let got = stats[r * 8 + 1] as f64;
-            assert!((got - l).abs() <= 1e-6 * l, "row {r} sum {got} vs {l}");
-        }
+        };
+        check_f16_probabilities(
+            (&p, &stats),
+            [g, rows, keys],
+            t,
+            &format!("scaled={scaled}"),
+        );
     }
 }
 
