@@ -1052,29 +1052,31 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
     c.op(setzi(ro, 0));
     let row = c.label();
     c.bind(row);
-    // Pass A: M in $a4.
+    // Pass A: M in $a4, an `rpt` over the sources, each one's `max` co-issued with the load of
+    // the next one's `m` (`$a0` starts at `-inf`, so the first `max` changes nothing).
     li(c, tmp, NEG_INF);
     c.op(mov_a(4, tmp));
+    c.op(mov_a(0, tmp));
     c.op(alu_imm(
         AluOp::Add,
         q,
         m(0),
-        FlashCombineState::SOURCES_OFFSET as i16,
+        (FlashCombineState::SOURCES_OFFSET + FlashCombineState::SOURCE_STATS) as i16,
     ));
-    c.op(mov_m(cnt, nsrc));
-    let pass_a = c.label();
-    c.bind(pass_a);
-    c.op(ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16));
+    c.op(alu_imm(AluOp::Add, cnt, nsrc, 1));
+    c.rpt_bundles(Instr::Rpt {
+        count: cnt,
+        body: 3,
+    });
+    c.op(Instr::Load {
+        width: Width::B32,
+        d: DataReg::M(sp),
+        base: q,
+        mode: AddrMode::PostInc(FlashCombineState::SOURCE_BYTES as i16),
+    });
     c.op(alu(AluOp::Add, sp, sp, ro));
-    c.op(ld32a(a(0), sp, 0));
+    c.bundle(ld32a(a(0), sp, 0), fbin(FType::F32, FBinOp::Max, 4, 4, 0));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));
-    c.op(alu_imm(
-        AluOp::Add,
-        q,
-        q,
-        FlashCombineState::SOURCE_BYTES as i16,
-    ));
-    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, pass_a);
     li(c, tmp, NEG_MAX);
     c.op(mov_a(5, tmp));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
@@ -1088,18 +1090,29 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         FlashCombineState::SOURCES_OFFSET as i16,
     ));
     let source = |c: &mut Code, first: bool| {
-        c.op(ld32m(base, q, FlashCombineState::SOURCE_O as i16));
-        c.op(ld32m(gs, q, FlashCombineState::SOURCE_GROUP_STRIDE as i16));
-        c.op(ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16));
-        c.op(alu(AluOp::Add, base, base, ro));
-        c.op(alu(AluOp::Add, sp, sp, ro));
-        c.op(ld32a(a(0), sp, 0));
-        c.op(ld32a(a(1), sp, 4));
-        c.op(fbin(FType::F32, FBinOp::Sub, 0, 0, 4));
-        c.op(fun(FType::F32, FUnOp::Exp, 0, 0));
-        c.op(fbin(FType::F32, FBinOp::Mac, 5, 0, 1));
-        c.op(bcast(2, 0));
-        c.op(mov_m(pa, scratch));
+        // The source's `m` and `l` (one pair: statistics rows are 32-byte aligned), then its
+        // weight and the sum's term beside the loads of its pointers.
+        c.main_ops_ending(
+            &[
+                ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16),
+                alu(AluOp::Add, sp, sp, ro),
+            ],
+            false,
+        );
+        c.bundle(ld64_at(0, sp, 0), FLOAT_NOP);
+        c.bundle(
+            ld32m(base, q, FlashCombineState::SOURCE_O as i16),
+            fbin(FType::F32, FBinOp::Sub, 0, 0, 4),
+        );
+        c.bundle(
+            ld32m(gs, q, FlashCombineState::SOURCE_GROUP_STRIDE as i16),
+            fun(FType::F32, FUnOp::Exp, 0, 0),
+        );
+        c.bundle(
+            alu(AluOp::Add, base, base, ro),
+            fbin(FType::F32, FBinOp::Mac, 5, 0, 1),
+        );
+        c.bundle(mov_m(pa, scratch), bcast(2, 0));
         // The statistics are read: `sp` now reads the running sum in step with `pa`.
         c.op(mov_m(sp, scratch));
         if !first {
@@ -1427,21 +1440,24 @@ pub fn flash_combine_slots(
     } else {
         units * (load_first + 4) + 2
     };
-    let per_source_first = 14 + groups * group_first + 1;
+    // A source's statistics, weight and pointers: two ops alone, five bundles, one op alone.
+    let setup = 2 + 6 + 1;
+    let per_source_first = setup + groups * group_first + 1;
     let per_source = if p_ty == Elem::F32 {
         // `combine_source_f32`: two set-up ops, the first group's five slots, the `rpt` and
         // five a further group, the last group's multiply-add and stores.
-        14 + 2 + 5 + 1 + 5 * (groups - 1) + 3 + 2
+        setup + 2 + 5 + 1 + 5 * (groups - 1) + 3 + 2
     } else {
         // `combine_source_f16`: two set-up ops, five bundles a unit of four, the first group's
         // jump, the `rpt`, the last store.
-        14 + 2 + 20 * groups + 1 + 1 + 1 + 2
+        setup + 2 + 20 * groups + 1 + 1 + 1 + 2
     };
     let out_units = gout / 4;
     let store = if out_ty == Elem::F32 { 2 } else { 3 };
     let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);
-    let row = 8
-        + sources * 6
+    // Pass A: its set-up and `rpt`, three slots a source, the last `max`; the floor.
+    let row = 12
+        + sources * 3
         + 8
         + per_source_first
         + sources.saturating_sub(1) * per_source
