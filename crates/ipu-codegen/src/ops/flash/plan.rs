@@ -989,8 +989,8 @@ pub fn plan_flash(
             let per_tile = items.div_ceil(tiles as usize);
             // One pass over the keys, or sub-blocks of SUB_KEYS keys up to SUB_KEYS_MAX (fewer
             // rescales of the partial output the larger they are), each launch form: the
-            // cheapest that fits. Only when none fits, the keys streamed in the largest chunks
-            // that fit.
+            // cheapest that fits. Only when none fits, the keys streamed in chunks of whole
+            // sub-blocks, every chunk and sub-block size: again the cheapest that fits.
             let mut subs = vec![usize::MAX];
             let mut sub = SUB_KEYS_MAX;
             while sub >= SUB_KEYS {
@@ -1010,11 +1010,13 @@ pub fn plan_flash(
                 chunk *= 2;
             }
             for &c in chunks.iter().rev() {
-                options.extend([(SUB_KEYS, true, c), (SUB_KEYS, false, c)]);
+                for &sub in subs.iter().filter(|&&sub| sub <= c) {
+                    options.extend([(sub, true, c), (sub, false, c)]);
+                }
             }
             let mut best: Option<FlashCandidate> = None;
             for (sub, table, chunk) in options {
-                if chunk != usize::MAX && best.is_some() {
+                if chunk != usize::MAX && best.as_ref().is_some_and(|b| b.chunk == usize::MAX) {
                     break;
                 }
                 geo.sub = sub;
@@ -1068,9 +1070,6 @@ pub fn plan_flash(
                     .is_none_or(|b| candidate.estimated_cycles < b.estimated_cycles)
                 {
                     best = Some(candidate);
-                }
-                if chunk != usize::MAX {
-                    break;
                 }
             }
             candidates.extend(best);
