@@ -54,17 +54,16 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
                 d: m(5),
                 sys: ipu_isa::SysReg::ContextId,
             });
-            let entry = if matches!(share, AmpShare::Chain { .. }) {
-                AmpChainState::ENTRY_BYTES
+            c.op(if matches!(share, AmpShare::Chain { .. }) {
+                alu_imm(AluOp::Mul, m(5), m(5), AmpChainState::ENTRY_BYTES as i16)
             } else {
-                AmpTableState::ENTRY_BYTES
-            };
-            c.op(alu_imm(
-                AluOp::Shl,
-                m(5),
-                m(5),
-                entry.trailing_zeros() as i16,
-            ));
+                alu_imm(
+                    AluOp::Shl,
+                    m(5),
+                    m(5),
+                    AmpTableState::ENTRY_BYTES.trailing_zeros() as i16,
+                )
+            });
             c.op(alu(AluOp::Add, m(0), m(0), m(5)));
             if share == AmpShare::Table {
                 load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows

@@ -171,8 +171,10 @@ const _: () = assert!(AmpTableState::ENTRY_BYTES.is_power_of_two());
 
 /// [`crate::Kernel::AmpChain`]: a round of a chain of AMP rounds over the same rows, a table
 /// of six entries of [`AmpChainState::ENTRY_WORDS`] words: input, partials, out (row 0 of the
-/// context's rows each), the `rpt` count (rows - 1 with a drain, rows - 2 without), the carry
-/// (where the previous round's last row of the context goes, or 0) and padding.
+/// context's rows each), the `rpt` count (rows - 1 with a drain, rows - 2 without) and the
+/// carry (where the previous round's last row of the context goes, or 0). A worker finds its
+/// entry by multiplying its context id by the entry's bytes (no padding to a power of two:
+/// a tile keeps a table for every round of its items).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AmpChainState {
     /// Row 0 of the input rows.
@@ -194,15 +196,14 @@ pub struct AmpChainState {
 
 impl AmpChainState {
     /// Words of one worker's entry.
-    pub const ENTRY_WORDS: u32 = 8;
-    /// Bytes of one worker's entry, a power of two.
+    pub const ENTRY_WORDS: u32 = 5;
+    /// Bytes of one worker's entry.
     pub const ENTRY_BYTES: u32 = 4 * Self::ENTRY_WORDS;
     /// Byte offset of the carry word in an entry.
     pub const CARRY_OFFSET: u32 = 16;
     /// The fields' names, in word order: worker 0's, then the other workers' words.
-    pub const FIELDS: &'static [&'static str] = &[
-        "input", "partials", "out", "count", "carry", "pad", "pad", "pad", "workers",
-    ];
+    pub const FIELDS: &'static [&'static str] =
+        &["input", "partials", "out", "count", "carry", "workers"];
 
     /// The number of words.
     pub fn word_count(&self) -> usize {
@@ -251,16 +252,11 @@ impl AmpChainState {
                 p.out.word(),
                 StateWord::Const(count),
                 carry,
-                StateWord::Const(0),
-                StateWord::Const(0),
-                StateWord::Const(0),
             ]);
         }
         w
     }
 }
-
-const _: () = assert!(AmpChainState::ENTRY_BYTES.is_power_of_two());
 
 /// [`crate::Kernel::AmpAll`]: the AMP pass on all six workers with one state; worker context
 /// `c` takes rows `bounds[c]..bounds[c + 1]`.

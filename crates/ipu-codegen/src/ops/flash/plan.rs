@@ -595,9 +595,10 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
 /// states per tile)`. Code: 20 bytes per AMP round (`setzi` and `ampw`, `setzi` of the state
 /// and `runall`, `waitw`), about 160 per sub-block for the softmax's and rescale's launches and
 /// 512 for the rest. States: identical states of a tile are stored once (`emit`), and the
-/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (192, 96 or 40 bytes, see
-/// [`FlashGeometry::table`] and [`crate::lower::amp_chains`]) are the same for every sub-block and item: one set per tile. The `P v` rounds write the
-/// item's own partial result, a set for the first sub-block and one for the others; the
+/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (120, 96 or 40 bytes, see
+/// [`FlashGeometry::table`] and [`crate::lower::amp_chains`]) are the same for every sub-block
+/// and item: one set per tile. The `P v` rounds write the item's own partial result, a set for
+/// the first sub-block and, with more than one, a set for the others; the
 /// softmax, rescale and mask launches about 300 bytes per sub-block, and 6 launches of a
 /// 32-byte mask state per key group for the sub-blocks a causal diagonal or padding crosses.
 pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
@@ -608,10 +609,10 @@ pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
     let sk = geo.sub_keys();
     let code = 20 * rounds + 160 * subs + 512;
     let s_states = (sk.div_ceil(amp.cols) * (geo.d / amp.k_block)) as u64;
-    let pv_states = (2 * geo.gv() * sk.div_ceil(amp.k_block)) as u64;
+    let pv_states = subs.min(2) * (geo.gv() * sk.div_ceil(amp.k_block)) as u64;
     let crossed = if geo.causal { 3 } else { 1 };
     let mask_states = crossed * sk.div_ceil(amp.cols) as u64 * 6 * 32;
-    // Six entries of a table: 32 bytes each in a chain of rounds, 16 otherwise.
+    // Six entries of a table: 20 bytes each in a chain of rounds, 16 otherwise.
     let amp_state = if geo.table && crate::lower::amp_chains(geo.rows as u32) {
         6 * kernels::AmpChainState::ENTRY_BYTES as u64
     } else if geo.table {
