@@ -1,0 +1,424 @@
+//! [`flash_combine`]: the partial results of the key blocks of the same rows merged and
+//! normalised.
+
+use ipu_isa::{AddrMode, AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
+
+use super::*;
+use crate::Elem;
+use crate::state::*;
+
+/// Merges the partial results of `J` key blocks for some rows and normalises them:
+/// `M = max_j m_j`, `w_j = exp(m_j - M)`, `L = sum_j w_j l_j`, `O = sum_j w_j O_j` (in f32, in
+/// a scratch row), `out = O * (1 / L)` stored as `out_ty` in `[dv / gout][rows][gout]`.
+///
+/// State: out (row 0), out group stride (bytes), rows, scratch (`dv` f32), sources `J`,
+/// then per source: its `O` (row 0, group 0), its group stride (bytes), its statistics (row
+/// 0). Sources are rows of `Gv = dv / cols` groups of 32 bytes of `p_ty`.
+pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u32, dv: u32) {
+    load_state(c, FlashCombineState::WORDS);
+    let (out, ogs, rows, scratch, nsrc) = (m(1), m(2), m(3), m(4), m(5));
+    let (q, base, gs, sp, cnt, po, pa, ro) = (m(6), m(7), m(8), m(9), m(10), m(11), m(12), m(13));
+    let (tmp, g) = (m(14), m(15));
+    let groups = dv / cols;
+    let end = c.label();
+    loop_counts(c, &[rows, nsrc], end);
+    c.op(setzi(ro, 0));
+    let row = c.label();
+    c.bind(row);
+    // Pass A: M in $a4, an `rpt` over the sources, each one's `max` co-issued with the load of
+    // the next one's `m` (`$a0` starts at `-inf`, so the first `max` changes nothing).
+    li(c, tmp, NEG_INF);
+    c.op(mov_a(4, tmp));
+    c.op(mov_a(0, tmp));
+    c.op(alu_imm(
+        AluOp::Add,
+        q,
+        m(0),
+        (FlashCombineState::SOURCES_OFFSET + FlashCombineState::SOURCE_STATS) as i16,
+    ));
+    c.op(alu_imm(AluOp::Add, cnt, nsrc, 1));
+    c.rpt_bundles(Instr::Rpt {
+        count: cnt,
+        body: 3,
+    });
+    c.op(Instr::Load {
+        width: Width::B32,
+        d: DataReg::M(sp),
+        base: q,
+        mode: AddrMode::PostInc(FlashCombineState::SOURCE_BYTES as i16),
+    });
+    c.op(alu(AluOp::Add, sp, sp, ro));
+    c.bundle(ld32a(a(0), sp, 0), fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    li(c, tmp, NEG_MAX);
+    c.op(mov_a(5, tmp));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+    // Pass B: per source, w = exp(m - M), L += w l, scratch (+)= w O.
+    c.op(setzi(tmp, 0));
+    c.op(mov_a(5, tmp));
+    c.op(alu_imm(
+        AluOp::Add,
+        q,
+        m(0),
+        FlashCombineState::SOURCES_OFFSET as i16,
+    ));
+    let source = |c: &mut Code, first: bool| {
+        // The source's `m` and `l` (one pair: statistics rows are 32-byte aligned), then its
+        // weight and the sum's term beside the loads of its pointers.
+        c.main_ops_ending(
+            &[
+                ld32m(sp, q, FlashCombineState::SOURCE_STATS as i16),
+                alu(AluOp::Add, sp, sp, ro),
+            ],
+            false,
+        );
+        c.bundle(ld64_at(0, sp, 0), FLOAT_NOP);
+        c.bundle(
+            ld32m(base, q, FlashCombineState::SOURCE_O as i16),
+            fbin(FType::F32, FBinOp::Sub, 0, 0, 4),
+        );
+        c.bundle(
+            ld32m(gs, q, FlashCombineState::SOURCE_GROUP_STRIDE as i16),
+            fun(FType::F32, FUnOp::Exp, 0, 0),
+        );
+        c.bundle(
+            alu(AluOp::Add, base, base, ro),
+            fbin(FType::F32, FBinOp::Mac, 5, 0, 1),
+        );
+        c.bundle(mov_m(pa, scratch), bcast(2, 0));
+        // The statistics are read: `sp` now reads the running sum in step with `pa`.
+        c.op(mov_m(sp, scratch));
+        if !first {
+            match p_ty {
+                Elem::F32 => combine_source_f32(c, groups, [po, sp, pa], base, gs),
+                Elem::F16 => combine_source_f16(c, groups, [po, sp, pa], base, gs),
+            }
+            c.op(alu_imm(
+                AluOp::Add,
+                q,
+                q,
+                FlashCombineState::SOURCE_BYTES as i16,
+            ));
+            return;
+        }
+        c.op(setzi(g, groups - 1));
+        if p_ty == Elem::F32 || !first {
+            // The loop's bundles start 8-byte aligned (a `nop` here, once per source).
+            c.align_bundle();
+        }
+        let group = c.label();
+        c.bind(group);
+        c.op(mov_m(po, base));
+        // Four elements per unit: 16 bytes of f32, 8 of f16.
+        let units = GROUP_ROW_BYTES / if p_ty == Elem::F32 { 16 } else { 8 };
+        if p_ty == Elem::F32 {
+            combine_group_f32(c, first, [po, sp, pa]);
+        }
+        for _ in 0..if p_ty == Elem::F32 { 0 } else { units } {
+            if first {
+                // Four elements of O as f32 in $a6:7, $a8:9 (f16: widened from $a12:13).
+                ld4(c, p_ty, 6, po);
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
+                c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
+                c.op(st64step(ap(6), pa, 8));
+                c.op(st64step(ap(8), pa, 8));
+            } else {
+                // O and the running sum load together (`sp` walks the scratch row).
+                match p_ty {
+                    Elem::F32 => {
+                        c.op(Instr::Ld2x64Pace {
+                            d: [ap(6), ap(10)],
+                            p: [po, sp],
+                        });
+                        c.op(Instr::Ld2x64Pace {
+                            d: [ap(8), ap(14)],
+                            p: [po, sp],
+                        });
+                    }
+                    Elem::F16 => {
+                        // Six issues, the second and fifth bundles: every unit starts on an
+                        // odd word (after the group's pointer copy), so both stay aligned.
+                        c.op(Instr::Ld2x64Pace {
+                            d: [ap(12), ap(10)],
+                            p: [po, sp],
+                        });
+                        c.bundle(ld64step(ap(14), sp, 8), conv(ConvOp::F16v2ToF32v2, 6, 12));
+                        c.op(conv(ConvOp::F16v2ToF32v2, 8, 13));
+                        c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
+                        c.bundle(
+                            st64step(ap(10), pa, 8),
+                            fbin(FType::F32v2, FBinOp::Mac, 14, 8, 2),
+                        );
+                        c.op(st64step(ap(14), pa, 8));
+                        continue;
+                    }
+                }
+                c.op(fbin(FType::F32v2, FBinOp::Mac, 10, 6, 2));
+                c.op(fbin(FType::F32v2, FBinOp::Mac, 14, 8, 2));
+                c.op(st64step(ap(10), pa, 8));
+                c.op(st64step(ap(14), pa, 8));
+            }
+        }
+        // The next group of the same rows.
+        c.op(alu(AluOp::Add, base, base, gs));
+        c.branch(Instr::Brnzdec { a: g, target: 0 }, group);
+        c.op(alu_imm(
+            AluOp::Add,
+            q,
+            q,
+            FlashCombineState::SOURCE_BYTES as i16,
+        ));
+    };
+    source(c, true);
+    let sources_done = c.label();
+    c.branch(Instr::Brz { a: nsrc, target: 0 }, sources_done);
+    // `nsrc` holds J - 1: J - 1 more sources, so the counter starts at J - 2.
+    c.op(alu_imm(AluOp::Sub, cnt, nsrc, 1));
+    let more = c.label();
+    c.bind(more);
+    source(c, false);
+    c.branch(Instr::Brnzdec { a: cnt, target: 0 }, more);
+    c.bind(sources_done);
+    // Pass C: out = scratch * (1 / L).
+    c.op(fun(FType::F32, FUnOp::Rcp, 0, 5));
+    c.op(bcast(2, 0));
+    c.op(mov_m(pa, scratch));
+    c.op(mov_m(po, out));
+    let out_bytes = if out_ty == Elem::F32 { 4 } else { 2 };
+    let run_bytes = gout * out_bytes;
+    c.op(alu_imm(AluOp::Sub, tmp, ogs, run_bytes as i16));
+    c.op(setzi(g, dv / gout - 1));
+    let og = c.label();
+    c.bind(og);
+    for _ in 0..gout / 4 {
+        c.op(ld64step(ap(6), pa, 8));
+        c.op(ld64step(ap(8), pa, 8));
+        c.op(fbin(FType::F32v2, FBinOp::Mul, 6, 6, 2));
+        c.op(fbin(FType::F32v2, FBinOp::Mul, 8, 8, 2));
+        st4(c, out_ty, 6, po);
+    }
+    c.op(alu(AluOp::Add, po, po, tmp));
+    c.branch(Instr::Brnzdec { a: g, target: 0 }, og);
+    c.op(alu_imm(AluOp::Add, ro, ro, GROUP_ROW_BYTES as i16));
+    c.op(alu_imm(AluOp::Add, out, out, run_bytes as i16));
+    close_rows_and_exit(c, rows, row, end);
+}
+
+/// One group row (four f32 pairs) of a source in [`flash_combine`]'s pass B, software
+/// pipelined: pair `i` loads while pair `i - 1` computes and pair `i - 2` stores, the loads and
+/// stores co-issued with the arithmetic (the paced forms load two pairs, or load one and store
+/// one, in one issue). The first source scales `O` by `w` (`$a2:3`) into the scratch row
+/// (`O` rotating through `$a6:7`, `$a8:9`, `$a10:11`); later ones add `w O` to the running
+/// sum read from the scratch row by `sp` (`O` through `$a6:7`, `$a8:9`, the sums through
+/// `$a10:11`, `$a12:13`, `$a14:15`). Six issues a group row against twelve one at a time; the
+/// arithmetic is the same.
+fn combine_group_f32(c: &mut Code, first: bool, [po, sp, pa]: [MReg; 3]) {
+    let v = FType::F32v2;
+    if first {
+        let r = |i: usize| ap([6, 8, 10][i % 3]);
+        let mul = |i: usize| fbin(v, FBinOp::Mul, r(i).0, r(i).0, 2);
+        c.op(ld64step(r(0), po, 8));
+        c.bundle(ld64step(r(1), po, 8), mul(0));
+        c.bundle(
+            Instr::LdSt64Pace {
+                d: r(2),
+                s: r(0),
+                p: [po, pa],
+            },
+            mul(1),
+        );
+        c.bundle(
+            Instr::LdSt64Pace {
+                d: r(3),
+                s: r(1),
+                p: [po, pa],
+            },
+            mul(2),
+        );
+        c.bundle(st64step(r(2), pa, 8), mul(3));
+        c.op(st64step(r(3), pa, 8));
+    } else {
+        let o = |i: usize| ap([6, 8][i % 2]);
+        let l = |i: usize| ap([10, 12, 14][i % 3]);
+        let mac = |i: usize| fbin(v, FBinOp::Mac, l(i).0, o(i).0, 2);
+        c.op(Instr::Ld2x64Pace {
+            d: [o(0), l(0)],
+            p: [po, sp],
+        });
+        c.bundle(
+            Instr::Ld2x64Pace {
+                d: [o(1), l(1)],
+                p: [po, sp],
+            },
+            mac(0),
+        );
+        for i in 2..4 {
+            c.bundle(
+                Instr::Ld2xSt64Pace {
+                    d: [o(i), l(i)],
+                    s: l(i - 2),
+                    p: [po, sp, pa],
+                },
+                mac(i - 1),
+            );
+        }
+        c.bundle(st64step(l(2), pa, 8), mac(3));
+        c.op(st64step(l(3), pa, 8));
+    }
+}
+
+/// The groups of a source after the first, f32 partials: `scratch += w O` four f32v2 units a
+/// group, software-pipelined over all the source's groups (each unit's load and the store of
+/// the unit two before co-issued with the multiply-add of the one before), the groups after
+/// the first in an `rpt`. `po` walks a group's 32 bytes and then jumps to the next group's
+/// (`gs`, the group stride, becomes the jump); `sp` and `pa` walk the scratch row.
+fn combine_source_f32(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: MReg, gs: MReg) {
+    let v = FType::F32v2;
+    let o = |u: usize| ap([6, 8][u % 2]);
+    let l = |u: usize| ap([10, 12, 14, 0][u % 4]);
+    let mac = |u: usize| fbin(v, FBinOp::Mac, l(u).0, o(u).0, 2);
+    let load = |u: usize| Instr::Ld2x64Pace {
+        d: [o(u), l(u)],
+        p: [po, sp],
+    };
+    let load_store = |u: usize| Instr::Ld2xSt64Pace {
+        d: [o(u), l(u)],
+        s: l(u + 2),
+        p: [po, sp, pa],
+    };
+    let jump = alu(AluOp::Add, po, po, gs);
+    c.main_ops_ending(
+        &[
+            mov_m(po, base),
+            alu_imm(AluOp::Sub, gs, gs, GROUP_ROW_BYTES as i16),
+        ],
+        true,
+    );
+    // The first group: nothing to store before its third unit.
+    c.op(load(0));
+    c.bundle(load(1), mac(0));
+    c.bundle(load_store(2), mac(1));
+    c.bundle(load_store(3), mac(2));
+    c.op(jump);
+    c.rpt_bundles(Instr::Rpti {
+        count: (groups - 1) as u16,
+        body: 5,
+    });
+    for u in 0..4 {
+        c.bundle(load_store(u), mac(u + 3));
+    }
+    c.op(jump);
+    c.op(mac(3));
+    c.op(st64step(l(2), pa, 8));
+    c.op(st64step(l(3), pa, 8));
+}
+
+/// [`combine_source_f32`] for f16 partials: a unit is four f16 of `O` (`$a12:13`), widened
+/// into `$a6:7` and `$a8:9`, and the four f32 of the running sum (`$a10:11`, `$a14:15`), five
+/// bundles a unit: the paced load of `O` and the sum's first pair (storing the unit before's
+/// second pair), the second pair's load with the first widening, the second widening (beside
+/// the jump to the next group after a group's last unit), and the two multiply-adds, the first
+/// pair's store beside the second.
+fn combine_source_f16(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: MReg, gs: MReg) {
+    let v = FType::F32v2;
+    let jump = alu(AluOp::Add, po, po, gs);
+    let unit = |c: &mut Code, first: bool, jump_here: bool| {
+        let load = if first {
+            Instr::Ld2x64Pace {
+                d: [ap(12), ap(10)],
+                p: [po, sp],
+            }
+        } else {
+            Instr::Ld2xSt64Pace {
+                d: [ap(12), ap(10)],
+                s: ap(14),
+                p: [po, sp, pa],
+            }
+        };
+        c.bundles(
+            &[
+                load,
+                ld64step(ap(14), sp, 8),
+                if jump_here { jump } else { Instr::Nop },
+                Instr::Nop,
+                st64step(ap(10), pa, 8),
+            ],
+            &[
+                FLOAT_NOP,
+                conv(ConvOp::F16v2ToF32v2, 6, 12),
+                conv(ConvOp::F16v2ToF32v2, 8, 13),
+                fbin(v, FBinOp::Mac, 10, 6, 2),
+                fbin(v, FBinOp::Mac, 14, 8, 2),
+            ],
+        );
+    };
+    let units = GROUP_ROW_BYTES / 8;
+    c.main_ops_ending(
+        &[
+            mov_m(po, base),
+            alu_imm(AluOp::Sub, gs, gs, GROUP_ROW_BYTES as i16),
+        ],
+        false,
+    );
+    // The first group: its first unit stores nothing; the jump alone leaves the `rpt` on an
+    // odd word and its body of bundles on an even one.
+    for u in 0..units {
+        unit(c, u == 0, false);
+    }
+    c.op(jump);
+    c.rpt_bundles(Instr::Rpti {
+        count: (groups - 1) as u16,
+        body: (5 * units) as u8,
+    });
+    for u in 0..units {
+        unit(c, false, u + 1 == units);
+    }
+    c.op(st64step(ap(14), pa, 8));
+}
+
+/// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.
+pub fn flash_combine_slots(
+    p_ty: Elem,
+    out_ty: Elem,
+    cols: u32,
+    gout: u32,
+    dv: u32,
+    rows: u32,
+    sources: u32,
+) -> u32 {
+    let groups = dv / cols;
+    let units = if p_ty == Elem::F32 { 2 } else { 4 };
+    // The first source's loads and f16 widening per unit.
+    let load_first = if p_ty == Elem::F32 { 2 } else { 3 };
+    // The first source's group row: its loads, arithmetic and stores (f32: the pointer copy,
+    // the six issues of `combine_group_f32`, the pointer update and the branch).
+    let group_first = if p_ty == Elem::F32 {
+        1 + 6 + 2
+    } else {
+        units * (load_first + 4) + 2
+    };
+    // A source's statistics, weight and pointers: two ops alone, five bundles, one op alone.
+    let setup = 2 + 6 + 1;
+    let per_source_first = setup + groups * group_first + 1;
+    let per_source = if p_ty == Elem::F32 {
+        // `combine_source_f32`: two set-up ops, the first group's five slots, the `rpt` and
+        // five a further group, the last group's multiply-add and stores.
+        setup + 2 + 5 + 1 + 5 * (groups - 1) + 3 + 2
+    } else {
+        // `combine_source_f16`: two set-up ops, five bundles a unit of four, the first group's
+        // jump, the `rpt`, the last store.
+        setup + 2 + 20 * groups + 1 + 1 + 1 + 2
+    };
+    let out_units = gout / 4;
+    let store = if out_ty == Elem::F32 { 2 } else { 3 };
+    let pass_c = 7 + (dv / gout) * (out_units * (4 + store) + 2);
+    // Pass A: its set-up and `rpt`, three slots a source, the last `max`; the floor.
+    let row = 12
+        + sources * 3
+        + 8
+        + per_source_first
+        + sources.saturating_sub(1) * per_source
+        + pass_c
+        + 3;
+    12 + rows * row
+}
