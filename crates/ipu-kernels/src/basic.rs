@@ -1,7 +1,7 @@
 //! The basic kernels: the AMP pass, elementwise vector operations, casts, zero fill, padding
 //! clears and causal masks, each with its cycle model.
 
-use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg, Width};
+use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg};
 
 use crate::code::*;
 use crate::state::*;
@@ -928,12 +928,7 @@ pub(crate) fn zero(c: &mut Code) {
     let end = exit_if_zero(c, m(2));
     c.op(setzi(m(7), 0));
     rpt(c, m(2), |c| {
-        c.op(Instr::Store {
-            width: Width::B32,
-            s: ipu_isa::DataReg::M(m(7)),
-            base: m(1),
-            mode: ipu_isa::AddrMode::PostInc(4),
-        });
+        c.op(st32step_m(m(7), m(1), 4));
     });
     exit_at(c, end);
 }
@@ -1001,12 +996,7 @@ pub(crate) fn mask_rows(c: &mut Code, half: bool) {
         c.op(alu(AluOp::Sub, m(9), m(5), m(8)));
     }
     rpt(c, m(9), |c| {
-        c.op(Instr::Store {
-            width: Width::B32,
-            s: ipu_isa::DataReg::M(m(7)),
-            base: m(2),
-            mode: ipu_isa::AddrMode::PostInc(4),
-        });
+        c.op(st32step_m(m(7), m(2), 4));
     });
     c.op(alu_imm(AluOp::Shl, m(10), m(9), 2));
     c.op(alu(AluOp::Add, m(1), m(1), m(10)));
@@ -1084,12 +1074,7 @@ pub(crate) fn pad_clear(c: &mut Code) {
     c.op(st32m(m(8), m(1), 0));
     c.op(alu_imm(AluOp::Add, m(7), m(1), 4));
     rpt(c, m(5), |c| {
-        c.op(Instr::Store {
-            width: Width::B32,
-            s: ipu_isa::DataReg::M(m(10)),
-            base: m(7),
-            mode: ipu_isa::AddrMode::PostInc(4),
-        });
+        c.op(st32step_m(m(10), m(7), 4));
     });
     c.op(alu(AluOp::Add, m(1), m(1), m(3)));
     c.branch(Instr::Brnzdec { a: m(2), target: 0 }, row);

@@ -396,6 +396,33 @@ pub fn st32step_a(s: AReg, base: MReg, inc: i16) -> Instr {
         mode: AddrMode::PostInc(inc),
     }
 }
+/// `ldz8step $mD, $mB+=inc`
+pub fn ldz8step_m(d: MReg, base: MReg, inc: i16) -> Instr {
+    Instr::Load {
+        width: Width::B8,
+        d: DataReg::M(d),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
+/// `ld32step $mD, $mB+=inc`
+pub fn ld32step_m(d: MReg, base: MReg, inc: i16) -> Instr {
+    Instr::Load {
+        width: Width::B32,
+        d: DataReg::M(d),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
+/// `st32step $mS, $mB+=inc`
+pub fn st32step_m(s: MReg, base: MReg, inc: i16) -> Instr {
+    Instr::Store {
+        width: Width::B32,
+        s: DataReg::M(s),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
 /// `st32 $mS, $mB, off`
 pub fn st32m(s: MReg, base: MReg, off: i16) -> Instr {
     Instr::Store {

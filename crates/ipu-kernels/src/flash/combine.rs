@@ -1,7 +1,7 @@
 //! [`flash_combine`]: the partial results of the key blocks of the same rows merged and
 //! normalised.
 
-use ipu_isa::{AddrMode, AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
+use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg};
 
 use super::*;
 use crate::Elem;
@@ -41,12 +41,7 @@ pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u3
         count: cnt,
         body: 3,
     });
-    c.op(Instr::Load {
-        width: Width::B32,
-        d: DataReg::M(sp),
-        base: q,
-        mode: AddrMode::PostInc(FlashCombineState::SOURCE_BYTES as i16),
-    });
+    c.op(ld32step_m(sp, q, FlashCombineState::SOURCE_BYTES as i16));
     c.op(alu(AluOp::Add, sp, sp, ro));
     c.bundle(ld32a(a(0), sp, 0), fbin(FType::F32, FBinOp::Max, 4, 4, 0));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));

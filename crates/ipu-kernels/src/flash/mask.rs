@@ -1,7 +1,7 @@
 //! [`flash_mask`] and [`flash_mask_bool`]: a mask added to a block of scores, and a boolean
 //! mask made additive on its homes.
 
-use ipu_isa::{AddrMode, AluOp, DataReg, FBinOp, FType, Instr, MReg, Width};
+use ipu_isa::{AluOp, FBinOp, FType, Instr, MReg};
 
 use super::*;
 use crate::Elem;
@@ -226,18 +226,8 @@ pub fn flash_mask_bool(c: &mut Code, ty: Elem) {
             li(c, hi, LOWEST_F16 << 16);
         }
     }
-    let byte = |d: MReg| Instr::Load {
-        width: Width::B8,
-        d: DataReg::M(d),
-        base: input,
-        mode: AddrMode::PostInc(1),
-    };
-    let store = |s: MReg| Instr::Store {
-        width: Width::B32,
-        s: DataReg::M(s),
-        base: out,
-        mode: AddrMode::PostInc(4),
-    };
+    let byte = |d: MReg| ldz8step_m(d, input, 1);
+    let store = |s: MReg| st32step_m(s, out, 4);
     let hidden = |d: MReg, k: MReg| [alu_imm(AluOp::CmpEq, d, d, 0), alu(AluOp::Mul, d, d, k)];
     rpt(c, groups, |c| {
         for pair in 0..2 {

@@ -242,30 +242,25 @@ impl Pass2<'_> {
 
     /// Issue slots of [`Pass2::emit`] over `super_groups`, after `pre` set-up ops.
     fn slots(scaled: bool, a_ty: Elem, half: bool, units: u32, super_groups: u32, pre: u32) -> u32 {
-        let (float, loads, stores) = if half {
+        let n = super_groups * units;
+        // The row's float slots, its first unit's loads and its last unit's stores.
+        let (float, loads, stores) = match (half, a_ty) {
             // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
             // multiplications and narrowing when scaled.
-            (5 + if scaled { 6 } else { 0 }, 1, 1)
-        } else {
-            match a_ty {
-                // The subtractions, `exp`s (two slots each) and additions, with the scale's
-                // multiplications when scaled.
-                Elem::F32 => (8 + if scaled { 2 } else { 0 }, 2, 2),
-                // The subtractions, the narrowing, one f16v4 `exp` (two slots), the lane sum
-                // and, scaled, the multiplications and an addition a unit; unscaled, an
-                // addition every second unit (`units` is even: [`flash_softmax`] checks it).
-                // The first two units store their lane sums as the row's sums: one slot less
-                // each scaled, the pair's addition less unscaled.
-                Elem::F16 => {
-                    let n = super_groups * units;
-                    let float = if scaled { 9 * n - 2 } else { 6 * n + n / 2 - 1 };
-                    return pre + 2 + 1 + 1 + float + 1;
-                }
-            }
+            (true, _) => ((5 + if scaled { 6 } else { 0 }) * n, 1, 1),
+            // The subtractions, `exp`s (two slots each) and additions, with the scale's
+            // multiplications when scaled.
+            (false, Elem::F32) => ((8 + if scaled { 2 } else { 0 }) * n, 2, 2),
+            // The subtractions, the narrowing, one f16v4 `exp` (two slots), the lane sum and,
+            // scaled, the multiplications and an addition a unit; unscaled, an addition every
+            // second unit (`units` is even: [`flash_softmax`] checks it). The first two units
+            // store their lane sums as the row's sums: one slot less each scaled, the pair's
+            // addition less unscaled.
+            (false, Elem::F16) => (if scaled { 9 * n - 2 } else { 6 * n + n / 2 - 1 }, 2, 1),
         };
-        // The set-up and the first loads, unit 0's Main op alone, the `rpt`, the units and
-        // the last stores.
-        pre + loads + 1 + 1 + super_groups * units * float + stores
+        // The set-up and the first loads, the lead's last Main op alone, the `rpt`, the units
+        // and the last stores.
+        pre + loads + 1 + 1 + float + stores
     }
 }
 
