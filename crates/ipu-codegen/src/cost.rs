@@ -20,10 +20,16 @@ const WORKERS: u32 = WORKER_CONTEXTS;
 /// worker, plus one barrel slot per supervisor instruction. A launch takes the worker context
 /// that frees first; when all six are busy the supervisor waits for it, as `run` does.
 pub fn estimate(ops: &[SupOp]) -> u64 {
+    estimate_waves(ops).iter().map(|w| w.1).sum()
+}
+
+/// [`estimate`] wave by wave: each wave's last operation (its `waitw`; the last wave may end
+/// without one, at `ops.len()`) and its cycles.
+pub fn estimate_waves(ops: &[SupOp]) -> Vec<(usize, u64)> {
+    let mut waves = Vec::new();
     // A weight load before any `ampcfg` of these operations is costed at the largest block.
     const AMP_WEIGHT_BYTES_MAX: u32 = 512;
     let slot = ipu_target::BARREL_SLOT_CYCLES as u64;
-    let mut total = 0u64;
     let mut sup = 0u64;
     let mut free = [0u64; WORKERS as usize];
     let mut entry = None;
@@ -68,7 +74,7 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
                     (ampw_set, launch_set) = (true, true);
                 }
                 sup += slot;
-                total += sup.max(free.iter().copied().max().unwrap_or(0));
+                waves.push((i, sup.max(free.iter().copied().max().unwrap_or(0))));
                 sup = 0;
                 free = [0; WORKERS as usize];
             }
@@ -91,7 +97,40 @@ pub fn estimate(ops: &[SupOp]) -> u64 {
             _ => sup += slot,
         }
     }
-    total + sup.max(free.iter().copied().max().unwrap_or(0))
+    let rest = sup.max(free.iter().copied().max().unwrap_or(0));
+    if rest > 0 {
+        waves.push((ops.len(), rest));
+    }
+    waves
+}
+
+/// [`estimate`] by the kernel each wave launches (its first launch's kind, as `FlashSoftmax`
+/// or `AmpChain`; `supervisor` for a wave without one): where a tile's compute cycles go.
+pub fn estimate_by_kernel(ops: &[SupOp]) -> BTreeMap<String, u64> {
+    let mut parts = BTreeMap::new();
+    let mut start = 0;
+    for (end, cycles) in estimate_waves(ops) {
+        let kernel = ops[start..(end + 1).min(ops.len())]
+            .iter()
+            .find_map(|op| match op {
+                SupOp::Run(k, ..) | SupOp::RunAll(k, ..) => Some(k),
+                _ => None,
+            });
+        let name = kernel.map_or_else(
+            || "supervisor".to_string(),
+            |k| {
+                let debug = format!("{k:?}");
+                debug
+                    .split([' ', '{', '('])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            },
+        );
+        *parts.entry(name).or_insert(0) += cycles;
+        start = end + 1;
+    }
+    parts
 }
 
 /// The multiply-accumulates of the plan's matrix products (flash attention's two products over

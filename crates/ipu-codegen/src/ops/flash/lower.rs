@@ -489,16 +489,91 @@ fn prep_cycles(fp: &FlashPlan) -> u64 {
     slowest.map_or(0, |c| c + ipu_target::SYNC_CYCLES as u64)
 }
 
+/// The parts of [`modelled_cycles`]: the slowest item of each chunk, the merge, the exchanges.
+struct FlashModel {
+    /// The homes' preparation step with its sync.
+    prep: u64,
+    /// Per chunk of the keys, its slowest item's cycles and the item.
+    per_chunk: Vec<(u64, usize)>,
+    /// The slowest merge's compute, times the merges of the busiest tile.
+    merge: u64,
+    /// The distributions' receive time with their overheads and syncs.
+    recv: u64,
+    /// The merge exchange with its overhead and sync.
+    merge_x: u64,
+    /// Items per tile.
+    k: u64,
+}
+
+impl FlashModel {
+    fn compute(&self) -> u64 {
+        self.k * self.per_chunk.iter().map(|c| c.0).sum::<u64>()
+    }
+
+    fn cycles(&self, chunks: u64) -> u64 {
+        let sync = ipu_target::SYNC_CYCLES as u64;
+        self.prep
+            + self.compute()
+            + self.k * chunks * sync
+            + self.merge
+            + sync
+            + self.recv
+            + self.merge_x
+    }
+}
+
 /// The modelled cycles of a plan: the slowest item's and merge's supervisor programs
 /// (`estimate`), the receive time of the busiest tile in each exchange, and the syncs.
 pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
+    let m = model(fp);
+    tracing::debug!(
+        prep = m.prep,
+        compute = m.compute(),
+        merge = m.merge,
+        recv = m.recv,
+        merge_x = m.merge_x,
+        k = m.k,
+        "flash model parts"
+    );
+    (m.cycles(fp.geo.chunks().len() as u64), m.recv + m.merge_x)
+}
+
+/// [`modelled_cycles`] by part, in cycles summing to it: the slowest items' compute by
+/// kernel (`AmpChain`, `FlashSoftmax`, ...), the syncs, the homes, the distributions, the
+/// merge's exchange and compute.
+pub fn modelled_parts(fp: &FlashPlan) -> Vec<(String, u64)> {
+    let m = model(fp);
+    let chunks = fp.geo.chunks().len() as u64;
+    let mut by_kernel: BTreeMap<String, u64> = BTreeMap::new();
+    for (c, &(_, item)) in m.per_chunk.iter().enumerate() {
+        for (name, cycles) in
+            crate::cost::estimate_by_kernel(&item_ops(fp, item, &COSTING_BUFFERS, c))
+        {
+            *by_kernel.entry(name).or_insert(0) += m.k * cycles;
+        }
+    }
+    let sync = ipu_target::SYNC_CYCLES as u64;
+    let mut parts: Vec<(String, u64)> = by_kernel.into_iter().collect();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
+    parts.extend([
+        ("homes".to_string(), m.prep),
+        ("distribution".to_string(), m.recv),
+        ("merge_exchange".to_string(), m.merge_x),
+        ("merge".to_string(), m.merge),
+        ("syncs".to_string(), m.k * chunks * sync + sync),
+    ]);
+    debug_assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), m.cycles(chunks));
+    parts
+}
+
+fn model(fp: &FlashPlan) -> FlashModel {
     let g = &fp.geo;
     let sync = ipu_target::SYNC_CYCLES as u64;
     let overhead = ipu_target::EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
     // Items differ by their valid rows and keys and their place on the diagonal. Each chunk of
     // the keys is its own step, which ends with its slowest item.
     let mut seen = BTreeSet::new();
-    let mut per_chunk = vec![0u64; g.chunks().len()];
+    let mut per_chunk = vec![(0u64, 0usize); g.chunks().len()];
     for i in 0..fp.items.len() {
         let it = fp.items[i];
         let diag = if g.causal {
@@ -509,11 +584,13 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
         };
         if seen.insert((fp.valid_rows(i), fp.valid_keys(i), diag)) {
             for (c, most) in per_chunk.iter_mut().enumerate() {
-                *most = (*most).max(estimate(&item_ops(fp, i, &COSTING_BUFFERS, c)));
+                let cycles = estimate(&item_ops(fp, i, &COSTING_BUFFERS, c));
+                if cycles > most.0 {
+                    *most = (cycles, i);
+                }
             }
         }
     }
-    let compute: u64 = per_chunk.iter().sum();
     let mut merge = 0u64;
     let mut merge_recv = 0u64;
     let mut seen = BTreeSet::new();
@@ -544,7 +621,7 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
         *merges.entry(fp.items[c.own].tile).or_insert(0) += 1;
     }
     let km = merges.values().copied().max().unwrap_or(1);
-    let (compute, merge, merge_recv) = (compute * k, merge * km, merge_recv * km);
+    let (merge, merge_recv) = (merge * km, merge_recv * km);
     let ab = g.ab() as u64;
     // Each round has its own distribution and scores step per chunk of the items' keys.
     let chunks = g.chunks();
@@ -572,22 +649,14 @@ pub fn modelled_cycles(fp: &FlashPlan) -> (u64, u64) {
     } else {
         0
     };
-    let prep = prep_cycles(fp);
-    let exchange = recv + merge_x;
-    tracing::debug!(
-        prep,
-        compute,
+    FlashModel {
+        prep: prep_cycles(fp),
+        per_chunk,
         merge,
         recv,
         merge_x,
         k,
-        km,
-        "flash model parts"
-    );
-    (
-        prep + compute + k * chunks.len() as u64 * sync + merge + sync + exchange,
-        exchange,
-    )
+    }
 }
 
 /// A buffer of `bytes` on `tile` named `name`: exactly that size (`true`), or rounded up to 8

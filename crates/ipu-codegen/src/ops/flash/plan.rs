@@ -42,7 +42,9 @@ use crate::layout::{Layout, Piece};
 use crate::plan::{AmpGeometry, SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
 use crate::plan::{DevOp, DevOpKind, DevValueId, FINALISTS, Finalist, Planner};
 use crate::{CodegenError, MemoryRegion};
-use ipu_kernels::flash::{GROUP_ROW_BYTES, flash_combine_slots, flash_softmax_slots};
+use ipu_kernels::flash::{
+    GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
+};
 use ipu_kernels::{self as kernels, Elem, OVERREAD_BYTES};
 
 /// Positions (rows of `q`, `k` or `v`) per home unit.
@@ -700,18 +702,34 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let amp_cycles = rounds as u64 * amp_round_cycles(r, geo.table)
         + chains * slot * amp_chain_ends_slots(r, geo.table);
     let lkeys = amp.cols.max(amp.k_block);
-    let stats = slot
-        * flash_softmax_slots(
-            geo.p_elem(),
-            geo.a_elem(),
-            amp.cols as u32,
-            amp.k_block as u32,
-            geo.softmax_scaled(),
-            false,
-            r.div_ceil(6) as u32,
-            nk.div_ceil(lkeys) as u32,
-            kernels::flash::baked_stride(r as u32 * GROUP_ROW_BYTES) != 0,
-        ) as u64;
+    // The softmax of each sub-block (after the first, a running one), and after it the
+    // partial output rescaled to the new maxima.
+    let per = r.div_ceil(6) as u32;
+    let stats: u64 = geo
+        .sub_blocks()
+        .iter()
+        .enumerate()
+        .map(|(si, &(_, keys))| {
+            let running = si > 0;
+            let softmax = flash_softmax_slots(
+                geo.p_elem(),
+                geo.a_elem(),
+                amp.cols as u32,
+                amp.k_block as u32,
+                geo.softmax_scaled(),
+                running,
+                per,
+                keys.div_ceil(lkeys) as u32,
+                kernels::flash::baked_stride(r as u32 * GROUP_ROW_BYTES) != 0,
+            );
+            let rescale = if running {
+                flash_rescale_slots(geo.p_elem(), per, geo.gv() as u32)
+            } else {
+                0
+            };
+            slot * (softmax + rescale) as u64
+        })
+        .sum();
     // The mask's add (with the scaling when `q` is not prescaled), and its receive time.
     let (mask, mask_recv) = if geo.mask.is_some() {
         let slots = kernels::flash::flash_mask_slots(
@@ -1356,6 +1374,22 @@ impl Planner<'_> {
             sub_block_keys = fp.geo.sub_keys(),
             modelled_cycles = modelled,
             "selected flash attention mapping"
+        );
+        // Where its modelled cycles go, and the products' multiply-accumulates at the AMP's
+        // peak (one `amp` a cycle), the floor under the AMP rounds.
+        let g = &fp.geo;
+        let amp = g.amp();
+        let mac_floor = (fp.items_per_tile().max(1) * g.rows * g.keys * (g.d + g.dv)) as u64
+            / (amp.k_block * amp.cols / 4) as u64;
+        let parts = super::lower::modelled_parts(&fp);
+        tracing::info!(
+            mac_floor,
+            parts = %parts
+                .iter()
+                .map(|(name, cycles)| format!("{name}={cycles}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            "flash attention modelled cycles by part"
         );
         // Inputs only this operation reads sit on their homes.
         let kb = amp_geometry(fp.geo.mode).k_block;
