@@ -157,10 +157,10 @@ pub enum DevOpKind {
         /// Key of column 0.
         key_start: usize,
     },
-    /// Data movement or a row operation in the row layout (see [`rows`]).
+    /// Data movement or a row operation in the row layout (see [`crate::ops::rows`]).
     Rows(RowOp),
-    /// A fused flash attention (see [`flash`]): inputs q, k, v.
-    Flash(Box<crate::ops::flash::plan::FlashPlan>),
+    /// A fused flash attention (see [`crate::ops::flash`]): inputs q, k, v.
+    Flash(Box<crate::ops::flash::layout::FlashPlan>),
 }
 
 /// A device operation.
