@@ -394,23 +394,42 @@ pub fn flash_softmax(
             c.op(conv(ConvOp::F16v2ToF32v2, 4, 6));
         }
     }
-    if running {
-        // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)).
+    // Where the floored maximum the probabilities use is: $a4, or for a running row without
+    // f16 probabilities from f16 scores $a7, which the rescaling factor floors already.
+    let mut floored = 4;
+    if running && !half {
+        // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)), with
+        // -MAX the floor in $m0.
         c.op(ld32a(a(5), st, 0));
         c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
-        li(c, tmp, NEG_MAX);
-        c.op(mov_a(6, tmp));
+        c.op(mov_a(6, floor));
         c.op(fbin(FType::F32, FBinOp::Max, 5, 5, 6));
         c.op(fbin(FType::F32, FBinOp::Max, 7, 4, 6));
         c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
         c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
         // alpha as a pair (third and fourth words), as `flash_rescale` loads it.
-        c.op(bcast(6, 5));
-        c.op(st64_at(6, st, 8));
+        c.op(bcast(0, 5));
+        c.op(st64_at(0, st, 8));
+        c.op(st32_a(4, st, 0));
+        floored = 7;
+    } else {
+        if running {
+            // As above, with the f32 floor, the one in $m0 being f16's.
+            c.op(ld32a(a(5), st, 0));
+            c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+            li(c, tmp, NEG_MAX);
+            c.op(mov_a(6, tmp));
+            c.op(fbin(FType::F32, FBinOp::Max, 5, 5, 6));
+            c.op(fbin(FType::F32, FBinOp::Max, 7, 4, 6));
+            c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
+            c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
+            c.op(bcast(6, 5));
+            c.op(st64_at(6, st, 8));
+        }
+        c.op(st32_a(4, st, 0));
+        c.op(mov_a(5, floor));
+        c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     }
-    c.op(st32_a(4, st, 0));
-    c.op(mov_a(5, floor));
-    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     if half {
         // m in all four f16 lanes of $a6:7 (exact: the maximum of f16 values, or the floor).
         c.op(conv(ConvOp::F32v2ToF16v2, 6, 4));
@@ -420,9 +439,9 @@ pub fn flash_softmax(
             a: a(6),
         });
     } else if s_ty == Elem::F32 {
-        c.op(bcast(PASS2_M, 4));
+        c.op(bcast(PASS2_M, floored));
     } else {
-        c.op(bcast(6, 4));
+        c.op(bcast(6, floored));
     }
     // Pass 2: p = exp(s * scale - m), summed in $a10:11.
     // The sum starts at zero; the f32 form's first unit moves its first pair into it instead.
@@ -549,10 +568,15 @@ pub fn flash_softmax_slots(
         } else {
             0
         }
-        + if running { 12 } else { 0 }
-        + 1
-        + 1
-        + 1
+        + match (running, half) {
+            // Merged, the factor floored with $m0's floor, stored; m stored; the floored
+            // maximum is the factor's.
+            (true, false) => 10 + 1,
+            // Merged with the f32 floor loaded, the factor stored; m stored, floored.
+            (true, true) => 12 + 3,
+            // m stored, floored.
+            (false, _) => 3,
+        }
         + if half { 2 } else { 1 };
     let pre2 = if s_ty == Elem::F32 { 0 } else { 3 } + s_groups + p_groups;
     let pass2 = match s_ty {
