@@ -546,6 +546,10 @@ state! {
         group_stride: u32,
         /// The score scale as f32 bits.
         scale_bits: u32,
+        /// With f32 scores in the running form, row 0's rescaling factor: a run of pairs, 8
+        /// bytes a row, as `flash_rescale` of f32 partials reads them (`Const(0)` otherwise;
+        /// f16 scores store the factor in the statistics, at byte 8).
+        alpha: StateWord,
     }
 }
 
@@ -576,8 +580,9 @@ state! {
     FlashRescaleState {
         /// Partial output, row 0 of group 0.
         o: Loc,
-        /// Statistics of row 0.
-        stats: Loc,
+        /// Row 0's factor: f32 partials, a run of pairs, 8 bytes a row (`flash_softmax`'s
+        /// `alpha`); f16, the statistics rows, 32 bytes a row with the factor at byte 8.
+        factors: Loc,
         /// Rows.
         rows: u32,
         /// Groups of 32 bytes per row.
@@ -746,6 +751,8 @@ impl State {
             State::Binary(s) => pair(s.a.word(), s.b.word()),
             // A full mask streams with the scores (a broadcast one is loaded on its own).
             State::FlashMask(s) if s.mask_row_step != 0 => pair(s.s.word(), s.mask.word()),
+            // The f32 rescale loads a pair of the output with the next row's factor.
+            State::FlashRescale(s) => pair(s.o.word(), s.factors.word()),
             _ => None,
         };
         // The flash merge's pass B loads each source's `O` with the running sum in the

@@ -662,6 +662,7 @@ fn cases() -> Vec<Case> {
                             super_groups,
                             group_stride: rows * GROUP_ROW_BYTES,
                             scale_bits: 0.125f32.to_bits(),
+                            alpha: StateWord::Addr(BufferId(1), 0),
                         },
                         flash_softmax_slots(
                             s,
@@ -728,7 +729,7 @@ fn cases() -> Vec<Case> {
                 Kernel::FlashRescale { p: s },
                 FlashRescaleState {
                     o: at(0, 0),
-                    stats: at(3, 0),
+                    factors: at(3, 0),
                     rows,
                     groups,
                     group_stride: rows * GROUP_ROW_BYTES,

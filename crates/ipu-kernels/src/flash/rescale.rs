@@ -56,9 +56,9 @@ pub fn flash_rescale(c: &mut Code, p_ty: Elem) {
 
 /// [`flash_rescale`] of f32 partials: a group at a time, its rows one run of 32 bytes each,
 /// software-pipelined over the run (each pair's load and the store of the pair before the
-/// one it multiplies in one `ldst64pace`, beside the multiplication), with the row's `alpha`
-/// pair loaded once per row from the statistics: five slots per row and group, against
-/// fourteen a pair at a time. The `rpt` body is the step from one row to the next, so no load
+/// one it multiplies in one `ldst64pace`, beside the multiplication), the row's `alpha` pair
+/// loaded with its first pair from the run of factors (`ld2xst64pace`): four slots per row and
+/// group (five with the factor loaded alone from the statistics, fourteen a pair at a time). The `rpt` body is the step from one row to the next, so no load
 /// reaches past the worker's rows.
 fn flash_rescale_f32(c: &mut Code) {
     load_state(c, FlashRescaleState::WORDS);
@@ -73,7 +73,7 @@ fn flash_rescale_f32(c: &mut Code) {
         s: ap(s),
         p: [pl, ps],
     };
-    let alpha = ld64step(ap(8), pa, GROUP_ROW_BYTES as i16);
+    let alpha = ld64step(ap(8), pa, 8);
     let group = c.label();
     c.bind(group);
     // The group's run, the first row's alpha and first pair ($a0:1; pairs 1..3 in $a2:3,
@@ -82,7 +82,7 @@ fn flash_rescale_f32(c: &mut Code) {
         &[
             mov_m(pl, o),
             mov_m(ps, o),
-            alu_imm(AluOp::Add, pa, st, 8),
+            mov_m(pa, st),
             alpha,
             ld64step(ap(0), pl, 8),
         ],
@@ -98,10 +98,18 @@ fn flash_rescale_f32(c: &mut Code) {
     // and pairs loaded and multiplied, each stored one bundle later.
     c.rpt_bundles(Instr::Rpt {
         count: rows,
-        body: 5,
+        body: 4,
     });
-    c.bundle(ldst(0, 4), mul(6));
-    c.bundle(alpha, FLOAT_NOP);
+    // The next row's first pair and factor load together (the multiplication beside them
+    // reads the factor before the load writes it).
+    c.bundle(
+        Instr::Ld2xSt64Pace {
+            d: [ap(0), ap(8)],
+            s: ap(4),
+            p: [pl, pa, ps],
+        },
+        mul(6),
+    );
     c.bundle(ldst(2, 6), mul(0));
     c.bundle(ldst(4, 0), mul(2));
     c.bundle(ldst(6, 2), mul(4));
@@ -124,9 +132,9 @@ pub fn flash_rescale_slots(p_ty: Elem, rows: u32, groups: u32) -> u32 {
         (0, _) => 5 + 1 + 1,
         (_, 0) => 5 + 2 + 1,
         // The state, the count checks, `exit`, then per group: the run's pointers, the first
-        // alpha and pair, three bundles, the next run's pointer, the `rpt` and five bundles a
+        // alpha and pair, three bundles, the next run's pointer, the `rpt` and four bundles a
         // further row, the last pair's bundle and store, the branch.
-        _ if p_ty == Elem::F32 => 5 + 4 + 1 + groups * (5 + 3 + 1 + 1 + 5 * (rows - 1) + 2 + 1),
+        _ if p_ty == Elem::F32 => 5 + 4 + 1 + groups * (5 + 3 + 1 + 1 + 4 * (rows - 1) + 2 + 1),
         // The state, the count checks and the stride, `exit`; per row its alpha and pointers;
         // per group four pairs of eight slots, the pointer and the branch.
         _ => 11 + rows * (7 + groups * (4 * 8 + 2)),

@@ -297,7 +297,12 @@ pub fn flash_softmax(
     running: bool,
     stride_baked: u32,
 ) {
-    load_state(c, FlashSoftmaxState::WORDS);
+    // The factors' pointer (f32 scores, running) is word 8, loaded into `$m15` (free then).
+    load_state(c, FlashSoftmaxState::WORDS - 1);
+    let alpha_run = running && s_ty == Elem::F32;
+    if alpha_run {
+        c.op(ld32m(m(15), m(0), 28));
+    }
     let (s, p, st, rows, sgroups, stride) = (m(1), m(2), m(3), m(4), m(5), m(6));
     let (ps0, ps1, pp0, pp1, cnt, adv_s, adv_p) = (m(8), m(9), m(10), m(11), m(12), m(13), m(14));
     let tmp = m(15);
@@ -407,9 +412,14 @@ pub fn flash_softmax(
         c.op(fbin(FType::F32, FBinOp::Max, 7, 4, 6));
         c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
         c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
-        // alpha as a pair (third and fourth words), as `flash_rescale` loads it.
+        // alpha as a pair, as `flash_rescale` loads it: f32 scores in the run of factors,
+        // f16 ones at the statistics' third and fourth words.
         c.op(bcast(0, 5));
-        c.op(st64_at(0, st, 8));
+        c.op(if alpha_run {
+            st64step(ap(0), tmp, 8)
+        } else {
+            st64_at(0, st, 8)
+        });
         c.op(st32_a(4, st, 0));
         floored = 7;
     } else {
@@ -500,7 +510,11 @@ pub fn flash_softmax(
     c.op(fbin(FType::F32, FBinOp::Add, 10, 10, 11));
     if running {
         c.op(ld32a(a(12), st, 4));
-        c.op(ld32a(a(13), st, 8));
+        c.op(if alpha_run {
+            ld32a(a(13), tmp, -8)
+        } else {
+            ld32a(a(13), st, 8)
+        });
         c.op(fbin(FType::F32, FBinOp::Mac, 10, 12, 13));
     }
     c.op(st32_a(10, st, 4));
@@ -535,7 +549,9 @@ pub fn flash_softmax_slots(
     super_groups: u32,
     stride_baked: bool,
 ) -> u32 {
-    let words = FlashSoftmaxState::WORDS as u32;
+    // The state's words but the factors' pointer, which only the running form of f32 scores
+    // loads.
+    let words = FlashSoftmaxState::WORDS as u32 - 1 + u32::from(running && s_ty == Elem::F32);
     // The state's loads, the count checks, `exit`.
     if rows == 0 {
         return words + 1 + 1;

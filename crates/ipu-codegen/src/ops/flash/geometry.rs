@@ -190,6 +190,12 @@ impl FlashGeometry {
     pub fn chunk_keys_padded(&self) -> usize {
         self.chunk_keys().div_ceil(self.amp().cols) * self.amp().cols
     }
+    /// Whether the running softmax stores its rescaling factors as a run of pairs, 8 bytes a
+    /// row, which the f32 rescale loads with the partial output (f32 partials, several
+    /// sub-blocks); else they stay in the statistics.
+    pub fn factor_run(&self) -> bool {
+        self.p_elem() == Elem::F32 && self.sub_blocks().len() > 1
+    }
     /// The most keys of one sub-block.
     pub fn sub_keys(&self) -> usize {
         self.keys.min(self.sub)

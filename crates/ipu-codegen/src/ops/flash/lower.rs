@@ -42,6 +42,9 @@ pub(crate) struct ItemBuffers {
     pub part: BufferId,
     /// The item's mask, `[keys / cols][mask rows][cols]` (partials type), when there is one.
     pub mask: Option<BufferId>,
+    /// The rows' rescaling factors between sub-blocks, a pair a row
+    /// ([`FlashGeometry::factor_run`]).
+    pub alpha: Option<BufferId>,
 }
 
 /// The AMP rounds of `out[R, groups] (+)= in[R, kblocks] x W` over `rows` rows: for output
@@ -292,6 +295,10 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
                         super_groups: (sub / lkeys) as u32,
                         group_stride: r * GRB,
                         scale_bits: g.scale.to_bits(),
+                        alpha: match b.alpha {
+                            Some(alpha) if running => StateWord::Addr(alpha, r0 * 8),
+                            _ => StateWord::Const(0),
+                        },
                     }
                     .into(),
                     flash_softmax_slots(
@@ -317,7 +324,10 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
                         Kernel::FlashRescale { p: g.p_elem() },
                         FlashRescaleState {
                             o: (b.part, r0 * GRB),
-                            stats: (b.part, (gv * r + r0) * GRB),
+                            factors: match b.alpha {
+                                Some(alpha) => (alpha, r0 * 8),
+                                None => (b.part, (gv * r + r0) * GRB),
+                            },
                             rows: r1 - r0,
                             groups: gv,
                             group_stride: r * GRB,
@@ -418,6 +428,7 @@ pub(crate) const COSTING_BUFFERS: ItemBuffers = ItemBuffers {
     t: BufferId(5),
     part: BufferId(6),
     mask: Some(BufferId(7)),
+    alpha: Some(BufferId(8)),
 };
 
 impl Lowerer<'_> {
@@ -657,6 +668,14 @@ impl Lowerer<'_> {
                     format!("{name}.mask"),
                 )
             });
+            let alpha = g.factor_run().then(|| {
+                self.prog.buffer(
+                    tile,
+                    r * 8 + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("{name}.alpha"),
+                )
+            });
             bufs.push(ItemBuffers {
                 q,
                 kt,
@@ -666,6 +685,7 @@ impl Lowerer<'_> {
                 t,
                 part,
                 mask,
+                alpha,
             });
             // The positions `start..end` of operand `x` from their homes to `dst`, both stored
             // as `[groups][positions][width]` (`dst_positions` positions from `start`).

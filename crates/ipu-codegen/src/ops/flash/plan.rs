@@ -119,6 +119,7 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
         r * sub * ab + slack
     };
     let t = r * GROUP_ROW_BYTES as u64 + slack;
+    let alpha = if geo.factor_run() { r * 8 + slack } else { 0 };
     let part = (geo.gv() as u64 + 1) * r * GROUP_ROW_BYTES as u64 + slack;
     let rows_c = (geo.rows as u64).div_ceil(merge as u64);
     let stage =
@@ -133,7 +134,7 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
         0
     };
     (
-        q + s + p + t + mask + n * (part + stage + out) + scratch,
+        q + s + p + t + alpha + mask + n * (part + stage + out) + scratch,
         kt + v,
     )
 }
