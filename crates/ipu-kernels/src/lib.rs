@@ -141,6 +141,10 @@ pub enum Kernel {
         cols: u32,
         gout: u32,
         dv: u32,
+        /// Bytes between the sources after the first, all in one stage buffer, each its
+        /// groups of rows (f32 partials; the state's second source starts them); 0: any
+        /// sources (`flash_kernels::flash_combine`).
+        stage: u32,
     },
 }
 
@@ -293,7 +297,8 @@ pub fn generate(kernel: Kernel) -> Code {
             cols,
             gout,
             dv,
-        } => flash::flash_combine(&mut c, p, out, cols, gout, dv),
+            stage,
+        } => flash::flash_combine(&mut c, p, out, cols, gout, dv, stage),
     }
     c
 }

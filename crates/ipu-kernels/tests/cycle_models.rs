@@ -10,7 +10,7 @@
 use ipu_isa::{Fp8Format, Instr};
 use ipu_kernels::code::{Code, m, setzi};
 use ipu_kernels::flash::{
-    GROUP_ROW_BYTES, flash_combine_slots, flash_mask_bool_slots, flash_mask_slots,
+    GROUP_ROW_BYTES, combine_stage, flash_combine_slots, flash_mask_bool_slots, flash_mask_slots,
     flash_rescale_slots, flash_softmax_slots,
 };
 use ipu_kernels::rows::*;
@@ -751,6 +751,7 @@ fn cases() -> Vec<Case> {
                         cols,
                         gout,
                         dv,
+                        stage: 0,
                     },
                     FlashCombineState {
                         out: at(2, 0),
@@ -765,13 +766,61 @@ fn cases() -> Vec<Case> {
                             })
                             .collect(),
                     },
-                    flash_combine_slots(s, out_ty, cols, gout, dv, rows, sources),
+                    flash_combine_slots(s, out_ty, cols, gout, dv, rows, sources, false),
                     s,
                 );
                 // The formula leaves out a few pointer updates per source and group for f16
                 // partials (it leans low) and the `nop` that may align the f32 loop's bundles.
                 c.bound = Bound::Within(5);
                 out.push(c);
+            }
+            // f32 partials with the sources after the first in one stage buffer: exact.
+            for (rows, sources) in [(1u32, 2u32), (1, 3), (4, 5)] {
+                if s != Elem::F32 {
+                    continue;
+                }
+                let dv = 64;
+                let groups = dv / cols;
+                let stage = combine_stage(s, groups, rows, sources);
+                assert_ne!(stage, 0);
+                let gs = rows * GROUP_ROW_BYTES;
+                out.push(case(
+                    format!("flash_combine {s:?}->{out_ty:?} staged rows={rows} sources={sources}"),
+                    Kernel::FlashCombine {
+                        p: s,
+                        out: out_ty,
+                        cols,
+                        gout,
+                        dv,
+                        stage,
+                    },
+                    FlashCombineState {
+                        out: at(2, 0),
+                        out_group_stride: rows * gout * elem_bytes(out_ty),
+                        rows,
+                        scratch: at(4, 0),
+                        sources: (0..sources)
+                            .map(|j| {
+                                if j == 0 {
+                                    CombineSource {
+                                        o: at(5, 0),
+                                        group_stride: gs,
+                                        stats: at(9, 0),
+                                    }
+                                } else {
+                                    let base = (j - 1) * stage;
+                                    CombineSource {
+                                        o: at(6, base),
+                                        group_stride: gs,
+                                        stats: at(6, base + groups * gs),
+                                    }
+                                }
+                            })
+                            .collect(),
+                    },
+                    flash_combine_slots(s, out_ty, cols, gout, dv, rows, sources, true),
+                    s,
+                ));
             }
         }
     }

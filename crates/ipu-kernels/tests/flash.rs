@@ -71,6 +71,7 @@ fn combine_merges_two_sources_like_the_host() {
         cols: 8,
         gout: 8,
         dv: dv as u32,
+        stage: 0,
     };
     let dev = run(kernel, &state, &mem);
     let got = f32s(&dev, out, groups * rows * cols);
@@ -133,6 +134,7 @@ fn combine_merges_two_f16_sources_like_the_host() {
         cols: cols as u32,
         gout: gout as u32,
         dv: dv as u32,
+        stage: 0,
     };
     let dev = run(kernel, &state, &mem);
     let got = f32s(&dev, out, dv * rows);
@@ -153,6 +155,66 @@ fn combine_merges_two_f16_sources_like_the_host() {
                 "row {r} d {d}: {have} vs {want}"
             );
         }
+    }
+}
+
+#[test]
+fn staged_combine_writes_what_the_general_one_writes() {
+    // The row's own partial (its item has 5 rows; the merge takes rows 1..4) and three more
+    // sources in one stage buffer, dv = 64 in groups of 8 f32: f32 output in groups of 8 and
+    // f16 output in groups of 16, bit for bit the general kernel's.
+    let (rows, dv, cols, own_rows) = (3usize, 64usize, 8usize, 5usize);
+    let groups = dv / cols;
+    let (own, stage_at) = (0x60000u32, 0x61000u32);
+    let stage = ipu_kernels::flash::combine_stage(Elem::F32, groups as u32, rows as u32, 4);
+    assert_eq!(stage as usize, (groups + 1) * rows * 32);
+    let mut own_o = vec![0f32; (groups + 1) * own_rows * cols];
+    for (i, x) in own_o.iter_mut().enumerate() {
+        *x = value(i + 31);
+    }
+    for r in 0..own_rows {
+        own_o[(groups * own_rows + r) * cols] = value(3 * r + 1);
+        own_o[(groups * own_rows + r) * cols + 1] = 2.0 + r as f32;
+    }
+    let mut staged = vec![0f32; 3 * (groups + 1) * rows * cols];
+    for (i, x) in staged.iter_mut().enumerate() {
+        *x = value(i + 977);
+    }
+    for j in 0..3 {
+        for r in 0..rows {
+            let at = (j * (groups + 1) + groups) * rows + r;
+            staged[at * cols] = value(5 * j + r + 2);
+            staged[at * cols + 1] = 1.5 + (j + r) as f32;
+        }
+    }
+    let mem = vec![(own, bytes(&own_o)), (stage_at, bytes(&staged))];
+    for (out_ty, gout) in [(Elem::F32, 8usize), (Elem::F16, 16)] {
+        let out = 0x62000u32;
+        let ob = if out_ty == Elem::F32 { 4 } else { 2 };
+        let mut state = vec![out, (rows * gout * ob) as u32, rows as u32, 0x63000, 4];
+        let row1 = 32u32;
+        state.extend([
+            own + row1,
+            (own_rows * 32) as u32,
+            own + (groups * own_rows * 32) as u32 + row1,
+        ]);
+        for j in 0..3u32 {
+            let base = stage_at + j * stage;
+            state.extend([base, (rows * 32) as u32, base + (groups * rows * 32) as u32]);
+        }
+        let run_with = |stage: u32| {
+            let kernel = Kernel::FlashCombine {
+                p: Elem::F32,
+                out: out_ty,
+                cols: cols as u32,
+                gout: gout as u32,
+                dv: dv as u32,
+                stage,
+            };
+            let dev = run(kernel, &state, &mem);
+            dev.read(0, out, (rows * dv * ob) as u32).unwrap()
+        };
+        assert_eq!(run_with(stage), run_with(0), "{out_ty:?} output");
     }
 }
 
@@ -335,11 +397,13 @@ fn rescale_multiplies_each_row_by_its_factor() {
                 Elem::F16 => f16_of(&o),
             };
             let alpha: Vec<f32> = (0..rows).map(|r| [0.5f32, 0.123, 1.0][r % 3]).collect();
-            let mut st = vec![0f32; all * 8];
-            // alpha as a pair in the third and fourth words, as `flash_softmax` stores it.
+            // alpha as a pair, as `flash_softmax` stores it: for f32 partials in a run of
+            // pairs, for f16 ones in the third and fourth words of 32-byte statistics rows.
+            let (row_words, at) = if p == Elem::F32 { (2, 0) } else { (8, 2) };
+            let mut st = vec![0f32; all * row_words];
             for (r, a) in alpha.iter().enumerate() {
-                st[r * 8 + 2] = *a;
-                st[r * 8 + 3] = *a;
+                st[r * row_words + at] = *a;
+                st[r * row_words + at + 1] = *a;
             }
             let state = [
                 o_addr,

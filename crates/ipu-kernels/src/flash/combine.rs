@@ -14,7 +14,27 @@ use crate::state::*;
 /// State: out (row 0), out group stride (bytes), rows, scratch (`dv` f32), sources `J`,
 /// then per source: its `O` (row 0, group 0), its group stride (bytes), its statistics (row
 /// 0). Sources are rows of `Gv = dv / cols` groups of 32 bytes of `p_ty`.
-pub fn flash_combine(c: &mut Code, p_ty: Elem, out_ty: Elem, cols: u32, gout: u32, dv: u32) {
+///
+/// With `stage` (f32 partials only), the sources after the first are runs `stage` bytes apart
+/// in one buffer ([`flash_combine_staged`]).
+pub fn flash_combine(
+    c: &mut Code,
+    p_ty: Elem,
+    out_ty: Elem,
+    cols: u32,
+    gout: u32,
+    dv: u32,
+    stage: u32,
+) {
+    if stage != 0 {
+        assert_eq!(
+            p_ty,
+            Elem::F32,
+            "flash_combine: a stage stride needs f32 partials"
+        );
+        flash_combine_staged(c, out_ty, cols, gout, dv, stage);
+        return;
+    }
     load_state(c, FlashCombineState::WORDS);
     let (out, ogs, rows, scratch, nsrc) = (m(1), m(2), m(3), m(4), m(5));
     let (q, base, gs, sp, cnt, po, pa, ro) = (m(6), m(7), m(8), m(9), m(10), m(11), m(12), m(13));
@@ -371,7 +391,22 @@ fn combine_source_f16(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: 
     c.op(st64step(ap(14), pa, 8));
 }
 
-/// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources.
+/// The stage stride [`flash_combine`] takes (`Kernel::FlashCombine::stage`) for `sources`
+/// sources of `rows` rows of `groups` groups (and their statistics) when every source after
+/// the first is a run of `(groups + 1) * rows * 32` bytes of one stage buffer: that stride
+/// for f32 partials and two sources or more where a load's increment reaches it, else 0.
+pub fn combine_stage(p_ty: Elem, groups: u32, rows: u32, sources: u32) -> u32 {
+    let stride = (groups + 1) * rows * GROUP_ROW_BYTES;
+    if p_ty == Elem::F32 && sources >= 2 && stride - 8 <= i16::MAX as u32 {
+        stride
+    } else {
+        0
+    }
+}
+
+/// Issue slots of [`flash_combine`] over `rows` rows of `sources` sources, with a stage
+/// stride (`staged`) or without.
+#[allow(clippy::too_many_arguments)]
 pub fn flash_combine_slots(
     p_ty: Elem,
     out_ty: Elem,
@@ -380,7 +415,23 @@ pub fn flash_combine_slots(
     dv: u32,
     rows: u32,
     sources: u32,
+    staged: bool,
 ) -> u32 {
+    if staged {
+        // The state, the count checks, the strides, `exit`; per row: pass A's set-up, `rpt`,
+        // three slots a source and closing five; pass B's set-up and `rpt`, five slots a
+        // source but the last and its nine (with 1 / L); the units' set-up; per unit the first
+        // source (six, with the `rpt`'s count and the `rpt`), two slots a further source but
+        // the first, the last one's multiply-add, the normalisation and the stores; per
+        // output group its jump and branch; the row's pointers and branch.
+        if rows == 0 {
+            return 5 + 1 + 1;
+        }
+        let j = sources;
+        let unit = if out_ty == Elem::F32 { 12 } else { 13 } + 2 * (j - 2);
+        let row = (12 + 3 * j) + (17 + 5 * (j - 1)) + 7 + (dv / gout) * (gout / 4 * unit + 2) + 3;
+        return 15 + rows * row;
+    }
     let groups = dv / cols;
     let units = if p_ty == Elem::F32 { 2 } else { 4 };
     // The first source's loads and f16 widening per unit.
@@ -416,4 +467,235 @@ pub fn flash_combine_slots(
         + pass_c
         + 3;
     12 + rows * row
+}
+
+/// [`flash_combine`] of f32 partials whose sources after the first sit in one stage buffer,
+/// `stage` bytes apart (`Kernel::FlashCombine::stage`), each `[groups][rows][8]` with the
+/// group stride of source 1: for each output unit of four (half a group), every source's
+/// pair of pairs and weight load together while the previous one multiply-adds, the sum kept
+/// in registers over the sources (no scratch row), then normalised and stored. Two slots a
+/// source and unit against five; the arithmetic is [`flash_combine`]'s, in the same order.
+///
+/// Per row: pass A (the maximum, as [`flash_combine`]); pass B, one software pipeline over
+/// the sources: `w_j = exp(m_j - M)` stored as a pair in the scratch (from byte 8; byte 0
+/// takes the pipeline's first, empty store), `L += w_j l_j`; then per unit the first source
+/// (`O_0 w_0`, the row's own partial, group stride from its entry) and the stage's sources
+/// (`+= O_j w_j`), `* (1 / L)`, stored.
+fn flash_combine_staged(c: &mut Code, out_ty: Elem, cols: u32, gout: u32, dv: u32, stage: u32) {
+    assert!(cols == 8 && gout.is_multiple_of(8) && dv.is_multiple_of(gout));
+    load_state(c, FlashCombineState::WORDS);
+    let (out, ogs, rows, scratch, nsrc) = (m(1), m(2), m(3), m(4), m(5));
+    let (q, sp, pw, ph, po, gs0, gst, ro, tmp, g) = (
+        m(6),
+        m(7),
+        m(8),
+        m(9),
+        m(10),
+        m(11),
+        m(12),
+        m(13),
+        m(14),
+        m(15),
+    );
+    let (p0, ps) = (q, sp);
+    let v = FType::F32v2;
+    let end = c.label();
+    loop_counts(c, &[rows, nsrc], end);
+    let entry = |i: u32, field: u32| {
+        (FlashCombineState::SOURCES_OFFSET + i * FlashCombineState::SOURCE_BYTES + field) as i16
+    };
+    // Once: the out pointer's jump between output groups, the first source's group stride
+    // less one group row, the stage's group stride, the weights after the empty slot.
+    let out_bytes = if out_ty == Elem::F32 { 4 } else { 2 };
+    let run_bytes = gout * out_bytes;
+    c.op(alu_imm(AluOp::Sub, ogs, ogs, run_bytes as i16));
+    c.op(ld32m(
+        gs0,
+        m(0),
+        entry(0, FlashCombineState::SOURCE_GROUP_STRIDE),
+    ));
+    c.op(alu_imm(AluOp::Sub, gs0, gs0, GROUP_ROW_BYTES as i16));
+    c.op(ld32m(
+        gst,
+        m(0),
+        entry(1, FlashCombineState::SOURCE_GROUP_STRIDE),
+    ));
+    c.op(setzi(ro, 0));
+    let row = c.label();
+    c.bind(row);
+    // Pass A: M in $a4, as `flash_combine`.
+    li(c, tmp, NEG_INF);
+    c.main_ops_ending(
+        &[
+            mov_a(4, tmp),
+            mov_a(0, tmp),
+            alu_imm(
+                AluOp::Add,
+                q,
+                m(0),
+                entry(0, FlashCombineState::SOURCE_STATS),
+            ),
+            alu_imm(AluOp::Add, tmp, nsrc, 1),
+        ],
+        true,
+    );
+    c.rpt_bundles(Instr::Rpt {
+        count: tmp,
+        body: 3,
+    });
+    c.op(ld32step_m(sp, q, FlashCombineState::SOURCE_BYTES as i16));
+    c.op(alu(AluOp::Add, sp, sp, ro));
+    c.bundle(ld32a(a(0), sp, 0), fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    li(c, tmp, NEG_MAX);
+    c.op(mov_a(5, tmp));
+    c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+    // Pass B: L in $a5 from zero; source j's (m, l) in $a0:1, its weight's pair in $a2:3.
+    c.main_ops_ending(
+        &[
+            setzi(tmp, 0),
+            mov_a(5, tmp),
+            mov_m(pw, scratch),
+            ld32m(sp, m(0), entry(0, FlashCombineState::SOURCE_STATS)),
+            alu(AluOp::Add, sp, sp, ro),
+            alu_imm(
+                AluOp::Add,
+                q,
+                m(0),
+                entry(1, FlashCombineState::SOURCE_STATS),
+            ),
+            ld64_at(0, sp, 0),
+        ],
+        true,
+    );
+    c.rpt_bundles(Instr::Rpt {
+        count: nsrc,
+        body: 4,
+    });
+    c.bundle(
+        ld32step_m(sp, q, FlashCombineState::SOURCE_BYTES as i16),
+        fbin(FType::F32, FBinOp::Sub, 0, 0, 4),
+    );
+    c.bundle(
+        alu(AluOp::Add, sp, sp, ro),
+        fun(FType::F32, FUnOp::Exp, 0, 0),
+    );
+    c.bundle(
+        st64step(ap(2), pw, 8),
+        fbin(FType::F32, FBinOp::Mac, 5, 0, 1),
+    );
+    c.bundle(ld64_at(0, sp, 0), bcast(2, 0));
+    // The last source.
+    c.bundle(
+        st64step(ap(2), pw, 8),
+        fbin(FType::F32, FBinOp::Sub, 0, 0, 4),
+    );
+    c.op(fun(FType::F32, FUnOp::Exp, 0, 0));
+    c.op(fbin(FType::F32, FBinOp::Mac, 5, 0, 1));
+    c.op(bcast(2, 0));
+    c.op(st64step(ap(2), pw, 8));
+    // 1 / L in $a14:15.
+    c.op(fun(FType::F32, FUnOp::Rcp, 6, 5));
+    c.op(bcast(14, 6));
+    // The units: the first source's pointer walks its rows' groups, the stage's start `ph`
+    // moves a group at a time, the sources after the first (`nsrc - 1`) in an `rpt`.
+    c.main_ops_ending(
+        &[
+            ld32m(p0, m(0), entry(0, FlashCombineState::SOURCE_O)),
+            alu(AluOp::Add, p0, p0, ro),
+            ld32m(ph, m(0), entry(1, FlashCombineState::SOURCE_O)),
+            alu(AluOp::Add, ph, ph, ro),
+            mov_m(po, out),
+            setzi(g, dv / gout - 1),
+            alu_imm(AluOp::Add, pw, scratch, 8),
+        ],
+        false,
+    );
+    let og = c.label();
+    c.bind(og);
+    for u in 0..gout / 4 {
+        let half = u % 2;
+        // The first source: O_0 w_0 into the sums $a8:9, $a10:11 (the weights' pointer is
+        // at w_0: set before the first unit and at the end of each).
+        c.op(Instr::Ld2x64Pace {
+            d: [ap(0), ap(12)],
+            p: [p0, pw],
+        });
+        c.op(ld64step(ap(2), p0, 8));
+        c.bundle(
+            if half == 0 {
+                mov_m(ps, ph)
+            } else {
+                alu_imm(AluOp::Add, ps, ph, 16)
+            },
+            fbin(v, FBinOp::Mul, 8, 0, 12),
+        );
+        c.bundle(
+            Instr::Ld2x64Pace {
+                d: [ap(0), ap(12)],
+                p: [ps, pw],
+            },
+            fbin(v, FBinOp::Mul, 10, 2, 12),
+        );
+        // Source j: its second pair loads and its first multiply-adds; the next source's first
+        // pair and weight load while its second multiply-adds.
+        c.bundle(
+            ld64step(ap(2), ps, (stage - 8) as i16),
+            fbin(v, FBinOp::Mac, 8, 0, 12),
+        );
+        c.op(alu_imm(AluOp::Sub, tmp, nsrc, 1));
+        c.rpt_bundles(Instr::Rpt {
+            count: tmp,
+            body: 2,
+        });
+        c.bundle(
+            Instr::Ld2x64Pace {
+                d: [ap(0), ap(12)],
+                p: [ps, pw],
+            },
+            fbin(v, FBinOp::Mac, 10, 2, 12),
+        );
+        c.bundle(
+            ld64step(ap(2), ps, (stage - 8) as i16),
+            fbin(v, FBinOp::Mac, 8, 0, 12),
+        );
+        c.bundle(
+            if half == 1 {
+                alu(AluOp::Add, p0, p0, gs0)
+            } else {
+                Instr::Nop
+            },
+            fbin(v, FBinOp::Mac, 10, 2, 12),
+        );
+        // out = sum * (1 / L).
+        c.bundle(
+            if half == 1 {
+                alu(AluOp::Add, ph, ph, gst)
+            } else {
+                Instr::Nop
+            },
+            fbin(v, FBinOp::Mul, 8, 8, 14),
+        );
+        c.bundle(
+            alu_imm(AluOp::Add, pw, scratch, 8),
+            fbin(v, FBinOp::Mul, 10, 10, 14),
+        );
+        match out_ty {
+            Elem::F32 => {
+                c.op(st64step(ap(8), po, 8));
+                c.op(st64step(ap(10), po, 8));
+            }
+            Elem::F16 => {
+                // The first narrowing in a bundle keeps the next unit 8-byte aligned.
+                c.bundle(Instr::Nop, conv(ConvOp::F32v2ToF16v2, 12, 8));
+                c.op(conv(ConvOp::F32v2ToF16v2, 13, 10));
+                c.op(st64step(ap(12), po, 8));
+            }
+        }
+    }
+    c.op(alu(AluOp::Add, po, po, ogs));
+    c.branch(Instr::Brnzdec { a: g, target: 0 }, og);
+    c.op(alu_imm(AluOp::Add, ro, ro, GROUP_ROW_BYTES as i16));
+    c.op(alu_imm(AluOp::Add, out, out, run_bytes as i16));
+    close_rows_and_exit(c, rows, row, end);
 }

@@ -29,7 +29,7 @@ mod mask;
 mod rescale;
 mod softmax;
 
-pub use combine::{flash_combine, flash_combine_slots};
+pub use combine::{combine_stage, flash_combine, flash_combine_slots};
 pub use mask::{flash_mask, flash_mask_bool, flash_mask_bool_slots, flash_mask_slots};
 pub use rescale::{flash_rescale, flash_rescale_slots};
 pub use softmax::{baked_stride, flash_softmax, flash_softmax_slots};

@@ -361,8 +361,16 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
 /// Where a merge reads a source's rows: `(O of row 0, group stride, statistics of row 0)`.
 pub(crate) type Source = (BufferId, u32, u32, u32);
 
+/// Bytes of a merge worker's scratch for `sources` sources: a row of `dv` f32, or the
+/// staged kernel's weight pairs after an empty one.
+pub(crate) fn combine_scratch_bytes(g: &FlashGeometry, sources: usize) -> u32 {
+    (g.dv as u32 * 4).max(8 * (sources as u32 + 1))
+}
+
 /// The compute of a merge of `rows` rows from `sources` into `out` from byte `out_at`
-/// (`[dv / gout][rows][gout]`).
+/// (`[dv / gout][rows][gout]`). The first source is the merging item's own partial; with f32
+/// partials the others are consecutive runs of one stage buffer (`[gv + 1][rows][32 bytes]`
+/// each), which the staged kernel walks (`kernels::flash::combine_stage`).
 pub(crate) fn merge_ops(
     g: &FlashGeometry,
     rows: u32,
@@ -374,13 +382,17 @@ pub(crate) fn merge_ops(
     let amp = g.amp();
     let gout = g.gout() as u32;
     let ob = g.out.bytes() as u32;
+    let stage =
+        kernels::flash::combine_stage(g.p_elem(), g.gv() as u32, rows, sources.len() as u32);
     let kernel = Kernel::FlashCombine {
         p: g.p_elem(),
         out: g.out_elem(),
         cols: amp.cols as u32,
         gout,
         dv: g.dv as u32,
+        stage,
     };
+    let scratch_bytes = combine_scratch_bytes(g, sources.len());
     let mut ops = Vec::new();
     for (w, (r0, r1)) in split(rows, WORKERS).enumerate() {
         if r1 <= r0 {
@@ -390,7 +402,7 @@ pub(crate) fn merge_ops(
             out: (out, out_at + r0 * gout * ob),
             out_group_stride: rows * gout * ob,
             rows: r1 - r0,
-            scratch: (scratch, w as u32 * g.dv as u32 * 4),
+            scratch: (scratch, w as u32 * scratch_bytes),
             sources: sources
                 .iter()
                 .map(|&(buf, base, gs, stats)| CombineSource {
@@ -411,6 +423,7 @@ pub(crate) fn merge_ops(
                 g.dv as u32,
                 r1 - r0,
                 sources.len() as u32,
+                stage != 0,
             ),
         ));
     }
@@ -854,7 +867,10 @@ impl Lowerer<'_> {
             };
             let mut sources: Vec<Source> = Vec::new();
             let mut slot = 0u32;
-            for &s in &c.sources {
+            // The own partial first, then the others in key order, each a run of the stage.
+            let order =
+                std::iter::once(c.own).chain(c.sources.iter().copied().filter(|&s| s != c.own));
+            for s in order {
                 if s == c.own {
                     let part = bufs[s].part;
                     sources.push((
@@ -882,7 +898,7 @@ impl Lowerer<'_> {
             let out_buf = self.value_buffer(out, tile);
             let scratch = self.prog.buffer(
                 tile,
-                WORKERS * g.dv as u32 * 4 + OVERREAD_BYTES,
+                WORKERS * combine_scratch_bytes(&g, c.sources.len()) + OVERREAD_BYTES,
                 Region::Any,
                 format!("{name}.scratch"),
             );

@@ -124,7 +124,7 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let rows_c = (geo.rows as u64).div_ceil(merge as u64);
     let stage =
         (merge as u64 - 1) * (geo.gv() as u64 + 1) * rows_c * GROUP_ROW_BYTES as u64 + slack;
-    let scratch = 6 * geo.dv as u64 * 4 + slack;
+    let scratch = 6 * super::lower::combine_scratch_bytes(geo, merge) as u64 + slack;
     let out = rows_c * geo.dv as u64 * geo.out.bytes() as u64 + slack;
     let n = per_tile as u64;
     // The item's mask: its rows (or one) by its keys, in the partials type.
@@ -328,6 +328,12 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             geo.dv as u32,
             rows_c.div_ceil(6) as u32,
             merge as u32,
+            kernels::flash::combine_stage(
+                geo.p_elem(),
+                geo.gv() as u32,
+                rows_c as u32,
+                merge as u32,
+            ) != 0,
         ) as u64;
     // Homes: one transpose of their k positions (about 4 slots per element over 6 workers).
     let prep = (HOME_UNIT * geo.d) as u64 * 4 + SYNC_CYCLES as u64;
