@@ -123,6 +123,16 @@ pub(crate) fn amp_chains(rows: u32) -> bool {
     rows >= 2 * WORKERS
 }
 
+/// The rows of every worker of a chain round over `rows` rows when all six have the same
+/// (the kernel's loop count is then immediate: `Kernel::AmpChain::rows`), else 0.
+pub(crate) fn amp_chain_same_rows(rows: u32) -> u16 {
+    if rows.is_multiple_of(WORKERS) {
+        u16::try_from(rows / WORKERS).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 /// Round `n` of `len` of a chain of AMP rounds over the same `rows` rows (see [`amp_launch`]
 /// for the operands): the first stores nothing of the round before it, the others store the
 /// last row the one before left in the AMP (its output at `prev_out`), and only the last
@@ -149,12 +159,14 @@ pub(crate) fn amp_chain_launch(
         drain,
     };
     let (partials, carry) = (partials.is_some(), prev_out.is_some());
-    let slots = kernels::amp_chain_slots(rows.div_ceil(WORKERS), partials, carry, drain);
+    let same = amp_chain_same_rows(rows);
+    let slots = kernels::amp_chain_slots(rows.div_ceil(WORKERS), partials, carry, drain, same != 0);
     SupOp::RunAll(
         Kernel::AmpChain {
             partials,
             carry,
             drain,
+            rows: same,
         },
         state.into(),
         slots,

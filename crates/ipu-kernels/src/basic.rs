@@ -25,8 +25,9 @@ pub(crate) enum AmpShare {
     /// [`AmpShare::TableDense`] in a chain of rounds ([`Kernel::AmpChain`]), every context with
     /// at least two rows: with `carry`, the first row's outputs are the previous round's last
     /// row (the AMP's accumulators persist between runs of a context), stored where that
-    /// round left it; with `drain`, a dummy row drains the last row, else it stays in the AMP.
-    Chain { carry: bool, drain: bool },
+    /// round left it; with `drain`, a dummy row drains the last row, else it stays in the AMP;
+    /// with `rows` (not 0) every worker has that many rows, and the `rpt` count is immediate.
+    Chain { carry: bool, drain: bool, rows: u16 },
 }
 
 pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
@@ -71,9 +72,9 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
         }
         AmpShare::One => load_state(c, AmpState::WORDS), // m1 in, m2 partials, m3 out, m4 rows
     }
-    let (chain, carry, drain) = match share {
-        AmpShare::Chain { carry, drain } => (true, carry, drain),
-        _ => (false, false, true),
+    let (chain, carry, drain, same_rows) = match share {
+        AmpShare::Chain { carry, drain, rows } => (true, carry, drain, rows),
+        _ => (false, false, true, 0),
     };
     let dense = share == AmpShare::TableDense || chain;
     let end = c.label();
@@ -86,7 +87,10 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
     // that would otherwise derive it; its carry pointer is $m6.
     let mut pre: Vec<Instr> = Vec::new();
     if chain {
-        pre.extend((0..3).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
+        // With the count immediate, `out` ($m3, first stored to in the `rpt`) loads where the
+        // count would.
+        let words = if same_rows != 0 { 2 } else { 3 };
+        pre.extend((0..words).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
         if carry {
             pre.push(ld32m(m(6), m(0), AmpChainState::CARRY_OFFSET as i16));
         }
@@ -151,15 +155,24 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
         };
         c.bundle(main, amp_op(phase));
     }
-    let count = if chain {
-        // The state holds the `rpt` count: rows - 1 with a drain, rows - 2 without.
-        c.op(ld32m(m(4), m(0), 12));
-        m(4)
+    if chain && same_rows != 0 {
+        // The `rpt` count: rows - 1 with a drain, rows - 2 without.
+        c.op(ld32m(m(3), m(0), 8));
+        c.rpt_bundles(Instr::Rpti {
+            count: same_rows - if drain { 1 } else { 2 },
+            body: 4,
+        });
     } else {
-        c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
-        m(5)
-    };
-    c.rpt_bundles(Instr::Rpt { count, body: 4 });
+        let count = if chain {
+            // The state holds the `rpt` count: rows - 1 with a drain, rows - 2 without.
+            c.op(ld32m(m(4), m(0), 12));
+            m(4)
+        } else {
+            c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
+            m(5)
+        };
+        c.rpt_bundles(Instr::Rpt { count, body: 4 });
+    }
     for phase in [1, 2, 3, 0] {
         c.bundle(load_store(), amp_op(phase));
     }
@@ -210,16 +223,17 @@ pub fn amp_table_dense_slots(rows: u32, partials: bool) -> u32 {
 }
 
 /// Issue slots of one of the six workers of [`Kernel::AmpChain`] over `rows` (at least two)
-/// rows: finding its entry, the state's loads (one more for a carry), the pass without the
-/// `sub` of its count, and with a drain four more slots than without.
-pub fn amp_chain_slots(rows: u32, partials: bool, carry: bool, drain: bool) -> u32 {
+/// rows: finding its entry, the state's loads (one more for a carry, one less when every
+/// worker has `rows` rows and the count is immediate, `same`), the pass without the `sub` of
+/// its count, and with a drain four more slots than without.
+pub fn amp_chain_slots(rows: u32, partials: bool, carry: bool, drain: bool, same: bool) -> u32 {
     let zero = if partials { 0 } else { 3 };
     let body = if drain {
         4 * rows.saturating_sub(1) + 4
     } else {
         4 * rows.saturating_sub(1)
     };
-    3 + 3 + u32::from(carry) + zero + 1 + 5 + 1 + 1 + body + 1
+    3 + 3 + u32::from(carry) + zero + 1 + 5 + u32::from(!same) + 1 + body + 1
 }
 
 /// Issue slots of one of the six workers of [`Kernel::AmpTable`] over `rows` rows: finding its

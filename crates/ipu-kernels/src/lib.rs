@@ -45,12 +45,14 @@ pub enum Kernel {
     AmpTableDense { partials: bool },
     /// A round of a chain of AMP rounds over the same rows, every worker with at least two
     /// ([`AmpChainState`]): with `carry`, the previous round left its last row in the AMP
-    /// and this one stores it; without `drain`, this one leaves its own there
-    /// (`basic::amp_chain_slots`).
+    /// and this one stores it; without `drain`, this one leaves its own there; with `rows`
+    /// (not 0), every worker has that many rows and the loop's count is immediate, one state
+    /// load less (`basic::amp_chain_slots`).
     AmpChain {
         partials: bool,
         carry: bool,
         drain: bool,
+        rows: u16,
     },
     /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
     Binary { ty: Elem, op: BinOp },
@@ -254,7 +256,12 @@ pub fn generate(kernel: Kernel) -> Code {
             partials,
             carry,
             drain,
-        } => basic::amp(&mut c, partials, basic::AmpShare::Chain { carry, drain }),
+            rows,
+        } => basic::amp(
+            &mut c,
+            partials,
+            basic::AmpShare::Chain { carry, drain, rows },
+        ),
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
         Kernel::ScaleHalves => basic::scale_halves(&mut c),

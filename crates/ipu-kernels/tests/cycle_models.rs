@@ -242,7 +242,14 @@ fn cases() -> Vec<Case> {
             }
             // A round of a chain: its first (no carry), a middle one, its last (a drain), and a
             // chain of one round; every worker with two rows at least, some with one more.
-            for rows in [12u32, 17, 96] {
+            // With rows a multiple of six, also the form with the count immediate.
+            for (rows, same) in [
+                (12u32, false),
+                (12, true),
+                (17, false),
+                (96, false),
+                (96, true),
+            ] {
                 for (carry, drain) in [(false, false), (true, false), (true, true), (false, true)] {
                     let state = AmpChainState {
                         input: at(0, 0),
@@ -255,16 +262,19 @@ fn cases() -> Vec<Case> {
                     };
                     let (q, r) = (rows / 6, rows % 6);
                     let model = (0..6)
-                        .map(|w| amp_chain_slots(q + u32::from(w < r), partials, carry, drain))
+                        .map(|w| {
+                            amp_chain_slots(q + u32::from(w < r), partials, carry, drain, same)
+                        })
                         .sum();
                     let mut c = case(
                         format!(
-                            "amp_chain {mode:?} partials={partials} rows={rows} carry={carry} drain={drain}"
+                            "amp_chain {mode:?} partials={partials} rows={rows} same={same} carry={carry} drain={drain}"
                         ),
                         Kernel::AmpChain {
                             partials,
                             carry,
                             drain,
+                            rows: if same { (rows / 6) as u16 } else { 0 },
                         },
                         state,
                         model,

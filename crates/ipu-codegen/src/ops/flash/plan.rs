@@ -183,7 +183,8 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
     let worker = if table && crate::lower::amp_chains(rows as u32) {
         // A round inside a chain: it stores the last row of the one before and leaves its own
         // in the AMP (the chain's ends: `amp_chain_ends_slots`).
-        kernels::amp_chain_slots(per, true, true, false)
+        let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
+        kernels::amp_chain_slots(per, true, true, false, same)
     } else if table && rows >= 6 {
         kernels::amp_table_dense_slots(per, true)
     } else if table {
@@ -206,9 +207,10 @@ fn amp_chain_ends_slots(rows: usize, table: bool) -> u64 {
         return 0;
     }
     let per = (rows as u32).div_ceil(6);
-    let middle = kernels::amp_chain_slots(per, true, true, false);
-    let ends = kernels::amp_chain_slots(per, true, false, false)
-        + kernels::amp_chain_slots(per, true, true, true);
+    let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
+    let middle = kernels::amp_chain_slots(per, true, true, false, same);
+    let ends = kernels::amp_chain_slots(per, true, false, false, same)
+        + kernels::amp_chain_slots(per, true, true, true, same);
     (ends - 2 * middle) as u64
 }
 
