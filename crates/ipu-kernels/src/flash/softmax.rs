@@ -32,6 +32,10 @@ fn probabilities(scaled: bool, lo: u8, hi: u8, mx: u8, starts_sum: bool) -> Vec<
     float
 }
 
+/// Bytes from a row's statistics to the word [`flash_softmax`]'s statistics pointer holds
+/// (the sum's).
+const ST_BIAS: i16 = 4;
+
 /// Where pass 2 of f32 scores keeps the row's maximum (both lanes).
 const PASS2_M: u8 = 14;
 
@@ -311,6 +315,9 @@ pub fn flash_softmax(
     let p_groups = lkeys / kb;
     let end = c.label();
     loop_counts(c, &[rows, sgroups], end);
+    // The statistics pointer points at the row's sum, the last store of a row, which then
+    // steps it to the next row.
+    c.op(alu_imm(AluOp::Add, st, st, ST_BIAS));
     // Pointer advances per super-group, after walking 32 bytes of each group.
     c.op(alu(AluOp::Add, adv_s, stride, stride));
     if s_groups == 1 {
@@ -361,7 +368,13 @@ pub fn flash_softmax(
         ld64step(ap(2 * (t % 2) as u8), ptr, 8)
     };
     let max1 = |t: u32| fbin(v, FBinOp::Max, 4, 4, 2 * (t % 2) as u8);
-    let mut pre = vec![mov_a(4, start), mov_a(5, start)];
+    // f32 scores start the maximum at the first pair (a move, one float slot, after its
+    // load); f16 ones at -inf (two moves).
+    let mut pre = if s_ty == Elem::F32 {
+        Vec::new()
+    } else {
+        vec![mov_a(4, start), mov_a(5, start)]
+    };
     pre.extend(group_pointer_ops(
         [ps0, ps1],
         s,
@@ -369,7 +382,12 @@ pub fn flash_softmax(
         if baked { 1 } else { s_groups },
     ));
     pre.push(load1(0));
-    c.main_ops_ending(&pre, true);
+    if s_ty == Elem::F32 {
+        c.main_ops_ending(&pre, false);
+        c.op(fun(FType::F32v2, FUnOp::Mov, 4, 0));
+    } else {
+        c.main_ops_ending(&pre, true);
+    }
     c.rpt_bundles(Instr::Rpt {
         count: sgroups,
         body: (q1 + if baked { 0 } else { s_groups }) as u8,
@@ -405,7 +423,7 @@ pub fn flash_softmax(
     if running && !half {
         // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)), with
         // -MAX the floor in $m0.
-        c.op(ld32a(a(5), st, 0));
+        c.op(ld32a(a(5), st, -ST_BIAS));
         c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
         c.op(mov_a(6, floor));
         c.op(fbin(FType::F32, FBinOp::Max, 5, 5, 6));
@@ -418,14 +436,14 @@ pub fn flash_softmax(
         c.op(if alpha_run {
             st64step(ap(0), tmp, 8)
         } else {
-            st64_at(0, st, 8)
+            st64_at(0, st, 8 - ST_BIAS)
         });
-        c.op(st32_a(4, st, 0));
+        c.op(st32_a(4, st, -ST_BIAS));
         floored = 7;
     } else {
         if running {
             // As above, with the f32 floor, the one in $m0 being f16's.
-            c.op(ld32a(a(5), st, 0));
+            c.op(ld32a(a(5), st, -ST_BIAS));
             c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
             li(c, tmp, NEG_MAX);
             c.op(mov_a(6, tmp));
@@ -434,9 +452,9 @@ pub fn flash_softmax(
             c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
             c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
             c.op(bcast(6, 5));
-            c.op(st64_at(6, st, 8));
+            c.op(st64_at(6, st, 8 - ST_BIAS));
         }
-        c.op(st32_a(4, st, 0));
+        c.op(st32_a(4, st, -ST_BIAS));
         c.op(mov_a(5, floor));
         c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     }
@@ -509,18 +527,18 @@ pub fn flash_softmax(
     }
     c.op(fbin(FType::F32, FBinOp::Add, 10, 10, 11));
     if running {
-        c.op(ld32a(a(12), st, 4));
+        c.op(ld32a(a(12), st, 4 - ST_BIAS));
         c.op(if alpha_run {
             ld32a(a(13), tmp, -8)
         } else {
-            ld32a(a(13), st, 8)
+            ld32a(a(13), st, 8 - ST_BIAS)
         });
         c.op(fbin(FType::F32, FBinOp::Mac, 10, 12, 13));
     }
-    c.op(st32_a(10, st, 4));
+    // The sum, stepping the statistics pointer to the next row.
+    c.op(st32step_a(a(10), st, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, s, s, GROUP_ROW_BYTES as i16));
     c.op(alu_imm(AluOp::Add, p, p, GROUP_ROW_BYTES as i16));
-    c.op(alu_imm(AluOp::Add, st, st, GROUP_ROW_BYTES as i16));
     close_rows_and_exit(c, rows, row, end);
 }
 
@@ -566,14 +584,15 @@ pub fn flash_softmax_slots(
     let sg = super_groups;
     // Once: the state, the loop counts, the pointer advances, the scale pair, the maximum's
     // start and floor, `exit`.
-    let fixed = words + 4 + 4 + u32::from(s_groups == 1) + u32::from(p_groups == 1) + 2 + 4 + 1;
+    let fixed = words + 4 + 1 + 4 + u32::from(s_groups == 1) + u32::from(p_groups == 1) + 2 + 4 + 1;
     // Pass 1: the set-up and first load, the `rpt` over all super-groups but the last (a load
     // and a `max` per slot, each group pointer's advance), the last super-group.
     let q1 = 4 * s_groups;
+    let start = if s_ty == Elem::F32 { 1 } else { 2 };
     let pass1 = if stride_baked {
-        2 + 1 + 1 + 1 + sg * q1
+        start + 1 + 1 + 1 + sg * q1
     } else {
-        2 + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1
+        start + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1
     };
     // The maximum reduced (f16 lanes widened first), scaled (and rounded to f16), merged with
     // the running one, stored, floored and broadcast.
@@ -604,7 +623,8 @@ pub fn flash_softmax_slots(
             pre2 + 1 + sg * (units * unit + s_groups + p_groups + 1)
         }
     };
-    // The row's sum, merged with the running one, stored; the pointers to the next row.
-    let tail = 1 + if running { 3 } else { 0 } + 1 + 3 + 1;
+    // The row's sum, merged with the running one, stored (stepping the statistics pointer);
+    // the other two pointers to the next row.
+    let tail = 1 + if running { 3 } else { 0 } + 1 + 2 + 1;
     fixed + rows * (pass1 + reduce + pass2 + tail)
 }
