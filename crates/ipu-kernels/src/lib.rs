@@ -120,6 +120,9 @@ pub enum Kernel {
         /// The scores' group stride built into the maximum pass's loads
         /// ([`flash::baked_stride`]), or 0 to read it from the state only.
         stride: u32,
+        /// Whether a row's maximum is floored at the lowest finite value (a row may see no
+        /// key: a causal mask or a mask operand); else every maximum is finite.
+        floor: bool,
     },
     /// Flash attention: a partial output rescaled by its rows' factors
     /// (`flash_kernels::flash_rescale`).
@@ -290,7 +293,8 @@ pub fn generate(kernel: Kernel) -> Code {
             scaled,
             running,
             stride,
-        } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running, stride),
+            floor,
+        } => flash::flash_softmax(&mut c, s, a, cols, kb, scaled, running, stride, floor),
         Kernel::FlashRescale { p } => flash::flash_rescale(&mut c, p),
         Kernel::FlashMask {
             s,

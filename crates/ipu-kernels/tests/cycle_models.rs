@@ -647,13 +647,14 @@ fn cases() -> Vec<Case> {
         let (cols, kb) = (g.columns, g.k);
         for scaled in [false, true] {
             for running in [false, true] {
-                for ((rows, super_groups), baked) in [(1u32, 1u32), (6, 4)]
+                for (((rows, super_groups), baked), floor) in [(1u32, 1u32), (6, 4)]
                     .into_iter()
                     .flat_map(|shape| [(shape, false), (shape, true)])
+                    .flat_map(|case| [(case, true), (case, false)])
                 {
                     let c = case(
                         format!(
-                            "flash_softmax {mode:?} scaled={scaled} running={running} rows={rows} sg={super_groups} baked={baked}"
+                            "flash_softmax {mode:?} scaled={scaled} running={running} rows={rows} sg={super_groups} baked={baked} floor={floor}"
                         ),
                         Kernel::FlashSoftmax {
                             s,
@@ -663,6 +664,7 @@ fn cases() -> Vec<Case> {
                             scaled,
                             running,
                             stride: if baked { rows * GROUP_ROW_BYTES } else { 0 },
+                            floor,
                         },
                         FlashSoftmaxState {
                             s: at(0, 0),
@@ -684,6 +686,7 @@ fn cases() -> Vec<Case> {
                             rows,
                             super_groups,
                             baked,
+                            floor,
                         ),
                         s,
                     );

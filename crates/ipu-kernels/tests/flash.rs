@@ -246,29 +246,34 @@ fn softmax_block(
         (rows * 32) as u32,
         scale.to_bits(),
     ];
-    // The group stride read from the state, and built into the loads: the same results.
-    let [plain, baked] = [0, (rows * 32) as u32].map(|stride| {
-        let kernel = Kernel::FlashSoftmax {
-            s,
-            a: Elem::F16,
-            cols: cols as u32,
-            kb: kb as u32,
-            scaled,
-            running: false,
-            stride,
-        };
-        let dev = run(kernel, &state, &[(s_addr, scores.clone())]);
-        (
-            f16_bits(&dev, p_addr, keys * rows),
-            f32s(&dev, st_addr, rows * 8),
-        )
-    });
-    assert_eq!(plain.0, baked.0, "probabilities with the stride built in");
-    assert_eq!(
-        plain.1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-        baked.1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-        "statistics with the stride built in"
-    );
+    // The group stride read from the state, and built into the loads; the maximum floored
+    // or not (every row here sees a key): the same results.
+    let [plain, baked, unfloored] =
+        [(0, true), ((rows * 32) as u32, true), (0, false)].map(|(stride, floor)| {
+            let kernel = Kernel::FlashSoftmax {
+                s,
+                a: Elem::F16,
+                cols: cols as u32,
+                kb: kb as u32,
+                scaled,
+                running: false,
+                stride,
+                floor,
+            };
+            let dev = run(kernel, &state, &[(s_addr, scores.clone())]);
+            (
+                f16_bits(&dev, p_addr, keys * rows),
+                f32s(&dev, st_addr, rows * 8),
+            )
+        });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (other, what) in [
+        (&baked, "with the stride built in"),
+        (&unfloored, "unfloored"),
+    ] {
+        assert_eq!(plain.0, other.0, "probabilities {what}");
+        assert_eq!(bits(&plain.1), bits(&other.1), "statistics {what}");
+    }
     plain
 }
 

@@ -290,6 +290,12 @@ impl Pass2<'_> {
 /// With `running`, the row's statistics already hold the maximum and sum of earlier keys: the
 /// new maximum is the larger, the rescaling factor `alpha = exp(m_old - m_new)` is stored after
 /// them (third word, for `flash_rescale`), and the sum becomes `l_old * alpha + sum`.
+///
+/// With `floored_max`, a row's maximum is floored at the lowest finite value before the
+/// probabilities and the factor use it, so a row that sees no key (all `-inf`: a causal or
+/// mask operand's) gets probabilities 0 and a factor 1, not NaN; without it (no row can see
+/// no key: every maximum is finite, and the floor would change nothing) the floor's slots are
+/// left out. f16 probabilities from f16 scores always floor.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_softmax(
     c: &mut Code,
@@ -300,6 +306,7 @@ pub fn flash_softmax(
     scaled: bool,
     running: bool,
     stride_baked: u32,
+    floored_max: bool,
 ) {
     // The factors' pointer (f32 scores, running) is word 8, loaded into `$m15` (free then).
     load_state(c, FlashSoftmaxState::WORDS - 1);
@@ -422,13 +429,18 @@ pub fn flash_softmax(
     let mut floored = 4;
     if running && !half {
         // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)), with
-        // -MAX the floor in $m0.
+        // -MAX the floor in $m0 (without `floored_max`, every maximum is finite: no floor).
         c.op(ld32a(a(5), st, -ST_BIAS));
         c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
-        c.op(mov_a(6, floor));
-        c.op(fbin(FType::F32, FBinOp::Max, 5, 5, 6));
-        c.op(fbin(FType::F32, FBinOp::Max, 7, 4, 6));
-        c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
+        if floored_max {
+            c.op(mov_a(6, floor));
+            c.op(fbin(FType::F32, FBinOp::Max, 5, 5, 6));
+            c.op(fbin(FType::F32, FBinOp::Max, 7, 4, 6));
+            c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 7));
+            floored = 7;
+        } else {
+            c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 4));
+        }
         c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
         // alpha as a pair, as `flash_rescale` loads it: f32 scores in the run of factors,
         // f16 ones at the statistics' third and fourth words.
@@ -439,7 +451,6 @@ pub fn flash_softmax(
             st64_at(0, st, 8 - ST_BIAS)
         });
         c.op(st32_a(4, st, -ST_BIAS));
-        floored = 7;
     } else {
         if running {
             // As above, with the f32 floor, the one in $m0 being f16's.
@@ -455,8 +466,10 @@ pub fn flash_softmax(
             c.op(st64_at(6, st, 8 - ST_BIAS));
         }
         c.op(st32_a(4, st, -ST_BIAS));
-        c.op(mov_a(5, floor));
-        c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+        if floored_max || half {
+            c.op(mov_a(5, floor));
+            c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
+        }
     }
     if half {
         // m in all four f16 lanes of $a6:7 (exact: the maximum of f16 values, or the floor).
@@ -566,6 +579,7 @@ pub fn flash_softmax_slots(
     rows: u32,
     super_groups: u32,
     stride_baked: bool,
+    floored_max: bool,
 ) -> u32 {
     // The state's words but the factors' pointer, which only the running form of f32 scores
     // loads.
@@ -603,14 +617,18 @@ pub fn flash_softmax_slots(
         } else {
             0
         }
-        + match (running, half) {
+        + match (running, half, floored_max) {
             // Merged, the factor floored with $m0's floor, stored; m stored; the floored
             // maximum is the factor's.
-            (true, false) => 10 + 1,
+            (true, false, true) => 10 + 1,
+            // Merged, the factor stored; m stored.
+            (true, false, false) => 7 + 1,
             // Merged with the f32 floor loaded, the factor stored; m stored, floored.
-            (true, true) => 12 + 3,
+            (true, true, _) => 12 + 3,
             // m stored, floored.
-            (false, _) => 3,
+            (false, true, _) | (false, false, true) => 3,
+            // m stored.
+            (false, false, false) => 1,
         }
         + if half { 2 } else { 1 };
     let pre2 = if s_ty == Elem::F32 { 0 } else { 3 } + s_groups + p_groups;

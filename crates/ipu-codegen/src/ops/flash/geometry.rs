@@ -212,6 +212,11 @@ impl FlashGeometry {
     pub fn softmax_scaled(&self) -> bool {
         !self.prescale() && self.mask.is_none()
     }
+    /// Whether the softmax floors a row's maximum: a row may see no key (all `-inf` scores)
+    /// only under the causal mask or a mask operand; else every maximum is finite.
+    pub fn softmax_floored(&self) -> bool {
+        self.causal || self.mask.is_some()
+    }
     /// Rows of an item's mask buffer: `R`, or 1 for a mask broadcast over the queries.
     pub fn mask_rows(&self) -> usize {
         match &self.mask {

@@ -282,6 +282,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
             scaled: g.softmax_scaled(),
             running,
             stride,
+            floor: g.softmax_floored(),
         };
         for (r0, r1) in split(r, WORKERS) {
             if r1 > r0 {
@@ -311,6 +312,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
                         r1 - r0,
                         (sub / lkeys) as u32,
                         stride != 0,
+                        g.softmax_floored(),
                     ),
                 ));
             }

@@ -269,6 +269,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
                 per,
                 keys.div_ceil(lkeys) as u32,
                 kernels::flash::baked_stride(r as u32 * GROUP_ROW_BYTES) != 0,
+                geo.softmax_floored(),
             );
             let rescale = if running {
                 flash_rescale_slots(geo.p_elem(), per, geo.gv() as u32)
