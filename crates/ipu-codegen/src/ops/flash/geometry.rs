@@ -147,10 +147,15 @@ impl FlashGeometry {
     pub fn gv(&self) -> usize {
         self.dv / self.amp().cols
     }
-    /// Whether probabilities overwrite the scores (same type and layout).
+    /// Whether probabilities overwrite the scores: a row's group of `kb` probabilities takes
+    /// the bytes of its group of `cols` scores (the same group stride), and no score is read
+    /// after a probability takes its bytes (`kb >= cols`: probability group `j` holds keys
+    /// from `j * kb`, score group `j` keys below `(j + 1) * cols`, read by `flash_softmax`
+    /// before it stores the probabilities of those keys). f16 probabilities of f32 scores
+    /// (the f16 → f32 mode) qualify, as do partials of the AMP's operand type.
     pub fn p_in_place(&self) -> bool {
         let g = self.amp();
-        self.a == self.p && g.k_block == g.cols
+        g.k_block * self.ab() == g.cols * self.pb() && g.k_block >= g.cols
     }
     /// Keys rounded to the score layout's groups.
     pub fn keys_padded(&self) -> usize {

@@ -65,6 +65,44 @@ fn distribution_sends(fp: &FlashPlan) -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// The bytes the busiest tile receives in each round's distribution, per chunk of the items'
+/// keys: its item's rows of `q` (first chunk) and the chunk's `kᵀ` and `v`, each at half
+/// when the other tile of its pair (tiles `2i` and `2i + 1`, one exchange bus) takes the
+/// same rows or the same key block in that round (one multicast at one address, which a pair
+/// receives at twice a tile's rate), and the item's mask.
+fn distribution_receives(fp: &FlashPlan, mask_bytes: u64) -> Vec<Vec<u64>> {
+    let g = &fp.geo;
+    let ab = g.ab() as u64;
+    let chunks = g.chunks();
+    let mut at: BTreeMap<(usize, u32), usize> = BTreeMap::new();
+    let mut rounds: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, it) in fp.items.iter().enumerate() {
+        let r = rounds.entry(it.tile).or_insert(0);
+        at.insert((*r, it.tile), i);
+        *r += 1;
+    }
+    let n_rounds = rounds.values().copied().max().unwrap_or(0);
+    let mut most = vec![vec![0u64; chunks.len()]; n_rounds];
+    for (&(r, tile), &i) in &at {
+        let it = fp.items[i];
+        let pair = at.get(&(r, tile ^ 1)).map(|&j| fp.items[j]);
+        let share = |same: bool, bytes: u64| if same { bytes / 2 } else { bytes };
+        let same_rows = pair.is_some_and(|p| (p.batch, p.q0) == (it.batch, it.q0));
+        let same_keys =
+            pair.is_some_and(|p| (g.kv_of(p.batch), p.k0) == (g.kv_of(it.batch), it.k0));
+        for (c, &(_, clen)) in chunks.iter().enumerate() {
+            let q = if c == 0 {
+                share(same_rows, (fp.valid_rows(i) * g.d) as u64 * ab)
+            } else {
+                0
+            };
+            let kv = share(same_keys, (clen * (g.d + g.dv)) as u64 * ab);
+            most[r][c] = most[r][c].max(q + kv + mask_bytes);
+        }
+    }
+    most
+}
+
 /// The cycles of the `NAME.prep` step ([`prep_ops`] on every home tile, costed) and its sync.
 fn prep_cycles(fp: &FlashPlan) -> u64 {
     let placeholders = |tiles: &BTreeMap<u32, usize>| -> BTreeMap<u32, BufferId> {
@@ -218,7 +256,6 @@ fn model(fp: &FlashPlan) -> FlashModel {
     }
     let km = merges.values().copied().max().unwrap_or(1);
     let (merge, merge_recv) = (merge * km, merge_recv * km);
-    let ab = g.ab() as u64;
     // Each round has its own distribution and scores step per chunk of the items' keys.
     let chunks = g.chunks();
     let mask_bytes = if g.mask.is_some() {
@@ -228,16 +265,14 @@ fn model(fp: &FlashPlan) -> FlashModel {
     };
     // Each step's distribution ends when its busiest receiver has received and its busiest
     // home has sent, whichever is later.
-    let chunk_bytes = |c: usize| {
-        let q = if c == 0 { g.rows * g.d } else { 0 };
-        (q + chunks[c].1 * (g.d + g.dv)) as u64 * ab + mask_bytes
-    };
     let sends = distribution_sends(fp);
+    let receives = distribution_receives(fp, mask_bytes);
     let recv = (0..k as usize)
         .flat_map(|r| (0..chunks.len()).map(move |c| (r, c)))
         .map(|(r, c)| {
             let sent = sends.get(r).and_then(|s| s.get(c)).copied().unwrap_or(0);
-            chunk_bytes(c).max(sent) / 4 + overhead + sync
+            let received = receives.get(r).and_then(|s| s.get(c)).copied().unwrap_or(0);
+            received.max(sent) / 4 + overhead + sync
         })
         .sum::<u64>();
     let merge_x = if merge_recv > 0 {

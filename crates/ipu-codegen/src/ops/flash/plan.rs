@@ -133,10 +133,11 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     } else {
         0
     };
-    (
-        q + s + p + t + alpha + mask + n * (part + stage + out) + scratch,
-        kt + v,
-    )
+    // The placer gives buffers whose live ranges do not meet the same bytes: the item's
+    // operands and scores die with its round, before the merge's staging and output live.
+    let compute = q + s + p + t + alpha + mask + n * part;
+    let merging = n * (part + stage + out) + scratch;
+    (compute.max(merging), kt + v)
 }
 
 /// Bytes of an item's supervisor code and vertex states: `(code per item, states per item,
@@ -238,6 +239,53 @@ pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
     BARREL_SLOT_CYCLES as u64 * slots as u64 + SYNC_CYCLES as u64
 }
 
+/// The bytes the busiest tile receives over an item's distributions (one per chunk of its
+/// keys), as [`layout`] places the items: a key block's run of items on consecutive tiles,
+/// each pair of tiles (one exchange bus) taking one multicast of its `kᵀ` and `v` at twice a
+/// tile's rate, so at half; the last item of a run of odd length deferred to the end, where it
+/// pairs with the next run's last (the same query rows: `q` at half, the key block whole)
+/// when a kv entry has an even count of those; else some pair or a last tile alone takes
+/// both whole.
+fn distribution_bytes(geo: &FlashGeometry) -> u64 {
+    let ab = geo.ab() as u64;
+    let q = (geo.rows * geo.d) as u64 * ab;
+    let kblocks = geo.sk.div_ceil(geo.keys);
+    let qblocks = geo.sq.div_ceil(geo.rows);
+    // Items per key block, and how many key blocks of a kv entry have odd runs.
+    let (mut odd, mut runs) = (0usize, false);
+    for kj in 0..kblocks {
+        let blocks = if geo.causal {
+            (0..qblocks)
+                .filter(|&b| needed(true, ((b + 1) * geo.rows).min(geo.sq), kj * geo.keys))
+                .count()
+        } else {
+            qblocks
+        };
+        let run = geo.group() * blocks;
+        odd += run % 2;
+        runs |= run >= 2;
+    }
+    let deferred = odd * geo.kv_batch;
+    geo.chunks()
+        .iter()
+        .enumerate()
+        .map(|(c, &(_, keys))| {
+            let kv = (keys * (geo.d + geo.dv)) as u64 * ab;
+            let q = if c == 0 { q } else { 0 };
+            let mut most = 0;
+            if runs {
+                most = most.max(q + kv / 2);
+            }
+            if deferred > 0 {
+                // Pairs of one kv entry's last items: the same rows. With an odd count per
+                // entry, a pair straddles two entries, or the last tile is alone.
+                most = most.max(if odd % 2 == 0 { q / 2 + kv } else { q + kv });
+            }
+            most
+        })
+        .sum()
+}
+
 /// The analytical estimate of a mapping: (cycles, exchange cycles).
 pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let amp = geo.amp();
@@ -306,7 +354,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     } else {
         0
     };
-    let recv = ((r * geo.d + nk * (geo.d + geo.dv)) * geo.ab()) as u64 / EXCHANGE_BYTES as u64;
+    let recv = distribution_bytes(geo) / EXCHANGE_BYTES as u64;
     // Each chunk of streamed keys is its own distribution and scores step.
     let chunks = geo.chunks().len() as u64;
     let distribute = recv
@@ -562,9 +610,10 @@ pub fn plan_flash(
             let (items, merge) = count_items(&geo);
             let per_tile = items.div_ceil(tiles as usize);
             // One pass over the keys, or sub-blocks of SUB_KEYS keys up to SUB_KEYS_MAX (fewer
-            // rescales of the partial output the larger they are), each launch form: the
-            // cheapest that fits. Only when none fits, the keys streamed in chunks of whole
-            // sub-blocks, every chunk and sub-block size: again the cheapest that fits.
+            // rescales of the partial output the larger they are), each launch form, and the
+            // keys streamed in chunks of whole sub-blocks, every chunk and sub-block size: the
+            // cheapest that fits (streaming can pay: its smaller `kᵀ` and `v` leave room for
+            // larger sub-blocks).
             let mut subs = vec![usize::MAX];
             let mut sub = SUB_KEYS_MAX;
             while sub >= SUB_KEYS {
@@ -590,9 +639,6 @@ pub fn plan_flash(
             }
             let mut best: Option<FlashCandidate> = None;
             for (sub, table, chunk) in options {
-                if chunk != usize::MAX && best.as_ref().is_some_and(|b| b.chunk == usize::MAX) {
-                    break;
-                }
                 geo.sub = sub;
                 geo.table = table;
                 geo.chunk = chunk;
