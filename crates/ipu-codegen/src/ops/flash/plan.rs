@@ -240,19 +240,17 @@ pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
 }
 
 /// The bytes the busiest tile receives over an item's distributions (one per chunk of its
-/// keys), as [`layout`] places the items: a key block's run of items on consecutive tiles,
-/// each pair of tiles (one exchange bus) taking one multicast of its `kᵀ` and `v` at twice a
-/// tile's rate, so at half; the last item of a run of odd length deferred to the end, where it
-/// pairs with the next run's last (the same query rows: `q` at half, the key block whole)
-/// when a kv entry has an even count of those; else some pair or a last tile alone takes
-/// both whole.
+/// keys), as the model counts them (`model::distribution_receives`): the first chunk's `q`,
+/// `kᵀ` and `v` at a tile's rate; a later chunk's `kᵀ` and `v` at half on the tiles of a
+/// pair taking the same key block ([`layout`] puts a key block's run of items on consecutive
+/// tiles), whole on a tile whose pair takes another (the last item of a run of odd length,
+/// which goes to the end of the order).
 fn distribution_bytes(geo: &FlashGeometry) -> u64 {
     let ab = geo.ab() as u64;
-    let q = (geo.rows * geo.d) as u64 * ab;
     let kblocks = geo.sk.div_ceil(geo.keys);
     let qblocks = geo.sq.div_ceil(geo.rows);
-    // Items per key block, and how many key blocks of a kv entry have odd runs.
-    let (mut odd, mut runs) = (0usize, false);
+    // Whether some key block has a run of two items or more, and some one of odd length.
+    let (mut odd, mut runs) = (false, false);
     for kj in 0..kblocks {
         let blocks = if geo.causal {
             (0..qblocks)
@@ -262,26 +260,21 @@ fn distribution_bytes(geo: &FlashGeometry) -> u64 {
             qblocks
         };
         let run = geo.group() * blocks;
-        odd += run % 2;
+        odd |= run % 2 == 1;
         runs |= run >= 2;
     }
-    let deferred = odd * geo.kv_batch;
     geo.chunks()
         .iter()
         .enumerate()
         .map(|(c, &(_, keys))| {
             let kv = (keys * (geo.d + geo.dv)) as u64 * ab;
-            let q = if c == 0 { q } else { 0 };
-            let mut most = 0;
-            if runs {
-                most = most.max(q + kv / 2);
+            if c == 0 {
+                (geo.rows * geo.d) as u64 * ab + kv
+            } else if odd || !runs {
+                kv
+            } else {
+                kv / 2
             }
-            if deferred > 0 {
-                // Pairs of one kv entry's last items: the same rows. With an odd count per
-                // entry, a pair straddles two entries, or the last tile is alone.
-                most = most.max(if odd % 2 == 0 { q / 2 + kv } else { q + kv });
-            }
-            most
         })
         .sum()
 }
