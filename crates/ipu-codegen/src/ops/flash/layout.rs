@@ -188,6 +188,19 @@ impl FlashPlan {
     }
 
     /// Most items on one tile.
+    /// Each item's round: how many items of its tile come before it.
+    pub fn item_rounds(&self) -> Vec<usize> {
+        let mut n: std::collections::BTreeMap<u32, usize> = Default::default();
+        self.items
+            .iter()
+            .map(|it| {
+                let r = n.entry(it.tile).or_insert(0);
+                *r += 1;
+                *r - 1
+            })
+            .collect()
+    }
+
     pub fn items_per_tile(&self) -> usize {
         let mut n: std::collections::BTreeMap<u32, usize> = Default::default();
         for it in &self.items {

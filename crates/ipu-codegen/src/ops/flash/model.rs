@@ -22,15 +22,11 @@ fn distribution_sends(fp: &FlashPlan) -> Vec<Vec<u64>> {
     let g = &fp.geo;
     let ab = g.ab() as u64;
     let chunks = g.chunks();
-    let mut round_of_tile: BTreeMap<u32, usize> = BTreeMap::new();
+    let rounds = fp.item_rounds();
     let mut per_round: Vec<Vec<BTreeMap<u32, u64>>> = Vec::new();
     let mut kv_sent: BTreeSet<(usize, usize, usize)> = BTreeSet::new();
     for (i, it) in fp.items.iter().enumerate() {
-        let r = {
-            let n = round_of_tile.entry(it.tile).or_insert(0);
-            *n += 1;
-            *n - 1
-        };
+        let r = rounds[i];
         if per_round.len() <= r {
             per_round.resize_with(r + 1, || vec![BTreeMap::new(); chunks.len()]);
         }
@@ -79,28 +75,29 @@ fn distribution_receives(fp: &FlashPlan, mask_bytes: u64) -> Vec<Vec<u64>> {
     let g = &fp.geo;
     let ab = g.ab() as u64;
     let chunks = g.chunks();
-    let mut at: BTreeMap<(usize, u32), usize> = BTreeMap::new();
-    let mut rounds: BTreeMap<u32, usize> = BTreeMap::new();
-    for (i, it) in fp.items.iter().enumerate() {
-        let r = rounds.entry(it.tile).or_insert(0);
-        at.insert((*r, it.tile), i);
-        *r += 1;
-    }
-    let n_rounds = rounds.values().copied().max().unwrap_or(0);
+    let rounds = fp.item_rounds();
+    let at: BTreeMap<(usize, u32), usize> = fp
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| ((rounds[i], it.tile), i))
+        .collect();
+    let n_rounds = rounds.iter().max().map_or(0, |r| r + 1);
     let mut most = vec![vec![0u64; chunks.len()]; n_rounds];
     for (&(r, tile), &i) in &at {
         let it = fp.items[i];
-        let pair = at.get(&(r, tile ^ 1)).map(|&j| fp.items[j]);
-        let share = |same: bool, bytes: u64| if same { bytes / 2 } else { bytes };
-        let same_keys =
-            pair.is_some_and(|p| (g.kv_of(p.batch), p.k0) == (g.kv_of(it.batch), it.k0));
+        let same_keys = at.get(&(r, tile ^ 1)).is_some_and(|&j| {
+            let p = fp.items[j];
+            (g.kv_of(p.batch), p.k0) == (g.kv_of(it.batch), it.k0)
+        });
         for (c, &(_, clen)) in chunks.iter().enumerate() {
             let q = if c == 0 {
                 (g.rows * g.d) as u64 * ab
             } else {
                 0
             };
-            let kv = share(same_keys && c > 0, (clen * (g.d + g.dv)) as u64 * ab);
+            let kv = (clen * (g.d + g.dv)) as u64 * ab;
+            let kv = if same_keys && c > 0 { kv / 2 } else { kv };
             most[r][c] = most[r][c].max(q + kv + mask_bytes);
         }
     }

@@ -252,12 +252,13 @@ fn distribution_bytes(geo: &FlashGeometry) -> u64 {
     // Whether some key block has a run of two items or more, and some one of odd length.
     let (mut odd, mut runs) = (false, false);
     for kj in 0..kblocks {
-        let blocks = if geo.causal {
-            (0..qblocks)
-                .filter(|&b| needed(true, ((b + 1) * geo.rows).min(geo.sq), kj * geo.keys))
-                .count()
-        } else {
-            qblocks
+        // Causal: query block `b` reads key block `kj` when its rows reach its first key,
+        // i.e. from block `k0 / rows` on (none when the queries end before it).
+        let k0 = kj * geo.keys;
+        let blocks = match geo.causal {
+            true if k0 >= geo.sq => 0,
+            true => qblocks - (k0 / geo.rows).min(qblocks),
+            false => qblocks,
         };
         let run = geo.group() * blocks;
         odd |= run % 2 == 1;
