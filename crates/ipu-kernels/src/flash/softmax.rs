@@ -1,6 +1,6 @@
 //! [`flash_softmax`]: a block of scores to probabilities and row statistics.
 
-use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg, RedOp};
+use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg, RedOp};
 
 use super::*;
 use crate::Elem;
@@ -39,6 +39,192 @@ const ST_BIAS: i16 = 4;
 /// Where pass 2 of f32 scores keeps the row's maximum (both lanes).
 const PASS2_M: u8 = 14;
 
+/// A Main-class op issued beside a run of float ops ([`co_issue`]): in the bundle at index
+/// `earliest` or a later one (after the float op whose result it reads), by the bundle at
+/// index `latest` (before the float op that reads its result), after the ops before it in the
+/// list that share its `chain`.
+#[derive(Debug, Clone, Copy)]
+struct Beside {
+    op: Instr,
+    earliest: usize,
+    latest: usize,
+    chain: u8,
+}
+
+impl Beside {
+    fn new(op: Instr, chain: u8) -> Beside {
+        Beside {
+            op,
+            earliest: 0,
+            latest: usize::MAX,
+            chain,
+        }
+    }
+
+    fn from(self, earliest: usize) -> Beside {
+        Beside { earliest, ..self }
+    }
+
+    fn by(self, latest: usize) -> Beside {
+        Beside { latest, ..self }
+    }
+}
+
+/// Places `mains` beside `floats` float ops, a bundle each: in each bundle the first op of
+/// the list that may go there. Returns each bundle's Main op and those left over, in list
+/// order, to issue alone after the bundles.
+fn co_issue(floats: usize, mains: &[Beside]) -> (Vec<Option<Instr>>, Vec<Instr>) {
+    let mut placed: Vec<Option<usize>> = vec![None; mains.len()];
+    let mut per = vec![None; floats];
+    for (i, slot) in per.iter_mut().enumerate() {
+        let ready = |j: usize| {
+            placed[j].is_none()
+                && mains[j].earliest <= i
+                && (0..j)
+                    .all(|e| mains[e].chain != mains[j].chain || placed[e].is_some_and(|b| b < i))
+        };
+        if let Some(j) = (0..mains.len()).find(|&j| ready(j)) {
+            placed[j] = Some(i);
+            *slot = Some(mains[j].op);
+        }
+    }
+    for (b, at) in mains.iter().zip(&placed) {
+        assert!(
+            b.latest == usize::MAX || at.is_some_and(|i| i <= b.latest),
+            "flash_softmax: {:?} misses its bundle",
+            b.op
+        );
+    }
+    let left = mains
+        .iter()
+        .zip(&placed)
+        .filter(|(_, at)| at.is_none())
+        .map(|(b, _)| b.op)
+        .collect();
+    (per, left)
+}
+
+/// Issue slots of `float` ops in bundles (`exp` and the other transcendental ops take two).
+fn float_slots(floats: &[Instr]) -> u32 {
+    floats
+        .iter()
+        .map(|f| match f {
+            Instr::FUn { op, .. } => op.slots(),
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Emits `floats` in bundles with `mains` beside them ([`co_issue`]) from an 8-byte boundary,
+/// the ops left over alone after them, ending on an even word.
+fn emit_co_issued(c: &mut Code, floats: &[Instr], mains: &[Beside]) {
+    let (per, left) = co_issue(floats.len(), mains);
+    for (&f, main) in floats.iter().zip(per) {
+        c.bundle(main.unwrap_or(Instr::Nop), f);
+    }
+    c.main_ops_ending(&left, false);
+}
+
+/// Issue slots of [`emit_co_issued`].
+fn co_issued_slots(floats: &[Instr], mains: &[Beside]) -> u32 {
+    float_slots(floats) + co_issue(floats.len(), mains).1.len() as u32
+}
+
+/// The float ops of a row of f32 scores between its two passes, and the Main ops beside them:
+/// pass 1's last `max`; the maximum reduced, scaled, merged with the running one (its load
+/// beside), stored, floored, and broadcast for pass 2; with `running` the rescaling factor
+/// `exp(m_old - m_new)` as a pair (stored through the factors' pointer `$m15`); beside them
+/// too, pass 2's group pointers and its first unit's loads. Registers: pass 1's maximum in
+/// `$a4:5` (its last `max` reads `$a2:3`), the running maximum in `$a6`, the floor in `$a7` or
+/// `$a5`, the factor's pair in `$a6:7`.
+fn between_passes_f32(
+    q1: u32,
+    scaled: bool,
+    running: bool,
+    floored_max: bool,
+    [s_groups, p_groups]: [u32; 2],
+    baked: bool,
+) -> (Vec<Instr>, Vec<Beside>) {
+    let (s, p, st, stride) = (m(1), m(2), m(3), m(6));
+    let (ps, pp, floor, factors) = ([m(8), m(9)], [m(10), m(11)], m(0), m(15));
+    let f32 = FType::F32;
+    let mut floats = vec![
+        fbin(FType::F32v2, FBinOp::Max, 4, 4, 2 * ((q1 - 1) % 2) as u8),
+        fbin(f32, FBinOp::Max, 4, 4, 5),
+    ];
+    if scaled {
+        floats.push(fbin(f32, FBinOp::Mul, 4, 4, 8));
+    }
+    // The float op that completes the row's maximum in $a4.
+    let done = floats.len() - 1;
+    // The list's order is the order of preference: the loads the float ops wait for, pass 2's
+    // pointers and first loads, the stores. Chains: the statistics' (0: the running maximum's
+    // load before its store), pass 2's scores (1: the pointers before the loads) and
+    // probabilities (2).
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    if running {
+        // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)) with -MAX the
+        // floor (without `floored_max` every maximum is finite: no floor).
+        first.push(Beside::new(ld32a(a(6), st, -ST_BIAS), 0).by(done));
+        if floored_max {
+            first.push(Beside::new(mov_a(7, floor), 3).by(done + 1));
+        }
+        floats.push(fbin(f32, FBinOp::Max, 4, 4, 6));
+        last.push(Beside::new(st32_a(4, st, -ST_BIAS), 0).from(done + 2));
+        let m_new = if floored_max {
+            floats.push(fbin(f32, FBinOp::Max, 6, 6, 7));
+            floats.push(fbin(f32, FBinOp::Max, 5, 4, 7));
+            5
+        } else {
+            4
+        };
+        floats.push(fbin(f32, FBinOp::Sub, 6, 6, m_new));
+        floats.push(fun(f32, FUnOp::Exp, 6, 6));
+        floats.push(bcast(6, 6));
+        last.push(Beside::new(st64step(ap(6), factors, 8), 0).from(floats.len()));
+        floats.push(bcast(PASS2_M, m_new));
+    } else if floored_max {
+        // The maximum stored, then floored (the floor's move beside the `max` that last reads
+        // $a5).
+        first.push(Beside::new(mov_a(5, floor), 0).from(1).by(done));
+        first.push(
+            Beside::new(st32_a(4, st, -ST_BIAS), 0)
+                .from(done + 1)
+                .by(done + 1),
+        );
+        floats.push(fbin(f32, FBinOp::Max, 4, 4, 5));
+        floats.push(bcast(PASS2_M, 4));
+    } else {
+        last.push(Beside::new(st32_a(4, st, -ST_BIAS), 0).from(done + 1));
+        floats.push(bcast(PASS2_M, 4));
+    }
+    let mut mains = first;
+    // Pass 2's pointers (with the stride built in, `D` ($m7) back from where pass 1 left the
+    // row's), then its first unit's scores (`Pass2::loads`).
+    let ps_ops = if baked {
+        let mut ops = vec![alu(AluOp::Sub, ps[0], s, m(7))];
+        if s_groups == 2 {
+            ops.push(alu(AluOp::Add, ps[1], ps[0], stride));
+        }
+        ops
+    } else {
+        group_pointer_ops(ps, s, stride, s_groups)
+    };
+    mains.extend(
+        ps_ops
+            .into_iter()
+            .chain([ld64step(ap(0), ps[0], 8), ld64step(ap(2), ps[0], 8)])
+            .map(|op| Beside::new(op, 1)),
+    );
+    mains.extend(
+        group_pointer_ops(pp, p, stride, p_groups)
+            .into_iter()
+            .map(|op| Beside::new(op, 2)),
+    );
+    mains.extend(last);
+    (floats, mains)
+}
+
 /// Pass 2 of [`flash_softmax`] for f32 scores, and for f16 scores with f16 probabilities
 /// (`half`): units of four keys software-pipelined over the whole row. For f32 scores unit `k`
 /// computes in one register quad (`$a0:3` or `$a4:7`, alternating; `m` is in `$a14:15`, and
@@ -64,6 +250,11 @@ struct Pass2<'a> {
     adv_p: MReg,
     /// The super-groups less one: the `rpt` count.
     sgroups: MReg,
+    /// f32 scores (`Some((running, baked))`): the first unit's scores already loaded
+    /// ([`between_passes_f32`]), the row's pointers advanced beside the lead units (with the
+    /// stride built in, the scores' back from where pass 1 left it), and the row's end (its
+    /// sum, merged with the running one, stored) beside the last stores.
+    fused: Option<(bool, bool)>,
 }
 
 impl Pass2<'_> {
@@ -199,13 +390,19 @@ impl Pass2<'_> {
     /// Emits the pass after the Main-class set-up `pre`.
     fn emit(&self, c: &mut Code, mut pre: Vec<Instr>) {
         let n = self.units;
-        pre.extend(self.loads(0, 0));
+        if self.fused.is_none() {
+            pre.extend(self.loads(0, 0));
+        }
         c.main_ops_ending(&pre, false);
         // The lead units, the last one's last Main op alone after it: the `rpt` then starts on
-        // an odd word and its body of bundles on an even one.
+        // an odd word and its body of bundles on an even one. Fused, the row's pointers
+        // advance in the lead's free Main halves.
         let lead = self.lead();
+        let mut extra = self.lead_extra().into_iter();
         for k in 0..lead {
             let mut main = self.main(k, k, true, true);
+            let room = self.float(k).len().saturating_sub(main.len());
+            main.extend(extra.by_ref().take(room));
             if k + 1 == lead {
                 let last = main.pop().unwrap_or(Instr::Nop);
                 c.bundles(&main, &self.float(k));
@@ -225,13 +422,79 @@ impl Pass2<'_> {
         for (main, float) in &body {
             c.bundles(main, float);
         }
-        // The last super-group: no advances, no load after its last unit.
+        assert!(
+            extra.next().is_none(),
+            "flash_softmax: no room for the row's pointers"
+        );
+        // The last super-group: no advances, no load after its last unit; fused and running,
+        // its last unit loads the running sum and the factor into the quad the unit before
+        // it has finished with.
         for k in lead..n {
-            c.bundles(&self.main(k, k, false, k + 1 < n), &self.float(k));
+            let mut main = self.main(k, k, false, k + 1 < n);
+            if k + 1 == n {
+                main.extend(self.last_extra());
+            }
+            c.bundles(&main, &self.float(k));
         }
-        for op in self.stores(n - 1, n - 1) {
-            c.op(op);
+        let stores = self.stores(n - 1, n - 1);
+        let Some((running, _)) = self.fused else {
+            for op in stores {
+                c.op(op);
+            }
+            return;
+        };
+        // The row's end beside the last stores: the sum's lanes added, merged with the running
+        // one (`l_old * alpha + sum`), stored, stepping the statistics pointer.
+        let float = self.end_float(running);
+        for i in 0..stores.len().max(float.len()) {
+            match (stores.get(i), float.get(i)) {
+                (Some(&s), Some(&f)) => {
+                    c.bundle(s, f);
+                }
+                (Some(&op), None) | (None, Some(&op)) => {
+                    c.op(op);
+                }
+                (None, None) => {}
+            }
         }
+        c.op(st32step_a(a(10), m(3), GROUP_ROW_BYTES as i16));
+    }
+
+    /// The fused form's Main ops in the lead: the row's scores and probabilities pointers to
+    /// the next row (pass 2's group pointers already hold this row's).
+    fn lead_extra(&self) -> Vec<Instr> {
+        match self.fused {
+            Some((_, baked)) => vec![
+                if baked {
+                    alu(AluOp::Sub, m(1), m(1), m(12))
+                } else {
+                    alu_imm(AluOp::Add, m(1), m(1), GROUP_ROW_BYTES as i16)
+                },
+                alu_imm(AluOp::Add, m(2), m(2), GROUP_ROW_BYTES as i16),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    /// The fused running form's Main ops in the last unit: the running sum (statistics' second
+    /// word) and the factor (the pair stored last through `$m15`) into the quad of the unit
+    /// before.
+    fn last_extra(&self) -> Vec<Instr> {
+        if !matches!(self.fused, Some((true, _))) {
+            return Vec::new();
+        }
+        let (lo, _) = self.set(self.units - 2);
+        vec![ld32a(a(lo), m(3), 4 - ST_BIAS), ld32a(a(lo + 1), m(15), -8)]
+    }
+
+    /// The fused form's float ops at the row's end.
+    fn end_float(&self, running: bool) -> Vec<Instr> {
+        let mut float = vec![fbin(FType::F32, FBinOp::Add, 10, 10, 11)];
+        if running {
+            let (lo, _) = self.set(self.units - 2);
+            float.push(fbin(FType::F32, FBinOp::Mac, 10, lo, lo + 1));
+        }
+        float
     }
 
     /// Units of the row's first super-group before the `rpt`: those whose arithmetic starts
@@ -244,8 +507,15 @@ impl Pass2<'_> {
         }
     }
 
-    /// Issue slots of [`Pass2::emit`] over `super_groups`, after `pre` set-up ops.
-    fn slots(scaled: bool, a_ty: Elem, half: bool, units: u32, super_groups: u32, pre: u32) -> u32 {
+    /// Issue slots of [`Pass2::emit`] over `super_groups`, after `pre` set-up ops; `fused`
+    /// as [`Pass2::fused`], with the row's end but its `brnzdec`.
+    fn slots(
+        (scaled, a_ty, half): (bool, Elem, bool),
+        units: u32,
+        super_groups: u32,
+        pre: u32,
+        fused: Option<bool>,
+    ) -> u32 {
         let n = super_groups * units;
         // The row's float slots, its first unit's loads and its last unit's stores.
         let (float, loads, stores) = match (half, a_ty) {
@@ -263,8 +533,12 @@ impl Pass2<'_> {
             (false, Elem::F16) => (if scaled { 9 * n - 2 } else { 6 * n + n / 2 - 1 }, 2, 1),
         };
         // The set-up and the first loads, the lead's last Main op alone, the `rpt`, the units
-        // and the last stores.
-        pre + loads + 1 + 1 + float + stores
+        // and the last stores; fused, the first loads are before, and the row's end (one or
+        // two float ops beside the last stores, the sum's store) after.
+        match fused {
+            None => pre + loads + 1 + 1 + float + stores,
+            Some(running) => 1 + 1 + float + stores.max(1 + u32::from(running)) + 1,
+        }
     }
 }
 
@@ -296,6 +570,13 @@ impl Pass2<'_> {
 /// mask operand's) gets probabilities 0 and a factor 1, not NaN; without it (no row can see
 /// no key: every maximum is finite, and the floor would change nothing) the floor's slots are
 /// left out. f16 probabilities from f16 scores always floor.
+///
+/// For f32 scores a row costs its float slots and few more: the Main ops between the passes
+/// (the running maximum's load, the statistics' stores, pass 2's pointers and first loads) issue
+/// beside the float ops there ([`between_passes_f32`]), the row's pointer advances beside pass
+/// 2's first units, the running sum's and factor's loads beside its last, and the row's end
+/// beside its last stores; pass 1 loads its first pair into the maximum itself and, with the
+/// stride built in, walks the row's own pointer.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_softmax(
     c: &mut Code,
@@ -342,14 +623,24 @@ pub fn flash_softmax(
     // The maximum's start (`-inf`) in $m7 and its floor in $m0, for every row.
     let half = s_ty == Elem::F16 && a_ty == Elem::F16;
     let (start, floor) = (m(7), m(0));
-    li(
-        c,
-        start,
-        match s_ty {
-            Elem::F32 => NEG_INF,
-            Elem::F16 => 0xFC00_FC00,
-        },
-    );
+    let baked = stride_baked != 0;
+    match s_ty {
+        Elem::F16 => li(c, start, 0xFC00_FC00),
+        // f32 scores with the stride built in: pass 1 walks the row's scores with `$m1`
+        // itself, which it leaves `D` bytes on (every group's stride), in $m7; pass 2's
+        // pointers start `D` back, and the row's pointer goes to the next row `D - 32` back
+        // ($m12).
+        Elem::F32 if baked => {
+            let (d, back) = (m(7), m(12));
+            c.op(alu_imm(AluOp::Add, d, sgroups, 1));
+            c.op(alu(AluOp::Mul, d, d, stride));
+            if s_groups == 2 {
+                c.op(alu(AluOp::Add, d, d, d));
+            }
+            c.op(alu_imm(AluOp::Sub, back, d, GROUP_ROW_BYTES as i16));
+        }
+        Elem::F32 => {}
+    }
     li(c, floor, if half { NEG_MAX_F16 } else { NEG_MAX });
     let row = c.label();
     c.bind(row);
@@ -360,28 +651,86 @@ pub fn flash_softmax(
     let v = s_ty.vector_type();
     let q1 = 4 * s_groups;
     // With the stride built in, one pointer walks the groups: each group's fourth load jumps
-    // to the same row of the next group, and no advance needs a slot of its own.
-    let baked = stride_baked != 0;
-    let load1 = |t: u32| {
+    // to the same row of the next group, and no advance needs a slot of its own. For f32
+    // scores that pointer is the row's own `$m1`.
+    let walk = if s_ty == Elem::F32 { s } else { ps0 };
+    let load_to = |t: u32, d: APair| {
         if baked {
             let inc = if t % 4 == 3 {
                 (stride_baked as i32 - 24) as i16
             } else {
                 8
             };
-            return ld64step(ap(2 * (t % 2) as u8), ps0, inc);
+            return ld64step(d, walk, inc);
         }
         let ptr = if t % q1 / 4 == 0 { ps0 } else { ps1 };
-        ld64step(ap(2 * (t % 2) as u8), ptr, 8)
+        ld64step(d, ptr, 8)
     };
+    let load1 = |t: u32| load_to(t, ap(2 * (t % 2) as u8));
     let max1 = |t: u32| fbin(v, FBinOp::Max, 4, 4, 2 * (t % 2) as u8);
-    // f32 scores start the maximum at the first pair (a move, one float slot, after its
-    // load); f16 ones at -inf (two moves).
-    let mut pre = if s_ty == Elem::F32 {
-        Vec::new()
-    } else {
-        vec![mov_a(4, start), mov_a(5, start)]
-    };
+    if s_ty == Elem::F32 {
+        // f32 scores: the first pair loads into the maximum $a4:5 itself and the second into
+        // $a2:3; the `rpt`'s body is the bundles of loads 2..q1 + 2 of a super-group, each
+        // with the `max` of the pair before, so the first super-group's body loads the next
+        // one's first two pairs; the last super-group's loads 2..q1 follow, its last pair's
+        // `max` between the passes.
+        let mut pre = if baked {
+            Vec::new()
+        } else {
+            group_pointer_ops([ps0, ps1], s, stride, s_groups)
+        };
+        pre.push(load_to(0, ap(4)));
+        pre.push(load1(1));
+        c.main_ops_ending(&pre, true);
+        c.rpt_bundles(Instr::Rpt {
+            count: sgroups,
+            body: (q1 + if baked { 0 } else { s_groups }) as u8,
+        });
+        for t in 2..q1 + 2 {
+            c.bundle(load1(t), max1(t - 1));
+            if t % 4 == 3 && !baked {
+                let ptr = if t / 4 == 0 { ps0 } else { ps1 };
+                c.bundle(alu(AluOp::Add, ptr, ptr, adv_s), FLOAT_NOP);
+            }
+        }
+        for t in 2..q1 {
+            c.bundle(load1(t), max1(t - 1));
+        }
+        // Between the passes, the float ops with the Main ops beside them; pass 2 fused with
+        // the row's end.
+        let (floats, mains) = between_passes_f32(
+            q1,
+            scaled,
+            running,
+            floored_max,
+            [s_groups, p_groups],
+            baked,
+        );
+        emit_co_issued(c, &floats, &mains);
+        let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
+        let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
+        assert!(
+            a_ty == Elem::F32 || (lkeys / 4).is_multiple_of(2),
+            "flash_softmax: f16 probabilities from f32 scores need super-groups of 8n keys"
+        );
+        Pass2 {
+            scaled,
+            a_ty,
+            half,
+            units: lkeys / 4,
+            sptr: &sptr,
+            pptr: &pptr,
+            adv_s,
+            adv_p,
+            sgroups,
+            fused: Some((running, baked)),
+        }
+        .emit(c, Vec::new());
+        close_rows_and_exit(c, rows, row, end);
+        return;
+    }
+    // f16 scores start the maximum at -inf (two moves).
+    let mut pre = vec![mov_a(4, start), mov_a(5, start)];
     pre.extend(group_pointer_ops(
         [ps0, ps1],
         s,
@@ -389,12 +738,7 @@ pub fn flash_softmax(
         if baked { 1 } else { s_groups },
     ));
     pre.push(load1(0));
-    if s_ty == Elem::F32 {
-        c.main_ops_ending(&pre, false);
-        c.op(fun(FType::F32v2, FUnOp::Mov, 4, 0));
-    } else {
-        c.main_ops_ending(&pre, true);
-    }
+    c.main_ops_ending(&pre, true);
     c.rpt_bundles(Instr::Rpt {
         count: sgroups,
         body: (q1 + if baked { 0 } else { s_groups }) as u8,
@@ -409,11 +753,10 @@ pub fn flash_softmax(
     for t in 1..q1 {
         c.bundle(load1(t), max1(t - 1));
     }
+    // f16 scores from here.
     c.op(max1(q1 - 1));
-    if s_ty == Elem::F16 {
-        widen4(c, 0, 4);
-        c.op(fbin(FType::F32v2, FBinOp::Max, 4, 0, 2));
-    }
+    widen4(c, 0, 4);
+    c.op(fbin(FType::F32v2, FBinOp::Max, 4, 0, 2));
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 5));
     // m = max * scale (scale > 0, so the maximum of the scaled scores).
     if scaled {
@@ -424,8 +767,8 @@ pub fn flash_softmax(
             c.op(conv(ConvOp::F16v2ToF32v2, 4, 6));
         }
     }
-    // Where the floored maximum the probabilities use is: $a4, or for a running row without
-    // f16 probabilities from f16 scores $a7, which the rescaling factor floors already.
+    // Where the floored maximum the probabilities use is: $a4, or for a running row of f32
+    // probabilities $a7, which the rescaling factor floors already.
     let mut floored = 4;
     if running && !half {
         // m_new = max(m_old, m); alpha = exp(max(m_old, -MAX) - max(m_new, -MAX)), with
@@ -442,14 +785,10 @@ pub fn flash_softmax(
             c.op(fbin(FType::F32, FBinOp::Sub, 5, 5, 4));
         }
         c.op(fun(FType::F32, FUnOp::Exp, 5, 5));
-        // alpha as a pair, as `flash_rescale` loads it: f32 scores in the run of factors,
-        // f16 ones at the statistics' third and fourth words.
+        // alpha as a pair, as `flash_rescale` loads it: at the statistics' third and fourth
+        // words.
         c.op(bcast(0, 5));
-        c.op(if alpha_run {
-            st64step(ap(0), tmp, 8)
-        } else {
-            st64_at(0, st, 8 - ST_BIAS)
-        });
+        c.op(st64_at(0, st, 8 - ST_BIAS));
         c.op(st32_a(4, st, -ST_BIAS));
     } else {
         if running {
@@ -479,29 +818,16 @@ pub fn flash_softmax(
             d: ap(6),
             a: a(6),
         });
-    } else if s_ty == Elem::F32 {
-        c.op(bcast(PASS2_M, floored));
     } else {
         c.op(bcast(6, floored));
     }
-    // Pass 2: p = exp(s * scale - m), summed in $a10:11.
-    // The sum starts at zero; the f32 form's first unit moves its first pair into it instead.
-    let mut pre = if s_ty == Elem::F32 {
-        Vec::new()
-    } else {
-        vec![setzi(tmp, 0), mov_a(10, tmp), mov_a(11, tmp)]
-    };
+    // Pass 2: p = exp(s * scale - m), summed in $a10:11 from zero.
+    let mut pre = vec![setzi(tmp, 0), mov_a(10, tmp), mov_a(11, tmp)];
     pre.extend(group_pointer_ops([ps0, ps1], s, stride, s_groups));
     pre.extend(group_pointer_ops([pp0, pp1], p, stride, p_groups));
     let sptr = |u: u32| if 4 * u / cols == 0 { ps0 } else { ps1 };
     let pptr = |u: u32| if 4 * u / kb == 0 { pp0 } else { pp1 };
-    if s_ty == Elem::F32 || half {
-        // f16 probabilities from f32 scores pair units of four keys (a super-group of the
-        // AMP's layouts holds at least 16 keys).
-        assert!(
-            half || a_ty == Elem::F32 || (lkeys / 4).is_multiple_of(2),
-            "flash_softmax: f16 probabilities from f32 scores need super-groups of 8n keys"
-        );
+    if half {
         let g = Pass2 {
             scaled,
             a_ty,
@@ -512,6 +838,7 @@ pub fn flash_softmax(
             adv_s,
             adv_p,
             sgroups,
+            fused: None,
         };
         g.emit(c, pre);
     } else {
@@ -541,11 +868,7 @@ pub fn flash_softmax(
     c.op(fbin(FType::F32, FBinOp::Add, 10, 10, 11));
     if running {
         c.op(ld32a(a(12), st, 4 - ST_BIAS));
-        c.op(if alpha_run {
-            ld32a(a(13), tmp, -8)
-        } else {
-            ld32a(a(13), st, 8 - ST_BIAS)
-        });
+        c.op(ld32a(a(13), st, 8 - ST_BIAS));
         c.op(fbin(FType::F32, FBinOp::Mac, 10, 12, 13));
     }
     // The sum, stepping the statistics pointer to the next row.
@@ -608,9 +931,38 @@ pub fn flash_softmax_slots(
     } else {
         start + s_groups + 1 + 1 + (sg - 1) * (q1 + s_groups) + q1
     };
-    // The maximum reduced (f16 lanes widened first), scaled (and rounded to f16), merged with
-    // the running one, stored, floored and broadcast.
-    let reduce = if s_ty == Elem::F16 { 3 } else { 0 }
+    if s_ty == Elem::F32 {
+        // Once: no `-inf` start, and with the stride built in, `D` and `D - 32`.
+        let fixed = fixed - 2
+            + if stride_baked {
+                3 + u32::from(s_groups == 2)
+            } else {
+                0
+            };
+        // Pass 1: the group pointers (without the stride built in), the first two loads, the
+        // `rpt` over all super-groups but the last, the last super-group's loads 2..q1 (its
+        // last `max` is among the float ops between the passes); pass 2 with the row's end,
+        // and the `brnzdec`.
+        let pass1 = if stride_baked {
+            2 + 1 + (sg - 1) * q1 + q1 - 2
+        } else {
+            s_groups + 2 + 1 + (sg - 1) * (q1 + s_groups) + q1 - 2
+        };
+        let (floats, mains) = between_passes_f32(
+            q1,
+            scaled,
+            running,
+            floored_max,
+            [s_groups, p_groups],
+            stride_baked,
+        );
+        let between = co_issued_slots(&floats, &mains);
+        let pass2 = Pass2::slots((scaled, a_ty, false), units, sg, 0, Some(running));
+        return fixed + rows * (pass1 + between + pass2 + 1);
+    }
+    // f16 scores: the maximum reduced (its lanes widened first), scaled (and rounded to f16),
+    // merged with the running one, stored, floored and broadcast.
+    let reduce = 3
         + 1
         + if scaled {
             1 + if half { 2 } else { 0 }
@@ -631,9 +983,9 @@ pub fn flash_softmax_slots(
             (false, false, false) => 1,
         }
         + if half { 2 } else { 1 };
-    let pre2 = if s_ty == Elem::F32 { 0 } else { 3 } + s_groups + p_groups;
+    let pre2 = 3 + s_groups + p_groups;
     let pass2 = match s_ty {
-        _ if s_ty == Elem::F32 || half => Pass2::slots(scaled, a_ty, half, units, sg, pre2),
+        _ if half => Pass2::slots((scaled, a_ty, half), units, sg, pre2, None),
         // f16v4: subtract, `exp` (two slots), sum and add, with the scale's widening,
         // multiplications and narrowing when scaled; the first load and the last store alone.
         _ => {
