@@ -211,7 +211,7 @@ pub struct Scheduled {
 }
 
 /// A transfer resolved to tiles and addresses.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Resolved {
     src_tile: u32,
     dst_tile: u32,
@@ -563,8 +563,25 @@ const DENSE_LOOKED_AT_MAX: usize = 32;
 /// ports only, fill in after them tile by tile. Returns the rows in their new order with
 /// their starts.
 fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<u32>, u32) {
-    let (multi, uni): (Vec<Resolved>, Vec<Resolved>) = order.iter().partition(|r| r.dst_count > 1);
+    let (mut multi, uni): (Vec<Resolved>, Vec<Resolved>) =
+        order.iter().partition(|r| r.dst_count > 1);
     let (mut starts, mut horizon) = backfill(&multi, target);
+    // The same multicasts, the busiest senders' first (stable): a sender with one long stream
+    // (a key block's `v` held by one tile) then starts at once on one lane of its receivers,
+    // the others' shorter rows filling the other lane beside it. Kept when the multicasts end
+    // sooner.
+    let mut load: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in &multi {
+        *load.entry(r.src_tile).or_default() += r.duration(target) as u64;
+    }
+    let mut by_load = multi.clone();
+    by_load.sort_by_key(|r| std::cmp::Reverse(load[&r.src_tile]));
+    if by_load != multi {
+        let (s, h) = backfill(&by_load, target);
+        if h < horizon {
+            (multi, starts, horizon) = (by_load, s, h);
+        }
+    }
     let tiles = tiles_spanned(order);
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![0u32; tiles];

@@ -603,9 +603,9 @@ fn staged_receive(
 /// `receive_bound` beside its schedules' horizons). The multicasts-first schedule
 /// (`exchange::multicasts_first`) comes nearer the bound (2048³ f32 partials: 19,488 cycles
 /// for 37,504 of shared rows, 0.52), so this share now errs high.
-const PAIR_SHARED_NUM: u64 = 2;
+pub(crate) const PAIR_SHARED_NUM: u64 = 2;
 /// See [`PAIR_SHARED_NUM`].
-const PAIR_SHARED_DEN: u64 = 3;
+pub(crate) const PAIR_SHARED_DEN: u64 = 3;
 
 /// The bytes the busiest home of the operands sends to stage a split's blocks, given the most
 /// bytes of `a` and of `b` a tile holds (`homes`, with how many batch entries of the output

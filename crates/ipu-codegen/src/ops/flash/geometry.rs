@@ -10,14 +10,25 @@ use ipu_kernels::Elem;
 
 /// Positions (rows of `q`, `k` or `v`) per home unit.
 pub const HOME_UNIT: usize = 16;
-/// Positions per home unit of `q`: a `q` home sends its rows to every key block's item of
-/// them, one copy each (no multicast), so it is split finer than `k` and `v` (whose homes
-/// multicast each key block once) to spread those sends over more tiles.
-pub const Q_HOME_UNIT: usize = 4;
+/// The fewest positions per home unit of `q`. A `q` home sends its rows to every key block's
+/// item of them, one copy each (no multicast), so its units are as many as the tiles (one a
+/// tile, the fewest rows a tile sends), where `k` and `v` (whose homes multicast each key block
+/// once) take [`HOME_UNIT`].
+pub const Q_HOME_UNIT_MIN: usize = 2;
 
-/// Positions per home unit of input `x` (0 q, 1 k, 2 v).
-pub const fn home_unit(x: usize) -> usize {
-    if x == 0 { Q_HOME_UNIT } else { HOME_UNIT }
+/// Positions per home unit of input `x` (0 q, 1 k, 2 v) when `positions` of it (over every
+/// batch entry) spread over `tiles`.
+pub const fn home_unit(x: usize, positions: usize, tiles: usize) -> usize {
+    if x == 0 {
+        let per = positions.div_ceil(if tiles == 0 { 1 } else { tiles });
+        if per > Q_HOME_UNIT_MIN {
+            per
+        } else {
+            Q_HOME_UNIT_MIN
+        }
+    } else {
+        HOME_UNIT
+    }
 }
 /// Keys per block are multiples of this (the largest `max(cols, kb)` of the AMP modes).
 pub const KEY_STEP: usize = 16;

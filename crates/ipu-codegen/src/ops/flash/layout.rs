@@ -218,6 +218,22 @@ impl FlashPlan {
     pub fn valid_keys(&self, item: usize) -> usize {
         (self.geo.sk - self.items[item].k0).min(self.geo.keys)
     }
+
+    /// Whether the item's tile holds the `v` of its whole key block as its home and nothing
+    /// else of `v`, in the item's layout (`[dv / cols][keys][cols]`), with no cast, in one
+    /// chunk: the item reads it there and receives no `v`.
+    pub fn resident_v(&self, item: usize) -> bool {
+        let (g, it) = (&self.geo, self.items[item]);
+        let keys = self.valid_keys(item);
+        g.chunks().len() == 1
+            && g.inputs[2] == g.a
+            && keys == g.keys
+            && keys.is_multiple_of(g.amp().k_block)
+            && self.home_positions[2].get(&it.tile) == Some(&keys)
+            && self.homes[2].iter().any(|h| {
+                (h.tile, h.batch, h.s0, h.s1) == (it.tile, g.kv_of(it.batch), it.k0, it.k0 + keys)
+            })
+    }
 }
 
 /// The homes among `homes` (in (batch, position) order) holding positions `p0..p1` of batch
@@ -246,6 +262,7 @@ pub(crate) fn home_runs_in(
 pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     let mut order = Vec::new();
     let mut deferred = Vec::new();
+    let mut deferred_kv = Vec::new();
     let kblocks = geo.sk.div_ceil(geo.keys);
     let group = geo.group();
     for kvb in 0..geo.kv_batch {
@@ -268,9 +285,31 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
             // the same query rows, and the same head's next key block.
             if !(order.len() - start).is_multiple_of(2) {
                 deferred.push(order.pop().expect("a run of odd length is not empty"));
+                deferred_kv.push((kvb, kj * geo.keys));
             }
         }
     }
+    // Such a tile's pair takes the other key block, one after the other: the tile holds its
+    // key block's `v` as its home instead (the AMP's weights where the host writes them), when
+    // the block is whole in one chunk, one round, and `v` needs no cast. Its pair then receives
+    // `q` by one multicast and each tile its own `kᵀ`, within the other pairs' bound.
+    let resident_v: std::collections::BTreeMap<(usize, usize), u32> =
+        if order.len() + deferred.len() <= tiles as usize
+            && geo.chunks().len() == 1
+            && geo.inputs[2] == geo.a
+        {
+            let first = order.len();
+            deferred_kv
+                .iter()
+                .enumerate()
+                .filter(|&(_, &(_, k0))| {
+                    k0 + geo.keys <= geo.sk && geo.keys.is_multiple_of(geo.amp().k_block)
+                })
+                .map(|(n, &kv)| (kv, (first + n) as u32))
+                .collect()
+        } else {
+            Default::default()
+        };
     order.extend(deferred);
     // Consecutive items on consecutive tiles (multicast of a key block); with more items than
     // tiles, a tile takes every `tiles`-th.
@@ -317,16 +356,30 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     }
     let mut homes: [Vec<FlashHome>; 3] = Default::default();
     let mut home_positions: [std::collections::BTreeMap<u32, usize>; 3] = Default::default();
+    // Tiles holding a key block's `v` for their own item hold no other home: the others
+    // spread over the rest.
+    let reserved: std::collections::BTreeSet<u32> = resident_v.values().copied().collect();
+    let free: Vec<u32> = (0..tiles).filter(|t| !reserved.contains(t)).collect();
+    let free = if free.is_empty() {
+        (0..tiles).collect()
+    } else {
+        free
+    };
+    let nf = free.len() as u64;
     for x in 0..3 {
         let s = if x == 0 { geo.sq } else { geo.sk };
-        let unit = home_unit(x);
+        let entries = if x == 0 { geo.batch } else { geo.kv_batch };
+        let unit = home_unit(x, entries * s, free.len());
         let per = s.div_ceil(unit);
-        let units = per * if x == 0 { geo.batch } else { geo.kv_batch };
-        let offset = x as u64 * tiles as u64 / 3;
+        let units = per * entries;
+        let offset = x as u64 * nf / 3;
         for u in 0..units {
-            let tile = ((u as u64 * tiles as u64 / units as u64 + offset) % tiles as u64) as u32;
             let (b, s0) = (u / per, (u % per) * unit);
             let s1 = (s0 + unit).min(s);
+            let tile = match resident_v.get(&(b, s0 - s0 % geo.keys)) {
+                Some(&t) if x == 2 => t,
+                _ => free[((u as u64 * nf / units as u64 + offset) % nf) as usize],
+            };
             let n = home_positions[x].entry(tile).or_insert(0);
             let local = *n;
             *n += s1 - s0;
@@ -377,5 +430,67 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
         home_positions,
         mask_homes,
         mask_positions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipu_graph::DType;
+
+    /// The preset's mapping: 4 heads of 2048 f16 positions, 90 rows by 128 keys on 1472 tiles.
+    fn preset(inputs: DType) -> FlashGeometry {
+        FlashGeometry {
+            batch: 4,
+            kv_batch: 4,
+            sq: 2048,
+            sk: 2048,
+            d: 64,
+            dv: 64,
+            mode: ipu_target::AmpMode::F16F32,
+            a: DType::F16,
+            p: DType::F32,
+            out: DType::F16,
+            inputs: [inputs; 3],
+            scale: 0.125,
+            causal: false,
+            rows: 90,
+            keys: 128,
+            sub: usize::MAX,
+            table: true,
+            chunk: usize::MAX,
+            mask: None,
+        }
+    }
+
+    #[test]
+    fn the_last_item_of_an_odd_run_holds_its_key_blocks_v_and_no_other_home() {
+        let fp = layout(preset(DType::F16), 1472);
+        // 23 query blocks a key block: every run is odd, its last item at the end.
+        let resident: Vec<usize> = (0..fp.items.len()).filter(|&i| fp.resident_v(i)).collect();
+        assert_eq!(resident, (1408..1472).collect::<Vec<_>>());
+        for &i in &resident {
+            let tile = fp.items[i].tile;
+            assert!(
+                !fp.home_positions[0].contains_key(&tile),
+                "q home on {tile}"
+            );
+            assert!(
+                !fp.home_positions[1].contains_key(&tile),
+                "k home on {tile}"
+            );
+            assert_eq!(fp.home_positions[2][&tile], 128);
+        }
+        // `q`'s homes, one unit a tile over the other 1408: at most 6 rows each (8,192 / 1,408),
+        // each sent to 16 items.
+        assert_eq!(fp.home_positions[0].values().max(), Some(&6));
+        // Every position of every input still has exactly one home.
+        for x in 0..3 {
+            let held: usize = fp.home_positions[x].values().sum();
+            assert_eq!(held, 4 * 2048, "input {x}");
+        }
+        // `v` that needs a cast stays spread and is distributed.
+        let fp = layout(preset(DType::F143 { scale: 0 }), 1472);
+        assert!((0..fp.items.len()).all(|i| !fp.resident_v(i)));
     }
 }

@@ -610,12 +610,21 @@ impl Lowerer<'_> {
                 Region::Interleaved,
                 format!("{name}.kt"),
             );
-            let v = self.prog.buffer(
-                tile,
-                (nkk * g.dv) as u32 * ab,
-                Region::Interleaved,
-                format!("{name}.v"),
-            );
+            // An item whose tile holds its key block's `v` as its home reads it there: the
+            // AMP's weights, in interleaved memory.
+            let resident_v = fp.resident_v(i);
+            let v = if resident_v {
+                let v = v_home[&tile];
+                self.prog.buffers[v.0 as usize].region = Region::Interleaved;
+                v
+            } else {
+                self.prog.buffer(
+                    tile,
+                    (nkk * g.dv) as u32 * ab,
+                    Region::Interleaved,
+                    format!("{name}.v"),
+                )
+            };
             let key = (g.kv_of(it.batch), it.k0);
             let entry = kv_groups
                 .entry(key)
@@ -630,7 +639,9 @@ impl Lowerer<'_> {
             }
             let (gk, gvv) = (entry.0, entry.1);
             self.prog.buffers[kt.0 as usize].group = Some(gk);
-            self.prog.buffers[v.0 as usize].group = Some(gvv);
+            if !resident_v {
+                self.prog.buffers[v.0 as usize].group = Some(gvv);
+            }
             // Two items of the same query rows on the tiles of a pair (`plan::layout` puts the
             // last item of each odd run of a key block there): their `q` at one address, so
             // its copies merge into one multicast the pair receives at once.
@@ -751,7 +762,9 @@ impl Lowerer<'_> {
                             bytes: (run.div_ceil(cols) * g.d * cols) as u32 * ab,
                         });
                     }
-                    grouped_runs(&mut cc, 2, (k0, k1), v_home, v, (g.dv / cols, cols, nkk));
+                    if !resident_v {
+                        grouped_runs(&mut cc, 2, (k0, k1), v_home, v, (g.dv / cols, cols, nkk));
+                    }
                 }
                 // The mask's rows (or its one row) of each of the chunk's key groups.
                 if let (Some(mb), Some(m)) = (mask, &g.mask) {
@@ -782,7 +795,9 @@ impl Lowerer<'_> {
                 if c == 0 {
                     self.zero_gaps(q, r * g.d as u32 * ab, &cc, &mut ops);
                 }
-                self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &cc, &mut ops);
+                if !resident_v {
+                    self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &cc, &mut ops);
+                }
                 if !ops.is_empty() {
                     ops.push(SupOp::WaitW);
                 }

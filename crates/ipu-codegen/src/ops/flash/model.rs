@@ -9,6 +9,7 @@ use super::homes::prep_ops;
 use super::layout::FlashPlan;
 use super::lower::{COSTING_BUFFERS, Source, item_ops, merge_ops};
 use crate::cost::estimate;
+use crate::ops::matmul::{PAIR_SHARED_DEN, PAIR_SHARED_NUM};
 use crate::program::*;
 use ipu_kernels::flash::GROUP_ROW_BYTES;
 
@@ -67,10 +68,11 @@ fn distribution_sends(fp: &FlashPlan) -> Vec<Vec<u64>> {
 /// and `v` count at half when the other tile of the pair (tiles `2i` and `2i + 1`, one
 /// exchange bus) takes the same key block in that round: a pair receives one multicast at
 /// twice a tile's rate, and the schedules reach that bound (seq 8192's second chunk: 16,445
-/// cycles against 16,384). The first chunk counts every byte at a tile's rate: there each
-/// tile's own rows of `q` (both its receive lanes) meet the key block's multicast (a lane at
-/// every tile of the run at once), and the schedules found stay well above the pairs' bound
-/// on small items (seq 512: 3,112 cycles against 1,792; the preset: 10,221 against 9,280).
+/// cycles against 16,384). In the first chunk each tile's own rows of `q` (both its receive
+/// lanes) meet the key block's multicast (a lane at every tile of the run at once), and the
+/// schedules stay above the pairs' bound (the preset: 7,978 cycles against 6,976), so there
+/// the shared `kᵀ` and `v` count at two thirds, as the matmul's staging counts its shared
+/// operand. An item holding its key block's `v` as its home receives only `kᵀ`.
 fn distribution_receives(fp: &FlashPlan, mask_bytes: u64) -> Vec<Vec<u64>> {
     let g = &fp.geo;
     let ab = g.ab() as u64;
@@ -96,8 +98,17 @@ fn distribution_receives(fp: &FlashPlan, mask_bytes: u64) -> Vec<Vec<u64>> {
             } else {
                 0
             };
-            let kv = (clen * (g.d + g.dv)) as u64 * ab;
-            let kv = if same_keys && c > 0 { kv / 2 } else { kv };
+            let dv = if fp.resident_v(i) { 0 } else { g.dv };
+            let kv = (clen * (g.d + dv)) as u64 * ab;
+            // A pair of the same key block takes its multicast at twice a tile's rate: at
+            // half in the later chunks, which carry it alone; in the first, beside each tile's
+            // own `q` rows, at the share the matmul's staging counts
+            // (`ops::matmul::PAIR_SHARED_NUM / PAIR_SHARED_DEN`).
+            let kv = match (same_keys, c) {
+                (false, _) => kv,
+                (true, 0) => (kv * PAIR_SHARED_NUM).div_ceil(PAIR_SHARED_DEN),
+                (true, _) => kv / 2,
+            };
             most[r][c] = most[r][c].max(q + kv + mask_bytes);
         }
     }
