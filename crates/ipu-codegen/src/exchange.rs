@@ -211,7 +211,7 @@ pub struct Scheduled {
 }
 
 /// A transfer resolved to tiles and addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 struct Resolved {
     src_tile: u32,
     dst_tile: u32,
@@ -570,19 +570,20 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
     // (a key block's `v` held by one tile) then starts at once on one lane of its receivers,
     // the others' shorter rows filling the other lane beside it. Kept when the multicasts end
     // sooner.
-    let mut load: BTreeMap<u32, u64> = BTreeMap::new();
+    let tiles = tiles_spanned(order);
+    let mut load = vec![0u64; tiles];
     for r in &multi {
-        *load.entry(r.src_tile).or_default() += r.duration(target) as u64;
+        load[r.src_tile as usize] += r.duration(target) as u64;
     }
-    let mut by_load = multi.clone();
-    by_load.sort_by_key(|r| std::cmp::Reverse(load[&r.src_tile]));
-    if by_load != multi {
+    let busiest_first = |r: &Resolved| std::cmp::Reverse(load[r.src_tile as usize]);
+    if !multi.is_sorted_by_key(busiest_first) {
+        let mut by_load = multi.clone();
+        by_load.sort_by_key(busiest_first);
         let (s, h) = backfill(&by_load, target);
         if h < horizon {
             (multi, starts, horizon) = (by_load, s, h);
         }
     }
-    let tiles = tiles_spanned(order);
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![0u32; tiles];
     for (r, &s) in multi.iter().zip(&starts) {

@@ -18,14 +18,9 @@ pub const Q_HOME_UNIT_MIN: usize = 2;
 
 /// Positions per home unit of input `x` (0 q, 1 k, 2 v) when `positions` of it (over every
 /// batch entry) spread over `tiles`.
-pub const fn home_unit(x: usize, positions: usize, tiles: usize) -> usize {
+pub fn home_unit(x: usize, positions: usize, tiles: usize) -> usize {
     if x == 0 {
-        let per = positions.div_ceil(if tiles == 0 { 1 } else { tiles });
-        if per > Q_HOME_UNIT_MIN {
-            per
-        } else {
-            Q_HOME_UNIT_MIN
-        }
+        positions.div_ceil(tiles.max(1)).max(Q_HOME_UNIT_MIN)
     } else {
         HOME_UNIT
     }

@@ -72,6 +72,10 @@ pub struct FlashPlan {
     pub mask_homes: Vec<FlashHome>,
     /// Mask rows held per tile.
     pub mask_positions: std::collections::BTreeMap<u32, usize>,
+    /// Per item, whether its tile holds the `v` of its whole key block as its home and nothing
+    /// else of `v`, in the item's layout (`[dv / cols][keys][cols]`), with no cast, in one
+    /// chunk: the item reads it there and receives no `v`.
+    pub resident_v: Vec<bool>,
 }
 
 impl FlashPlan {
@@ -219,20 +223,9 @@ impl FlashPlan {
         (self.geo.sk - self.items[item].k0).min(self.geo.keys)
     }
 
-    /// Whether the item's tile holds the `v` of its whole key block as its home and nothing
-    /// else of `v`, in the item's layout (`[dv / cols][keys][cols]`), with no cast, in one
-    /// chunk: the item reads it there and receives no `v`.
+    /// See [`FlashPlan::resident_v`](struct.FlashPlan.html#structfield.resident_v).
     pub fn resident_v(&self, item: usize) -> bool {
-        let (g, it) = (&self.geo, self.items[item]);
-        let keys = self.valid_keys(item);
-        g.chunks().len() == 1
-            && g.inputs[2] == g.a
-            && keys == g.keys
-            && keys.is_multiple_of(g.amp().k_block)
-            && self.home_positions[2].get(&it.tile) == Some(&keys)
-            && self.homes[2].iter().any(|h| {
-                (h.tile, h.batch, h.s0, h.s1) == (it.tile, g.kv_of(it.batch), it.k0, it.k0 + keys)
-            })
+        self.resident_v[item]
     }
 }
 
@@ -293,23 +286,22 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     // key block's `v` as its home instead (the AMP's weights where the host writes them), when
     // the block is whole in one chunk, one round, and `v` needs no cast. Its pair then receives
     // `q` by one multicast and each tile its own `kᵀ`, within the other pairs' bound.
-    let resident_v: std::collections::BTreeMap<(usize, usize), u32> =
-        if order.len() + deferred.len() <= tiles as usize
-            && geo.chunks().len() == 1
-            && geo.inputs[2] == geo.a
-        {
-            let first = order.len();
-            deferred_kv
-                .iter()
-                .enumerate()
-                .filter(|&(_, &(_, k0))| {
-                    k0 + geo.keys <= geo.sk && geo.keys.is_multiple_of(geo.amp().k_block)
-                })
-                .map(|(n, &kv)| (kv, (first + n) as u32))
-                .collect()
-        } else {
-            Default::default()
-        };
+    let resident: std::collections::BTreeMap<(usize, usize), u32> = if order.len() + deferred.len()
+        <= tiles as usize
+        && geo.chunks().len() == 1
+        && geo.inputs[2] == geo.a
+        && geo.keys.is_multiple_of(geo.amp().k_block)
+    {
+        let first = order.len();
+        deferred_kv
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(_, k0))| k0 + geo.keys <= geo.sk)
+            .map(|(n, &kv)| (kv, (first + n) as u32))
+            .collect()
+    } else {
+        Default::default()
+    };
     order.extend(deferred);
     // Consecutive items on consecutive tiles (multicast of a key block); with more items than
     // tiles, a tile takes every `tiles`-th.
@@ -358,7 +350,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     let mut home_positions: [std::collections::BTreeMap<u32, usize>; 3] = Default::default();
     // Tiles holding a key block's `v` for their own item hold no other home: the others
     // spread over the rest.
-    let reserved: std::collections::BTreeSet<u32> = resident_v.values().copied().collect();
+    let reserved: std::collections::BTreeSet<u32> = resident.values().copied().collect();
     let free: Vec<u32> = (0..tiles).filter(|t| !reserved.contains(t)).collect();
     let free = if free.is_empty() {
         (0..tiles).collect()
@@ -376,7 +368,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
         for u in 0..units {
             let (b, s0) = (u / per, (u % per) * unit);
             let s1 = (s0 + unit).min(s);
-            let tile = match resident_v.get(&(b, s0 - s0 % geo.keys)) {
+            let tile = match resident.get(&(b, s0 - s0 % geo.keys)) {
                 Some(&t) if x == 2 => t,
                 _ => free[((u as u64 * nf / units as u64 + offset) % nf) as usize],
             };
@@ -422,6 +414,14 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
             }
         }
     }
+    // Every tile may have taken another home of `v` only when no other tile was left.
+    let resident_v = items
+        .iter()
+        .map(|it| {
+            resident.get(&(geo.kv_of(it.batch), it.k0)) == Some(&it.tile)
+                && home_positions[2].get(&it.tile) == Some(&geo.keys)
+        })
+        .collect();
     FlashPlan {
         geo,
         items,
@@ -430,6 +430,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
         home_positions,
         mask_homes,
         mask_positions,
+        resident_v,
     }
 }
 
