@@ -92,6 +92,10 @@ pub enum Kernel {
     /// [`Kernel::Transpose`] of 2-byte elements four output rows at a time
     /// (`row_kernels::transpose_halves`): `rows` a multiple of 4, the input 8-byte aligned.
     TransposeHalves,
+    /// Runs of 4x4 blocks of 2-byte elements transposed (`row_kernels::transpose_quads`,
+    /// [`state::TransposeQuadsState`]): staged rows `in_stride` bytes apart, output rows
+    /// `out_stride` bytes apart, both multiples of 8.
+    TransposeQuads { in_stride: u16, out_stride: u16 },
     /// Per-row maximum or sum (`row_kernels::row_reduce`).
     RowReduce { ty: Elem, max: bool },
     /// A row operand combined with one scalar per row (`row_kernels::row_scalar`).
@@ -277,6 +281,10 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::MaskRowsF16 => basic::mask_rows(&mut c, true),
         Kernel::Transpose { bytes } => rows::transpose(&mut c, bytes),
         Kernel::TransposeHalves => rows::transpose_halves(&mut c),
+        Kernel::TransposeQuads {
+            in_stride,
+            out_stride,
+        } => rows::transpose_quads(&mut c, in_stride as u32, out_stride as u32),
         Kernel::RowReduce { ty, max } => rows::row_reduce(&mut c, ty, max),
         Kernel::RowScalar { ty, op, reversed } => rows::row_scalar(&mut c, ty, op, reversed),
         Kernel::Softmax { ty } => rows::softmax(&mut c, ty, false),

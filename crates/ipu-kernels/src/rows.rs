@@ -306,6 +306,92 @@ pub fn transpose_halves(c: &mut Code) {
     close_rows_and_exit(c, quads, quad, end);
 }
 
+/// [`transpose`] of 2-byte elements in blocks of four staged rows by four columns: each
+/// block is four 64-bit loads (one per staged row, `in_stride` bytes apart), eight
+/// `f16v2pack`/`f16v2packhi` (the low and high halves of rows 0 and 1, then of rows 2 and 3,
+/// so that rows 0 and 1 are free for the next block's loads halfway through), and four 64-bit
+/// stores (one per output row, `out_stride` bytes apart): ten issue slots per 16 elements,
+/// the loads and stores co-issued with the packs, against 16 for [`transpose_halves`].
+///
+/// State ([`TransposeQuadsState`]): the number of runs, then per run the first block's staged
+/// row 0 (8-byte aligned), its output row 0 (8-byte aligned) and its blocks (at least one).
+/// Within a run the blocks go along the staged rows: each next block is 8 bytes further in the
+/// input and four output rows further in the output. The strides are immediates of the
+/// kernel: `3 * in_stride` and `4 * out_stride` must fit an increment. Like [`transpose`],
+/// the loads run ahead into the next block (two staged rows, 8 bytes past the run's last
+/// column), so the staged rows must continue there.
+pub fn transpose_quads(c: &mut Code, in_stride: u32, out_stride: u32) {
+    assert!(
+        3 * in_stride <= i16::MAX as u32 && 4 * out_stride <= i16::MAX as u32,
+        "transpose_quads: strides {in_stride} and {out_stride} past the increments' reach"
+    );
+    let (runs, cursor, inp, out, blocks) = (m(1), m(2), m(3), m(4), m(5));
+    let (s, os) = (in_stride as i16, out_stride as i16);
+    let end = c.label();
+    let run = c.label();
+    c.op(ld32m(runs, m(0), 0));
+    c.op(alu_imm(AluOp::Add, cursor, m(0), 4));
+    loop_counts(c, &[runs], end);
+    c.bind(run);
+    c.op(ld32step_m(inp, cursor, 4));
+    c.op(ld32step_m(out, cursor, 4));
+    c.op(ld32step_m(blocks, cursor, 4));
+    c.op(ld64_at(0, inp, 0));
+    c.op(ld64_at(2, inp, s));
+    c.rpt_bundles(Instr::Rpt {
+        count: blocks,
+        body: 10,
+    });
+    let pack = |d: u8, x: u8, y: u8, hi: bool| {
+        let (d, x, y) = (a(d), a(x), a(y));
+        if hi {
+            Instr::F16v2PackHi { d, a: x, b: y }
+        } else {
+            Instr::F16v2Pack { d, a: x, b: y }
+        }
+    };
+    // Output row i in $a(8 + 2i):(9 + 2i): its first half from staged rows 0 and 1 ($a0:1,
+    // $a2:3), its second from rows 2 and 3 ($a4:5, $a6:7).
+    c.bundles(
+        &[
+            ld64_at(4, inp, 2 * s),
+            ld64_at(6, inp, 3 * s),
+            alu_imm(AluOp::Add, inp, inp, 8),
+            Instr::Nop,
+            ld64_at(0, inp, 0),
+            ld64_at(2, inp, s),
+            st64_at(10, out, os),
+            st64_at(12, out, 2 * os),
+            st64_at(14, out, 3 * os),
+            st64step(ap(8), out, 4 * os),
+        ],
+        &[
+            pack(8, 0, 2, false),
+            pack(10, 0, 2, true),
+            pack(12, 1, 3, false),
+            pack(14, 1, 3, true),
+            pack(9, 4, 6, false),
+            pack(11, 4, 6, true),
+            pack(13, 5, 7, false),
+            pack(15, 5, 7, true),
+            FLOAT_NOP,
+            FLOAT_NOP,
+        ],
+    );
+    close_rows_and_exit(c, runs, run, end);
+}
+
+/// Issue slots of [`transpose_quads`] over runs of `blocks` blocks each.
+pub fn transpose_quads_slots(blocks: &[u32]) -> u32 {
+    // The count and cursor, the count's check and decrement, `exit`; per run its three
+    // words, the two first loads, the `rpt` (its body starts aligned: no `nop`), ten slots a
+    // block, the branch.
+    if blocks.is_empty() {
+        return 2 + 1 + 1;
+    }
+    2 + 2 + 1 + blocks.iter().map(|b| 3 + 2 + 1 + 10 * b + 1).sum::<u32>()
+}
+
 /// Issue slots of [`transpose_halves`] over `rows` output rows of `words` words each.
 pub fn transpose_halves_slots(rows: u32, words: u32) -> u32 {
     let quads = rows / 4;

@@ -592,6 +592,44 @@ state! {
     }
 }
 
+/// One run of [`TransposeQuadsState`]: blocks of four staged rows by four columns, each the
+/// next four columns of the same rows and the next four output rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransposeRun {
+    /// The first block's staged row 0.
+    pub input: Loc,
+    /// The first block's output row 0.
+    pub out: Loc,
+    /// Blocks (at least one).
+    pub blocks: u32,
+}
+
+/// [`crate::Kernel::TransposeQuads`]: runs of 4x4 blocks of 2-byte elements transposed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TransposeQuadsState {
+    /// The runs (their count is the first word).
+    pub runs: Vec<TransposeRun>,
+}
+
+impl TransposeQuadsState {
+    /// The fields' names, in word order.
+    pub const FIELDS: &'static [&'static str] = &["runs"];
+
+    /// The number of words.
+    pub fn word_count(&self) -> usize {
+        1 + 3 * self.runs.len()
+    }
+
+    /// The state's words, in order.
+    pub fn words(&self) -> Vec<StateWord> {
+        let mut w = vec![StateWord::Const(self.runs.len() as u32)];
+        for r in &self.runs {
+            w.extend([r.input.word(), r.out.word(), StateWord::Const(r.blocks)]);
+        }
+        w
+    }
+}
+
 /// One source of [`FlashCombineState`]: a key block's partial results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CombineSource {
@@ -720,6 +758,7 @@ states! {
     PadClear(PadClearState),
     MaskRows(MaskRowsState),
     Transpose(TransposeState),
+    TransposeQuads(TransposeQuadsState),
     RowReduce(RowReduceState),
     RowScalar(RowScalarState),
     Softmax(SoftmaxState),
@@ -829,6 +868,7 @@ impl crate::Kernel {
             K::PadClear => StateKind::PadClear,
             K::MaskRows | K::MaskRowsF16 => StateKind::MaskRows,
             K::Transpose { .. } | K::TransposeHalves => StateKind::Transpose,
+            K::TransposeQuads { .. } => StateKind::TransposeQuads,
             K::RowReduce { .. } => StateKind::RowReduce,
             K::RowScalar { .. } => StateKind::RowScalar,
             K::Softmax { .. } | K::SoftmaxStats { .. } => StateKind::Softmax,

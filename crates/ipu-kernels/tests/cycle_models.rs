@@ -472,6 +472,28 @@ fn cases() -> Vec<Case> {
             Elem::F16,
         ));
     }
+    for runs in [&[][..], &[1u32][..], &[16][..], &[11, 5, 3][..]] {
+        out.push(case(
+            format!("transpose_quads runs={runs:?}"),
+            Kernel::TransposeQuads {
+                in_stride: 128,
+                out_stride: 16,
+            },
+            TransposeQuadsState {
+                runs: runs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &blocks)| TransposeRun {
+                        input: at(0, 512 * i as u32),
+                        out: at(2, 1024 * i as u32),
+                        blocks,
+                    })
+                    .collect(),
+            },
+            transpose_quads_slots(runs),
+            Elem::F16,
+        ));
+    }
     for ty in elems() {
         let eb = elem_bytes(ty);
         for max in [false, true] {
@@ -873,7 +895,7 @@ fn every_cycle_model_matches_the_device() {
         table.join("\n")
     );
     // Every state layout, so every kernel family, is covered.
-    assert_eq!(kinds.len(), 21, "{kinds:?}");
+    assert_eq!(kinds.len(), 22, "{kinds:?}");
     assert!(
         failures.is_empty(),
         "{} of {} cases off their model:\n{}",

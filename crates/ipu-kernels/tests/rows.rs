@@ -40,6 +40,54 @@ fn transpose_halves_writes_what_the_general_transpose_writes() {
     }
 }
 
+/// `transpose_quads` writes, for every run and block, element `i` of each of the block's four
+/// staged rows into output row `i`, and nothing else: its output region against the host's
+/// transposition of random bits, around a fill pattern.
+#[test]
+fn transpose_quads_transposes_every_block_of_every_run_and_writes_nothing_else() {
+    let (input, out) = (0x60000u32, 0x64000u32);
+    let mut x = 0x85EB_CA6Bu32;
+    // (in stride, out stride, runs as (staged row, column, output byte, blocks)).
+    type Runs = &'static [(u32, u32, u32, u32)];
+    let cases: [(u32, u32, Runs); 3] = [
+        (128, 16, &[(0, 0, 0, 16)]),
+        (128, 16, &[(4, 40, 8, 6), (8, 0, 1024, 16), (0, 0, 0, 1)]),
+        (32, 32, &[(0, 0, 0, 4), (4, 0, 8, 4), (8, 8, 16, 2)]),
+    ];
+    for (s, os, runs) in cases {
+        let staged = random_bytes(&mut x, 16 * s + 64);
+        let out_bytes = 4096u32;
+        let mut state = vec![runs.len() as u32];
+        let mut expected = vec![0xA5u8; out_bytes as usize];
+        for &(row, col, at, blocks) in runs {
+            state.extend([input + row * s + 2 * col, out + at, blocks]);
+            for b in 0..blocks {
+                for i in 0..4 {
+                    for k in 0..4 {
+                        let from = ((row + k) * s + 2 * (col + 4 * b + i)) as usize;
+                        let to = (at + (4 * b + i) * os + 2 * k) as usize;
+                        expected[to..to + 2].copy_from_slice(&staged[from..from + 2]);
+                    }
+                }
+            }
+        }
+        let got = run(
+            Kernel::TransposeQuads {
+                in_stride: s as u16,
+                out_stride: os as u16,
+            },
+            &state,
+            &[
+                (input, staged.clone()),
+                (out, vec![0xA5; out_bytes as usize]),
+            ],
+        )
+        .read(0, out, out_bytes)
+        .unwrap();
+        assert_eq!(got, expected, "in stride {s} out stride {os} runs {runs:?}");
+    }
+}
+
 /// `scale_halves` writes what the general f16 scale writes, bit for bit, for factors that are
 /// exactly f16 (powers of two down to the f16 subnormals), over every vector count from 0.
 #[test]

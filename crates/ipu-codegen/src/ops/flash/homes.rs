@@ -34,7 +34,8 @@ pub(crate) fn prep_ops(
     let (kb, cols) = (amp.k_block, amp.cols);
     let ab = g.ab() as u32;
     let dims = [g.d, g.d, g.dv];
-    let hgs = [kb, kb, cols];
+    let hgs = fp.home_groups();
+    let kt_quads = fp.kt_quads();
     let mut mask_home: BTreeMap<u32, BufferId> = BTreeMap::new();
     if let Some(m) = &g.mask {
         let from = m.dtype;
@@ -162,6 +163,12 @@ pub(crate) fn prep_ops(
                         format!("stage:{name}.kt"),
                         true,
                     );
+                    if kt_quads {
+                        ops.extend(kt_quads_calls(fp, &k_homes[&tile], &kt_first, typed, kt));
+                        ops.push(SupOp::WaitW);
+                        kt_home.insert(tile, kt);
+                        continue;
+                    }
                     let mut calls = Vec::new();
                     for &hi in &k_homes[&tile] {
                         let (h, base) = (fp.homes[1][hi], kt_first[hi]);
@@ -236,4 +243,64 @@ pub(crate) fn prep_ops(
         }
     }
     ([q_home, kt_home, v_home], mask_home)
+}
+
+/// The `kᵀ` of a tile's `k` homes (`homes`, staged in whole rows in `typed`) into `kt`
+/// (`[groups of cols keys][d][cols]`, each home from its first group `kt_first[home]`) as
+/// blocks of four keys by four columns, split evenly over the six workers: one
+/// `Kernel::TransposeQuads` a worker, a run per stretch of one key quad's blocks.
+fn kt_quads_calls(
+    fp: &FlashPlan,
+    homes: &[usize],
+    kt_first: &[usize],
+    typed: BufferId,
+    kt: BufferId,
+) -> Vec<SupOp> {
+    let g = &fp.geo;
+    let (d, ab, cols) = (g.d as u32, g.ab() as u32, g.amp().cols as u32);
+    // Every block: (home, key quad, column quad).
+    let blocks: Vec<(usize, u32, u32)> = homes
+        .iter()
+        .flat_map(|&hi| {
+            let h = fp.homes[1][hi];
+            let quads = ((h.s1 - h.s0) / 4) as u32;
+            (0..quads).flat_map(move |kq| (0..d / 4).map(move |cq| (hi, kq, cq)))
+        })
+        .collect();
+    let kernel = Kernel::TransposeQuads {
+        in_stride: (d * ab) as u16,
+        out_stride: (cols * ab) as u16,
+    };
+    let mut calls = Vec::new();
+    for (b0, b1) in split(blocks.len() as u32, WORKERS) {
+        let mut runs: Vec<TransposeRun> = Vec::new();
+        let mut last: Option<(usize, u32, u32)> = None;
+        for &(hi, kq, cq) in &blocks[b0 as usize..b1 as usize] {
+            match (last, runs.last_mut()) {
+                (Some((h, q, c)), Some(run)) if h == hi && q == kq && c + 1 == cq => {
+                    run.blocks += 1;
+                }
+                _ => {
+                    let h = fp.homes[1][hi];
+                    let key = 4 * kq;
+                    let group = kt_first[hi] as u32 + key / cols;
+                    runs.push(TransposeRun {
+                        input: (typed, ((h.local as u32 + key) * d + 4 * cq) * ab),
+                        out: (kt, ((group * d + 4 * cq) * cols + key % cols) * ab),
+                        blocks: 1,
+                    });
+                }
+            }
+            last = Some((hi, kq, cq));
+        }
+        if !runs.is_empty() {
+            let sizes: Vec<u32> = runs.iter().map(|r| r.blocks).collect();
+            calls.push(SupOp::Run(
+                kernel,
+                TransposeQuadsState { runs }.into(),
+                ipu_kernels::rows::transpose_quads_slots(&sizes),
+            ));
+        }
+    }
+    calls
 }

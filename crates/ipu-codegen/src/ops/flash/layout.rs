@@ -174,6 +174,35 @@ impl FlashPlan {
         home_runs_in(&self.mask_homes, b, p0, p1)
     }
 
+    /// The column group each input is stored in on its homes (`[d / group][positions][group]`
+    /// per tile): `q` in the AMP's input block; `v` in the scores' columns, as the `P v`
+    /// product reads it; `k` in whole rows where the homes transpose it in 4x4 blocks
+    /// ([`FlashPlan::kt_quads`]), else in the AMP's input block.
+    pub fn home_groups(&self) -> [usize; 3] {
+        let amp = self.geo.amp();
+        let k = if self.kt_quads() {
+            self.geo.d
+        } else {
+            amp.k_block
+        };
+        [amp.k_block, k, amp.cols]
+    }
+
+    /// Whether the homes transpose `k` into `kᵀ` in 4x4 blocks (`Kernel::TransposeQuads`):
+    /// 2-byte operands, every home a whole number of key quads, and strides the kernel's
+    /// immediates reach.
+    pub fn kt_quads(&self) -> bool {
+        let g = &self.geo;
+        let (ab, cols) = (g.ab(), g.amp().cols);
+        ab == 2
+            && g.d.is_multiple_of(4)
+            && cols.is_multiple_of(4)
+            && 3 * g.d * ab <= i16::MAX as usize
+            && self.homes[1]
+                .iter()
+                .all(|h| (h.s1 - h.s0).is_multiple_of(4))
+    }
+
     /// Per home of `k`, its first group of `cols` keys in its tile's `kᵀ` buffer (a tile's homes
     /// follow one another there), and the groups per tile.
     pub fn kt_groups(&self) -> (Vec<usize>, std::collections::BTreeMap<u32, usize>) {

@@ -475,11 +475,10 @@ impl Lowerer<'_> {
         mask: Option<DevValueId>,
     ) -> ([BTreeMap<u32, BufferId>; 3], BTreeMap<u32, BufferId>) {
         let g = fp.geo.clone();
-        let amp = g.amp();
-        let (kb, cols) = (amp.k_block, amp.cols);
+        let cols = g.amp().cols;
         let dims = [g.d, g.d, g.dv];
         // Homes: staging of each input in group `hg` ([dims / hg][positions][hg] per tile).
-        let hgs = [kb, kb, cols];
+        let hgs = fp.home_groups();
         let mut home_copies = Vec::new();
         let mut staging: [BTreeMap<u32, BufferId>; 3] = Default::default();
         for x in 0..3 {

@@ -850,15 +850,14 @@ impl Planner<'_> {
             "flash attention modelled cycles by part"
         );
         // Inputs only this operation reads sit on their homes.
-        let kb = amp_geometry(fp.geo.mode).k_block;
-        let cols = amp_geometry(fp.geo.mode).cols;
-        let hgs = [kb, kb, cols];
+        let hgs = fp.home_groups();
         // A graph input read by this operation alone, once (not an output). `v` is stored in
-        // groups of the scores' columns, as the `P v` product reads it: the host writes it so.
+        // groups of the scores' columns, as the `P v` product reads it, and `k` in whole rows
+        // where its homes transpose blocks of them: the host writes them so.
         for x in 0..3 {
             let v = ins[x];
             if self.read_only_here(v, ins, false)
-                && (self.values[v].layout.group == hgs[x] || x == 2)
+                && (self.values[v].layout.group == hgs[x] || x == 2 || (x == 1 && fp.kt_quads()))
             {
                 self.values[v].layout = fp.home_layout(x, hgs[x]);
             }
