@@ -17,12 +17,14 @@ pub const HOME_UNIT: usize = 16;
 pub const Q_HOME_UNIT_MIN: usize = 2;
 
 /// Positions per home unit of input `x` (0 q, 1 k, 2 v) when `positions` of it (over every
-/// batch entry) spread over `tiles`.
-pub fn home_unit(x: usize, positions: usize, tiles: usize) -> usize {
-    if x == 0 {
-        positions.div_ceil(tiles.max(1)).max(Q_HOME_UNIT_MIN)
-    } else {
-        HOME_UNIT
+/// batch entry) spread over `tiles`, with `cols` columns of scores per group: `k` in one
+/// group of keys a unit (its homes transpose it into `kᵀ`, the homes step's longest work,
+/// so it spreads over twice the tiles of [`HOME_UNIT`] where a group is 8 keys).
+pub fn home_unit(x: usize, positions: usize, tiles: usize, cols: usize) -> usize {
+    match x {
+        0 => positions.div_ceil(tiles.max(1)).max(Q_HOME_UNIT_MIN),
+        1 => cols,
+        _ => HOME_UNIT,
     }
 }
 /// Keys per block are multiples of this (the largest `max(cols, kb)` of the AMP modes).

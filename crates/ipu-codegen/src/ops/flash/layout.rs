@@ -390,7 +390,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     for x in 0..3 {
         let s = if x == 0 { geo.sq } else { geo.sk };
         let entries = if x == 0 { geo.batch } else { geo.kv_batch };
-        let unit = home_unit(x, entries * s, free.len());
+        let unit = home_unit(x, entries * s, free.len(), geo.amp().cols);
         let per = s.div_ceil(unit);
         let units = per * entries;
         let offset = x as u64 * nf / 3;

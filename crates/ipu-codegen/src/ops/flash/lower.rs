@@ -791,9 +791,6 @@ impl Lowerer<'_> {
                 if let Some(mb) = mask {
                     self.zero_gaps(mb, mask_bytes, &cc, &mut ops);
                 }
-                if c == 0 {
-                    self.zero_gaps(q, r * g.d as u32 * ab, &cc, &mut ops);
-                }
                 if !resident_v {
                     self.zero_gaps(v, (nkk * g.dv) as u32 * ab, &cc, &mut ops);
                 }

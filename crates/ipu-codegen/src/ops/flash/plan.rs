@@ -549,7 +549,7 @@ pub fn plan_flash(
         .iter()
         .map(|&(s, width, x)| {
             let entries = if x == 0 { batch } else { kv_batch };
-            let unit = home_unit(x, entries * s, tiles as usize);
+            let unit = home_unit(x, entries * s, tiles as usize, cols);
             let units = (entries * s.div_ceil(unit)) as u64;
             let n = unit as u64 * units.div_ceil(tiles as u64);
             let copies = usize::from(inputs[x] != a)
