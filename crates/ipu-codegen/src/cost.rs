@@ -188,25 +188,45 @@ pub fn charge_bank_conflicts(program: &mut TileProgram, addresses: &[u32], targe
     }
 }
 
-pub fn final_cycles(
+/// Each step's cycles in the placed program: a compute step its slowest tile's estimate (the
+/// tiles costed in parallel) and the sync, an exchange step its schedule's horizon and the
+/// phase overhead, a host step none.
+pub fn step_cycles(
     program: &TileProgram,
     exchanges: &BTreeMap<usize, Scheduled>,
     target: &Target,
-) -> (u64, u64) {
+) -> Vec<Option<u64>> {
+    use rayon::prelude::*;
+    program
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match s {
+            Step::Compute { tiles, .. } => Some(
+                tiles
+                    .par_iter()
+                    .map(|(_, o)| estimate(o))
+                    .max()
+                    .unwrap_or(0)
+                    + target.sync_cycles as u64,
+            ),
+            Step::Exchange { .. } => exchanges
+                .get(&i)
+                .map(|x| x.horizon as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64),
+            Step::Host { .. } => None,
+        })
+        .collect()
+}
+
+/// The placed program's cycles and its exchanges' share, from [`step_cycles`].
+pub fn final_cycles(program: &TileProgram, step_cycles: &[Option<u64>]) -> (u64, u64) {
     let mut total = 0u64;
     let mut exchange = 0u64;
-    for (i, s) in program.steps.iter().enumerate() {
-        match s {
-            Step::Compute { tiles, .. } => {
-                total += tiles.values().map(|o| estimate(o)).max().unwrap_or(0)
-                    + target.sync_cycles as u64;
-            }
-            Step::Exchange { .. } => {
-                let c = exchanges[&i].horizon as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
-                exchange += c;
-                total += c;
-            }
-            Step::Host { .. } => {}
+    for (s, c) in program.steps.iter().zip(step_cycles) {
+        let c = c.unwrap_or(0);
+        total += c;
+        if matches!(s, Step::Exchange { .. }) {
+            exchange += c;
         }
     }
     (total, exchange)

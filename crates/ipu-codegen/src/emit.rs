@@ -126,14 +126,24 @@ pub struct StepIndex {
 
 /// Indexes the tables of `program` by tile.
 pub fn index(program: &TileProgram) -> StepIndex {
+    use rayon::prelude::*;
+    // The steps' transfers at once (the merge of a phase's copies is the costly part).
+    let per_step: Vec<_> = program
+        .steps
+        .par_iter()
+        .map(|s| match s {
+            Step::Exchange { copies, .. } => crate::exchange::transfers(program, copies),
+            _ => Vec::new(),
+        })
+        .collect();
     let mut idx = StepIndex::default();
-    for s in &program.steps {
+    for (s, mut step_transfers) in program.steps.iter().zip(per_step) {
         let mut ex: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut host: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut transfers = Vec::new();
         match s {
-            Step::Exchange { copies, .. } => {
-                transfers = crate::exchange::transfers(program, copies);
+            Step::Exchange { .. } => {
+                transfers = std::mem::take(&mut step_transfers);
                 for (i, t) in transfers.iter().enumerate() {
                     ex.entry(program.buffers[t.src.0 as usize].tile)
                         .or_default()

@@ -70,24 +70,42 @@ pub const REPEAT_MAX: u32 = 4096;
 /// constant strides into repeated rows: a scatter or gather of many small pieces becomes one
 /// row. Order: by first appearance of each (source, destinations, size), then by offsets.
 fn fold_repeats(transfers: Vec<Transfer>) -> Vec<Transfer> {
-    let mut groups: BTreeMap<(u32, Vec<u32>, u32), Vec<Transfer>> = BTreeMap::new();
-    let mut order = Vec::new();
-    for t in transfers {
-        let key = (
-            t.src.0,
-            t.dsts.iter().map(|b| b.0).collect::<Vec<_>>(),
-            t.bytes,
-        );
-        let e = groups.entry(key.clone()).or_default();
-        if e.is_empty() {
-            order.push(key);
+    // The transfers sorted by (source, destinations, size), then offsets, then appearance:
+    // each group's span, then the groups by their first transfer.
+    let key = |t: &Transfer| (t.src, t.bytes);
+    let mut idx: Vec<u32> = (0..transfers.len() as u32).collect();
+    idx.sort_unstable_by(|&a, &b| {
+        let (x, y) = (&transfers[a as usize], &transfers[b as usize]);
+        (key(x), &x.dsts, x.src_offset, x.dst_offset, a).cmp(&(
+            key(y),
+            &y.dsts,
+            y.src_offset,
+            y.dst_offset,
+            b,
+        ))
+    });
+    let same = |a: u32, b: u32| {
+        let (x, y) = (&transfers[a as usize], &transfers[b as usize]);
+        key(x) == key(y) && x.dsts == y.dsts
+    };
+    let mut groups: Vec<(u32, usize, usize)> = Vec::new();
+    let mut g0 = 0;
+    while g0 < idx.len() {
+        let mut g1 = g0 + 1;
+        while g1 < idx.len() && same(idx[g0], idx[g1]) {
+            g1 += 1;
         }
-        e.push(t);
+        let first = idx[g0..g1].iter().copied().min().expect("a transfer");
+        groups.push((first, g0, g1));
+        g0 = g1;
     }
+    groups.sort_unstable();
+    let mut slots: Vec<Option<Transfer>> = transfers.into_iter().map(Some).collect();
     let mut out = Vec::new();
-    for key in order {
-        let mut ts = groups.remove(&key).expect("recorded");
-        ts.sort_by_key(|t| (t.src_offset, t.dst_offset));
+    for (_, g0, g1) in groups {
+        let ts = idx[g0..g1]
+            .iter()
+            .map(|&i| slots[i as usize].take().expect("each transfer once"));
         let mut run: Option<Transfer> = None;
         for t in ts {
             if let Some(r) = run.as_mut() {
@@ -123,67 +141,69 @@ fn fold_repeats(transfers: Vec<Transfer>) -> Vec<Transfer> {
 pub fn transfers(program: &TileProgram, copies: &[Copy]) -> Vec<Transfer> {
     // (source buffer, source offset, bytes, destination group, destination offset)
     type Key = (u32, u32, u32, u32, u32);
-    let mut merged: BTreeMap<Key, Vec<(u32, BufferId)>> = BTreeMap::new();
-    let mut order: Vec<Key> = Vec::new();
-    let mut singles: Vec<(usize, Transfer)> = Vec::new();
+    let mut out: Vec<Transfer> = Vec::new();
+    // Copies into a placement group: (key, first copy, destination tile, buffer), grouped by
+    // sorting (the copies of one key in tile order), then the keys in order of first copy.
+    let mut grouped: Vec<(Key, u32, BufferId, u32)> = Vec::new();
     for (i, c) in copies.iter().enumerate() {
         let dst = &program.buffers[c.dst.0 as usize];
         match dst.group {
-            Some(g) => {
-                let key = (c.src.0, c.src_offset, c.bytes, g, c.dst_offset);
-                let e = merged.entry(key).or_default();
-                if e.is_empty() {
-                    order.push(key);
-                }
-                e.push((dst.tile, c.dst));
-            }
-            None => singles.push((
-                i,
-                Transfer {
-                    src: c.src,
-                    src_offset: c.src_offset,
-                    dsts: vec![c.dst],
-                    dst_offset: c.dst_offset,
-                    bytes: c.bytes,
-                    repeat: 1,
-                    src_stride: 0,
-                    dst_stride: 0,
-                },
+            Some(g) => grouped.push((
+                (c.src.0, c.src_offset, c.bytes, g, c.dst_offset),
+                dst.tile,
+                c.dst,
+                i as u32,
             )),
+            None => out.push(Transfer {
+                src: c.src,
+                src_offset: c.src_offset,
+                dsts: vec![c.dst],
+                dst_offset: c.dst_offset,
+                bytes: c.bytes,
+                repeat: 1,
+                src_stride: 0,
+                dst_stride: 0,
+            }),
         }
     }
-    let mut out: Vec<Transfer> = singles.into_iter().map(|(_, t)| t).collect();
-    for key in order {
-        let mut dsts = merged.remove(&key).expect("key recorded");
-        dsts.sort_unstable();
-        let mut run: Vec<BufferId> = Vec::new();
-        let mut last_tile = None;
-        for (tile, b) in dsts {
-            if last_tile.is_some_and(|t: u32| t + 1 != tile || run.len() == u16::MAX as usize) {
-                out.push(Transfer {
-                    src: BufferId(key.0),
-                    src_offset: key.1,
-                    dsts: std::mem::take(&mut run),
-                    dst_offset: key.4,
-                    bytes: key.2,
-                    repeat: 1,
-                    src_stride: 0,
-                    dst_stride: 0,
-                });
-            }
-            run.push(b);
-            last_tile = Some(tile);
+    grouped.sort_unstable();
+    // Per key: its first copy and its span in `grouped`.
+    let mut keys: Vec<(u32, usize, usize)> = Vec::new();
+    let mut k0 = 0;
+    while k0 < grouped.len() {
+        let key = grouped[k0].0;
+        let mut k1 = k0;
+        let mut first = u32::MAX;
+        while k1 < grouped.len() && grouped[k1].0 == key {
+            first = first.min(grouped[k1].3);
+            k1 += 1;
         }
-        out.push(Transfer {
+        keys.push((first, k0, k1));
+        k0 = k1;
+    }
+    keys.sort_unstable();
+    for (_, k0, k1) in keys {
+        let key = grouped[k0].0;
+        let transfer = |dsts: Vec<BufferId>| Transfer {
             src: BufferId(key.0),
             src_offset: key.1,
-            dsts: run,
+            dsts,
             dst_offset: key.4,
             bytes: key.2,
             repeat: 1,
             src_stride: 0,
             dst_stride: 0,
-        });
+        };
+        let mut run: Vec<BufferId> = Vec::new();
+        let mut last_tile = None;
+        for &(_, tile, b, _) in &grouped[k0..k1] {
+            if last_tile.is_some_and(|t: u32| t + 1 != tile || run.len() == u16::MAX as usize) {
+                out.push(transfer(std::mem::take(&mut run)));
+            }
+            run.push(b);
+            last_tile = Some(tile);
+        }
+        out.push(transfer(run));
     }
     fold_repeats(out)
 }
@@ -1103,11 +1123,20 @@ pub fn schedule_program(
     addresses: &[u32],
     target: &Target,
 ) -> Result<BTreeMap<usize, Scheduled>, CodegenError> {
+    use rayon::prelude::*;
+    // The phases are independent: scheduled at once, logged and kept in step order.
+    let scheduled: Vec<(usize, Result<Scheduled, CodegenError>)> = program
+        .steps
+        .par_iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Step::Exchange { .. }))
+        .map(|(i, _)| (i, schedule(program, &index.transfers[i], addresses, target)))
+        .collect();
     let mut out = BTreeMap::new();
-    for (i, s) in program.steps.iter().enumerate() {
-        if let Step::Exchange { name, copies } = s {
+    for (i, sch) in scheduled {
+        if let Step::Exchange { name, copies } = &program.steps[i] {
             let transfers = &index.transfers[i];
-            let sch = schedule(program, transfers, addresses, target)?;
+            let sch = sch?;
             let most_rows = sch.tables.values().map(|t| t.rows.len()).max().unwrap_or(0);
             tracing::debug!(
                 phase = i,

@@ -545,9 +545,9 @@ pub fn build_searched(
     let exchanges = phase(&mut report, "lower_exchanges", || {
         exchange::schedule_program(program, &step_index, &placement.addresses, &target)
     })?;
-    (report.final_cycles, report.final_exchange_cycles) =
-        cost::final_cycles(program, &exchanges, &target);
-    let mut built = view::view(&plan, program, &support, &placement, &exchanges, &target);
+    let step_cycles = cost::step_cycles(program, &exchanges, &target);
+    (report.final_cycles, report.final_exchange_cycles) = cost::final_cycles(program, &step_cycles);
+    let mut built = view::view(&plan, program, &support, &placement, &step_cycles, &target);
     built.kernels = kernels
         .entries
         .iter()

@@ -7,10 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ipu_target::{EXCHANGE_PHASE_OVERHEAD_CYCLES, Target};
+use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
-use crate::exchange::Scheduled;
 use crate::place::{Placement, TileSupport};
 use crate::plan::{Finalist, OperatorPlan};
 use crate::program::{Region, Step, SupOp, TileProgram};
@@ -176,27 +175,12 @@ pub fn view(
     program: &TileProgram,
     support: &BTreeMap<u32, TileSupport>,
     placement: &Placement,
-    exchanges: &BTreeMap<usize, Scheduled>,
+    step_cycles: &[Option<u64>],
     target: &Target,
 ) -> BuildView {
     let mut v = common(plan, program, support, Some(placement), target);
-    for (i, s) in v.steps.iter_mut().enumerate() {
-        match &program.steps[i] {
-            Step::Compute { tiles, .. } => {
-                let slowest = tiles
-                    .values()
-                    .map(|o| crate::cost::estimate(o))
-                    .max()
-                    .unwrap_or(0);
-                s.estimated_cycles = Some(slowest + target.sync_cycles as u64);
-            }
-            Step::Exchange { .. } => {
-                s.estimated_cycles = exchanges
-                    .get(&i)
-                    .map(|x| x.horizon as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64);
-            }
-            Step::Host { .. } => {}
-        }
+    for (s, &c) in v.steps.iter_mut().zip(step_cycles) {
+        s.estimated_cycles = c;
     }
     v
 }
