@@ -765,22 +765,15 @@ impl Planner<'_> {
         );
         // The cheapest estimates are modelled from their tile programs; the best modelled are
         // the finalists, and the first is selected.
-        let mut modelled_plans = Vec::new();
-        for (i, c) in candidates
-            .iter()
-            .take(crate::ops::flash::plan::MODELLED_MAX)
-            .enumerate()
-        {
-            if self.search.spend() && i > 0 {
-                break;
-            }
+        let tiles = self.tiles;
+        let model_one = |i: usize, c: &FlashCandidate| {
             let mut geo = base.clone();
             geo.rows = c.rows;
             geo.keys = c.keys;
             geo.sub = c.sub;
             geo.table = c.table;
             geo.chunk = c.chunk;
-            let fp = crate::ops::flash::plan::layout(geo, self.tiles);
+            let fp = crate::ops::flash::plan::layout(geo, tiles);
             let (modelled, modelled_x) = super::model::modelled_cycles(&fp);
             tracing::info!(
                 candidate = i,
@@ -796,7 +789,34 @@ impl Planner<'_> {
                 peak_total_bytes = c.peak_bytes,
                 "modelled expanded operator plan"
             );
-            modelled_plans.push((modelled, modelled_x, fp, i));
+            (modelled, modelled_x, fp, i)
+        };
+        let take = candidates.len().min(crate::ops::flash::plan::MODELLED_MAX);
+        let mut modelled_plans = Vec::new();
+        if self.search.budget.time_max_ms.is_some() {
+            // A time budget is checked between candidates, one after the other.
+            for (i, c) in candidates.iter().take(take).enumerate() {
+                if self.search.spend() && i > 0 {
+                    break;
+                }
+                modelled_plans.push(model_one(i, c));
+            }
+        } else {
+            // Otherwise the budget decides how many before any is modelled, and they are
+            // modelled at once (each deterministic, sorted below).
+            let mut n = 0;
+            for i in 0..take {
+                if self.search.spend() && i > 0 {
+                    break;
+                }
+                n += 1;
+            }
+            use rayon::prelude::*;
+            modelled_plans = candidates[..n]
+                .par_iter()
+                .enumerate()
+                .map(|(i, c)| model_one(i, c))
+                .collect();
         }
         modelled_plans.sort_by_key(|m| (m.0, m.3));
         for (modelled, _, _, i) in modelled_plans.iter().take(FINALISTS) {
