@@ -397,7 +397,7 @@ fn combine_source_f16(c: &mut Code, groups: u32, [po, sp, pa]: [MReg; 3], base: 
 /// for f32 partials and two sources or more where a load's increment reaches it, else 0.
 pub fn combine_stage(p_ty: Elem, groups: u32, rows: u32, sources: u32) -> u32 {
     let stride = (groups + 1) * rows * GROUP_ROW_BYTES;
-    if p_ty == Elem::F32 && sources >= 2 && stride - 8 <= i16::MAX as u32 {
+    if p_ty == Elem::F32 && sources >= 2 && stride <= i16::MAX as u32 {
         stride
     } else {
         0
@@ -418,8 +418,9 @@ pub fn flash_combine_slots(
     staged: bool,
 ) -> u32 {
     if staged {
-        // The state, the count checks, the strides, `exit`; per row: pass A's set-up, `rpt`,
-        // three slots a source and closing five; pass B's set-up and `rpt`, five slots a
+        // The state, the count checks, the strides, `exit`; per row: pass A's set-up (the own
+        // source's `m` and the stage's pointer), `rpt`, a slot a further source and closing
+        // five; pass B's set-up and `rpt`, five slots a
         // source but the last and its nine (with 1 / L); the units' set-up; per unit the first
         // source (six, with the `rpt`'s count and the `rpt`), two slots a further source but
         // the first, the last one's multiply-add, the normalisation and the stores; per
@@ -429,7 +430,7 @@ pub fn flash_combine_slots(
         }
         let j = sources;
         let unit = if out_ty == Elem::F32 { 12 } else { 13 } + 2 * (j - 2);
-        let row = (12 + 3 * j) + (17 + 5 * (j - 1)) + 7 + (dv / gout) * (gout / 4 * unit + 2) + 3;
+        let row = (14 + j) + (17 + 5 * (j - 1)) + 7 + (dv / gout) * (gout / 4 * unit + 2) + 3;
         return 15 + rows * row;
     }
     let groups = dv / cols;
@@ -523,29 +524,35 @@ fn flash_combine_staged(c: &mut Code, out_ty: Elem, cols: u32, gout: u32, dv: u3
     c.op(setzi(ro, 0));
     let row = c.label();
     c.bind(row);
-    // Pass A: M in $a4, as `flash_combine`.
+    // Pass A: M in $a4. The own source's `m`, then the stage's, `stage` bytes apart: one
+    // bundle a source, its `max` beside the load of the next one's `m` (`$a0` starts at
+    // `-inf`, so the first `max` changes nothing).
     li(c, tmp, NEG_INF);
     c.main_ops_ending(
         &[
             mov_a(4, tmp),
             mov_a(0, tmp),
-            alu_imm(
-                AluOp::Add,
-                q,
-                m(0),
-                entry(0, FlashCombineState::SOURCE_STATS),
-            ),
-            alu_imm(AluOp::Add, tmp, nsrc, 1),
+            ld32m(sp, m(0), entry(0, FlashCombineState::SOURCE_STATS)),
+            alu(AluOp::Add, sp, sp, ro),
+        ],
+        false,
+    );
+    c.bundle(ld32a(a(0), sp, 0), fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    c.main_ops_ending(
+        &[
+            ld32m(sp, m(0), entry(1, FlashCombineState::SOURCE_STATS)),
+            alu(AluOp::Add, sp, sp, ro),
         ],
         true,
     );
     c.rpt_bundles(Instr::Rpt {
-        count: tmp,
-        body: 3,
+        count: nsrc,
+        body: 1,
     });
-    c.op(ld32step_m(sp, q, FlashCombineState::SOURCE_BYTES as i16));
-    c.op(alu(AluOp::Add, sp, sp, ro));
-    c.bundle(ld32a(a(0), sp, 0), fbin(FType::F32, FBinOp::Max, 4, 4, 0));
+    c.bundle(
+        ld32step_a(a(0), sp, stage as i16),
+        fbin(FType::F32, FBinOp::Max, 4, 4, 0),
+    );
     c.op(fbin(FType::F32, FBinOp::Max, 4, 4, 0));
     li(c, tmp, NEG_MAX);
     c.op(mov_a(5, tmp));
