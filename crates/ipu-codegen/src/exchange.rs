@@ -604,6 +604,18 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
             (multi, starts, horizon) = (by_load, s, h);
         }
     }
+    // The longest rows first (stable): a run's two lanes then fill as two machines do under
+    // longest-processing-time order (a key block's `v` rows, then its shorter `kᵀ` rows, pack
+    // both lanes to the end).
+    let longest_first = |r: &Resolved| std::cmp::Reverse(r.duration(target));
+    if !multi.is_sorted_by_key(longest_first) {
+        let mut by_length = multi.clone();
+        by_length.sort_by_key(longest_first);
+        let (s, h) = backfill(&by_length, target);
+        if h < horizon {
+            (multi, starts, horizon) = (by_length, s, h);
+        }
+    }
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![0u32; tiles];
     for (r, &s) in multi.iter().zip(&starts) {
