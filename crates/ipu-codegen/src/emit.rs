@@ -137,13 +137,11 @@ pub fn index(program: &TileProgram) -> StepIndex {
         })
         .collect();
     let mut idx = StepIndex::default();
-    for (s, mut step_transfers) in program.steps.iter().zip(per_step) {
+    for (s, transfers) in program.steps.iter().zip(per_step) {
         let mut ex: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut host: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        let mut transfers = Vec::new();
         match s {
             Step::Exchange { .. } => {
-                transfers = std::mem::take(&mut step_transfers);
                 for (i, t) in transfers.iter().enumerate() {
                     ex.entry(program.buffers[t.src.0 as usize].tile)
                         .or_default()

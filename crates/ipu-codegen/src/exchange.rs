@@ -596,26 +596,12 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
         load[r.src_tile as usize] += r.duration(target) as u64;
     }
     let busiest_first = |r: &Resolved| std::cmp::Reverse(load[r.src_tile as usize]);
-    if !multi.is_sorted_by_key(busiest_first) {
-        let mut by_load = multi.clone();
-        by_load.sort_by_key(busiest_first);
-        let (s, h) = backfill(&by_load, target);
-        if h < horizon {
-            (multi, starts, horizon) = (by_load, s, h);
-        }
-    }
+    keep_if_sooner(&mut multi, &mut starts, &mut horizon, busiest_first, target);
     // The longest rows first (stable): a run's two lanes then fill as two machines do under
     // longest-processing-time order (a key block's `v` rows, then its shorter `kᵀ` rows, pack
     // both lanes to the end).
     let longest_first = |r: &Resolved| std::cmp::Reverse(r.duration(target));
-    if !multi.is_sorted_by_key(longest_first) {
-        let mut by_length = multi.clone();
-        by_length.sort_by_key(longest_first);
-        let (s, h) = backfill(&by_length, target);
-        if h < horizon {
-            (multi, starts, horizon) = (by_length, s, h);
-        }
-    }
+    keep_if_sooner(&mut multi, &mut starts, &mut horizon, longest_first, target);
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![0u32; tiles];
     for (r, &s) in multi.iter().zip(&starts) {
@@ -660,6 +646,26 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
     let mut rows = multi;
     rows.extend(uni);
     (rows, starts, horizon)
+}
+
+/// The multicasts `multi` (backfilled at `starts`, ending at `horizon`) stably sorted by
+/// `key` and backfilled again, kept when they end sooner.
+fn keep_if_sooner<K: Ord>(
+    multi: &mut Vec<Resolved>,
+    starts: &mut Vec<u32>,
+    horizon: &mut u32,
+    key: impl Fn(&Resolved) -> K,
+    target: &Target,
+) {
+    if multi.is_sorted_by_key(&key) {
+        return;
+    }
+    let mut sorted = multi.clone();
+    sorted.sort_by_key(&key);
+    let (s, h) = backfill(&sorted, target);
+    if h < *horizon {
+        (*multi, *starts, *horizon) = (sorted, s, h);
+    }
 }
 
 /// Bound on the steps [`matched_rounds`] walks along alternating paths, and on its pairs

@@ -237,6 +237,16 @@ pub fn transpose(c: &mut Code, bytes: u32) {
     close_rows_and_exit(c, rows, row, end);
 }
 
+/// `f16v2pack $aD, $aX, $aY` (the low halves of X and Y), or `f16v2packhi` (`hi`: the high).
+fn pack(d: u8, x: u8, y: u8, hi: bool) -> Instr {
+    let (d, x, y) = (a(d), a(x), a(y));
+    if hi {
+        Instr::F16v2PackHi { d, a: x, b: y }
+    } else {
+        Instr::F16v2Pack { d, a: x, b: y }
+    }
+}
+
 /// [`transpose`] of 2-byte elements, four output rows at a time: the 64 bits of four columns
 /// of two staged rows give one word of each of the four output rows (`f16v2pack` of the low
 /// halves, `f16v2packhi` of the high ones). One issue slot per two elements and stored word,
@@ -271,14 +281,6 @@ pub fn transpose_halves(c: &mut Code) {
         count: words,
         body: 8,
     });
-    let pack = |d: u8, x: u8, y: u8, hi: bool| {
-        let (d, x, y) = (a(d), a(x), a(y));
-        if hi {
-            Instr::F16v2PackHi { d, a: x, b: y }
-        } else {
-            Instr::F16v2Pack { d, a: x, b: y }
-        }
-    };
     c.bundles(
         &[
             ld64_at(0, pe, 0),
@@ -342,14 +344,6 @@ pub fn transpose_quads(c: &mut Code, in_stride: u32, out_stride: u32) {
         count: blocks,
         body: 10,
     });
-    let pack = |d: u8, x: u8, y: u8, hi: bool| {
-        let (d, x, y) = (a(d), a(x), a(y));
-        if hi {
-            Instr::F16v2PackHi { d, a: x, b: y }
-        } else {
-            Instr::F16v2Pack { d, a: x, b: y }
-        }
-    };
     // Output row i in $a(8 + 2i):(9 + 2i): its first half from staged rows 0 and 1 ($a0:1,
     // $a2:3), its second from rows 2 and 3 ($a4:5, $a6:7).
     c.bundles(
