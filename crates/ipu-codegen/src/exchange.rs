@@ -596,12 +596,26 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
         load[r.src_tile as usize] += r.duration(target) as u64;
     }
     let busiest_first = |r: &Resolved| std::cmp::Reverse(load[r.src_tile as usize]);
-    keep_if_sooner(&mut multi, &mut starts, &mut horizon, busiest_first, target);
+    keep_if_sooner(
+        "busiest senders first",
+        &mut multi,
+        &mut starts,
+        &mut horizon,
+        busiest_first,
+        target,
+    );
     // The longest rows first (stable): a run's two lanes then fill as two machines do under
     // longest-processing-time order (a key block's `v` rows, then its shorter `kᵀ` rows, pack
     // both lanes to the end).
     let longest_first = |r: &Resolved| std::cmp::Reverse(r.duration(target));
-    keep_if_sooner(&mut multi, &mut starts, &mut horizon, longest_first, target);
+    keep_if_sooner(
+        "longest first",
+        &mut multi,
+        &mut starts,
+        &mut horizon,
+        longest_first,
+        target,
+    );
     let mut send_free = vec![0u32; tiles];
     let mut recv_free = vec![0u32; tiles];
     for (r, &s) in multi.iter().zip(&starts) {
@@ -649,8 +663,10 @@ fn multicasts_first(order: &[Resolved], target: &Target) -> (Vec<Resolved>, Vec<
 }
 
 /// The multicasts `multi` (backfilled at `starts`, ending at `horizon`) stably sorted by
-/// `key` and backfilled again, kept when they end sooner.
+/// `key` and backfilled again, kept when they end sooner; both ends are logged at debug
+/// level with the order's `name`.
 fn keep_if_sooner<K: Ord>(
+    name: &str,
     multi: &mut Vec<Resolved>,
     starts: &mut Vec<u32>,
     horizon: &mut u32,
@@ -663,6 +679,12 @@ fn keep_if_sooner<K: Ord>(
     let mut sorted = multi.clone();
     sorted.sort_by_key(&key);
     let (s, h) = backfill(&sorted, target);
+    tracing::debug!(
+        order = name,
+        multicasts_end = h,
+        kept_end = *horizon,
+        "multicasts backfilled in another order"
+    );
     if h < *horizon {
         (*multi, *starts, *horizon) = (sorted, s, h);
     }
