@@ -195,22 +195,42 @@ pub fn support_layout(
         ..Default::default()
     };
     let mut seen: AHashMap<&State, u32> = AHashMap::new();
+    let mut seen_chains: AHashMap<Vec<&State>, u32> = AHashMap::new();
     for s in &program.steps {
         if let Step::Compute { tiles, .. } = s
             && let Some(ops) = tiles.get(&tile)
         {
-            for op in ops {
-                if let Some((_, st)) = op.launch() {
-                    // Identical states (the same words, so the same bytes once placed) are
-                    // stored once: kernels only read their state. (Equal words of two layouts
-                    // are stored twice: rare, and harmless.)
-                    let a = *seen.entry(st).or_insert_with(|| {
+            let launches: Vec<(Kernel, &State)> = ops.iter().filter_map(|op| op.launch()).collect();
+            let mut j = 0;
+            while j < launches.len() {
+                let (k, st) = launches[j];
+                if let Kernel::AmpChain { carry: false, .. } = k {
+                    // A chain's tables are contiguous, each round's after the one before
+                    // (a worker steps from its entry of one to its entry of the next), so a
+                    // chain is stored once as a whole.
+                    let len = chain_len(&launches[j..]);
+                    let chain: Vec<&State> = launches[j..j + len].iter().map(|l| l.1).collect();
+                    let a = *seen_chains.entry(chain).or_insert_with(|| {
                         let a = at;
-                        at += 4 * st.word_count() as u32;
+                        at += len as u32 * kernels::AmpChainState::TABLE_BYTES;
                         a
                     });
-                    l.states.push(a);
+                    l.states.extend(
+                        (0..len as u32).map(|i| a + i * kernels::AmpChainState::TABLE_BYTES),
+                    );
+                    j += len;
+                    continue;
                 }
+                // Identical states (the same words, so the same bytes once placed) are
+                // stored once: kernels only read their state. (Equal words of two layouts
+                // are stored twice: rare, and harmless.)
+                let a = *seen.entry(st).or_insert_with(|| {
+                    let a = at;
+                    at += 4 * st.word_count() as u32;
+                    a
+                });
+                l.states.push(a);
+                j += 1;
             }
         }
     }
@@ -224,6 +244,28 @@ pub fn support_layout(
     }
     l.end = at;
     l
+}
+
+/// The rounds of the chain of AMP rounds `launches` starts with (its first round, then the
+/// rounds that carry the one before's last row, to the one that drains).
+fn chain_len(launches: &[(Kernel, &State)]) -> usize {
+    if let Kernel::AmpChain { drain: true, .. } = launches[0].0 {
+        return 1;
+    }
+    let mut len = 1;
+    while let Some((
+        Kernel::AmpChain {
+            carry: true, drain, ..
+        },
+        _,
+    )) = launches.get(len)
+    {
+        len += 1;
+        if *drain {
+            break;
+        }
+    }
+    len
 }
 
 /// The supervisor programs of `tile`: `(startup, initialize, run)` code. `addr` gives buffer

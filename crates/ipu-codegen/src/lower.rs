@@ -133,19 +133,21 @@ pub(crate) fn amp_chain_same_rows(rows: u32) -> u16 {
     }
 }
 
-/// Round `n` of `len` of a chain of AMP rounds over the same `rows` rows (see [`amp_launch`]
-/// for the operands): the first stores nothing of the round before it, the others store the
-/// last row the one before left in the AMP (its output at `prev_out`), and only the last
-/// drains its own.
+/// Round `n` of a chain of AMP rounds over the same `rows` rows (see [`amp_launch`] for the
+/// operands; input and output rows of [`AMP_CHAIN_ROW_BYTES`]): the first stores nothing of
+/// the round before it, the others store the last row the one before left in the AMP (its
+/// output at `prev_out`), and only the last drains its own. `zeros`: an earlier round of the
+/// chain had no partials-in (so set the zeros this one's first pass adds).
 pub(crate) fn amp_chain_launch(
-    (input, in_row): ((BufferId, u32), u32),
+    input: (BufferId, u32),
     partials: Option<(BufferId, u32)>,
-    (out, out_row): ((BufferId, u32), u32),
+    out: (BufferId, u32),
     rows: u32,
-    prev_out: Option<(BufferId, u32)>,
+    (n, prev_out, zeros): (usize, Option<(BufferId, u32)>, bool),
     drain: bool,
 ) -> SupOp {
     debug_assert!(amp_chains(rows));
+    debug_assert_eq!(n == 0, prev_out.is_none());
     let state = AmpChainState {
         input,
         partials: match partials {
@@ -153,25 +155,40 @@ pub(crate) fn amp_chain_launch(
             None => StateWord::Const(0),
         },
         out,
-        row_bytes: [in_row, out_row],
+        row_bytes: [AMP_CHAIN_ROW_BYTES; 2],
         rows,
         carry: prev_out,
         drain,
     };
     let (partials, carry) = (partials.is_some(), prev_out.is_some());
+    let zeros = zeros && !partials;
     let same = amp_chain_same_rows(rows);
-    let slots = kernels::amp_chain_slots(rows.div_ceil(WORKERS), partials, carry, drain, same != 0);
+    let slots = kernels::amp_chain_slots(
+        rows.div_ceil(WORKERS),
+        partials,
+        carry,
+        drain,
+        same != 0,
+        zeros,
+    );
     SupOp::RunAll(
         Kernel::AmpChain {
             partials,
             carry,
             drain,
             rows: same,
+            odd: n % 2 == 1,
+            zeros,
         },
         state.into(),
         slots,
     )
 }
+
+/// Bytes of an input row and of an output row of a chain of AMP rounds: a round's output
+/// pointer then stops at its last row, where the next round stores it
+/// ([`Kernel::AmpChain`]).
+pub(crate) const AMP_CHAIN_ROW_BYTES: u32 = 32;
 
 /// The direction of a [`Copy2d::regroup`].
 pub(crate) enum Regroup {

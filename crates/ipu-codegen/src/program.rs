@@ -256,6 +256,7 @@ impl TileProgram {
                 }
                 Step::Compute { tiles, .. } => {
                     for (tile, ops) in tiles {
+                        check_chains(ops).map_err(|e| format!("step {i}: tile {tile}: {e}"))?;
                         for op in ops {
                             let bufs: Vec<BufferId> = match op {
                                 SupOp::AmpW(b, _) => vec![*b],
@@ -286,6 +287,71 @@ impl TileProgram {
         }
         Ok(())
     }
+}
+
+/// A tile's chains of AMP rounds ([`Kernel::AmpChain`]) keep the workers' registers from
+/// round to round: a round that carries the last row of the one before must be launched
+/// right after it (no other launch between), with the other parity, the same rows, as input
+/// and output rows of [`crate::lower::AMP_CHAIN_ROW_BYTES`]; a chain's first round is even; a
+/// round that takes its zero partials-in from the chain follows a first pass of the chain.
+fn check_chains(ops: &[SupOp]) -> Result<(), String> {
+    // The chain's last round so far: its kernel, its rows, and whether one of its rounds set
+    // zeros.
+    let mut last: Option<(Kernel, u32, bool)> = None;
+    for (k, st) in ops.iter().filter_map(|op| op.launch()) {
+        let Kernel::AmpChain {
+            partials,
+            carry,
+            drain,
+            odd,
+            zeros,
+            ..
+        } = k
+        else {
+            last = None;
+            continue;
+        };
+        let State::AmpChain(state) = st else {
+            return Err(format!("{k:?} launched with a {:?} state", st.kind()));
+        };
+        let row = crate::lower::AMP_CHAIN_ROW_BYTES;
+        if state.row_bytes != [row, row] {
+            return Err(format!(
+                "{k:?}: rows of {:?} bytes, not {row}",
+                state.row_bytes
+            ));
+        }
+        let had_zeros = match (carry, last) {
+            (false, _) if odd => return Err(format!("{k:?}: a chain's first round is odd")),
+            (false, _) => false,
+            (true, None) => {
+                return Err(format!(
+                    "{k:?}: carries a row, but no round of its chain is before it"
+                ));
+            }
+            (true, Some((before, rows_before, had_zeros))) => {
+                let Kernel::AmpChain {
+                    drain: false,
+                    odd: odd_before,
+                    ..
+                } = before
+                else {
+                    return Err(format!("{k:?}: carries a row after {before:?}"));
+                };
+                if rows_before != state.rows || odd_before == odd {
+                    return Err(format!("{k:?}: carries a row after {before:?}"));
+                }
+                had_zeros
+            }
+        };
+        if zeros && (partials || !had_zeros) {
+            return Err(format!(
+                "{k:?}: no round of its chain set the zero partials-in"
+            ));
+        }
+        last = (!drain).then_some((k, state.rows, had_zeros || !partials));
+    }
+    Ok(())
 }
 
 /// Buffers a step reads or writes (with repeats).

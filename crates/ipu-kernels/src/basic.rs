@@ -22,12 +22,6 @@ pub(crate) enum AmpShare {
     Table,
     /// [`AmpShare::Table`], no context without rows ([`Kernel::AmpTableDense`]).
     TableDense,
-    /// [`AmpShare::TableDense`] in a chain of rounds ([`Kernel::AmpChain`]), every context with
-    /// at least two rows: with `carry`, the first row's outputs are the previous round's last
-    /// row (the AMP's accumulators persist between runs of a context), stored where that
-    /// round left it; with `drain`, a dummy row drains the last row, else it stays in the AMP;
-    /// with `rows` (not 0) every worker has that many rows, and the `rpt` count is immediate.
-    Chain { carry: bool, drain: bool, rows: u16 },
 }
 
 pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
@@ -49,22 +43,18 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
             c.op(alu(AluOp::Add, m(2), m(2), m(6)));
             c.op(alu(AluOp::Add, m(3), m(3), m(6)));
         }
-        AmpShare::Table | AmpShare::TableDense | AmpShare::Chain { .. } => {
+        AmpShare::Table | AmpShare::TableDense => {
             // This context's entry of the table, then the single-worker pass.
             c.op(Instr::Get {
                 d: m(5),
                 sys: ipu_isa::SysReg::ContextId,
             });
-            c.op(if matches!(share, AmpShare::Chain { .. }) {
-                alu_imm(AluOp::Mul, m(5), m(5), AmpChainState::ENTRY_BYTES as i16)
-            } else {
-                alu_imm(
-                    AluOp::Shl,
-                    m(5),
-                    m(5),
-                    AmpTableState::ENTRY_BYTES.trailing_zeros() as i16,
-                )
-            });
+            c.op(alu_imm(
+                AluOp::Shl,
+                m(5),
+                m(5),
+                AmpTableState::ENTRY_BYTES.trailing_zeros() as i16,
+            ));
             c.op(alu(AluOp::Add, m(0), m(0), m(5)));
             if share == AmpShare::Table {
                 load_state(c, AmpState::WORDS); // m1 in, m2 partials, m3 out, m4 rows
@@ -72,123 +62,235 @@ pub(crate) fn amp(c: &mut Code, partials: bool, share: AmpShare) {
         }
         AmpShare::One => load_state(c, AmpState::WORDS), // m1 in, m2 partials, m3 out, m4 rows
     }
-    let (chain, carry, drain, same_rows) = match share {
-        AmpShare::Chain { carry, drain, rows } => (true, carry, drain, rows),
-        _ => (false, false, true, 0),
-    };
-    let dense = share == AmpShare::TableDense || chain;
+    let dense = share == AmpShare::TableDense;
     let end = c.label();
     if !dense {
         c.branch(Instr::Brz { a: m(4), target: 0 }, end);
     }
     // The state's loads (dense) and the zero partials-in of a first pass ($a12:13), as Main
-    // ops; dense, laid out so that the bundles that follow need no aligning `nop`. A chain's
-    // count ($m4) is loaded after the first bundles, where it takes the place of the `sub`
-    // that would otherwise derive it; its carry pointer is $m6.
+    // ops; dense, laid out so that the bundles that follow need no aligning `nop`.
     let mut pre: Vec<Instr> = Vec::new();
-    if chain {
-        // With the count immediate, `out` ($m3, first stored to in the `rpt`) loads where the
-        // count would.
-        let words = if same_rows != 0 { 2 } else { 3 };
-        pre.extend((0..words).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
-        if carry {
-            pre.push(ld32m(m(6), m(0), AmpChainState::CARRY_OFFSET as i16));
-        }
-    } else if dense {
+    if dense {
         pre.extend((0..AmpState::WORDS).map(|i| ld32m(m(i + 1), m(0), 4 * i as i16)));
     }
     if !partials {
-        pre.push(setzi(m(7), 0));
-        pre.push(Instr::MovToA { d: a(12), a: m(7) });
-        pre.push(Instr::MovToA { d: a(13), a: m(7) });
+        pre.extend(AmpOps::zeros());
     }
-    let (inp, part, out) = (ap(0), ap(2), ap(4));
-    let p_reg = if partials { part } else { ap(12) };
-    let amp_op = |phase: u8| Instr::Amp {
-        d: out,
-        a: inp,
-        p: p_reg,
-        phase,
-    };
-    let load = || {
-        if partials {
-            Instr::Ld2x64Pace {
-                d: [inp, part],
-                p: [m(1), m(2)],
-            }
-        } else {
-            ld64step(inp, m(1), 8)
-        }
-    };
-    let load_store_to = |to: MReg| {
-        if partials {
-            Instr::Ld2xSt64Pace {
-                d: [inp, part],
-                s: out,
-                p: [m(1), m(2), to],
-            }
-        } else {
-            Instr::LdSt64Pace {
-                d: inp,
-                s: out,
-                p: [m(1), to],
-            }
-        }
-    };
-    let load_store = || load_store_to(m(3));
+    let ops = AmpOps::new(partials);
     if dense {
-        pre.push(load());
+        pre.push(ops.load());
         c.main_ops_ending(&pre, false);
     } else {
         for op in pre {
             c.op(op);
         }
-        c.op(load());
+        c.op(ops.load());
     }
-    // Row 0 and phase 0 of row 1: nothing of this pass to store yet; with a carry, the
-    // previous round's last row, which these five `amp`s output, goes to $m6.
-    for (i, phase) in [0, 1, 2, 3, 0].into_iter().enumerate() {
-        let main = if carry && i > 0 {
-            load_store_to(m(6))
+    // Row 0 and phase 0 of row 1: nothing of this pass to store yet.
+    for phase in [0, 1, 2, 3, 0] {
+        c.bundle(ops.load(), ops.amp(phase));
+    }
+    c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
+    c.rpt_bundles(Instr::Rpt {
+        count: m(5),
+        body: 4,
+    });
+    ops.rows_body(c, m(3));
+    ops.drain(c, m(3));
+    exit_at(c, end);
+}
+
+/// The operations of an AMP pass: input rows through `$m1` (into `$a0:1`), partials-in
+/// through `$m2` (into `$a2:3`, or the zeros of `$a12:13` for a first pass), outputs from
+/// `$a4:5`.
+struct AmpOps {
+    partials: bool,
+}
+
+impl AmpOps {
+    const INP: APair = APair(0);
+    const PART: APair = APair(2);
+    const OUT: APair = APair(4);
+    const ZEROS: APair = APair(12);
+
+    fn new(partials: bool) -> Self {
+        AmpOps { partials }
+    }
+
+    fn amp(&self, phase: u8) -> Instr {
+        Instr::Amp {
+            d: Self::OUT,
+            a: Self::INP,
+            p: if self.partials {
+                Self::PART
+            } else {
+                Self::ZEROS
+            },
+            phase,
+        }
+    }
+
+    /// The next phase's operands.
+    fn load(&self) -> Instr {
+        if self.partials {
+            Instr::Ld2x64Pace {
+                d: [Self::INP, Self::PART],
+                p: [m(1), m(2)],
+            }
         } else {
-            load()
-        };
-        c.bundle(main, amp_op(phase));
+            ld64step(Self::INP, m(1), 8)
+        }
     }
-    if chain && same_rows != 0 {
-        // The `rpt` count: rows - 1 with a drain, rows - 2 without.
-        c.op(ld32m(m(3), m(0), 8));
-        c.rpt_bundles(Instr::Rpti {
-            count: same_rows - if drain { 1 } else { 2 },
-            body: 4,
-        });
-    } else {
-        let count = if chain {
-            // The state holds the `rpt` count: rows - 1 with a drain, rows - 2 without.
-            c.op(ld32m(m(4), m(0), 12));
-            m(4)
+
+    /// The next phase's operands and the store of the output before them through `to`.
+    fn load_store(&self, to: MReg) -> Instr {
+        if self.partials {
+            Instr::Ld2xSt64Pace {
+                d: [Self::INP, Self::PART],
+                s: Self::OUT,
+                p: [m(1), m(2), to],
+            }
         } else {
-            c.op(alu_imm(AluOp::Sub, m(5), m(4), 1));
-            m(5)
-        };
-        c.rpt_bundles(Instr::Rpt { count, body: 4 });
+            Instr::LdSt64Pace {
+                d: Self::INP,
+                s: Self::OUT,
+                p: [m(1), to],
+            }
+        }
     }
-    for phase in [1, 2, 3, 0] {
-        c.bundle(load_store(), amp_op(phase));
+
+    /// The zero partials-in of a first pass, as Main ops.
+    fn zeros() -> [Instr; 3] {
+        [
+            setzi(m(7), 0),
+            Instr::MovToA { d: a(12), a: m(7) },
+            Instr::MovToA { d: a(13), a: m(7) },
+        ]
     }
-    if drain {
-        // Drain the last row.
+
+    /// The `rpt` body after its count: a row's four phases, each storing the output before.
+    fn rows_body(&self, c: &mut Code, out: MReg) {
+        for phase in [1, 2, 3, 0] {
+            c.bundle(self.load_store(out), self.amp(phase));
+        }
+    }
+
+    /// The last row's last three phases and a dummy row draining it, then the last store.
+    fn drain(&self, c: &mut Code, out: MReg) {
         for phase in [1, 2, 3] {
-            c.bundle(st64step(out, m(3), 8), amp_op(phase));
+            c.bundle(st64step(Self::OUT, out, 8), self.amp(phase));
+        }
+        c.op(st64step(Self::OUT, out, 8));
+    }
+
+    /// The last row's last three phases without a drain (its outputs stay in the AMP for the
+    /// next round), then the last store: `out` ends at the last row's output.
+    fn hold(&self, c: &mut Code, out: MReg) {
+        c.bundle(self.load_store(out), self.amp(1));
+        c.bundle(self.load_store(out), self.amp(2));
+        c.bundle(st64step(Self::OUT, out, 8), self.amp(3));
+        c.op(st64step(Self::OUT, out, 8));
+    }
+}
+
+/// How a round of a chain of AMP rounds ([`Kernel::AmpChain`]) starts and ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChainRound {
+    /// The round before it, on the same contexts, left its last row in the AMP, the row's
+    /// output pointer in the register this round does not write through, and the table
+    /// pointer at this round's entry.
+    pub carry: bool,
+    /// The round drains its last row (the chain's last).
+    pub drain: bool,
+    /// Every worker has this many rows (the `rpt` count immediate), or 0.
+    pub rows: u16,
+    /// The round's parity in its chain: its outputs go through `$m6` (else `$m3`), the
+    /// carried row's through the other.
+    pub odd: bool,
+    /// `$a12:13` hold the zero partials-in an earlier round of the chain set.
+    pub zeros: bool,
+}
+
+/// A round of a chain of AMP rounds over the same rows ([`Kernel::AmpChain`]). A worker's
+/// registers stay from the chain's round before (`docs/isa.md`, section 1), so only the
+/// chain's first round finds its entry of the table (context id times the entry's bytes); the
+/// entry pointer (`$m5`) then steps over the round's words to the same context's entry of the
+/// next round's table, which follows this one's (`emit::support_layout` keeps a chain's
+/// tables contiguous). The round before left its last row's output pointer in the register
+/// this one does not write through (`ChainRound::odd`): the carried row's stores go there.
+pub(crate) fn amp_chain(c: &mut Code, partials: bool, k: ChainRound) {
+    let walk = m(5);
+    let (out, held) = if k.odd { (m(6), m(3)) } else { (m(3), m(6)) };
+    if !k.carry {
+        c.op(Instr::Get {
+            d: walk,
+            sys: ipu_isa::SysReg::ContextId,
+        });
+        c.op(alu_imm(
+            AluOp::Shl,
+            walk,
+            walk,
+            AmpChainState::ENTRY_BYTES.trailing_zeros() as i16,
+        ));
+        c.op(alu(AluOp::Add, walk, walk, m(0)));
+    }
+    let ops = AmpOps::new(partials);
+    // The entry: input, partials (skipped for a first pass), out, the `rpt` count; `walk`
+    // stops at `out`'s word.
+    let mut pre = vec![ld32step_m(m(1), walk, if partials { 4 } else { 8 })];
+    if partials {
+        pre.push(ld32step_m(m(2), walk, 4));
+    }
+    if k.rows == 0 {
+        // rows - 1 with a drain, rows - 2 without.
+        pre.push(ld32m(m(4), walk, 4));
+    }
+    if !partials && !k.zeros {
+        pre.extend(AmpOps::zeros());
+    }
+    pre.push(ops.load());
+    c.main_ops_ending(&pre, false);
+    // Row 0 and phase 0 of row 1; with a carry, the previous round's last row, which these
+    // five `amp`s output, goes where that round's output pointer stopped.
+    for (i, phase) in [0, 1, 2, 3, 0].into_iter().enumerate() {
+        let main = if k.carry && i > 0 {
+            ops.load_store(held)
+        } else {
+            ops.load()
+        };
+        c.bundle(main, ops.amp(phase));
+    }
+    // `out`, first stored through in the rows after; `walk` to the next round's entry.
+    let load_out = ld32step_m(out, walk, (AmpChainState::TABLE_BYTES - 8) as i16);
+    let further = u32::from(k.rows).saturating_sub(if k.drain { 1 } else { 2 });
+    if k.rows != 0 && u32::from(k.rows) <= AMP_CHAIN_UNROLL_ROWS {
+        // Few rows a worker: the rows written out, no `rpt` (the load in a bundle keeps them
+        // aligned).
+        c.bundle(load_out, FLOAT_NOP);
+        for _ in 0..further {
+            ops.rows_body(c, out);
         }
     } else {
-        // The last row's last three phases; its outputs stay in the AMP for the next round.
-        c.bundle(load_store(), amp_op(1));
-        c.bundle(load_store(), amp_op(2));
-        c.bundle(st64step(out, m(3), 8), amp_op(3));
+        c.op(load_out);
+        if k.rows != 0 {
+            c.rpt_bundles(Instr::Rpti {
+                count: further as u16,
+                body: 4,
+            });
+        } else {
+            c.rpt_bundles(Instr::Rpt {
+                count: m(4),
+                body: 4,
+            });
+        }
+        ops.rows_body(c, out);
     }
-    c.op(st64step(out, m(3), 8));
-    exit_at(c, end);
+    if k.drain {
+        ops.drain(c, out);
+    } else {
+        ops.hold(c, out);
+    }
+    c.op(Instr::Exit);
 }
 
 /// Extra issue slots of the [`Kernel::AmpAll`] prologue (finding the worker's rows), beside
@@ -222,18 +324,31 @@ pub fn amp_table_dense_slots(rows: u32, partials: bool) -> u32 {
     3 + 4 + zero + 1 + 5 + 1 + 1 + 4 * rows.saturating_sub(1) + 3 + 1 + 1
 }
 
+/// The most rows a worker of a [`Kernel::AmpChain`] round with the count immediate has for
+/// its rows to be written out without an `rpt` (at most 15 further rows of 32 bytes of code).
+pub const AMP_CHAIN_UNROLL_ROWS: u32 = 16;
+
 /// Issue slots of one of the six workers of [`Kernel::AmpChain`] over `rows` (at least two)
-/// rows: finding its entry, the state's loads (one more for a carry, one less when every
-/// worker has `rows` rows and the count is immediate, `same`), the pass without the `sub` of
-/// its count, and with a drain four more slots than without.
-pub fn amp_chain_slots(rows: u32, partials: bool, carry: bool, drain: bool, same: bool) -> u32 {
-    let zero = if partials { 0 } else { 3 };
-    let body = if drain {
-        4 * rows.saturating_sub(1) + 4
-    } else {
-        4 * rows.saturating_sub(1)
-    };
-    3 + 3 + u32::from(carry) + zero + 1 + 5 + u32::from(!same) + 1 + body + 1
+/// rows: finding its entry (the chain's first round only), the entry's loads (the partials
+/// word of a pass with partials, the count unless every worker has the same rows, `same`),
+/// the zero partials-in of a first pass unless the chain set them (`zeros`), the first load,
+/// the five bundles of row 0, `out`, the `rpt` (none for at most
+/// [`AMP_CHAIN_UNROLL_ROWS`] rows with `same`), four slots a further row (and the drain's
+/// four), `exit`.
+pub fn amp_chain_slots(
+    rows: u32,
+    partials: bool,
+    carry: bool,
+    drain: bool,
+    same: bool,
+    zeros: bool,
+) -> u32 {
+    let entry = if carry { 0 } else { 3 };
+    let loads = 1 + u32::from(partials) + u32::from(!same);
+    let zero = if partials || zeros { 0 } else { 3 };
+    let body = 4 * rows.saturating_sub(1) + if drain { 4 } else { 0 };
+    let rpt = u32::from(!(same && rows <= AMP_CHAIN_UNROLL_ROWS));
+    entry + loads + zero + 1 + 5 + 1 + rpt + body + 1
 }
 
 /// Issue slots of one of the six workers of [`Kernel::AmpTable`] over `rows` rows: finding its

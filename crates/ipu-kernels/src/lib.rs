@@ -44,15 +44,21 @@ pub enum Kernel {
     /// share, and no `nop` aligning the loop (`basic::amp_table_dense_slots`).
     AmpTableDense { partials: bool },
     /// A round of a chain of AMP rounds over the same rows, every worker with at least two
-    /// ([`AmpChainState`]): with `carry`, the previous round left its last row in the AMP
-    /// and this one stores it; without `drain`, this one leaves its own there; with `rows`
-    /// (not 0), every worker has that many rows and the loop's count is immediate, one state
-    /// load less (`basic::amp_chain_slots`).
+    /// ([`AmpChainState`]), launched right after the chain's round before on the same
+    /// contexts, whose registers it keeps: with `carry`, the previous round left its last row
+    /// in the AMP and this one stores it (a round without finds its table entry, the chain's
+    /// first); without `drain`, this one leaves its own there; with `rows` (not 0), every
+    /// worker has that many rows and the loop's count is immediate, one state load less;
+    /// `odd`, the round's parity in the chain, picks its output pointer's register; with
+    /// `zeros`, an earlier round of the chain set the zero partials-in a first pass adds
+    /// (`basic::amp_chain_slots`).
     AmpChain {
         partials: bool,
         carry: bool,
         drain: bool,
         rows: u16,
+        odd: bool,
+        zeros: bool,
     },
     /// `out = a OP b` over 64-bit vectors. State: a, b, out, vectors.
     Binary { ty: Elem, op: BinOp },
@@ -264,10 +270,18 @@ pub fn generate(kernel: Kernel) -> Code {
             carry,
             drain,
             rows,
-        } => basic::amp(
+            odd,
+            zeros,
+        } => basic::amp_chain(
             &mut c,
             partials,
-            basic::AmpShare::Chain { carry, drain, rows },
+            basic::ChainRound {
+                carry,
+                drain,
+                rows,
+                odd,
+                zeros,
+            },
         ),
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
         Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),

@@ -168,13 +168,15 @@ impl AmpTableState {
 }
 
 const _: () = assert!(AmpTableState::ENTRY_BYTES.is_power_of_two());
+const _: () = assert!(AmpChainState::ENTRY_BYTES.is_power_of_two());
 
 /// [`crate::Kernel::AmpChain`]: a round of a chain of AMP rounds over the same rows, a table
 /// of six entries of [`AmpChainState::ENTRY_WORDS`] words: input, partials, out (row 0 of the
-/// context's rows each), the `rpt` count (rows - 1 with a drain, rows - 2 without) and the
-/// carry (where the previous round's last row of the context goes, or 0). A worker finds its
-/// entry by multiplying its context id by the entry's bytes (no padding to a power of two:
-/// a tile keeps a table for every round of its items).
+/// context's rows each) and the `rpt` count (rows - 1 with a drain, rows - 2 without). The
+/// chain's first round finds a worker's entry from its context id; each round then steps the
+/// worker's entry pointer to its entry of the next round's table, which follows this one's.
+/// Where the previous round's last row of a context goes (`carry`) is not a word: that round
+/// left its output pointer there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AmpChainState {
     /// Row 0 of the input rows.
@@ -196,14 +198,13 @@ pub struct AmpChainState {
 
 impl AmpChainState {
     /// Words of one worker's entry.
-    pub const ENTRY_WORDS: u32 = 5;
+    pub const ENTRY_WORDS: u32 = 4;
     /// Bytes of one worker's entry.
     pub const ENTRY_BYTES: u32 = 4 * Self::ENTRY_WORDS;
-    /// Byte offset of the carry word in an entry.
-    pub const CARRY_OFFSET: u32 = 16;
+    /// Bytes of a round's table: a chain's next round's table follows at this offset.
+    pub const TABLE_BYTES: u32 = Self::ENTRY_BYTES * ipu_target::WORKER_CONTEXTS;
     /// The fields' names, in word order: worker 0's, then the other workers' words.
-    pub const FIELDS: &'static [&'static str] =
-        &["input", "partials", "out", "count", "carry", "workers"];
+    pub const FIELDS: &'static [&'static str] = &["input", "partials", "out", "count", "workers"];
 
     /// The number of words.
     pub fn word_count(&self) -> usize {
@@ -239,19 +240,11 @@ impl AmpChainState {
             } else {
                 rows.saturating_sub(2)
             };
-            let carry = match self.carry {
-                Some((b, off)) => StateWord::Addr(
-                    b,
-                    off + (t.bounds[c] + rows.saturating_sub(1)) * t.row_bytes[1],
-                ),
-                None => StateWord::Const(0),
-            };
             w.extend([
                 p.input.word(),
                 p.partials,
                 p.out.word(),
                 StateWord::Const(count),
-                carry,
             ]);
         }
         w

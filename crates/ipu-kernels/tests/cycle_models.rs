@@ -44,6 +44,9 @@ struct Case {
     name: String,
     kernel: Kernel,
     states: Vec<State>,
+    /// The kernel of each launch after the first, when it is not `kernel` (a chain of AMP
+    /// rounds).
+    more_kernels: Vec<Kernel>,
     /// The model's issue slots, summed over the launches.
     model: u64,
     fill: Elem,
@@ -56,6 +59,7 @@ fn case(name: String, kernel: Kernel, state: impl Into<State>, model: u32, fill:
         name,
         kernel,
         states: vec![state.into()],
+        more_kernels: Vec::new(),
         model: model as u64,
         fill,
         amp: None,
@@ -83,8 +87,25 @@ fn fill_bytes(seed: u32, elem: Elem) -> Vec<u8> {
 /// Runs the case's launches on tile 0 and returns the worker issue slots they spent.
 fn measure(c: &Case) -> u64 {
     let mut dev = Device::new(Target::gc200(), 1);
-    let k = generate(c.kernel).lay_out(KERNEL).expect("kernel lays out");
-    dev.write(0, KERNEL, &k.bytes).unwrap();
+    // Each distinct kernel 4 KB after the one before.
+    let mut kernels: Vec<Kernel> = vec![c.kernel];
+    for k in &c.more_kernels {
+        if !kernels.contains(k) {
+            kernels.push(*k);
+        }
+    }
+    for (i, k) in kernels.iter().enumerate() {
+        let at = KERNEL + 0x1000 * i as u32;
+        let laid = generate(*k).lay_out(at).expect("kernel lays out");
+        assert!(
+            laid.bytes.len() <= 0x1000,
+            "{}: kernel of {} bytes",
+            c.name,
+            laid.bytes.len()
+        );
+        dev.write(0, at, &laid.bytes).unwrap();
+    }
+    let entry = |k: Kernel| KERNEL + 0x1000 * kernels.iter().position(|&x| x == k).unwrap() as u32;
     for i in 0..REGIONS {
         dev.write(0, DATA + i * REGION, &fill_bytes(i + 1, c.fill))
             .unwrap();
@@ -95,9 +116,14 @@ fn measure(c: &Case) -> u64 {
         sup.op(setzi(m(4), DATA + 12 * REGION));
         sup.op(Instr::AmpW { base: m(4) });
     }
-    sup.op(setzi(m(2), KERNEL));
     let mut state_at = STATE;
-    for st in &c.states {
+    for (i, st) in c.states.iter().enumerate() {
+        let k = if i == 0 {
+            c.kernel
+        } else {
+            c.more_kernels.get(i - 1).copied().unwrap_or(c.kernel)
+        };
+        sup.op(setzi(m(2), entry(k)));
         let words: Vec<u8> = st
             .words()
             .iter()
@@ -133,7 +159,7 @@ fn measure(c: &Case) -> u64 {
             });
         }
         sup.op(Instr::WaitW);
-        state_at += 4 * words.len() as u32;
+        state_at += words.len() as u32;
         state_at = state_at.next_multiple_of(8);
     }
     sup.op(Instr::Halt);
@@ -240,47 +266,72 @@ fn cases() -> Vec<Case> {
                 c.amp = Some(mode);
                 out.push(c);
             }
-            // A round of a chain: its first (no carry), a middle one, its last (a drain), and a
-            // chain of one round; every worker with two rows at least, some with one more.
-            // With rows a multiple of six, also the form with the count immediate.
+            // Chains of AMP rounds, whose rounds keep the registers of the one before: four
+            // rounds (the first a first pass unless `partials`, then a pass with partials, a
+            // first pass inside the chain, the last draining), and a chain of one round;
+            // every worker with two rows at least, some with one more. With rows a multiple
+            // of six, also the form with the count immediate (written out up to 16 rows a
+            // worker, an `rpt` above). A chain's tables follow one another (96 bytes each, a
+            // multiple of 8).
             for (rows, same) in [
                 (12u32, false),
                 (12, true),
                 (17, false),
                 (96, false),
                 (96, true),
+                (102, true),
             ] {
-                for (carry, drain) in [(false, false), (true, false), (true, true), (false, true)] {
-                    let state = AmpChainState {
-                        input: at(0, 0),
-                        partials: partials_word,
-                        out: at(2, 0),
-                        row_bytes: [32, 32],
-                        rows,
-                        carry: carry.then_some(at(3, 0)),
-                        drain,
-                    };
-                    let (q, r) = (rows / 6, rows % 6);
-                    let model = (0..6)
-                        .map(|w| {
-                            amp_chain_slots(q + u32::from(w < r), partials, carry, drain, same)
-                        })
-                        .sum();
-                    let mut c = case(
-                        format!(
-                            "amp_chain {mode:?} partials={partials} rows={rows} same={same} carry={carry} drain={drain}"
-                        ),
-                        Kernel::AmpChain {
-                            partials,
+                let four = [partials, true, false, true];
+                for len in [4usize, 1] {
+                    let mut kernels = Vec::new();
+                    let mut states = Vec::new();
+                    let mut model = 0u64;
+                    let mut zeros = false;
+                    for (n, &p) in four[..len].iter().enumerate() {
+                        let (carry, drain) = (n > 0, n + 1 == len);
+                        let z = zeros && !p;
+                        states.push(State::from(AmpChainState {
+                            input: at(0, 0),
+                            partials: if p {
+                                StateWord::Addr(BufferId(1), 0)
+                            } else {
+                                StateWord::Const(0)
+                            },
+                            out: at(2 + n as u32 % 2, 0),
+                            row_bytes: [32, 32],
+                            rows,
+                            carry: carry.then_some(at(2 + (n as u32 + 1) % 2, 0)),
+                            drain,
+                        }));
+                        kernels.push(Kernel::AmpChain {
+                            partials: p,
                             carry,
                             drain,
                             rows: if same { (rows / 6) as u16 } else { 0 },
-                        },
-                        state,
+                            odd: n % 2 == 1,
+                            zeros: z,
+                        });
+                        let (q, r) = (rows / 6, rows % 6);
+                        model += (0..6)
+                            .map(|w| {
+                                amp_chain_slots(q + u32::from(w < r), p, carry, drain, same, z)
+                                    as u64
+                            })
+                            .sum::<u64>();
+                        zeros |= !p;
+                    }
+                    let c = Case {
+                        name: format!(
+                            "amp_chain {mode:?} first partials={partials} rows={rows} same={same} rounds={len}"
+                        ),
+                        kernel: kernels[0],
+                        states,
+                        more_kernels: kernels[1..].to_vec(),
                         model,
-                        Elem::F16,
-                    );
-                    c.amp = Some(mode);
+                        fill: Elem::F16,
+                        amp: Some(mode),
+                        bound: Bound::Exact,
+                    };
                     out.push(c);
                 }
             }

@@ -1815,9 +1815,15 @@ impl Tile {
         start: u64,
         deadline: u64,
     ) -> Result<u64, Fault> {
+        // A context keeps its `$m` and `$a` registers from its previous run (as the device's
+        // worker contexts do: PopLibs' `_retained` worker entries rely on it); `run` sets the
+        // pc, `$m0` and the FP8 configuration.
+        let defaults = Regs::default();
         let mut r = Regs {
             pc: entry,
-            ..Regs::default()
+            fp8_format: defaults.fp8_format,
+            fp8_scale: defaults.fp8_scale,
+            ..self.workers[w]
         };
         r.m[0] = state;
         let mut acc = self.accs[w];

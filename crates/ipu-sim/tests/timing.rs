@@ -61,6 +61,24 @@ fn runall_starts_six_workers_at_once_with_one_state() {
 }
 
 #[test]
+fn a_worker_context_keeps_its_registers_from_one_run_to_the_next() {
+    // The first `runall` sets $m7 = 100 + id and $a3 = id in every context; the second, at
+    // another entry with another state, stores both at state + 8 * id: each context finds
+    // its own values ($m0 is the new state).
+    let src = "main:\n setzi $m1, w1\n setzi $m3, w2\n li $m2, 0x80000\n runall $m1, $m2\n li $m2, 0x80100\n runall $m3, $m2\n waitw\n halt\n .align 8\nw1:\n get $m4, contextid\n add $m7, $m4, 100\n mov $a3, $m4\n exit\nw2:\n get $m4, contextid\n shl $m4, $m4, 3\n add $m4, $m4, $m0\n st32 $m7, $m4, 0\n st32 $a3, $m4, 4\n exit\n";
+    let (d, r) = run(1, src);
+    r.unwrap();
+    let words: Vec<u32> = d
+        .read(0, 0x80100, 48)
+        .unwrap()
+        .chunks(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    let want: Vec<u32> = (0..6).flat_map(|id| [100 + id, id]).collect();
+    assert_eq!(words, want);
+}
+
+#[test]
 fn bundles_and_transcendentals() {
     let src = "main:\n setzi $m1, w\n li $m2, 0x80000\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n { ld32 $m3, $m0, 0 ; f32add $a0, $a1, $a2 }\n f32exp $a3, $a3\n { nop ; f16v4exp $a4:5, $a4:5 }\n exit\n";
     let (d, r) = run(1, src);

@@ -70,6 +70,9 @@ fn amp_rounds(
     debug_assert!(!accumulate || kblocks.is_multiple_of(2));
     let bounds = even_bounds(rows);
     let mut prev_out = None;
+    // Whether a round of the chain so far had no partials-in (its zeros stay in the workers'
+    // registers).
+    let mut zeros = false;
     for g in 0..groups {
         let out_off = g as u32 * r_total * GRB;
         for kk in 0..kblocks {
@@ -103,14 +106,16 @@ fn amp_rounds(
                 // One chain over all the rounds: each stores the last row the round before it
                 // left in the AMP, and only the last drains its own.
                 let n = g * kblocks + kk;
+                debug_assert_eq!(GRB, crate::lower::AMP_CHAIN_ROW_BYTES);
                 ops.push(amp_chain_launch(
-                    ((input, kk as u32 * r_total * GRB), GRB),
+                    (input, kk as u32 * r_total * GRB),
                     partials.then_some((src, src_off)),
-                    ((dst, dst_off), GRB),
+                    (dst, dst_off),
                     rows,
-                    prev_out,
+                    (n, prev_out, zeros),
                     n + 1 == groups * kblocks,
                 ));
+                zeros |= !partials;
             } else {
                 ops.push(amp_launch(
                     ((input, kk as u32 * r_total * GRB), GRB),

@@ -144,9 +144,10 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
 /// states per tile)`. Code: 20 bytes per AMP round (`setzi` and `ampw`, `setzi` of the state
 /// and `runall`, `waitw`), about 160 per sub-block for the softmax's and rescale's launches and
 /// 512 for the rest. States: identical states of a tile are stored once (`emit`), and the
-/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (120, 96 or 40 bytes, see
+/// items of a tile reuse its buffers, so the `q kᵀ` rounds' states (96 or 40 bytes, see
 /// [`FlashGeometry::table`] and [`crate::lower::amp_chains`]) are the same for every sub-block
-/// and item: one set per tile. The `P v` rounds write the item's own partial result, a set for
+/// and item: one set per tile (a chain of rounds is stored once as a whole, its tables
+/// contiguous). The `P v` rounds write the item's own partial result, a set for
 /// the first sub-block and, with more than one, a set for the others; the
 /// softmax, rescale and mask launches about 300 bytes per sub-block, and 6 launches of a
 /// 32-byte mask state per key group for the sub-blocks a causal diagonal or padding crosses.
@@ -161,7 +162,7 @@ pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
     let pv_states = subs.min(2) * (geo.gv() * sk.div_ceil(amp.k_block)) as u64;
     let crossed = if geo.causal { 3 } else { 1 };
     let mask_states = crossed * sk.div_ceil(amp.cols) as u64 * 6 * 32;
-    // Six entries of a table: 20 bytes each in a chain of rounds, 16 otherwise.
+    // Six entries of a table, 16 bytes each (a chain's round or not).
     let amp_state = if geo.table && crate::lower::amp_chains(geo.rows as u32) {
         6 * kernels::AmpChainState::ENTRY_BYTES as u64
     } else if geo.table {
@@ -185,7 +186,7 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
         // A round inside a chain: it stores the last row of the one before and leaves its own
         // in the AMP (the chain's ends: `amp_chain_ends_slots`).
         let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
-        kernels::amp_chain_slots(per, true, true, false, same)
+        kernels::amp_chain_slots(per, true, true, false, same, false)
     } else if table && rows >= 6 {
         kernels::amp_table_dense_slots(per, true)
     } else if table {
@@ -201,18 +202,31 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
 }
 
 /// Worker issue slots that a chain of AMP rounds over `rows` rows spends at its ends beyond
-/// [`amp_round_cycles`] of each of its rounds: its first round stores no carry and its last
-/// drains (0 when the rounds do not chain).
-fn amp_chain_ends_slots(rows: usize, table: bool) -> u64 {
+/// [`amp_round_cycles`] of each of its rounds: its first round (a first pass) finds its
+/// entry, sets the zero partials-in and stores no carry, and its last drains (0 when the
+/// rounds do not chain).
+fn amp_chain_ends_slots(rows: usize, table: bool) -> i64 {
     if !(table && crate::lower::amp_chains(rows as u32)) {
         return 0;
     }
     let per = (rows as u32).div_ceil(6);
     let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
-    let middle = kernels::amp_chain_slots(per, true, true, false, same);
-    let ends = kernels::amp_chain_slots(per, true, false, false, same)
-        + kernels::amp_chain_slots(per, true, true, true, same);
-    (ends - 2 * middle) as u64
+    let middle = kernels::amp_chain_slots(per, true, true, false, same, false);
+    let ends = kernels::amp_chain_slots(per, false, false, false, same, false)
+        + kernels::amp_chain_slots(per, true, true, true, same, false);
+    ends as i64 - 2 * middle as i64
+}
+
+/// Worker issue slots a first pass inside a chain (no partials-in, the zeros already set)
+/// spends beyond [`amp_round_cycles`] (negative: it loads no partials pointer).
+fn amp_chain_first_pass_slots(rows: usize, table: bool) -> i64 {
+    if !(table && crate::lower::amp_chains(rows as u32)) {
+        return 0;
+    }
+    let per = (rows as u32).div_ceil(6);
+    let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
+    kernels::amp_chain_slots(per, false, true, false, same, true) as i64
+        - kernels::amp_chain_slots(per, true, true, false, same, false) as i64
 }
 
 /// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
@@ -287,10 +301,22 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let (r, nk) = (geo.rows, geo.keys);
     let rounds =
         nk.div_ceil(amp.cols) * (geo.d / amp.k_block) + geo.gv() * nk.div_ceil(amp.k_block);
-    // Per sub-block, the `q kᵀ` rounds are one chain and the `P v` rounds another.
-    let chains = 2 * geo.sub_blocks().len() as u64;
-    let amp_cycles = rounds as u64 * amp_round_cycles(r, geo.table)
-        + chains * slot * amp_chain_ends_slots(r, geo.table);
+    // Per sub-block, the `q kᵀ` rounds are one chain and the `P v` rounds another; the first
+    // pass of each output group but the chain's first is a first pass inside the chain (the
+    // `P v` rounds of a running sub-block add to the partial output: none).
+    let subs = geo.sub_blocks();
+    let chains = 2 * subs.len() as i64;
+    let first_passes = subs
+        .iter()
+        .map(|&(_, keys)| keys.div_ceil(amp.cols) as i64 - 1)
+        .sum::<i64>()
+        + geo.gv() as i64
+        - 1;
+    let amp_cycles = (rounds as u64 * amp_round_cycles(r, geo.table)).saturating_add_signed(
+        slot as i64
+            * (chains * amp_chain_ends_slots(r, geo.table)
+                + first_passes * amp_chain_first_pass_slots(r, geo.table)),
+    );
     let lkeys = amp.cols.max(amp.k_block);
     // The softmax of each sub-block (after the first, a running one), and after it the
     // partial output rescaled to the new maxima.
