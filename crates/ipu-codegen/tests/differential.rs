@@ -46,6 +46,34 @@ fn matmul_on_64_and_all_tiles() {
 }
 
 #[test]
+fn matmul_rounds_chained_in_every_mode_are_exact() {
+    // Two rows a worker or more: a block's AMP rounds are one chain (`AmpChain`) through its
+    // column groups and K blocks, each round storing the row the one before left in the AMP.
+    // Rows split evenly (immediate loop count, unrolled stores) and not, every AMP mode.
+    let cases = [
+        (37, 100, 40, "f16", "f32", "f16"),
+        (48, 64, 32, "f16", "f16", "f16"),
+        (30, 40, 20, "f32", "f32", "f32"),
+        (13, 33, 17, "f143@-4", "f32", "f32"),
+        (120, 48, 24, "f16", "f32", "f32"),
+    ];
+    for (m, k, n, dtype, partials, out) in cases {
+        let g = matmul(m, k, n, dtype, partials, out);
+        let what = format!("{dtype}/{partials}->{out} {m}x{k}x{n}");
+        let planned = ipu_codegen::plan::plan(&g, &Target::gc200(), 1).unwrap();
+        let program = ipu_codegen::lower::lower(&planned)
+            .unwrap()
+            .program
+            .to_string();
+        assert!(
+            program.contains("AmpChain"),
+            "{what}: expected chained rounds:\n{program}"
+        );
+        common::run_within(&g, &[1], 2, &what, 0.0);
+    }
+}
+
+#[test]
 fn batched_matmul_with_broadcast_weights() {
     let g = graph(
         "graph bmm {\n  input %a: f16[3, 5, 19]\n  input %b: f16[19, 6]\n  %c = matmul(%a, %b) {partials = f16}: f16[3, 5, 6]\n  output %c\n}\n",

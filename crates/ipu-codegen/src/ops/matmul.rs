@@ -206,7 +206,13 @@ impl Planner<'_> {
                     }
                     continue;
                 }
-                let compute = per_tile * bg * kb as u64 * amp_round_cycles(&geo, bm);
+                let compute = rounds_cycles(
+                    &geo,
+                    ((m / pm) as u64, bm),
+                    per_tile * bg * kb as u64,
+                    per_tile * chunks,
+                    bg,
+                );
                 // Both orders of the blocks, unless one run is every block of a row range
                 // (pn = 1: the orders agree).
                 for consecutive in [Consecutive::Weights, Consecutive::Rows] {
@@ -500,17 +506,62 @@ impl Planner<'_> {
 
 /// The cycles of one AMP round of `bm` rows on a tile: the weight load (`setzi`, `ampw`), the
 /// launch (`setzi` of the state, `runall`), the slowest worker's pass over its share of the
-/// rows and the `waitw`.
+/// rows and the `waitw`. With two rows a worker or more a block's rounds are one chain
+/// (`Kernel::AmpChain`), and this is a round in its middle; [`amp_chain_ends_cycles`] adds
+/// what its ends cost beyond.
 fn amp_round_cycles(geo: &AmpGeometry, bm: u64) -> u64 {
     let slot = BARREL_SLOT_CYCLES as u64;
     let workers = WORKER_CONTEXTS as u64;
     let rows_per_worker = bm.div_ceil(workers) as u32;
     let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
+    let worker = if amp_chains(bm as u32) {
+        let same = amp_chain_same_rows(bm as u32) != 0;
+        kernels::amp_chain_slots(rows_per_worker, true, true, false, same, false)
+    } else {
+        kernels::amp_table_slots(rows_per_worker, true)
+    };
     // The `waitw` issues while the workers still run (as `cost::estimate` counts it).
-    slot * kernels::amp_table_slots(rows_per_worker, true) as u64
-        + 2 * slot
-        + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64
-        + slot
+    slot * worker as u64 + 2 * slot + weight_bytes / AMP_WEIGHT_LOAD_BYTES_PER_CYCLE as u64 + slot
+}
+
+/// The cycles of a tile's `rounds` AMP rounds in `chains` chains through `groups` column
+/// groups, its blocks having `rows.0` or `rows.1` rows (the floor and the ceiling of a row
+/// split): the slower of the two, as a block just below two rows a worker does not chain.
+fn rounds_cycles(
+    geo: &AmpGeometry,
+    rows: (u64, u64),
+    rounds: u64,
+    chains: u64,
+    groups: u64,
+) -> u64 {
+    [rows.0, rows.1]
+        .into_iter()
+        .filter(|&bm| bm > 0)
+        .map(|bm| {
+            (rounds * amp_round_cycles(geo, bm))
+                .saturating_add_signed(chains as i64 * amp_chain_ends_cycles(bm, groups))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The cycles a chain of AMP rounds over `bm` rows through `groups` column groups spends
+/// beyond [`amp_round_cycles`] of each round: its first round finds the workers' entries and
+/// stores no carried row, its last drains its own, and the first pass of every later group
+/// loads no partials (0 when the rounds do not chain).
+fn amp_chain_ends_cycles(bm: u64, groups: u64) -> i64 {
+    let bm = bm as u32;
+    if !amp_chains(bm) {
+        return 0;
+    }
+    let per = bm.div_ceil(WORKER_CONTEXTS);
+    let same = amp_chain_same_rows(bm) != 0;
+    let middle = kernels::amp_chain_slots(per, true, true, false, same, false) as i64;
+    let ends = kernels::amp_chain_slots(per, false, false, false, same, false) as i64
+        + kernels::amp_chain_slots(per, true, true, true, same, false) as i64;
+    let first_pass = kernels::amp_chain_slots(per, false, true, false, same, true) as i64;
+    BARREL_SLOT_CYCLES as i64
+        * (ends - 2 * middle + groups.saturating_sub(1) as i64 * (first_pass - middle))
 }
 
 /// Bytes of the supervisor program per AMP round of a tile (as `emit` writes it): the weight
@@ -1058,7 +1109,13 @@ pub(crate) fn k_split_candidates(
                 {
                     continue;
                 }
-                let compute = per_tile * bg * kc * amp_round_cycles(&geo, bm);
+                let compute = rounds_cycles(
+                    &geo,
+                    ((m / pm) as u64, bm),
+                    per_tile * bg * kc,
+                    per_tile,
+                    bg,
+                );
                 let bpc = EXCHANGE_BYTES_PER_CYCLE as u64;
                 let (reduce_base, reduce_exchange, recv) =
                     *stages_of.entry((splits, share)).or_insert_with(|| {
@@ -1283,6 +1340,18 @@ impl Lowerer<'_> {
                     ops.push(SupOp::WaitW);
                 }
                 step_copies.extend(cp);
+                // The block's rounds are one chain when every worker has two rows or more
+                // (`Kernel::AmpChain`: later rounds keep the workers' registers, each stores
+                // the last row the one before left in the AMP, and only the last drains).
+                let chain = amp_chains(bm as u32)
+                    && row_bytes == AMP_CHAIN_ROW_BYTES
+                    && out_row_bytes == AMP_CHAIN_ROW_BYTES;
+                let chain_rounds = (bl.g1 - bl.g0) * kc;
+                let mut prev_out = None;
+                // Whether a round of the chain so far had no partials-in (its zeros stay in
+                // the workers' registers).
+                let mut zeros = false;
+                let mut n = 0;
                 for (gi, g) in (bl.g0..bl.g1).enumerate() {
                     let c_off = offsets[gi];
                     for kk in kb0..kb1 {
@@ -1297,13 +1366,28 @@ impl Lowerer<'_> {
                             (t_buf, c_buf)
                         };
                         let a_row = ((kk - kb0) * bm) as u32 * row_bytes;
-                        ops.push(amp_launch(
-                            ((a_st, a_row), row_bytes),
-                            (kk > first).then_some((src, c_off)),
-                            ((dst, c_off), out_row_bytes),
-                            bm as u32,
-                            false,
-                        ));
+                        let partials = (kk > first).then_some((src, c_off));
+                        if chain {
+                            ops.push(amp_chain_launch(
+                                (a_st, a_row),
+                                partials,
+                                (dst, c_off),
+                                bm as u32,
+                                (n, prev_out, zeros),
+                                n + 1 == chain_rounds,
+                            ));
+                            zeros |= partials.is_none();
+                            prev_out = Some((dst, c_off));
+                            n += 1;
+                        } else {
+                            ops.push(amp_launch(
+                                ((a_st, a_row), row_bytes),
+                                partials,
+                                ((dst, c_off), out_row_bytes),
+                                bm as u32,
+                                false,
+                            ));
+                        }
                         ops.push(SupOp::WaitW);
                     }
                 }
