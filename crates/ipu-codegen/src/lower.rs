@@ -133,6 +133,39 @@ pub(crate) fn amp_chain_same_rows(rows: u32) -> u16 {
     }
 }
 
+/// Worker issue slots of a round in the middle of a chain over `rows` rows (partials in, the
+/// round before's row carried, no drain): what every round of a chain is costed at.
+pub(crate) fn amp_chain_middle_slots(rows: u32) -> u32 {
+    let same = amp_chain_same_rows(rows) != 0;
+    kernels::amp_chain_slots(rows.div_ceil(WORKERS), true, true, false, same, false)
+}
+
+/// Worker issue slots that a chain over `rows` rows spends at its ends beyond
+/// [`amp_chain_middle_slots`] of each of its rounds: its first round (a first pass) finds its
+/// entry, sets the zero partials-in and stores no carry, and its last drains (0 when the
+/// rounds do not chain).
+pub(crate) fn amp_chain_ends_slots(rows: u32) -> i64 {
+    if !amp_chains(rows) {
+        return 0;
+    }
+    let (per, same) = (rows.div_ceil(WORKERS), amp_chain_same_rows(rows) != 0);
+    let ends = kernels::amp_chain_slots(per, false, false, false, same, false)
+        + kernels::amp_chain_slots(per, true, true, true, same, false);
+    ends as i64 - 2 * amp_chain_middle_slots(rows) as i64
+}
+
+/// Worker issue slots a first pass inside a chain over `rows` rows (no partials-in, the zeros
+/// already set) spends beyond [`amp_chain_middle_slots`] (negative: it loads no partials
+/// pointer; 0 when the rounds do not chain).
+pub(crate) fn amp_chain_first_pass_slots(rows: u32) -> i64 {
+    if !amp_chains(rows) {
+        return 0;
+    }
+    let same = amp_chain_same_rows(rows) != 0;
+    kernels::amp_chain_slots(rows.div_ceil(WORKERS), false, true, false, same, true) as i64
+        - amp_chain_middle_slots(rows) as i64
+}
+
 /// Round `n` of a chain of AMP rounds over the same `rows` rows (see [`amp_launch`] for the
 /// operands; input and output rows of [`AMP_CHAIN_ROW_BYTES`]): the first stores nothing of
 /// the round before it, the others store the last row the one before left in the AMP (its

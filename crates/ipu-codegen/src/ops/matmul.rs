@@ -515,8 +515,7 @@ fn amp_round_cycles(geo: &AmpGeometry, bm: u64) -> u64 {
     let rows_per_worker = bm.div_ceil(workers) as u32;
     let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
     let worker = if amp_chains(bm as u32) {
-        let same = amp_chain_same_rows(bm as u32) != 0;
-        kernels::amp_chain_slots(rows_per_worker, true, true, false, same, false)
+        amp_chain_middle_slots(bm as u32)
     } else {
         kernels::amp_table_slots(rows_per_worker, true)
     };
@@ -551,17 +550,9 @@ fn rounds_cycles(
 /// loads no partials (0 when the rounds do not chain).
 fn amp_chain_ends_cycles(bm: u64, groups: u64) -> i64 {
     let bm = bm as u32;
-    if !amp_chains(bm) {
-        return 0;
-    }
-    let per = bm.div_ceil(WORKER_CONTEXTS);
-    let same = amp_chain_same_rows(bm) != 0;
-    let middle = kernels::amp_chain_slots(per, true, true, false, same, false) as i64;
-    let ends = kernels::amp_chain_slots(per, false, false, false, same, false) as i64
-        + kernels::amp_chain_slots(per, true, true, true, same, false) as i64;
-    let first_pass = kernels::amp_chain_slots(per, false, true, false, same, true) as i64;
     BARREL_SLOT_CYCLES as i64
-        * (ends - 2 * middle + groups.saturating_sub(1) as i64 * (first_pass - middle))
+        * (amp_chain_ends_slots(bm)
+            + groups.saturating_sub(1) as i64 * amp_chain_first_pass_slots(bm))
 }
 
 /// Bytes of the supervisor program per AMP round of a tile (as `emit` writes it): the weight
@@ -1343,15 +1334,16 @@ impl Lowerer<'_> {
                 // The block's rounds are one chain when every worker has two rows or more
                 // (`Kernel::AmpChain`: later rounds keep the workers' registers, each stores
                 // the last row the one before left in the AMP, and only the last drains).
-                let chain = amp_chains(bm as u32)
-                    && row_bytes == AMP_CHAIN_ROW_BYTES
-                    && out_row_bytes == AMP_CHAIN_ROW_BYTES;
+                let chain = amp_chains(bm as u32);
+                debug_assert!(
+                    !chain || [row_bytes, out_row_bytes] == [AMP_CHAIN_ROW_BYTES; 2],
+                    "a chain's rows are {AMP_CHAIN_ROW_BYTES} bytes"
+                );
                 let chain_rounds = (bl.g1 - bl.g0) * kc;
                 let mut prev_out = None;
                 // Whether a round of the chain so far had no partials-in (its zeros stay in
                 // the workers' registers).
                 let mut zeros = false;
-                let mut n = 0;
                 for (gi, g) in (bl.g0..bl.g1).enumerate() {
                     let c_off = offsets[gi];
                     for kk in kb0..kb1 {
@@ -1368,6 +1360,7 @@ impl Lowerer<'_> {
                         let a_row = ((kk - kb0) * bm) as u32 * row_bytes;
                         let partials = (kk > first).then_some((src, c_off));
                         if chain {
+                            let n = gi * kc + (kk - kb0);
                             ops.push(amp_chain_launch(
                                 (a_st, a_row),
                                 partials,
@@ -1378,7 +1371,6 @@ impl Lowerer<'_> {
                             ));
                             zeros |= partials.is_none();
                             prev_out = Some((dst, c_off));
-                            n += 1;
                         } else {
                             ops.push(amp_launch(
                                 ((a_st, a_row), row_bytes),

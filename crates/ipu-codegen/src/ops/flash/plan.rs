@@ -185,8 +185,7 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
     let worker = if table && crate::lower::amp_chains(rows as u32) {
         // A round inside a chain: it stores the last row of the one before and leaves its own
         // in the AMP (the chain's ends: `amp_chain_ends_slots`).
-        let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
-        kernels::amp_chain_slots(per, true, true, false, same, false)
+        crate::lower::amp_chain_middle_slots(rows as u32)
     } else if table && rows >= 6 {
         kernels::amp_table_dense_slots(per, true)
     } else if table {
@@ -202,31 +201,24 @@ fn amp_round_cycles(rows: usize, table: bool) -> u64 {
 }
 
 /// Worker issue slots that a chain of AMP rounds over `rows` rows spends at its ends beyond
-/// [`amp_round_cycles`] of each of its rounds: its first round (a first pass) finds its
-/// entry, sets the zero partials-in and stores no carry, and its last drains (0 when the
-/// rounds do not chain).
+/// [`amp_round_cycles`] of each of its rounds (`lower::amp_chain_ends_slots`; 0 without the
+/// table pass, whose rounds do not chain).
 fn amp_chain_ends_slots(rows: usize, table: bool) -> i64 {
-    if !(table && crate::lower::amp_chains(rows as u32)) {
-        return 0;
+    if table {
+        crate::lower::amp_chain_ends_slots(rows as u32)
+    } else {
+        0
     }
-    let per = (rows as u32).div_ceil(6);
-    let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
-    let middle = kernels::amp_chain_slots(per, true, true, false, same, false);
-    let ends = kernels::amp_chain_slots(per, false, false, false, same, false)
-        + kernels::amp_chain_slots(per, true, true, true, same, false);
-    ends as i64 - 2 * middle as i64
 }
 
-/// Worker issue slots a first pass inside a chain (no partials-in, the zeros already set)
-/// spends beyond [`amp_round_cycles`] (negative: it loads no partials pointer).
+/// Worker issue slots a first pass inside a chain spends beyond [`amp_round_cycles`]
+/// (`lower::amp_chain_first_pass_slots`; 0 without the table pass).
 fn amp_chain_first_pass_slots(rows: usize, table: bool) -> i64 {
-    if !(table && crate::lower::amp_chains(rows as u32)) {
-        return 0;
+    if table {
+        crate::lower::amp_chain_first_pass_slots(rows as u32)
+    } else {
+        0
     }
-    let per = (rows as u32).div_ceil(6);
-    let same = crate::lower::amp_chain_same_rows(rows as u32) != 0;
-    kernels::amp_chain_slots(per, false, true, false, same, true) as i64
-        - kernels::amp_chain_slots(per, true, true, false, same, false) as i64
 }
 
 /// Cycles of the preparation of a mask home holding `rows` rows: the cast to the partials
