@@ -4,6 +4,8 @@
 # commits and diff the output to show that a change keeps package bytes identical.
 #
 #   bash scripts/package-hashes.sh > before.txt; ...; bash scripts/package-hashes.sh > after.txt
+#
+# The ONNX transformer layers need the Python environment (pip); `--no-onnx` leaves them out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p ipu-cli
@@ -27,3 +29,14 @@ for d in f32 f16 f143 f152; do
 done
 build "attention-flash causal" attention-flash --set causal=true
 build "attention-flash seq=256 tiles=3" attention-flash --tiles 3 --set seq=256 --set heads=1
+# The transformer layers of scripts/transformer-check.sh, written by transformer_models.py with
+# its fixed seed (the Python environment of scripts/onnx-venv.sh), on all 1472 tiles; skipped
+# with --no-onnx.
+if [ "${1:-}" != "--no-onnx" ]; then
+  python=$(bash scripts/onnx-venv.sh)
+  for layer in "bert 128 f32" "bert 128 f16" "bert 384 f16" "gpt2 256 f32" "gpt2 256 f16" "gpt2 1024 f16"; do
+    set -- $layer
+    "$python" scripts/transformer_models.py "$1" --seq "$2" --dtype "$3" --out "$out/$1-$2-$3" >/dev/null
+    build "onnx $1 seq=$2 $3" "$out/$1-$2-$3/model.onnx"
+  done
+fi
