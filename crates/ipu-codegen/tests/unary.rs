@@ -5,7 +5,7 @@
 
 mod common;
 
-use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, ValueId};
+use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, UnaryFn, ValueId};
 use ipu_target::Target;
 
 /// `factor x` as the operation `name`.
@@ -66,9 +66,9 @@ fn unary_graph(kind: OpKind, dtype: DType, rows: usize, cols: usize) -> Graph {
     let fx = g.op("fx", kind.clone(), &[x4]).unwrap();
     g.output(fk);
     g.output(fx);
-    if kind == OpKind::Sqrt {
+    if kind == OpKind::Unary(UnaryFn::Sqrt) {
         let xx = g.op("xx", OpKind::Mul, &[x, x]).unwrap();
-        let r = g.op("r", OpKind::Sqrt, &[xx]).unwrap();
+        let r = g.op("r", OpKind::Unary(UnaryFn::Sqrt), &[xx]).unwrap();
         g.output(r);
     }
     g.finish().unwrap()
@@ -76,7 +76,11 @@ fn unary_graph(kind: OpKind, dtype: DType, rows: usize, cols: usize) -> Graph {
 
 #[test]
 fn sqrt_tanh_erf_are_bit_exact_in_f32_and_f16() {
-    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf] {
+    for kind in [
+        OpKind::Unary(UnaryFn::Sqrt),
+        OpKind::Unary(UnaryFn::Tanh),
+        OpKind::Unary(UnaryFn::Erf),
+    ] {
         for dtype in [DType::F32, DType::F16] {
             for (rows, cols, tiles) in [(1, 3, 1), (37, 21, 13), (16, 40, 64), (3, 5, 1472)] {
                 let g = unary_graph(kind.clone(), dtype, rows, cols);
@@ -103,7 +107,7 @@ fn gelu_forms_are_bit_exact() {
             .unwrap();
         // 0.5 x (1 + erf(x / sqrt(2)))
         let d = scale(&mut g, "d", std::f32::consts::FRAC_1_SQRT_2, x3);
-        let e = g.op("e", OpKind::Erf, &[d]).unwrap();
+        let e = g.op("e", OpKind::Unary(UnaryFn::Erf), &[d]).unwrap();
         let e1 = g.op("e1", OpKind::Add, &[e, ones]).unwrap();
         let m = g.op("m", OpKind::Mul, &[x3, e1]).unwrap();
         let erf_gelu = scale(&mut g, "erf_gelu", 0.5, m);
@@ -113,7 +117,7 @@ fn gelu_forms_are_bit_exact() {
         let c = scale(&mut g, "c", 0.044715, cube);
         let inner = g.op("inner", OpKind::Add, &[erf_gelu, c]).unwrap();
         let s = scale(&mut g, "s", (2.0 / std::f32::consts::PI).sqrt(), inner);
-        let t = g.op("t", OpKind::Tanh, &[s]).unwrap();
+        let t = g.op("t", OpKind::Unary(UnaryFn::Tanh), &[s]).unwrap();
         let t1 = g.op("t1", OpKind::Add, &[t, ones]).unwrap();
         let m2 = g.op("m2", OpKind::Mul, &[erf_gelu, t1]).unwrap();
         let tanh_gelu = scale(&mut g, "tanh_gelu", 0.5, m2);
@@ -126,7 +130,12 @@ fn gelu_forms_are_bit_exact() {
 
 #[test]
 fn fp8_operands_are_refused_with_a_reason() {
-    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf, OpKind::Log] {
+    for kind in [
+        OpKind::Unary(UnaryFn::Sqrt),
+        OpKind::Unary(UnaryFn::Tanh),
+        OpKind::Unary(UnaryFn::Erf),
+        OpKind::Unary(UnaryFn::Log),
+    ] {
         let ty = TensorType::new(DType::F143 { scale: -4 }, [4, 8]);
         let mut g = GraphBuilder::new("fp8");
         let x = g.input("x", ty);
@@ -150,15 +159,15 @@ fn fp8_operands_are_refused_with_a_reason() {
 fn log_is_bit_exact_in_f32_and_f16() {
     for dtype in [DType::F32, DType::F16] {
         for (rows, cols, tiles) in [(1, 3, 1), (37, 21, 13), (16, 40, 64)] {
-            let g = unary_graph(OpKind::Log, dtype, rows, cols);
+            let g = unary_graph(OpKind::Unary(UnaryFn::Log), dtype, rows, cols);
             common::run(&g, Target::gc200(), tiles, 17)
                 .assert_exact(&format!("log {dtype} {rows}x{cols} on {tiles} tiles"));
         }
         let ty = TensorType::new(dtype, [7, 13]);
         let mut g = GraphBuilder::new("log_exp");
         let x = g.input("x", ty.clone());
-        let e = g.op("e", OpKind::Exp, &[x]).unwrap();
-        let l = g.op("l", OpKind::Log, &[e]).unwrap();
+        let e = g.op("e", OpKind::Unary(UnaryFn::Exp), &[x]).unwrap();
+        let l = g.op("l", OpKind::Unary(UnaryFn::Log), &[e]).unwrap();
         let y = g.op("y", OpKind::Add, &[l, x]).unwrap();
         let t = g
             .op("t", OpKind::Transpose { perm: vec![1, 0] }, &[l])

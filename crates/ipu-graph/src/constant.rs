@@ -127,22 +127,7 @@ pub fn decode_elements(dtype: DType, bytes: &[u8]) -> Vec<f32> {
 
 /// The value of every byte of a one-byte dtype (device layout, see [`encode_elements`]).
 pub fn byte_values(dtype: DType) -> [f32; 256] {
-    std::array::from_fn(|i| {
-        let b = i as u8;
-        match dtype {
-            DType::F143 { scale } | DType::F152 { scale } => {
-                let format = dtype.fp8_format().expect("FP8 dtype");
-                ipu_numerics::decode(format, b, i32::from(scale))
-            }
-            DType::E4M3FN => ipu_numerics::decode(Fp8Format::E4M3FN, b, 0),
-            DType::E5M2 => ipu_numerics::decode(Fp8Format::E5M2, b, 0),
-            DType::F4E2M1 => ipu_numerics::fp4_value(b),
-            DType::E8M0 => ipu_numerics::e8m0_value(b),
-            DType::Bool => f32::from(u8::from(b != 0)),
-            DType::I8 | DType::I4 | DType::I2 => f32::from(b as i8),
-            _ => f32::from(b),
-        }
-    })
+    dtype.byte_type().expect("a one-byte dtype").values()
 }
 
 /// The device byte of `x` for a one-byte dtype (FP8 saturating, integers as

@@ -27,7 +27,7 @@
 //! maximum; a row whose keys in a block are all masked keeps its maximum, gains nothing from
 //! the block (`exp(-inf) = 0`) and is rescaled by `exp(0) = 1`.
 
-use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, ValueId};
+use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, UnaryFn, ValueId};
 
 /// Whether `graph` has an operation [`expand_fused`] rewrites.
 pub fn has_fused(graph: &Graph) -> bool {
@@ -197,12 +197,15 @@ fn flash(
             Some(mp) => {
                 let mj = b.op(n("m"), OpKind::Max, &[mp, rm])?;
                 let d = b.op(n("mdiff"), OpKind::Sub, &[mp, mj])?;
-                (mj, Some(b.op(n("alpha"), OpKind::Exp, &[d])?))
+                (
+                    mj,
+                    Some(b.op(n("alpha"), OpKind::Unary(UnaryFn::Exp), &[d])?),
+                )
             }
         };
         let shifted = b.op(n("shifted"), OpKind::Sub, &[t, mj])?;
         let (pa, rs) = if partials == operand {
-            let p = b.op(n("p"), OpKind::Exp, &[shifted])?;
+            let p = b.op(n("p"), OpKind::Unary(UnaryFn::Exp), &[shifted])?;
             let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[p])?;
             (p, rs)
         } else {
@@ -210,7 +213,7 @@ fn flash(
             // runs in f16 (the device's f16v4 `exp`); the row sum is the f32 sum of those
             // probabilities, the values the `p v` product multiplies.
             let sh = b.op(n("shifted16"), OpKind::cast(operand), &[shifted])?;
-            let pa = b.op(n("p"), OpKind::Exp, &[sh])?;
+            let pa = b.op(n("p"), OpKind::Unary(UnaryFn::Exp), &[sh])?;
             let wide = b.op(n("pwide"), OpKind::cast(partials), &[pa])?;
             let rs = b.op(n("rowsum"), OpKind::ReduceSum { axis: rank - 1 }, &[wide])?;
             (pa, rs)

@@ -322,7 +322,7 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             }
             Ok(inputs[0].clone())
         }
-        OpKind::Exp | OpKind::Sqrt | OpKind::Tanh | OpKind::Erf | OpKind::Log => {
+        OpKind::Unary(_) => {
             arity(inputs, 1)?;
             Ok(inputs[0].clone())
         }

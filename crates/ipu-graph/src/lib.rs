@@ -28,7 +28,7 @@ pub use constant::{
 };
 pub use infer::{InferError, infer};
 use ipu_numerics::Fp8Format;
-pub use ipu_numerics::Overflow;
+pub use ipu_numerics::{Overflow, UnaryFn};
 pub use text::{
     ConstantFile, ExternalConstant, INLINE_CONSTANT_ELEMENTS_MAX, ParseError, PrintedGraph,
     Resolver, parse, parse_with, print, print_with_files,
@@ -196,6 +196,28 @@ impl DType {
             DTypeClass::Int(f) if self != DType::Bool => Some(f),
             _ => None,
         }
+    }
+
+    /// The format of a one-byte dtype's elements (FP8 with its scale, FP4, E8M0, bool, the
+    /// integers of 8 bits or fewer).
+    pub fn byte_type(self) -> Option<ipu_numerics::ByteType> {
+        use ipu_numerics::ByteType as B;
+        Some(match self {
+            DType::F143 { scale } => B::Fp8(Fp8Format::F143, scale),
+            DType::F152 { scale } => B::Fp8(Fp8Format::F152, scale),
+            DType::E4M3FN => B::Fp8(Fp8Format::E4M3FN, 0),
+            DType::E5M2 => B::Fp8(Fp8Format::E5M2, 0),
+            DType::F4E2M1 => B::F4E2M1,
+            DType::E8M0 => B::E8M0,
+            DType::Bool => B::Bool,
+            _ => match self.int_format() {
+                Some(f) if f.bits <= 8 => B::Int {
+                    bits: f.bits as u8,
+                    signed: f.signed,
+                },
+                _ => return None,
+            },
+        })
     }
 
     /// True for f32 and f16, the types the device computes in.
@@ -432,16 +454,9 @@ pub enum OpKind {
         /// The constant factor.
         factor: f32,
     },
-    /// `e^x`.
-    Exp,
-    /// `sqrt(x)` (NaN below zero, as IEEE).
-    Sqrt,
-    /// `tanh(x)`.
-    Tanh,
-    /// The error function `erf(x) = 2/sqrt(pi) * integral from 0 to x of e^(-t^2) dt`.
-    Erf,
-    /// The natural logarithm `ln(x)` (`-inf` at zero, NaN below zero, as IEEE).
-    Log,
+    /// A one-operand function applied to every element (`exp`, `sqrt`, `tanh`, `erf`, `log`):
+    /// its name, exact value and device value are [`UnaryFn`]'s. f32 and f16.
+    Unary(UnaryFn),
     /// The causal mask of a block of attention scores: `x[.., i, j]` becomes `-inf` where key
     /// `key_start + j` comes after query `i`, and is kept otherwise. f32 and f16 only.
     CausalMask {
@@ -523,18 +538,9 @@ impl OpKind {
     /// Whether this is a one-operand elementwise arithmetic operation (`scale`, `exp`,
     /// `sqrt`, `tanh`, `erf`, `log`): the same function applied to every element.
     pub fn is_unary_arithmetic(&self) -> bool {
-        matches!(
-            self,
-            OpKind::Scale { .. }
-                | OpKind::Exp
-                | OpKind::Sqrt
-                | OpKind::Tanh
-                | OpKind::Erf
-                | OpKind::Log
-        )
+        matches!(self, OpKind::Scale { .. } | OpKind::Unary(_))
     }
 
-    /// The mnemonic in the text form.
     /// A saturating cast to `to`.
     pub fn cast(to: DType) -> OpKind {
         OpKind::Cast {
@@ -543,6 +549,7 @@ impl OpKind {
         }
     }
 
+    /// The mnemonic in the text form.
     pub fn mnemonic(&self) -> &'static str {
         match self {
             OpKind::MatMul { .. } => "matmul",
@@ -556,11 +563,7 @@ impl OpKind {
             OpKind::Div => "div",
             OpKind::Max => "max",
             OpKind::Scale { .. } => "scale",
-            OpKind::Exp => "exp",
-            OpKind::Sqrt => "sqrt",
-            OpKind::Tanh => "tanh",
-            OpKind::Erf => "erf",
-            OpKind::Log => "log",
+            OpKind::Unary(f) => f.mnemonic(),
             OpKind::CausalMask { .. } => "causal_mask",
             OpKind::ReduceMax { .. } => "reduce_max",
             OpKind::ReduceSum { .. } => "reduce_sum",

@@ -4,7 +4,7 @@
 //! form. FP8 built-ins store their tensors at the scales [`FP8_SCALE_F143`] and
 //! [`FP8_SCALE_F152`]; matmul and attention on FP8 operands accumulate in f16 and produce f16.
 
-use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, TensorType, ValueId};
+use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, TensorType, UnaryFn, ValueId};
 
 /// Scale of F143 tensors in the built-ins: F143's largest value 240 becomes 15, so the
 /// reference inputs (magnitudes below 1) and layer-norm outputs (a few units) fit with headroom
@@ -469,7 +469,7 @@ fn typed_attention_small_fp8(p: &Params<'_>) -> Built {
         let ss = b.op("scaled", OpKind::Scale { factor }, &[s])?;
         let m = b.op("row_max", OpKind::ReduceMax { axis: 2 }, &[ss])?;
         let d = b.op("shifted", OpKind::Sub, &[ss, m])?;
-        let e = b.op("exps", OpKind::Exp, &[d])?;
+        let e = b.op("exps", OpKind::Unary(UnaryFn::Exp), &[d])?;
         let z = b.op("row_sum", OpKind::ReduceSum { axis: 2 }, &[e])?;
         let pr = b.op("probs", OpKind::Div, &[e, z])?;
         let o = b.matmul("context", pr, vt, f16, f16)?;

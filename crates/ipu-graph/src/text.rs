@@ -63,7 +63,8 @@ use std::fmt::Write as _;
 use ipu_numerics::Overflow;
 
 use crate::{
-    ConstantData, DType, Graph, GraphBuilder, OpKind, TensorType, ValueId, decode_elements, infer,
+    ConstantData, DType, Graph, GraphBuilder, OpKind, TensorType, UnaryFn, ValueId,
+    decode_elements, infer,
 };
 
 /// Constants with at most this many elements print as inline literals; larger ones print as a
@@ -874,8 +875,16 @@ attribute_types! {
 /// (the parser's).
 macro_rules! operations {
     ($($mnemonic:literal => $variant:ident { $($field:ident),* } $($out:ident)?;)*) => {
-        /// Every mnemonic, in text order.
+        /// Every mnemonic but the unary functions', in text order.
         const MNEMONICS: &[&str] = &[$($mnemonic),*];
+
+        /// Every mnemonic: [`MNEMONICS`] with the unary functions' after `scale`.
+        fn mnemonics() -> Vec<&'static str> {
+            let mut all = MNEMONICS.to_vec();
+            let at = all.iter().position(|&m| m == "scale").map_or(all.len(), |i| i + 1);
+            all.splice(at..at, UnaryFn::ALL.iter().map(|f| f.mnemonic()));
+            all
+        }
 
         /// The attributes of an operation in text order (the output dtype is not among them).
         fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
@@ -883,11 +892,15 @@ macro_rules! operations {
                 $(OpKind::$variant { $($field,)* .. } => {
                     vec![$((stringify!($field), Attribute::text($field))),*]
                 })*
+                OpKind::Unary(_) => Vec::new(),
             }
         }
 
         fn op_kind(set: &mut AttrSet<'_, '_>, out: DType) -> PResult<OpKind> {
             let kind = match set.mnemonic.as_str() {
+                m if UnaryFn::from_mnemonic(m).is_some() => {
+                    OpKind::Unary(UnaryFn::from_mnemonic(m).expect("checked"))
+                }
                 $($mnemonic => OpKind::$variant {
                     $($field: Attribute::read(set, stringify!($field))?,)*
                     $($out: out,)?
@@ -897,7 +910,7 @@ macro_rules! operations {
                         set.op_pos,
                         format!(
                             "unknown operation `{other}` (known: {})",
-                            MNEMONICS.join(", ")
+                            mnemonics().join(", ")
                         ),
                     );
                 }
@@ -921,11 +934,6 @@ operations! {
     "div" => Div {};
     "max" => Max {};
     "scale" => Scale { factor };
-    "exp" => Exp {};
-    "sqrt" => Sqrt {};
-    "tanh" => Tanh {};
-    "erf" => Erf {};
-    "log" => Log {};
     "causal_mask" => CausalMask { key_start };
     "reduce_max" => ReduceMax { axis };
     "reduce_sum" => ReduceSum { axis };

@@ -4,7 +4,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)] // the operand lists read better as arrays of owned types
 
 use ipu_graph::{
-    DType, GraphBuilder, OpKind, Operation, OperationId, TensorType, Value, ValueId, infer,
+    DType, GraphBuilder, OpKind, Operation, OperationId, TensorType, UnaryFn, Value, ValueId, infer,
 };
 
 const F16: DType = DType::F16;
@@ -144,13 +144,18 @@ fn elementwise_and_reduction_inference() {
     assert_eq!(ok(OpKind::Scale { factor: 2.0 }, &[x.clone()]), x);
     let (_, r) = bad(OpKind::Scale { factor: f32::NAN }, &[x.clone()]);
     assert!(r.contains("not finite"), "{r}");
-    assert_eq!(ok(OpKind::Exp, &[x.clone()]), x);
-    for kind in [OpKind::Sqrt, OpKind::Tanh, OpKind::Erf, OpKind::Log] {
+    assert_eq!(ok(OpKind::Unary(UnaryFn::Exp), &[x.clone()]), x);
+    for kind in [
+        OpKind::Unary(UnaryFn::Sqrt),
+        OpKind::Unary(UnaryFn::Tanh),
+        OpKind::Unary(UnaryFn::Erf),
+        OpKind::Unary(UnaryFn::Log),
+    ] {
         assert_eq!(ok(kind.clone(), &[x.clone()]), x);
         let (_, r) = bad(kind, &[x.clone(), x.clone()]);
         assert!(r.contains("takes 1 operands, got 2"), "{r}");
     }
-    let (_, r) = bad(OpKind::Exp, &[x.clone(), x.clone()]);
+    let (_, r) = bad(OpKind::Unary(UnaryFn::Exp), &[x.clone(), x.clone()]);
     assert!(r.contains("takes 1 operands, got 2"), "{r}");
     assert_eq!(
         ok(OpKind::ReduceMax { axis: 1 }, &[x.clone()]),
@@ -250,7 +255,7 @@ fn small() -> (GraphBuilder, ValueId, ValueId) {
 /// [`small`] with `%c = exp(%a)` as its output, not verified.
 fn exp_of_a() -> (ipu_graph::Graph, ValueId) {
     let (mut b, a, _) = small();
-    let c = b.op("c", OpKind::Exp, &[a]).unwrap();
+    let c = b.op("c", OpKind::Unary(UnaryFn::Exp), &[a]).unwrap();
     b.output(c);
     (b.finish_unverified(), c)
 }
@@ -287,7 +292,7 @@ fn verifier_rejects_malformed_graphs() {
     // An operand used before it is defined.
     let (mut b, a, w) = small();
     let c = b.matmul("c", a, w, F32, F16).unwrap();
-    let d = b.op("d", OpKind::Exp, &[c]).unwrap();
+    let d = b.op("d", OpKind::Unary(UnaryFn::Exp), &[c]).unwrap();
     b.output(d);
     let mut g = b.finish_unverified();
     g.parts_mut().1.swap(0, 1);
@@ -299,7 +304,7 @@ fn verifier_rejects_malformed_graphs() {
 
     // Duplicate names, no outputs, a value nobody defines.
     let (mut b, a, _) = small();
-    let c = b.op("a", OpKind::Exp, &[a]).unwrap();
+    let c = b.op("a", OpKind::Unary(UnaryFn::Exp), &[a]).unwrap();
     b.output(c);
     assert_eq!(
         b.finish().unwrap_err().to_string(),

@@ -17,7 +17,7 @@
 //! out of range (2 and 4 bits), as [`ipu_numerics::IntFormat::from_f32`] defines.
 
 use ipu_isa::{AddrMode, AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, Width};
-use ipu_numerics::{EncodeTable, Fp8Format, IntFormat, Overflow};
+use ipu_numerics::{ByteType, EncodeTable, IntFormat, Overflow};
 
 use crate::BinOp;
 use crate::code::*;
@@ -41,26 +41,6 @@ pub enum ConvType {
     Byte(ByteType),
 }
 
-/// One-byte element formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ByteType {
-    /// FP8 of any of the four formats, with its scale.
-    Fp8(Fp8Format, i8),
-    /// OCP MX FP4 E2M1, the code in the low nibble.
-    F4E2M1,
-    /// OCP MX E8M0.
-    E8M0,
-    /// 0 or 1.
-    Bool,
-    /// An integer of 2, 4 or 8 bits (signed ones sign-extended to the byte).
-    Int {
-        /// Bits.
-        bits: u8,
-        /// Two's complement.
-        signed: bool,
-    },
-}
-
 impl ConvType {
     /// Bytes per element.
     pub fn bytes(self) -> u32 {
@@ -72,44 +52,27 @@ impl ConvType {
     }
 }
 
-impl ByteType {
-    /// The value of every byte.
-    pub fn values(self) -> [f32; 256] {
-        std::array::from_fn(|i| {
-            let b = i as u8;
-            match self {
-                ByteType::Fp8(f, s) => ipu_numerics::decode(f, b, i32::from(s)),
-                ByteType::F4E2M1 => ipu_numerics::fp4_value(b),
-                ByteType::E8M0 => ipu_numerics::e8m0_value(b),
-                ByteType::Bool => f32::from(u8::from(b != 0)),
-                ByteType::Int { signed: true, .. } => f32::from(b as i8),
-                ByteType::Int { signed: false, .. } => f32::from(b),
-            }
-        })
-    }
-
-    /// The encoder's table, for the float formats.
-    fn encode_table(self, overflow: Overflow) -> Option<EncodeTable> {
-        let order = |v: f32| {
-            if v.is_nan() {
-                f64::MAX
-            } else {
-                f64::from(v.abs())
-            }
-        };
-        match self {
-            ByteType::Fp8(f, s) => Some(EncodeTable::build(
-                |x| ipu_numerics::encode(f, x, i32::from(s), overflow),
-                |c| order(ipu_numerics::decode(f, c, i32::from(s))),
-            )),
-            ByteType::F4E2M1 => Some(EncodeTable::build(ipu_numerics::fp4_code, |c| {
-                order(ipu_numerics::fp4_value(c))
-            })),
-            ByteType::E8M0 => Some(EncodeTable::build(ipu_numerics::e8m0_code, |c| {
-                order(ipu_numerics::e8m0_value(c))
-            })),
-            _ => None,
+/// The encoder's table of a float byte format.
+fn encode_table(byte: ByteType, overflow: Overflow) -> Option<EncodeTable> {
+    let order = |v: f32| {
+        if v.is_nan() {
+            f64::MAX
+        } else {
+            f64::from(v.abs())
         }
+    };
+    match byte {
+        ByteType::Fp8(f, s) => Some(EncodeTable::build(
+            |x| ipu_numerics::encode(f, x, i32::from(s), overflow),
+            |c| order(ipu_numerics::decode(f, c, i32::from(s))),
+        )),
+        ByteType::F4E2M1 => Some(EncodeTable::build(ipu_numerics::fp4_code, |c| {
+            order(ipu_numerics::fp4_value(c))
+        })),
+        ByteType::E8M0 => Some(EncodeTable::build(ipu_numerics::e8m0_code, |c| {
+            order(ipu_numerics::e8m0_value(c))
+        })),
+        _ => None,
     }
 }
 
@@ -172,7 +135,7 @@ fn data(from: ConvType, to: ConvType, overflow: Overflow) -> Data {
         words,
     };
     if let ConvType::Byte(b) = to
-        && let Some(t) = b.encode_table(overflow)
+        && let Some(t) = encode_table(b, overflow)
     {
         let n = t.starts.len() as u32;
         d.entries = n;

@@ -12,13 +12,17 @@ mod convert;
 pub mod flash;
 pub mod rows;
 pub mod state;
+mod unary;
 
 use ipu_isa::{FBinOp, FType, Fp8Format};
 
 pub use basic::*;
 use code::Code;
-pub use convert::{ByteType, ConvType, convert_slots, int_binary_slots};
+pub use convert::{ConvType, convert_slots, int_binary_slots};
+pub use ipu_numerics::ByteType;
+pub use ipu_numerics::UnaryFn;
 pub use state::*;
+pub use unary::{scale_halves_slots, unary_slots};
 
 /// Bytes a kernel may read past the end of an input range.
 pub const OVERREAD_BYTES: u32 = 32;
@@ -65,7 +69,7 @@ pub enum Kernel {
     /// `out = f(in)` over 64-bit vectors. State: in, out, vectors, (factor bits).
     Unary { ty: Elem, op: UnOp },
     /// f16 `out = in * factor` by a factor that is exactly an f16 (a power of two in range):
-    /// one f16v4 multiply per vector, pipelined (`basic::scale_halves`), the result the same
+    /// one f16v4 multiply per vector, pipelined (`unary::scale_halves`), the result the same
     /// as [`Kernel::Unary`]'s `Scale`. State: [`UnaryState`].
     ScaleHalves,
     /// Conversion over groups of 4 elements. State: in, out, groups of 4.
@@ -211,26 +215,48 @@ impl BinOp {
     }
 }
 
-/// Unary elementwise operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Unary elementwise operations: a function of the graph's, or the scale by a factor.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnOp {
-    /// `e^x`, computed in f32.
-    Exp,
+    /// `f(x)`, computed in f32 (`unary`: one instruction for `exp` and `sqrt`, a sequence for
+    /// the others, lane by lane [`UnaryFn::device`]).
+    Fn(UnaryFn),
     /// `x * factor`, computed in f32 (the factor's f32 bits are state word 3).
     Scale,
-    /// `sqrt(x)`, the f32 `sqrt` instruction.
-    Sqrt,
-    /// `tanh(x)`, computed in f32: a Taylor polynomial below `|x| = 1/4`, `1 - 2 / (e^(2|x|) +
-    /// 1)` with the sign of `x` above (`basic::approx_pair`; the reference's
-    /// `ipu_reference::unary::tanh_device` is the same sequence).
-    Tanh,
-    /// `erf(x)`, computed in f32: a Taylor polynomial below `|x| = 1/4`, Abramowitz and Stegun
-    /// 7.1.26 with the sign of `x` above (`ipu_reference::unary::erf_device`).
-    Erf,
-    /// `ln(x)`, computed in f32: `k ln 2 + 2 atanh((m - 1) / (m + 1))` with `x = 2^k m` read
-    /// from the bits (`basic::log_pair`; `ipu_reference::unary::log_device` is the same
-    /// sequence).
-    Log,
+}
+
+impl UnOp {
+    /// The rank that orders operations: `exp`, the scale, then the other functions in
+    /// [`UnaryFn`]'s order. Kernels are laid out in this order (`Kernel`'s `Ord`), so it stays
+    /// as it was when the functions were variants of this type.
+    fn rank(self) -> u8 {
+        match self {
+            UnOp::Fn(UnaryFn::Exp) => 0,
+            UnOp::Scale => 1,
+            UnOp::Fn(f) => 2 + f as u8,
+        }
+    }
+}
+
+impl Ord for UnOp {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+impl PartialOrd for UnOp {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Debug for UnOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnOp::Fn(func) => write!(f, "{func:?}"),
+            UnOp::Scale => f.write_str("Scale"),
+        }
+    }
 }
 
 /// Element types of casts.
@@ -284,8 +310,8 @@ pub fn generate(kernel: Kernel) -> Code {
             },
         ),
         Kernel::Binary { ty, op } => basic::binary(&mut c, ty, op),
-        Kernel::Unary { ty, op } => basic::unary(&mut c, ty, op),
-        Kernel::ScaleHalves => basic::scale_halves(&mut c),
+        Kernel::Unary { ty, op } => unary::unary(&mut c, ty, op),
+        Kernel::ScaleHalves => unary::scale_halves(&mut c),
         Kernel::Cast { from, to } => basic::cast(&mut c, from, to),
         Kernel::Convert { from, to, overflow } => convert::convert(&mut c, from, to, overflow),
         Kernel::IntBinary { op, bits, signed } => convert::int_binary(&mut c, op, bits, signed),

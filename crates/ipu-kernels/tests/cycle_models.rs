@@ -354,14 +354,9 @@ fn cases() -> Vec<Case> {
                 ));
             }
         }
-        for op in [
-            UnOp::Exp,
-            UnOp::Scale,
-            UnOp::Sqrt,
-            UnOp::Tanh,
-            UnOp::Erf,
-            UnOp::Log,
-        ] {
+        // Every function of the graph's, and the scale.
+        let ops = UnaryFn::ALL.map(UnOp::Fn);
+        for op in ops.into_iter().chain([UnOp::Scale]) {
             for vectors in [0, 1, 7, 64] {
                 out.push(case(
                     format!("unary {ty:?} {op:?} vectors={vectors}"),

@@ -392,3 +392,42 @@ mod tests {
         assert_eq!(e8m0_value(0), 2f32.powi(-127));
     }
 }
+
+/// One-byte element formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ByteType {
+    /// FP8 of any of the four formats, with its scale.
+    Fp8(crate::Fp8Format, i8),
+    /// OCP MX FP4 E2M1, the code in the low nibble.
+    F4E2M1,
+    /// OCP MX E8M0.
+    E8M0,
+    /// 0 or 1.
+    Bool,
+    /// An integer of 2, 4 or 8 bits (signed ones sign-extended to the byte).
+    Int {
+        /// Bits.
+        bits: u8,
+        /// Two's complement.
+        signed: bool,
+    },
+}
+
+impl ByteType {
+    /// The value of byte `b`.
+    pub fn value(self, b: u8) -> f32 {
+        match self {
+            ByteType::Fp8(f, s) => crate::decode(f, b, i32::from(s)),
+            ByteType::F4E2M1 => fp4_value(b),
+            ByteType::E8M0 => e8m0_value(b),
+            ByteType::Bool => f32::from(u8::from(b != 0)),
+            ByteType::Int { signed: true, .. } => f32::from(b as i8),
+            ByteType::Int { signed: false, .. } => f32::from(b),
+        }
+    }
+
+    /// The value of every byte.
+    pub fn values(self) -> [f32; 256] {
+        std::array::from_fn(|i| self.value(i as u8))
+    }
+}

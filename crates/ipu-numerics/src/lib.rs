@@ -63,9 +63,12 @@
 use std::fmt;
 
 mod codes;
+pub mod unary;
 pub use codes::{
-    EncodeTable, IntFormat, bf16_bits, bf16_value, e8m0_code, e8m0_value, fp4_code, fp4_value,
+    ByteType, EncodeTable, IntFormat, bf16_bits, bf16_value, e8m0_code, e8m0_value, fp4_code,
+    fp4_value,
 };
+pub use unary::UnaryFn;
 
 use thiserror::Error;
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use ipu_graph::{DType, OpKind, ValueId};
+use ipu_graph::{DType, OpKind, UnaryFn, ValueId};
 
 use crate::OnnxError;
 use crate::import::{Importer, Node, Val, normalize_axis};
@@ -1707,9 +1707,9 @@ pub fn convert(
             node.only_attrs(&[])?;
             let x = req(node, ins, 0)?;
             let (fold_op, kind) = match op {
-                "Exp" => (Unary::Exp, OpKind::Exp),
-                "Sqrt" => (Unary::Sqrt, OpKind::Sqrt),
-                _ => (Unary::Log, OpKind::Log),
+                "Exp" => (Unary::Exp, OpKind::Unary(UnaryFn::Exp)),
+                "Sqrt" => (Unary::Sqrt, OpKind::Unary(UnaryFn::Sqrt)),
+                _ => (Unary::Log, OpKind::Unary(UnaryFn::Log)),
             };
             if let Val::Known(k, _) = x {
                 return fold(node, known::unary(fold_op, k));
@@ -1722,9 +1722,9 @@ pub fn convert(
             node.only_attrs(&[])?;
             let x = req(node, ins, 0)?;
             let kind = if op == "Tanh" {
-                OpKind::Tanh
+                OpKind::Unary(UnaryFn::Tanh)
             } else {
-                OpKind::Erf
+                OpKind::Unary(UnaryFn::Erf)
             };
             let name = out_name(imp, node, 0);
             one(unary_op(imp, node, kind, x, 0, &name)?)
@@ -1747,7 +1747,14 @@ pub fn convert(
             let x = req(node, ins, 0)?;
             let name = out_name(imp, node, 0);
             let n = negate(imp, node, x, &format!("{name}.neg"))?;
-            let e = unary_op(imp, node, OpKind::Exp, &n, 0, &format!("{name}.exp"))?;
+            let e = unary_op(
+                imp,
+                node,
+                OpKind::Unary(UnaryFn::Exp),
+                &n,
+                0,
+                &format!("{name}.exp"),
+            )?;
             let ones = fill_like(imp, x, 1.0)?;
             let d = binary_op(
                 imp,
@@ -1928,7 +1935,7 @@ fn pow_scalar(
             let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
             binary_op(imp, node, OpKind::Mul, &sq, x, name)
         }
-        0.5 => unary_op(imp, node, OpKind::Sqrt, x, 0, name),
+        0.5 => unary_op(imp, node, OpKind::Unary(UnaryFn::Sqrt), x, 0, name),
         _ if v.fract() == 0.0 && v != 0.0 && v.abs() <= POW_INTEGER_MAX => {
             let n = v.abs() as u32;
             let power_name = if v < 0.0 {
@@ -1962,9 +1969,16 @@ fn pow_scalar(
             Ok(acc)
         }
         _ if v.is_finite() && v != 0.0 => {
-            let l = unary_op(imp, node, OpKind::Log, x, 0, &format!("{name}.log"))?;
+            let l = unary_op(
+                imp,
+                node,
+                OpKind::Unary(UnaryFn::Log),
+                x,
+                0,
+                &format!("{name}.log"),
+            )?;
             let s = scale(imp, node, &l, v as f32, &format!("{name}.scaled"))?;
-            unary_op(imp, node, OpKind::Exp, &s, 0, name)
+            unary_op(imp, node, OpKind::Unary(UnaryFn::Exp), &s, 0, name)
         }
         _ => Err(node.unsupported(format!(
             "exponent {v}: not mapped (exponents 0, infinite and NaN have no device form)"
@@ -2115,7 +2129,14 @@ fn layer_norm(
     let var = mean_of(imp, &dd, "variance", n("variance"))?;
     let eps = fill_like(imp, &var, f64::from(epsilon))?;
     let var_eps = binary_op(imp, node, OpKind::Add, &var, &eps, &n("variance_epsilon"))?;
-    let std = unary_op(imp, node, OpKind::Sqrt, &var_eps, 0, &n("deviation"))?;
+    let std = unary_op(
+        imp,
+        node,
+        OpKind::Unary(UnaryFn::Sqrt),
+        &var_eps,
+        0,
+        &n("deviation"),
+    )?;
     let inv_name = if is_read(2) {
         out_name(imp, node, 2)
     } else {
@@ -2155,7 +2176,7 @@ fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     let inner = match approximate.as_str() {
         "none" => {
             let d = scale(imp, node, x, std::f32::consts::FRAC_1_SQRT_2, &n("scaled"))?;
-            unary_op(imp, node, OpKind::Erf, &d, 0, &n("erf"))?
+            unary_op(imp, node, OpKind::Unary(UnaryFn::Erf), &d, 0, &n("erf"))?
         }
         "tanh" => {
             let sq = binary_op(imp, node, OpKind::Mul, x, x, &n("square"))?;
@@ -2164,7 +2185,7 @@ fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
             let sum = binary_op(imp, node, OpKind::Add, x, &c, &n("sum"))?;
             let factor = (2.0 / std::f64::consts::PI).sqrt() as f32;
             let s = scale(imp, node, &sum, factor, &n("scaled"))?;
-            unary_op(imp, node, OpKind::Tanh, &s, 0, &n("tanh"))?
+            unary_op(imp, node, OpKind::Unary(UnaryFn::Tanh), &s, 0, &n("tanh"))?
         }
         other => {
             return Err(node.bad_attr(
@@ -2604,7 +2625,14 @@ fn attention_unfused(
             1.0 / spec.softcap,
             &n("softcap_divided"),
         )?;
-        let t = unary_op(imp, node, OpKind::Tanh, &d, 0, &n("softcap_tanh"))?;
+        let t = unary_op(
+            imp,
+            node,
+            OpKind::Unary(UnaryFn::Tanh),
+            &d,
+            0,
+            &n("softcap_tanh"),
+        )?;
         scores = scale(imp, node, &t, spec.softcap, &n("softcapped"))?;
     } else if spec.softcap < 0.0 {
         return Err(node.bad_attr(
@@ -2649,7 +2677,14 @@ fn attention_unfused(
         let lowest = fill_like(imp, &rowmax, f64::from(f32::MIN))?;
         let rowmax = max2(imp, node, &rowmax, &lowest, &n("row_max_finite"))?;
         let centred = binary_op(imp, node, OpKind::Sub, &scores, &rowmax, &n("centred"))?;
-        let e = unary_op(imp, node, OpKind::Exp, &centred, 0, &n("exp"))?;
+        let e = unary_op(
+            imp,
+            node,
+            OpKind::Unary(UnaryFn::Exp),
+            &centred,
+            0,
+            &n("exp"),
+        )?;
         let id = imp.data(node, 0, &e, &n("exp"))?;
         let sum = Val::Graph(imp.op(node, &n("row_sum"), OpKind::ReduceSum { axis: 3 }, &[id])?);
         let tiny = fill_like(imp, &sum, f64::from(f32::MIN_POSITIVE))?;

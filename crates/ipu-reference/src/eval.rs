@@ -6,7 +6,7 @@ use ipu_graph::{DType, Graph, OpKind, TensorType};
 use ipu_numerics::round_to_f16;
 
 use crate::gemm::{AmpRule, Partials, gemm, matmul_device, matmul_device_k_split};
-use crate::{Precision, ReferenceError, Tensor, round_slice, unary};
+use crate::{Precision, ReferenceError, Tensor, round_slice};
 
 #[derive(Clone, Copy)]
 struct Ctx {
@@ -542,23 +542,8 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         OpKind::Div => binary(ins[0], ins[1], out, |a, b| a / b),
         OpKind::Max => binary(ins[0], ins[1], out, f32::max),
         OpKind::Scale { factor } => ins[0].0.iter().map(|&x| x * factor).collect(),
-        OpKind::Exp => ins[0].0.iter().map(|&x| x.exp()).collect(),
-        // The device's `sqrt` is correctly rounded, as the exact one is.
-        OpKind::Sqrt => ins[0].0.iter().map(|&x| x.sqrt()).collect(),
-        OpKind::Tanh if device => ins[0].0.iter().map(|&x| unary::tanh_device(x)).collect(),
-        OpKind::Tanh => ins[0]
-            .0
-            .iter()
-            .map(|&x| f64::from(x).tanh() as f32)
-            .collect(),
-        OpKind::Log if device => ins[0].0.iter().map(|&x| unary::log_device(x)).collect(),
-        OpKind::Log => ins[0].0.iter().map(|&x| f64::from(x).ln() as f32).collect(),
-        OpKind::Erf if device => ins[0].0.iter().map(|&x| unary::erf_device(x)).collect(),
-        OpKind::Erf => ins[0]
-            .0
-            .iter()
-            .map(|&x| unary::erf_exact(f64::from(x)) as f32)
-            .collect(),
+        OpKind::Unary(f) if device => ins[0].0.iter().map(|&x| f.device(x)).collect(),
+        OpKind::Unary(f) => ins[0].0.iter().map(|&x| f.exact(x)).collect(),
         OpKind::CausalMask { key_start } => {
             let (x, t) = ins[0];
             let n = t.shape.len();

@@ -26,9 +26,8 @@
 //!   dtype; `T = partials(S * scale)` with masked entries `-inf`; `P = partials(softmax_f32(T))`
 //!   along keys; `out = out_dtype(P v)` by the matmul rule;
 //! - division is `a * (1 / b)` in f32 (the device's `rcp` then `mul`);
-//! - `sqrt` is the f32 square root; `tanh` and `erf` are the device's instruction sequences
-//!   in f32 ([`unary::tanh_device`], [`unary::erf_device`]; exact: f64 `tanh` and
-//!   [`unary::erf_exact`]);
+//! - the unary functions (`exp`, `sqrt`, `tanh`, `erf`, `log`) are the device's instruction
+//!   sequences in f32, [`ipu_numerics::UnaryFn::device`] (exact: [`ipu_numerics::UnaryFn::exact`]);
 //! - flash attention is its expansion into blocked operations (`ipu_graph::expand`, a causal
 //!   mask included), each evaluated by the rules here: with f32 partials and f16
 //!   probabilities, the shifted scores round to f16 before an f16 `exp`, and the row sum adds
@@ -45,7 +44,6 @@ mod compare;
 mod eval;
 pub mod gemm;
 mod inputs;
-pub mod unary;
 
 use ipu_graph::DType;
 use ipu_numerics::{Overflow, round_to_f16};

@@ -1,5 +1,5 @@
 //! Elementwise operations: binary arithmetic on operands of one shape, unary operations
-//! (`exp`, `sqrt`, `tanh`, `erf`, scale), casts (FP8 with its scale included) and the causal mask of a block of
+//! (the graph's functions, [`ipu_graph::UnaryFn`], and scale), casts (FP8 with its scale included) and the causal mask of a block of
 //! scores. Each result keeps its first operand's layout, so planning has one candidate; the
 //! lowering splits each tile's vectors over the workers.
 
@@ -104,17 +104,15 @@ impl Planner<'_> {
                 ins[0],
                 None,
             ),
-            OpKind::Exp => self.follow(op, out_val, DevOpKind::Unary(UnOp::Exp, 1.0), ins[0], None),
-            // sqrt, tanh and erf map zero to zero: their padding stays zero.
-            OpKind::Sqrt => {
-                self.follow(op, out_val, DevOpKind::Unary(UnOp::Sqrt, 1.0), ins[0], None)
-            }
-            OpKind::Tanh => {
-                self.follow(op, out_val, DevOpKind::Unary(UnOp::Tanh, 1.0), ins[0], None)
-            }
-            OpKind::Erf => self.follow(op, out_val, DevOpKind::Unary(UnOp::Erf, 1.0), ins[0], None),
-            // log maps zero to -inf: its padding is cleared when read, as exp's.
-            OpKind::Log => self.follow(op, out_val, DevOpKind::Unary(UnOp::Log, 1.0), ins[0], None),
+            // Functions that map zero to zero keep their padding zero; the others' padding is
+            // cleared when something reads it.
+            OpKind::Unary(f) => self.follow(
+                op,
+                out_val,
+                DevOpKind::Unary(UnOp::Fn(*f), 1.0),
+                ins[0],
+                None,
+            ),
             OpKind::CausalMask { key_start } => {
                 if self.values[ins[0]].dtype != DType::F32 {
                     return unsupported(
@@ -340,7 +338,7 @@ impl Lowerer<'_> {
                 )
             },
         );
-        if matches!(uop, UnOp::Exp | UnOp::Log) {
+        if matches!(uop, UnOp::Fn(f) if !f.keeps_zero()) {
             self.pad_clears(index, tiles);
         }
         Ok(())

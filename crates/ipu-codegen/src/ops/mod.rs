@@ -9,7 +9,7 @@
 //! | family | graph operations | device operations |
 //! |---|---|---|
 //! | [`matmul`] | `matmul` | `DevOpKind::MatMul`, `SumSplits` (a 3-D split's reduction) |
-//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `exp`, `sqrt`, `tanh`, `erf`, `cast`, `causal_mask` | `Binary`, `Unary`, `Cast`, `CausalMask` |
+//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `unary` (every `UnaryFn`), `cast`, `causal_mask` | `Binary`, `Unary`, `Cast`, `CausalMask` |
 //! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | `Rows` |
 //! | [`flash`] | `flash_attention` | `Flash` |
 
@@ -49,11 +49,7 @@ impl Planner<'_> {
                 self.plan_binary(op, &ins, &out_val)
             }
             OpKind::Scale { .. }
-            | OpKind::Exp
-            | OpKind::Sqrt
-            | OpKind::Tanh
-            | OpKind::Erf
-            | OpKind::Log
+            | OpKind::Unary(_)
             | OpKind::CausalMask { .. }
             | OpKind::Cast { .. } => self.plan_unary(op, &ins, &out_val),
             OpKind::Reshape { .. }

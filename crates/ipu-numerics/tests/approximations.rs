@@ -2,9 +2,9 @@
 //! every f16 value and a dense sweep of f32 bit patterns. The printed maxima are the figures in
 //! `docs/numerics.md`:
 //!
-//! `cargo test -p ipu-reference --test approximations -- --nocapture`
+//! `cargo test -p ipu-numerics --test approximations -- --nocapture`
 
-use ipu_reference::unary::{erf_device, erf_exact, log_device, tanh_device};
+use ipu_numerics::unary::{erf_device, erf_exact, log_device, tanh_device};
 
 /// Largest errors of `device` against `exact` over `xs`: absolute, and relative to `|exact|`
 /// where the exact result is a normal f32 (below, f32 itself has no relative accuracy).

@@ -1,13 +1,90 @@
-//! `tanh`, `erf` and `log`: the exact functions (f64), and the device's instruction sequences (f32),
-//! operation by operation, as the unary kernel of `ipu-kernels` (`basic.rs`) issues them. The
-//! constants here and there are the same f32 values; the differential tests of `ipu-codegen`
-//! compare the two bit for bit. `docs/numerics.md` ("Transcendental approximations") gives
-//! the measured errors.
+//! The graph's unary functions (`exp`, `sqrt`, `tanh`, `erf`, `log`): one place for each
+//! function's name in the text form, its exact value, and the device's value, operation by
+//! operation as the unary kernel of `ipu-kernels` issues it, with the constants both use.
+//! The differential tests of `ipu-codegen` compare the device with [`UnaryFn::device`] bit
+//! for bit; `docs/numerics.md` ("Transcendental approximations") gives the measured errors
+//! against the exact functions.
 //!
-//! Both device sequences have two branches computed for every lane and selected without
-//! branches (the device's lanes are independent): a short Taylor polynomial for `|x| <= T`
-//! and a formula in `exp` and `rcp` above. The selection multiplies by exact weights `w` and
+//! `tanh` and `erf` have two branches computed for every lane and selected without branches
+//! (the device's lanes are independent): a short Taylor polynomial for `|x| <= T` and a
+//! formula in `exp` and `rcp` above. The selection multiplies by exact weights `w` and
 //! `1 - w` (each 0 or 1); a NaN input reaches the result through `0 * NaN`.
+
+/// A one-operand elementwise function of the graph (`OpKind::Unary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnaryFn {
+    /// `e^x` (the device's `exp` instruction, f32).
+    Exp,
+    /// `sqrt(x)` (NaN below zero, as IEEE; the device's `sqrt` is correctly rounded).
+    Sqrt,
+    /// `tanh(x)`.
+    Tanh,
+    /// The error function `erf(x) = 2/sqrt(pi) * integral from 0 to x of e^(-t^2) dt`.
+    Erf,
+    /// The natural logarithm `ln(x)` (`-inf` at zero, NaN below zero, as IEEE).
+    Log,
+}
+
+impl UnaryFn {
+    /// Every function, in text order.
+    pub const ALL: [UnaryFn; 5] = [
+        UnaryFn::Exp,
+        UnaryFn::Sqrt,
+        UnaryFn::Tanh,
+        UnaryFn::Erf,
+        UnaryFn::Log,
+    ];
+
+    /// The mnemonic in the graph's text form.
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            UnaryFn::Exp => "exp",
+            UnaryFn::Sqrt => "sqrt",
+            UnaryFn::Tanh => "tanh",
+            UnaryFn::Erf => "erf",
+            UnaryFn::Log => "log",
+        }
+    }
+
+    /// The function a mnemonic names.
+    pub fn from_mnemonic(name: &str) -> Option<UnaryFn> {
+        UnaryFn::ALL.into_iter().find(|f| f.mnemonic() == name)
+    }
+
+    /// Whether `f(0) = 0`, so a value's zero padding stays zero through it (`exp` and `log`
+    /// do not: their padding is cleared where something reads it).
+    pub fn keeps_zero(self) -> bool {
+        !matches!(self, UnaryFn::Exp | UnaryFn::Log)
+    }
+
+    /// The exact value, rounded once to f32 (`exp` and `sqrt` in f32, correctly rounded or
+    /// nearly; the others in f64).
+    pub fn exact(self, x: f32) -> f32 {
+        match self {
+            UnaryFn::Exp => x.exp(),
+            UnaryFn::Sqrt => x.sqrt(),
+            UnaryFn::Tanh => f64::from(x).tanh() as f32,
+            UnaryFn::Erf => erf_exact(f64::from(x)) as f32,
+            UnaryFn::Log => f64::from(x).ln() as f32,
+        }
+    }
+
+    /// The device's value: the f32 operations of the unary kernel, in its order.
+    pub fn device(self, x: f32) -> f32 {
+        match self {
+            UnaryFn::Exp | UnaryFn::Sqrt => self.exact(x),
+            UnaryFn::Tanh => tanh_device(x),
+            UnaryFn::Erf => erf_device(x),
+            UnaryFn::Log => log_device(x),
+        }
+    }
+}
+
+impl std::fmt::Display for UnaryFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.mnemonic())
+    }
+}
 
 /// The branch threshold of both functions: small enough that a few Taylor terms are accurate
 /// to far below f32 resolution, large enough that the `exp` formula does not lose relative
@@ -180,6 +257,7 @@ pub fn log_device(x: f32) -> f32 {
 }
 
 #[cfg(test)]
+
 mod tests {
     use super::*;
 
