@@ -14,6 +14,26 @@ use crate::object::SECTION_BYTES_MAX;
 pub const DEFAULT_SECTION: &str = ".text";
 /// How deep `.include` may nest (a bound against include cycles).
 pub const INCLUDE_DEPTH_MAX: usize = 16;
+/// Most bytes the files one assembly includes may hold together, counting a file each time it
+/// is included: a bound on what `.include` can make the resolver read and the assembler hold,
+/// which nesting alone does not give (a file may include another many times).
+pub const INCLUDE_BYTES_MAX: usize = 1 << 22;
+
+/// A file named by `.include`, handed to the resolver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Include<'a> {
+    /// The path as written, joined to the directory of the including file's name; errors in the
+    /// included file name it so.
+    pub path: &'a str,
+    /// The most bytes the resolver need read: what is left of [`INCLUDE_BYTES_MAX`]. A longer
+    /// answer is refused, so a resolver may stop reading one byte past this.
+    pub bytes_max: usize,
+}
+
+/// The callback [`super::assemble_with`] asks for an included file's bytes (UTF-8 text), or why
+/// they cannot be had; the assembler reports the reason at the `.include` as `cannot read
+/// `PATH`: REASON`.
+pub type IncludeResolver<'r> = dyn FnMut(Include<'_>) -> Result<Vec<u8>, String> + 'r;
 /// Largest `.align` argument, in bytes.
 pub const ALIGN_MAX: i64 = 1 << 16;
 /// Longest source line, in bytes: a bound on the work and the memory a line can ask for.
@@ -53,7 +73,7 @@ pub(super) struct SectionState {
     pub(super) labelled: bool,
 }
 
-pub(super) struct Assembler {
+pub(super) struct Assembler<'r> {
     pub(super) sections: Vec<SectionState>,
     pub(super) current: Option<usize>,
     pub(super) base: u32,
@@ -63,9 +83,13 @@ pub(super) struct Assembler {
     pub(super) defined_at: HashMap<String, String>,
     pub(super) defines: HashMap<String, i64>,
     pub(super) stmts: Vec<Stmt>,
+    /// Where `.include` gets a file's bytes.
+    pub(super) resolve: &'r mut IncludeResolver<'r>,
+    /// Bytes of the files included so far (see [`INCLUDE_BYTES_MAX`]).
+    pub(super) included_bytes: usize,
 }
 
-impl Assembler {
+impl Assembler<'_> {
     fn section_mut(&mut self) -> usize {
         if let Some(s) = self.current {
             return s;
@@ -474,9 +498,22 @@ impl Assembler {
                 }
                 let dir = Path::new(&*loc.file).parent().unwrap_or(Path::new(""));
                 let full = dir.join(path);
-                let bytes = std::fs::read(&full).map_err(|e| {
-                    loc.err(*pcol, format!("cannot read `{}`: {e}", full.display()))
-                })?;
+                let left = INCLUDE_BYTES_MAX - self.included_bytes;
+                let bytes = (self.resolve)(Include {
+                    path: &full.to_string_lossy(),
+                    bytes_max: left,
+                })
+                .map_err(|e| loc.err(*pcol, format!("cannot read `{}`: {e}", full.display())))?;
+                if bytes.len() > left {
+                    return Err(loc.err(
+                        *pcol,
+                        format!(
+                            "`{}` is longer than the {left} bytes left for includes (the files one assembly includes hold at most {INCLUDE_BYTES_MAX} bytes together)",
+                            full.display()
+                        ),
+                    ));
+                }
+                self.included_bytes += bytes.len();
                 let source = String::from_utf8(bytes).map_err(|e| {
                     let offset = e.utf8_error().valid_up_to();
                     let line = e.as_bytes()[..offset].iter().filter(|&&b| b == b'\n').count() + 1;

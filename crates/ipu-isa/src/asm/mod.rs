@@ -25,7 +25,10 @@ use crate::encoding;
 use crate::instr::*;
 use crate::object::{Object, Section};
 
-pub use directives::{ALIGN_MAX, DEFAULT_SECTION, INCLUDE_DEPTH_MAX, LINE_BYTES_MAX};
+pub use directives::{
+    ALIGN_MAX, DEFAULT_SECTION, INCLUDE_BYTES_MAX, INCLUDE_DEPTH_MAX, Include, IncludeResolver,
+    LINE_BYTES_MAX,
+};
 use directives::{Assembler, Body};
 pub use error::AsmError;
 use error::Loc;
@@ -61,8 +64,26 @@ fn encode_at(loc: &Loc, col: usize, i: &Instr) -> Result<u32, AsmError> {
     encoding::encode(i).map_err(|e| loc.err(col, format!("invalid instruction `{i}`: {e}")))
 }
 
-/// Assembles `source` (named `file_name` in errors and for `.include`) into an object.
+/// Assembles `source` (named `file_name` in errors) into an object. `.include` is refused: use
+/// [`assemble_with`] to give it files.
 pub fn assemble(source: &str, file_name: &str, options: &AsmOptions) -> Result<Object, AsmError> {
+    assemble_with(source, file_name, options, &mut |_| {
+        Err(
+            "includes need a resolver (`assemble` reads no files; `assemble_with` takes one)"
+                .into(),
+        )
+    })
+}
+
+/// Assembles `source` (named `file_name` in errors and for `.include`) into an object, asking
+/// `resolve` for the bytes of every file `.include` names (at most [`INCLUDE_BYTES_MAX`] over
+/// all of them, nested at most [`INCLUDE_DEPTH_MAX`] deep).
+pub fn assemble_with(
+    source: &str,
+    file_name: &str,
+    options: &AsmOptions,
+    resolve: &mut IncludeResolver<'_>,
+) -> Result<Object, AsmError> {
     let mut asm = Assembler {
         sections: Vec::new(),
         current: None,
@@ -72,6 +93,8 @@ pub fn assemble(source: &str, file_name: &str, options: &AsmOptions) -> Result<O
         defined_at: HashMap::new(),
         defines: HashMap::new(),
         stmts: Vec::new(),
+        resolve,
+        included_bytes: 0,
     };
     for (name, value) in &options.defines {
         asm.symbols.insert(name.clone(), *value);
