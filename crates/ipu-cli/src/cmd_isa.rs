@@ -70,7 +70,12 @@ pub fn asm(args: AsmArgs) -> anyhow::Result<u8> {
         base: args.base,
         defines: args.defines,
     };
-    let object = ipu_isa::assemble(&source, &args.input.to_string_lossy(), &options)?;
+    let object = ipu_isa::assemble_with(
+        &source,
+        &args.input.to_string_lossy(),
+        &options,
+        &mut crate::text_input::read_include,
+    )?;
     let output = args
         .output
         .unwrap_or_else(|| args.input.with_extension("bin"));

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ipu_isa::{AsmOptions, assemble};
+use ipu_isa::{AsmOptions, assemble_with};
 use ipu_sim::bench::{BenchError, run_amp_bench};
 use ipu_sim::{Device, RunLimits, SimError};
 use ipu_target::{Target, TargetKind};
@@ -35,7 +35,12 @@ pub struct SimArgs {
 pub fn sim(args: SimArgs) -> anyhow::Result<u8> {
     let source = crate::text_input::read_text(&args.file)?;
     let name = args.file.display().to_string();
-    let object = assemble(&source, &name, &AsmOptions::default())?;
+    let object = assemble_with(
+        &source,
+        &name,
+        &AsmOptions::default(),
+        &mut crate::text_input::read_include,
+    )?;
     let Some(first) = object.sections.first() else {
         anyhow::bail!("{name}: the program is empty");
     };

@@ -1,7 +1,9 @@
 //! Reading the text inputs of the command line (assembly, the graph text form) with errors
 //! that say where: a file that is not UTF-8 is refused with the line, column and byte offset of
-//! the first bad byte.
+//! the first bad byte. The files an assembly includes are read for the assembler, which checks
+//! their text, no further than the bound it gives.
 
+use std::io::Read as _;
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -35,6 +37,17 @@ pub fn read_text(path: &Path) -> anyhow::Result<String> {
             bytes[offset]
         )
     })
+}
+
+/// The bytes of the file an assembly's `.include` names (the assembler's resolver): at most
+/// one byte past `bytes_max`, which the assembler refuses.
+pub fn read_include(include: ipu_isa::Include<'_>) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(include.path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(include.bytes_max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -90,6 +90,40 @@ fn asm_errors_give_file_line_column_and_exit_2() {
 }
 
 #[test]
+fn asm_and_sim_read_includes_relative_to_the_including_file() {
+    let dir = scratch("include");
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(dir.join("lib/consts.s"), ".equ N, 3\n").unwrap();
+    std::fs::write(
+        dir.join("lib/body.s"),
+        ".include \"consts.s\"\nsetzi $m1, N\n",
+    )
+    .unwrap();
+    let src = dir.join("main.s");
+    std::fs::write(&src, "main:\n.include \"lib/body.s\"\nhalt\n").unwrap();
+    let bin = dir.join("main.bin");
+    let (out, _) = succeeded(&ipu(&["asm", s(&src), "-o", s(&bin)]));
+    assert!(out.contains("section_bytes=8"), "{out}");
+    succeeded(&ipu(&["sim", s(&src)]));
+    // A missing file is named at its `.include`, with the reason.
+    std::fs::write(dir.join("lib/body.s"), ".include \"gone.s\"\n").unwrap();
+    let out = ipu(&["asm", s(&src)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let body = dir.join("lib/body.s");
+    let gone = dir.join("lib/gone.s");
+    assert!(
+        err.contains(&format!(
+            "{}:1:10: cannot read `{}`: No such file or directory",
+            s(&body),
+            s(&gone)
+        )),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn disasm_reports_a_corrupt_binary_with_the_byte_offset_and_exit_2() {
     let dir = scratch("corrupt");
     let (bin, _) = assemble(&dir, "p", PROGRAM);

@@ -11,7 +11,7 @@ pub mod object;
 pub mod tables;
 pub mod text;
 
-pub use asm::{AsmError, AsmOptions, assemble};
+pub use asm::{AsmError, AsmOptions, Include, IncludeResolver, assemble, assemble_with};
 pub use disasm::{
     DisasmError, DisasmOptions, disassemble, disassemble_object, disassemble_object_with,
     disassemble_with,

@@ -279,7 +279,7 @@ fn error_bundles_layout_and_directives() {
         ".float 1.5, x"
             t.s:1:13: expected a floating-point number, found `x`
         ".include \"nonexistent.s\""
-            t.s:1:10: cannot read `nonexistent.s`: No such file or directory (os error 2)
+            t.s:1:10: cannot read `nonexistent.s`: includes need a resolver (`assemble` reads no files; `assemble_with` takes one)
         "setzi $m1, (1 + 2"
             t.s:1:18: expected `)`, found the end of the line
         "nop @"
@@ -344,30 +344,62 @@ fn pseudo_instructions_expand() {
     );
 }
 
+/// A resolver over files held in memory, which records the requests it gets.
+fn files<'a>(
+    files: &'a [(&'a str, &'a str)],
+    asked: &'a mut Vec<(String, usize)>,
+) -> impl FnMut(Include<'_>) -> Result<Vec<u8>, String> + 'a {
+    move |inc| {
+        asked.push((inc.path.to_string(), inc.bytes_max));
+        files
+            .iter()
+            .find(|(name, _)| *name == inc.path)
+            .map(|(_, text)| text.as_bytes().to_vec())
+            .ok_or_else(|| "no such file".to_string())
+    }
+}
+
 #[test]
 fn includes_are_read_relative_to_the_including_file() {
-    let dir = std::env::temp_dir().join(format!("ipu-isa-include-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("inc.s"), ".equ K, 7\nhelper: halt\n").unwrap();
-    let main = dir.join("main.s");
-    let obj = assemble(
+    let mut asked = Vec::new();
+    let obj = assemble_with(
         ".include \"inc.s\"\nsetzi $m1, K\n",
-        main.to_str().unwrap(),
+        "dir/main.s",
         &AsmOptions::default(),
+        &mut files(&[("dir/inc.s", ".equ K, 7\nhelper: halt\n")], &mut asked),
     )
     .unwrap();
     assert_eq!(obj.symbols["helper"], BASE);
     assert_eq!(obj.sections[0].bytes.len(), 8);
-    // An include cycle is bounded.
-    std::fs::write(dir.join("self.s"), ".include \"self.s\"\n").unwrap();
-    let e = assemble(
-        ".include \"self.s\"\n",
-        main.to_str().unwrap(),
+    assert_eq!(asked, [("dir/inc.s".to_string(), asm::INCLUDE_BYTES_MAX)]);
+    // Errors in an included file name it; a file the resolver cannot give is named with its
+    // reason at the `.include`.
+    let mut asked = Vec::new();
+    let e = assemble_with(
+        ".include \"inc.s\"\n",
+        "dir/main.s",
         &AsmOptions::default(),
+        &mut files(
+            &[("dir/inc.s", "nop\n.include \"sub/gone.s\"\n")],
+            &mut asked,
+        ),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "dir/inc.s:2:10: cannot read `dir/sub/gone.s`: no such file"
+    );
+    // An include cycle is bounded.
+    let mut asked = Vec::new();
+    let e = assemble_with(
+        ".include \"self.s\"\n",
+        "main.s",
+        &AsmOptions::default(),
+        &mut files(&[("self.s", ".include \"self.s\"\n")], &mut asked),
     )
     .unwrap_err();
     assert!(e.message.contains("nested more than"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(asked.len(), asm::INCLUDE_DEPTH_MAX);
 }
 
 #[test]
