@@ -8,8 +8,9 @@ use ipu_graph::{GraphBuilder, OpKind, TensorType, ValueId};
 use prost::Message as _;
 
 use crate::known::{Elem, Known, elem_of_code, type_name};
+use crate::options::ImportOptions;
 use crate::proto::{self, AttributeProto, NodeProto, ValueInfoProto};
-use crate::{ImportOptions, Imported, OPSET_MAX, OPSET_MIN, OnnxError};
+use crate::{Imported, OPSET_MAX, OPSET_MIN, OnnxError};
 
 /// The default domain's name in messages.
 pub const DEFAULT_DOMAIN: &str = "ai.onnx";
