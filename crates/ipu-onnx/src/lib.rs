@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 mod error;
 mod import;
+mod importer;
 mod known;
 mod ops;
 mod options;

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use ipu_graph::{DType, OpKind, ValueId};
 
 use crate::OnnxError;
-use crate::import::{Importer, Node, Val, normalize_axis};
+use crate::importer::{Importer, Node, Val, normalize_axis};
 use crate::known::{self, Binary, Elem, IntKind, Known, Unary, checked_elements, elem_of_code};
 use crate::proto::attribute_proto::AttributeType;
 use ipu_graph::Overflow;
