@@ -282,6 +282,7 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
             },
             op_type: n.op_type(),
             proto: n,
+            read: &read,
         };
         let domain = n.domain();
         if !(domain.is_empty() || domain == DEFAULT_DOMAIN) {
@@ -306,7 +307,7 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
             })?;
             ins.push(Some(v));
         }
-        let outs = crate::ops::convert(&mut imp, &node, &ins, &read)?;
+        let outs = crate::ops::convert(&mut imp, &node, &ins)?;
         let folded = !outs.is_empty()
             && outs
                 .iter()
@@ -352,6 +353,7 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
             name: format!("output {name}"),
             op_type: "output",
             proto: &no_node,
+            read: &read,
         };
         if elem.device_dtype().is_none() {
             return Err(OnnxError::UnsupportedType {

@@ -2,7 +2,7 @@
 //! ([`Val`]), the node being converted ([`Node`]: its inputs, attributes and errors), and the
 //! [`Importer`] that names values, adds operations and turns known tensors into constants.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
 use ipu_graph::{GraphBuilder, OpKind, TensorType, ValueId};
@@ -40,6 +40,8 @@ pub struct Node<'n> {
     pub op_type: &'n str,
     /// The node.
     pub proto: &'n NodeProto,
+    /// The tensor names some node or a graph output reads.
+    pub read: &'n BTreeSet<&'n str>,
 }
 
 impl<'n> Node<'n> {
@@ -50,6 +52,14 @@ impl<'n> Node<'n> {
             .get(i)
             .map(String::as_str)
             .filter(|s| !s.is_empty())
+    }
+
+    /// True if output `i` is given and some node or a graph output reads it.
+    pub fn output_read(&self, i: usize) -> bool {
+        self.proto
+            .output
+            .get(i)
+            .is_some_and(|o| !o.is_empty() && self.read.contains(o.as_str()))
     }
 
     /// The attribute `name`, if set.

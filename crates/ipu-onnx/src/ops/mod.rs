@@ -3,25 +3,116 @@
 //! 13 to 28; where an operator changed within that range the opset decides (noted per
 //! operator).
 //!
+//! Every operator is an entry ([`Handler`]) in its family's table (`HANDLERS` of
+//! `elementwise.rs`, `shape.rs`, ...): its op type and opsets, its evaluation at import if it
+//! has one, and its mapping onto graph operations. [`convert`] finds the entry, folds the node
+//! when the inputs the evaluation reads are known, and maps it otherwise.
+//!
 //! The graph broadcasts elementwise operands of equal rank only, so NumPy's multidirectional
 //! broadcasting is completed here: the lower-rank operand gets leading dimensions of size 1 (a
 //! reshape). A product or quotient by a known scalar that is exact as a factor becomes
 //! `scale`, which needs no constant.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::OnceLock;
 
-use ipu_graph::{DType, OpKind, ValueId};
+use ipu_graph::{DType, OpKind, Overflow, ValueId};
 
 mod common;
+mod compare;
+mod handler;
+mod misc;
 
 use common::*;
+use handler::{Emit, Handler};
 
 use crate::OnnxError;
-use crate::importer::{Importer, Node, Val, normalize_axis};
+use crate::importer::{DEFAULT_DOMAIN, Importer, Node, Val, normalize_axis};
 use crate::known::{self, Binary, Elem, IntKind, Known, Unary, checked_elements, elem_of_code};
 use crate::proto::attribute_proto::AttributeType;
-use ipu_graph::Overflow;
+
+/// The families' tables.
+const TABLES: &[&[Handler]] = &[misc::HANDLERS, compare::HANDLERS];
+
+/// Entries by domain and op type, in table order.
+type Registry = BTreeMap<&'static str, BTreeMap<&'static str, Vec<Handler>>>;
+
+/// The operator table, built once.
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut map = Registry::new();
+        for h in TABLES.iter().flat_map(|t| t.iter()) {
+            map.entry(h.domain)
+                .or_default()
+                .entry(h.op_type)
+                .or_default()
+                .push(*h);
+        }
+        map
+    })
+}
+
+/// The entry converting `node` at `opset` of its domain: `None` if the table has no entry for
+/// its op type, an error if it has entries for other opsets only.
+fn lookup(node: &Node<'_>, opset: i64) -> Result<Option<&'static Handler>, OnnxError> {
+    let domain = match node.proto.domain() {
+        "" => DEFAULT_DOMAIN,
+        d => d,
+    };
+    let Some(entries) = registry().get(domain).and_then(|ops| ops.get(node.op_type)) else {
+        return Ok(None);
+    };
+    if let Some(h) = entries
+        .iter()
+        .find(|h| (h.opsets.0..=h.opsets.1).contains(&opset))
+    {
+        return Ok(Some(h));
+    }
+    let since = entries.iter().map(|h| h.opsets.0).min().unwrap_or(opset);
+    Err(node.unsupported(if opset < since {
+        format!(
+            "{} exists from opset {since}; the model imports {opset}",
+            node.op_type
+        )
+    } else {
+        format!(
+            "{} is not mapped at opset {opset}, which the model imports",
+            node.op_type
+        )
+    }))
+}
+
+/// The known tensors of `ins` by position, if at least one is given and every given one is
+/// known.
+fn known_inputs(ins: &[Option<Val>]) -> Option<Vec<Option<Rc<Known>>>> {
+    let mut out = Vec::with_capacity(ins.len());
+    for v in ins {
+        out.push(match v {
+            Some(Val::Known(k, _)) => Some(k.clone()),
+            Some(Val::Graph(_)) => return None,
+            None => None,
+        });
+    }
+    out.iter().any(Option::is_some).then_some(out)
+}
+
+/// Converts one node; returns one entry per output (`None` for an output not produced).
+pub fn convert(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    let Some(h) = lookup(node, imp.opset)? else {
+        return convert_unlisted(imp, node, ins);
+    };
+    if let Some(f) = h.fold
+        && let Some(known) = known_inputs(&ins[..ins.len().min(f.inputs)])
+    {
+        return one(Val::known((f.eval)(node, &known)?));
+    }
+    match h.emit {
+        Emit::Map(map) => map(imp, node, ins),
+        Emit::Refuse(reason) => Err(node.unsupported(reason)),
+    }
+}
 
 /// Operators with no mapping because the device has no operator for them, with the missing
 /// operator (folded all the same when every input is known, where the evaluator has it).
@@ -31,16 +122,6 @@ const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
     ("Floor", "no floor device operator"),
     ("Ceil", "no ceil device operator"),
     ("Round", "no round device operator"),
-    ("Where", "no select device operator"),
-    ("Equal", "no comparison device operator"),
-    ("Less", "no comparison device operator"),
-    ("Greater", "no comparison device operator"),
-    ("LessOrEqual", "no comparison device operator"),
-    ("GreaterOrEqual", "no comparison device operator"),
-    ("Not", "no logical device operator"),
-    ("And", "no logical device operator"),
-    ("Or", "no logical device operator"),
-    ("Xor", "no logical device operator"),
     ("Range", "no integer tensors on the device"),
     ("Conv", "no convolution device operator"),
     ("MaxPool", "no pooling device operator"),
@@ -598,43 +679,6 @@ fn quantize(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Out
     )?)
 }
 
-/// The known value of a `Constant` node.
-fn constant(imp: &mut Importer<'_>, node: &Node<'_>) -> Outs {
-    let [a] = node.proto.attribute.as_slice() else {
-        return Err(node.graph_error("a Constant needs exactly one value attribute"));
-    };
-    let name = a.name();
-    let k = match (name, a.r#type()) {
-        ("value", AttributeType::Tensor) => {
-            let t =
-                a.t.as_ref()
-                    .ok_or_else(|| node.bad_attr(name, "has no tensor"))?;
-            let tname = node.proto.output.first().cloned().unwrap_or_default();
-            crate::tensor::decode(t, &tname, imp.options)?
-        }
-        ("value_float", AttributeType::Float) => {
-            Known::from_f64(Elem::Float(DType::F32), vec![], &[f64::from(a.f())])
-                .map_err(|e| node.graph_error(e))?
-        }
-        ("value_floats", AttributeType::Floats) => Known {
-            elem: Elem::Float(DType::F32),
-            shape: vec![a.floats.len()],
-            bytes: a.floats.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        },
-        ("value_int", AttributeType::Int) => {
-            Known::from_ints(Elem::Int(IntKind::I64), vec![], &[a.i()])
-        }
-        ("value_ints", AttributeType::Ints) => Known::int64s(&a.ints),
-        _ => {
-            return Err(node.bad_attr(
-                name,
-                "not supported (value, value_float(s) and value_int(s) are)",
-            ));
-        }
-    };
-    one(Val::known(k))
-}
-
 /// The output shape of `Reshape` (ONNX rules: 0 copies the input dimension unless
 /// `allowzero`, -1 is inferred).
 fn reshape_target(
@@ -793,48 +837,10 @@ fn matmul_product(
     }
 }
 
-/// Converts one node; returns one entry per output (`None` for an output not produced).
-pub fn convert(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    ins: &[Option<Val>],
-    read: &BTreeSet<&str>,
-) -> Outs {
+/// Converts a node of an operator not yet in a family's table.
+fn convert_unlisted(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     let op = node.op_type;
     match op {
-        "Identity" => {
-            node.only_attrs(&[])?;
-            one(req(node, ins, 0)?.clone())
-        }
-        // Dropout at inference (opset 13): the identity; a training mode or a read mask is
-        // refused.
-        "Dropout" => {
-            node.only_attrs(&["seed"])?;
-            let x = req(node, ins, 0)?;
-            let training =
-                input(ins, 2).is_some() && imp.int_input(node, ins, 2)?.iter().any(|&t| t != 0);
-            if training {
-                // Training mode drops elements at random; with ratio 0 it keeps every one.
-                let ratio = match input(ins, 1) {
-                    Some(Val::Known(k, _)) => k.f64s().first().copied(),
-                    Some(Val::Graph(_)) => None,
-                    None => Some(0.5),
-                };
-                if ratio != Some(0.0) {
-                    return Err(node.bad_input(
-                        2,
-                        "training mode with a ratio other than 0 drops elements at random, \
-                         which is not supported (inference, or ratio 0)",
-                    ));
-                }
-            }
-            // The mask, if read, keeps every element: all true.
-            let shape = imp.shape(x);
-            let n: usize = shape.iter().product();
-            let mask = Known::from_ints(Elem::Bool, shape, &vec![1; n]);
-            Ok(vec![Some(x.clone()), Some(Val::known(mask))])
-        }
-        "Constant" => constant(imp, node),
         // Shape (opset 15 adds start and end).
         "Shape" => {
             node.only_attrs(&["start", "end"])?;
@@ -1544,7 +1550,7 @@ pub fn convert(
             one(y)
         }
         // LayerNormalization (opset 17): over the axes from `axis` on, then scale and bias.
-        "LayerNormalization" => layer_norm(imp, node, ins, read),
+        "LayerNormalization" => layer_norm(imp, node, ins),
         "Attention"
             if matches!(
                 input(ins, 0).map(|q| imp.ty(q).0),
@@ -1553,41 +1559,15 @@ pub fn convert(
         {
             // The device has no bf16 arithmetic: computed in f32, the results rounded to bf16.
             computed_in(imp, node, ins, DType::Bf16, DType::F32, |imp, ins| {
-                attention(imp, node, ins, read)
+                attention(imp, node, ins)
             })
         }
-        "Attention" => attention(imp, node, ins, read),
+        "Attention" => attention(imp, node, ins),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
-        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
-        | "Where" | "Not" | "Range" | "Floor" | "Ceil" | "Round"
-            if all_known(ins).is_some() =>
-        {
+        "Range" | "Floor" | "Ceil" | "Round" if all_known(ins).is_some() => {
             node.only_attrs(&[])?;
             let k = all_known(ins).expect("checked");
-            let comparison = match op {
-                "Equal" => Some(Binary::Equal),
-                "Less" => Some(Binary::Less),
-                "Greater" => Some(Binary::Greater),
-                "LessOrEqual" => Some(Binary::LessOrEqual),
-                "GreaterOrEqual" => Some(Binary::GreaterOrEqual),
-                "And" => Some(Binary::And),
-                "Or" => Some(Binary::Or),
-                "Xor" => Some(Binary::Xor),
-                _ => None,
-            };
             let r = match op {
-                _ if let Some(b) = comparison => known::binary(
-                    b,
-                    &k[0],
-                    k.get(1).ok_or_else(|| node.bad_input(1, "is required"))?,
-                ),
-                "Where" => {
-                    if k.len() != 3 {
-                        return Err(node.bad_input(k.len(), "is required"));
-                    }
-                    known::select(&k[0], &k[1], &k[2])
-                }
-                "Not" => known::unary(Unary::Not, &k[0]),
                 "Floor" => known::unary(Unary::Floor, &k[0]),
                 "Ceil" => known::unary(Unary::Ceil, &k[0]),
                 "Round" => known::unary(Unary::Round, &k[0]),
@@ -1737,12 +1717,7 @@ fn pow_along_axis(
 /// size 1; a sum per axis, then `1/n`), `d = X - mean`, `var = ReduceMean(d * d)`,
 /// `inv = 1 / sqrt(var + epsilon)`, `Y = d * inv * scale + bias`; `Mean` is `mean` and
 /// `InvStdDev` is `inv`, both of `X`'s rank with the normalised axes of size 1.
-fn layer_norm(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    ins: &[Option<Val>],
-    read: &BTreeSet<&str>,
-) -> Outs {
+fn layer_norm(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     if imp.opset < 17 {
         return Err(node.unsupported(format!(
             "LayerNormalization exists from opset 17; the model imports {}",
@@ -1757,12 +1732,7 @@ fn layer_norm(
     if node.int("stash_type", 1)? != 1 {
         return Err(node.bad_attr("stash_type", "only 1 (statistics in float) is supported"));
     }
-    let is_read = |i: usize| {
-        node.proto
-            .output
-            .get(i)
-            .is_some_and(|o| !o.is_empty() && read.contains(o.as_str()))
-    };
+    let is_read = |i: usize| node.output_read(i);
     let statistics_read = is_read(1) || is_read(2);
     let epsilon = node.float("epsilon", 1e-5)?;
     let name = out_name(imp, node, 0);
@@ -1892,12 +1862,7 @@ fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
 /// With no mask, cache, cap, window, non-pad lengths or `qk_matmul_output` read, and causal
 /// only over equal query and key lengths, it is the graph's `attention`; otherwise it is the
 /// unfused form of the operator's reference ([`attention_unfused`]).
-fn attention(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    ins: &[Option<Val>],
-    read: &BTreeSet<&str>,
-) -> Outs {
+fn attention(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     node.only_attrs(&[
         "is_causal",
         "kv_num_heads",
@@ -1909,12 +1874,7 @@ fn attention(
         "left_window_size",
         "right_window_size",
     ])?;
-    let is_read = |i: usize| {
-        node.proto
-            .output
-            .get(i)
-            .is_some_and(|o| !o.is_empty() && read.contains(o.as_str()))
-    };
+    let is_read = |i: usize| node.output_read(i);
     let (q, k, v) = (req(node, ins, 0)?, req(node, ins, 1)?, req(node, ins, 2)?);
     let rank = imp.shape(q).len();
     if rank != 3 && rank != 4 || imp.shape(k).len() != rank || imp.shape(v).len() != rank {
