@@ -95,3 +95,14 @@ pub fn evaluated(node: &Node<'_>, r: FoldResult<Known>) -> Result<Known, OnnxErr
 pub fn given(ins: &[Option<Rc<Known>>]) -> Vec<Rc<Known>> {
     ins.iter().flatten().cloned().collect()
 }
+
+/// Known input `i` of a fold, or an error saying it is required.
+pub fn required<'a>(
+    node: &Node<'_>,
+    ins: &'a [Option<Rc<Known>>],
+    i: usize,
+) -> Result<&'a Rc<Known>, OnnxError> {
+    ins.get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| node.bad_input(i, "is required"))
+}

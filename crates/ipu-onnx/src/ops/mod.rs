@@ -21,6 +21,7 @@ use ipu_graph::{DType, OpKind, Overflow, ValueId};
 
 mod common;
 mod compare;
+mod elementwise;
 mod handler;
 mod misc;
 
@@ -29,11 +30,10 @@ use handler::{Emit, Handler};
 
 use crate::OnnxError;
 use crate::importer::{DEFAULT_DOMAIN, Importer, Node, Val, normalize_axis};
-use crate::known::{self, Binary, Elem, IntKind, Known, Unary, checked_elements, elem_of_code};
-use crate::proto::attribute_proto::AttributeType;
+use crate::known::{self, Binary, Elem, IntKind, Known, checked_elements, elem_of_code};
 
 /// The families' tables.
-const TABLES: &[&[Handler]] = &[misc::HANDLERS, compare::HANDLERS];
+const TABLES: &[&[Handler]] = &[misc::HANDLERS, elementwise::HANDLERS, compare::HANDLERS];
 
 /// Entries by domain and op type, in table order.
 type Registry = BTreeMap<&'static str, BTreeMap<&'static str, Vec<Handler>>>;
@@ -117,11 +117,6 @@ pub fn convert(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> 
 /// Operators with no mapping because the device has no operator for them, with the missing
 /// operator (folded all the same when every input is known, where the evaluator has it).
 const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
-    ("Sin", "no sin device operator"),
-    ("Cos", "no cos device operator"),
-    ("Floor", "no floor device operator"),
-    ("Ceil", "no ceil device operator"),
-    ("Round", "no round device operator"),
     ("Range", "no integer tensors on the device"),
     ("Conv", "no convolution device operator"),
     ("MaxPool", "no pooling device operator"),
@@ -130,96 +125,6 @@ const MISSING_DEVICE_OPERATOR: &[(&str, &str)] = &[
     ("ArgMax", "no arg-max device operator"),
     ("TopK", "no sort device operator"),
 ];
-
-/// The single value of a known tensor with one element, as f64.
-fn single_value(v: &Val) -> Option<f64> {
-    match v {
-        Val::Known(k, _) if k.elements() == 1 => k.f64s().first().copied(),
-        _ => None,
-    }
-}
-
-/// `1 / c` if it is an exact f32 factor: `c` a normal power of two whose reciprocal is
-/// normal too.
-fn exact_reciprocal(c: f64) -> Option<f32> {
-    let f = c as f32;
-    let r = 1.0 / f;
-    (f64::from(f) == c && f.is_normal() && f.to_bits() & 0x007f_ffff == 0 && r.is_normal())
-        .then_some(r)
-}
-
-/// Elementwise `Add`, `Sub`, `Mul`, `Div`: folded when both are known; `x * c` and `x / c`
-/// for a known scalar `c` (exact as a factor) become `scale`.
-fn arithmetic(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    ins: &[Option<Val>],
-    op: Binary,
-    kind: OpKind,
-) -> Outs {
-    node.only_attrs(&[])?;
-    let (a, b) = (req(node, ins, 0)?, req(node, ins, 1)?);
-    if let (Val::Known(x, _), Val::Known(y, _)) = (a, b) {
-        return fold(node, known::binary(op, x, y));
-    }
-    let name = out_name(imp, node, 0);
-    // A known scalar factor whose broadcast does not change the other operand's shape.
-    let scalar = |imp: &Importer<'_>, c: &Val, x: &Val| {
-        single_value(c)
-            .filter(|_| imp.shape(c).len() <= imp.shape(x).len() && imp.ty(c).0 == imp.ty(x).0)
-    };
-    match op {
-        Binary::Mul => {
-            for (c, x) in [(b, a), (a, b)] {
-                if let Some(f) = scalar(imp, c, x)
-                    && (f as f32).is_finite()
-                    && matches!(x, Val::Graph(_))
-                {
-                    return one(scale(imp, node, x, f as f32, &name)?);
-                }
-            }
-        }
-        Binary::Div => {
-            if let Some(f) = scalar(imp, b, a).and_then(exact_reciprocal)
-                && matches!(a, Val::Graph(_))
-            {
-                return one(scale(imp, node, a, f, &name)?);
-            }
-        }
-        _ => {}
-    }
-    one(binary_op(imp, node, kind, a, b, &name)?)
-}
-
-/// Variadic `Max`, `Min`, `Sum` (opset 13): a chain of binary operations.
-fn variadic(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
-    node.only_attrs(&[])?;
-    let vals: Vec<&Val> = ins.iter().flatten().collect();
-    let Some(&first) = vals.first() else {
-        return Err(node.bad_input(0, "is required"));
-    };
-    let name = out_name(imp, node, 0);
-    let mut acc = first.clone();
-    for (i, &v) in vals.iter().enumerate().skip(1) {
-        let step = if i + 1 == vals.len() {
-            name.clone()
-        } else {
-            format!("{name}.{i}")
-        };
-        acc = match node.op_type {
-            "Max" => max2(imp, node, &acc, v, &step)?,
-            "Min" => min2(imp, node, &acc, v, &step)?,
-            _ => {
-                if let (Val::Known(x, _), Val::Known(y, _)) = (&acc, v) {
-                    Val::known(known::binary(Binary::Add, x, y).map_err(|e| node.graph_error(e))?)
-                } else {
-                    binary_op(imp, node, OpKind::Add, &acc, v, &step)?
-                }
-            }
-        };
-    }
-    one(acc)
-}
 
 /// The `(start, end)` of a Slice on one axis after ONNX's clamping (an empty axis gives an
 /// empty range).
@@ -1291,184 +1196,6 @@ fn convert_unlisted(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]
             }
             one(v)
         }
-        "Add" => arithmetic(imp, node, ins, Binary::Add, OpKind::Add),
-        "Sub" => arithmetic(imp, node, ins, Binary::Sub, OpKind::Sub),
-        "Mul" => arithmetic(imp, node, ins, Binary::Mul, OpKind::Mul),
-        "Div" => arithmetic(imp, node, ins, Binary::Div, OpKind::Div),
-        "Max" | "Min" | "Sum" => variadic(imp, node, ins),
-        // Pow: folded when both are known; a known exponent 1, 2, 3, -1 or 0.5 is identity,
-        // x * x, (x * x) * x, 1 / x or sqrt(x) (3 appears in the tanh form of GELU).
-        "Pow" => {
-            node.only_attrs(&[])?;
-            let (x, e) = (req(node, ins, 0)?, req(node, ins, 1)?);
-            if let (Val::Known(a, _), Val::Known(b, _)) = (x, e) {
-                let b = known::cast(b, a.elem).map_err(|r| node.graph_error(r))?;
-                return fold(node, known::binary(Binary::Pow, a, &b));
-            }
-            let name = out_name(imp, node, 0);
-            let Val::Known(ek, _) = e else {
-                return Err(node.bad_input(
-                    1,
-                    "the exponent must be known at import: with a run-time exponent a negative \
-                     base's integer powers (real numbers) are not exp(y ln x) (NaN)",
-                ));
-            };
-            let values = ek.f64s();
-            let xs = imp.shape(x);
-            if known::broadcast_shapes(&xs, &ek.shape).as_ref() != Some(&xs) {
-                return Err(node.bad_input(
-                    1,
-                    format!(
-                        "an exponent {:?} that broadcasts the base {xs:?} is not mapped",
-                        ek.shape
-                    ),
-                ));
-            }
-            if values.iter().all(|&v| v == values[0]) {
-                return one(pow_scalar(imp, node, x, values[0], &name)?);
-            }
-            one(pow_along_axis(imp, node, x, ek, &name)?)
-        }
-        "Neg" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Neg, k));
-            }
-            let name = out_name(imp, node, 0);
-            one(negate(imp, node, x, &name)?)
-        }
-        // Abs = max(x, -x), exact.
-        "Abs" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Abs, k));
-            }
-            let name = out_name(imp, node, 0);
-            let n = negate(imp, node, x, &format!("{name}.neg"))?;
-            one(max2(imp, node, x, &n, &name)?)
-        }
-        // Relu = max(x, 0), exact.
-        "Relu" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Relu, k));
-            }
-            let name = out_name(imp, node, 0);
-            let zero = fill_like(imp, x, 0.0)?;
-            one(max2(imp, node, x, &zero, &name)?)
-        }
-        // LeakyRelu = max(x, alpha x) for 0 <= alpha <= 1, exact.
-        "LeakyRelu" => {
-            node.only_attrs(&["alpha"])?;
-            let x = req(node, ins, 0)?;
-            let alpha = node.float("alpha", 0.01)?;
-            if !(0.0..=1.0).contains(&alpha) {
-                return Err(node.bad_attr(
-                    "alpha",
-                    format!("{alpha} is outside 0..=1, where max(x, alpha x) is LeakyRelu"),
-                ));
-            }
-            let name = out_name(imp, node, 0);
-            let scaled = scale(imp, node, x, alpha, &format!("{name}.leak"))?;
-            one(max2(imp, node, x, &scaled, &name)?)
-        }
-        // Clip (opset 13): min and max as optional known inputs.
-        "Clip" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            let name = out_name(imp, node, 0);
-            let lo = input(ins, 1)
-                .map(|_| imp.known_input(node, ins, 1))
-                .transpose()?;
-            let hi = input(ins, 2)
-                .map(|_| imp.known_input(node, ins, 2))
-                .transpose()?;
-            let mut v = x.clone();
-            let rank = imp.shape(x).len();
-            for (i, bound) in [(1, &lo), (2, &hi)] {
-                if bound.as_ref().is_some_and(|b| b.elements() != 1) {
-                    return Err(node.bad_input(i, "a bound must hold one value"));
-                }
-            }
-            if let Some(lo) = lo {
-                let lo = Val::known(lo.reshaped(vec![1; rank]).clone());
-                let step = if hi.is_some() {
-                    format!("{name}.lower")
-                } else {
-                    name.clone()
-                };
-                v = max2(imp, node, &v, &lo, &step)?;
-            }
-            if let Some(hi) = hi {
-                let hi = Val::known(hi.reshaped(vec![1; rank]).clone());
-                v = min2(imp, node, &v, &hi, &name)?;
-            }
-            one(v)
-        }
-        // Exp, Sqrt and Log: the graph's operations (folded when the input is known).
-        "Exp" | "Sqrt" | "Log" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            let (fold_op, kind) = match op {
-                "Exp" => (Unary::Exp, OpKind::Exp),
-                "Sqrt" => (Unary::Sqrt, OpKind::Sqrt),
-                _ => (Unary::Log, OpKind::Log),
-            };
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(fold_op, k));
-            }
-            let name = out_name(imp, node, 0);
-            one(unary_op(imp, node, kind, x, 0, &name)?)
-        }
-        // Tanh and Erf: the graph's operations (a known input becomes a constant operand).
-        "Tanh" | "Erf" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            let kind = if op == "Tanh" {
-                OpKind::Tanh
-            } else {
-                OpKind::Erf
-            };
-            let name = out_name(imp, node, 0);
-            one(unary_op(imp, node, kind, x, 0, &name)?)
-        }
-        "Gelu" => gelu(imp, node, ins),
-        // Reciprocal = 1 / x.
-        "Reciprocal" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            if let Val::Known(k, _) = x {
-                return fold(node, known::unary(Unary::Reciprocal, k));
-            }
-            let name = out_name(imp, node, 0);
-            let ones = fill_like(imp, x, 1.0)?;
-            one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
-        }
-        // Sigmoid = 1 / (1 + exp(-x)), its definition in the operator specification.
-        "Sigmoid" => {
-            node.only_attrs(&[])?;
-            let x = req(node, ins, 0)?;
-            let name = out_name(imp, node, 0);
-            let n = negate(imp, node, x, &format!("{name}.neg"))?;
-            let e = unary_op(imp, node, OpKind::Exp, &n, 0, &format!("{name}.exp"))?;
-            let ones = fill_like(imp, x, 1.0)?;
-            let d = binary_op(
-                imp,
-                node,
-                OpKind::Add,
-                &e,
-                &ones,
-                &format!("{name}.denominator"),
-            )?;
-            imp.notes.push(format!(
-                "node `{}`: Sigmoid as 1 / (1 + exp(-x))",
-                node.name
-            ));
-            one(binary_op(imp, node, OpKind::Div, &ones, &d, &name)?)
-        }
         // Softmax (opset 13): along one axis.
         "Softmax" => {
             node.only_attrs(&["axis"])?;
@@ -1564,16 +1291,10 @@ fn convert_unlisted(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]
         }
         "Attention" => attention(imp, node, ins),
         // Foldable only: comparisons, logic, selection, integer ranges and rounding.
-        "Range" | "Floor" | "Ceil" | "Round" if all_known(ins).is_some() => {
+        "Range" if all_known(ins).is_some() => {
             node.only_attrs(&[])?;
             let k = all_known(ins).expect("checked");
-            let r = match op {
-                "Floor" => known::unary(Unary::Floor, &k[0]),
-                "Ceil" => known::unary(Unary::Ceil, &k[0]),
-                "Round" => known::unary(Unary::Round, &k[0]),
-                _ => range(&k),
-            };
-            fold(node, r)
+            fold(node, range(&k))
         }
         _ => {
             if let Some((_, reason)) = MISSING_DEVICE_OPERATOR.iter().find(|(o, _)| *o == op) {
@@ -1582,132 +1303,6 @@ fn convert_unlisted(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]
             Err(node.unsupported("the importer has no mapping for it"))
         }
     }
-}
-
-/// `x ^ v` for a known scalar exponent `v`: 1, 2, 3, -1 and 0.5 as before (the identity,
-/// products, a reciprocal, `sqrt`); other integers up to [`POW_INTEGER_MAX`] in magnitude by
-/// repeated squaring (exact signs for negative bases, as NumPy's), negative ones through a
-/// reciprocal; any other finite exponent as `exp(v ln x)`, which is NumPy's `x ^ v` wherever
-/// that is real: NaN for a negative base (a non-integer power), 0 or `inf` at a zero base,
-/// 1 at a base of 1.
-fn pow_scalar(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    x: &Val,
-    v: f64,
-    name: &str,
-) -> Result<Val, OnnxError> {
-    match v {
-        1.0 => Ok(x.clone()),
-        2.0 => binary_op(imp, node, OpKind::Mul, x, x, name),
-        -1.0 => {
-            let ones = fill_like(imp, x, 1.0)?;
-            binary_op(imp, node, OpKind::Div, &ones, x, name)
-        }
-        3.0 => {
-            let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
-            binary_op(imp, node, OpKind::Mul, &sq, x, name)
-        }
-        0.5 => unary_op(imp, node, OpKind::Sqrt, x, 0, name),
-        _ if v.fract() == 0.0 && v != 0.0 && v.abs() <= POW_INTEGER_MAX => {
-            let n = v.abs() as u32;
-            let power_name = if v < 0.0 {
-                format!("{name}.power")
-            } else {
-                name.to_string()
-            };
-            // Square and multiply, from the top bit down.
-            let mut acc = x.clone();
-            for bit in (0..31 - n.leading_zeros()).rev() {
-                let last = bit == 0 && n & 1 == 0;
-                let sq_name = if last {
-                    power_name.clone()
-                } else {
-                    format!("{name}.square{bit}")
-                };
-                acc = binary_op(imp, node, OpKind::Mul, &acc, &acc, &sq_name)?;
-                if n >> bit & 1 == 1 {
-                    let m_name = if bit == 0 {
-                        power_name.clone()
-                    } else {
-                        format!("{name}.times{bit}")
-                    };
-                    acc = binary_op(imp, node, OpKind::Mul, &acc, x, &m_name)?;
-                }
-            }
-            if v < 0.0 {
-                let ones = fill_like(imp, x, 1.0)?;
-                acc = binary_op(imp, node, OpKind::Div, &ones, &acc, name)?;
-            }
-            Ok(acc)
-        }
-        _ if v.is_finite() && v != 0.0 => {
-            let l = unary_op(imp, node, OpKind::Log, x, 0, &format!("{name}.log"))?;
-            let s = scale(imp, node, &l, v as f32, &format!("{name}.scaled"))?;
-            unary_op(imp, node, OpKind::Exp, &s, 0, name)
-        }
-        _ => Err(node.unsupported(format!(
-            "exponent {v}: not mapped (exponents 0, infinite and NaN have no device form)"
-        ))),
-    }
-}
-
-/// The largest integer exponent [`pow_scalar`] writes as products (at most 2 log2 of it).
-const POW_INTEGER_MAX: f64 = 64.0;
-
-/// The most pieces [`pow_along_axis`] cuts `x` into (one per exponent value along the axis).
-const POW_PIECES_MAX: usize = 16;
-
-/// `x ^ e` for a known exponent that varies along one axis of `x` only: `x` sliced along that
-/// axis, each slice raised to its exponent ([`pow_scalar`]), the results concatenated.
-fn pow_along_axis(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    x: &Val,
-    e: &Known,
-    name: &str,
-) -> Result<Val, OnnxError> {
-    let xs = imp.shape(x);
-    let rank = xs.len();
-    let es = &e.shape;
-    let varying: Vec<usize> = (0..es.len()).filter(|&i| es[i] != 1).collect();
-    let [ea] = varying[..] else {
-        return Err(node.bad_input(
-            1,
-            format!("an exponent {es:?} varying along more than one axis is not mapped"),
-        ));
-    };
-    if es.len() > rank || xs[rank - es.len() + ea] != es[ea] || es[ea] > POW_PIECES_MAX {
-        return Err(node.bad_input(
-            1,
-            format!(
-                "an exponent {es:?} must vary along one axis of the base {xs:?}, in at most {POW_PIECES_MAX} values"
-            ),
-        ));
-    }
-    let axis = rank - es.len() + ea;
-    let values = e.f64s();
-    let xid = imp.data(node, 0, x, &format!("{name}.base"))?;
-    let mut pieces = Vec::new();
-    for (j, &v) in values.iter().enumerate() {
-        let xj = Val::Graph(slice_graph(
-            imp,
-            node,
-            xid,
-            axis,
-            j,
-            j + 1,
-            &format!("{name}.base{j}"),
-        )?);
-        let pj = pow_scalar(imp, node, &xj, v, &format!("{name}.piece{j}"))?;
-        pieces.push(imp.data(node, 0, &pj, &format!("{name}.piece{j}"))?);
-    }
-    Ok(Val::Graph(imp.op(
-        node,
-        name,
-        OpKind::Concat { axis },
-        &pieces,
-    )?))
 }
 
 /// `LayerNormalization` (opset 17). Over the last axis with only `Y` read it is the graph's
@@ -1804,52 +1399,6 @@ fn layer_norm(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> O
         is_read(1).then_some(mean),
         is_read(2).then_some(inv),
     ])
-}
-
-/// `Gelu` (opset 20) by its definition in the operator specification: `approximate = "none"`
-/// is `0.5 x (1 + erf(x / sqrt(2)))`, `"tanh"` is `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715
-/// x^3)))`, each as the graph's operations in that order.
-fn gelu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
-    node.only_attrs(&["approximate"])?;
-    let approximate = match node.attr("approximate") {
-        None => "none".to_string(),
-        Some(a) if a.r#type() == AttributeType::String => {
-            String::from_utf8_lossy(a.s()).into_owned()
-        }
-        Some(_) => return Err(node.bad_attr("approximate", "must be a string")),
-    };
-    let x = req(node, ins, 0)?;
-    let name = out_name(imp, node, 0);
-    let n = |step: &str| format!("{name}.{step}");
-    let ones = fill_like(imp, x, 1.0)?;
-    let inner = match approximate.as_str() {
-        "none" => {
-            let d = scale(imp, node, x, std::f32::consts::FRAC_1_SQRT_2, &n("scaled"))?;
-            unary_op(imp, node, OpKind::Erf, &d, 0, &n("erf"))?
-        }
-        "tanh" => {
-            let sq = binary_op(imp, node, OpKind::Mul, x, x, &n("square"))?;
-            let cube = binary_op(imp, node, OpKind::Mul, &sq, x, &n("cube"))?;
-            let c = scale(imp, node, &cube, 0.044715, &n("cube_scaled"))?;
-            let sum = binary_op(imp, node, OpKind::Add, x, &c, &n("sum"))?;
-            let factor = (2.0 / std::f64::consts::PI).sqrt() as f32;
-            let s = scale(imp, node, &sum, factor, &n("scaled"))?;
-            unary_op(imp, node, OpKind::Tanh, &s, 0, &n("tanh"))?
-        }
-        other => {
-            return Err(node.bad_attr(
-                "approximate",
-                format!("`{other}` is neither \"none\" nor \"tanh\""),
-            ));
-        }
-    };
-    let one_plus = binary_op(imp, node, OpKind::Add, &inner, &ones, &n("one_plus"))?;
-    let prod = binary_op(imp, node, OpKind::Mul, x, &one_plus, &n("product"))?;
-    imp.notes.push(format!(
-        "node `{}`: Gelu (approximate = {approximate}) by its definition",
-        node.name
-    ));
-    one(scale(imp, node, &prod, 0.5, &name)?)
 }
 
 /// `Attention` (opsets 23 to 25) on `[batch, heads, seq, head]` operands. 3-D operands
