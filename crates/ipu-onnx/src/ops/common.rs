@@ -21,18 +21,6 @@ pub fn req<'a>(node: &Node<'_>, ins: &'a [Option<Val>], i: usize) -> Result<&'a 
     input(ins, i).ok_or_else(|| node.bad_input(i, "is required"))
 }
 
-/// The known tensors of every given input, if all are known (and at least one is given).
-pub fn all_known(ins: &[Option<Val>]) -> Option<Vec<Rc<Known>>> {
-    let mut out = Vec::new();
-    for v in ins.iter().flatten() {
-        match v {
-            Val::Known(k, _) => out.push(k.clone()),
-            Val::Graph(_) => return None,
-        }
-    }
-    (!out.is_empty()).then_some(out)
-}
-
 /// The graph name for output `i` of `node`.
 pub fn out_name(imp: &mut Importer<'_>, node: &Node<'_>, i: usize) -> String {
     match node.proto.output.get(i).filter(|s| !s.is_empty()) {

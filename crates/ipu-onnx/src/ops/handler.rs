@@ -106,3 +106,18 @@ pub fn required<'a>(
         .and_then(Option::as_ref)
         .ok_or_else(|| node.bad_input(i, "is required"))
 }
+
+/// Integer values of known input `i` of a fold.
+pub fn required_ints(
+    node: &Node<'_>,
+    ins: &[Option<Rc<Known>>],
+    i: usize,
+) -> Result<Vec<i64>, OnnxError> {
+    let k = required(node, ins, i)?;
+    k.ints().ok_or_else(|| {
+        node.bad_input(
+            i,
+            format!("must be an integer tensor, not {}", k.elem.name()),
+        )
+    })
+}
