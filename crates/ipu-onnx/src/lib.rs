@@ -12,8 +12,9 @@
 //! [`ImportOptions::external_data`] loader.
 //!
 //! Architecture invariant: every refusal is an [`OnnxError`] naming the node, tensor or input
-//! concerned; no input bytes make the importer panic. Operators are documented in
-//! `ops.rs` with the ONNX operator specification (onnx/docs/Operators.md) they follow.
+//! concerned; no input bytes make the importer panic. Operators are documented in their
+//! family's module under `ops/` (one table entry each) with the ONNX operator specification
+//! (onnx/docs/Operators.md) they follow.
 
 use std::collections::BTreeMap;
 

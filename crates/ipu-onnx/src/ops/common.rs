@@ -1,7 +1,12 @@
-//! What the operators share: reading a node's inputs, naming its outputs, and building the
-//! graph operations several operators are made of (elementwise operations with NumPy's
-//! broadcasting completed, `scale`, `max`, `min`, reshapes, transposes, slices and
-//! conversions), each folded at import when its operands are known.
+//! What the operators share: reading a node's inputs, naming its outputs, and the graph
+//! operations several operators are made of: elementwise operations, `scale`, `max`, `min`,
+//! reshapes, transposes, slices and conversions. `scale`, `max`, `min`, reshapes, transposes
+//! and conversions evaluate known operands at import; the elementwise operations make them
+//! graph constants.
+//!
+//! The graph broadcasts elementwise operands of equal rank only, so NumPy's multidirectional
+//! broadcasting is completed here: the lower-rank operand gets leading dimensions of size 1 (a
+//! reshape).
 
 use std::rc::Rc;
 

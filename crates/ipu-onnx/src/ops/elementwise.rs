@@ -1,6 +1,8 @@
 //! Elementwise operators: arithmetic (`Add`, `Sub`, `Mul`, `Div`, the variadic `Max`, `Min`,
 //! `Sum`, `Pow`), the unary functions, the relu family, `Clip`, `Sigmoid` and `Gelu`, and the
-//! rounding and trigonometric operators the device lacks (evaluated at import only).
+//! rounding and trigonometric operators the device lacks (evaluated at import only). A product
+//! or quotient by a known scalar that is exact as a factor becomes `scale`, which needs no
+//! constant.
 
 use std::rc::Rc;
 

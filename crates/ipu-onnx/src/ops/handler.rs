@@ -84,6 +84,15 @@ impl Handler {
             ..self
         }
     }
+
+    /// The entry, from opset `opset` of its domain on (an earlier opset is refused as one
+    /// where the operator does not exist yet).
+    pub const fn since(self, opset: i64) -> Handler {
+        Handler {
+            opsets: (opset, self.opsets.1),
+            ..self
+        }
+    }
 }
 
 /// An evaluator's result as a fold's: its error is the node's.
