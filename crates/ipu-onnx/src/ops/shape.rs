@@ -35,7 +35,7 @@ pub const HANDLERS: &[Handler] = &[
     Handler::map("Expand", expand).fold(2, expand_fold),
 ];
 
-/// `Range(start, limit, delta)`, the first three given inputs.
+/// `Range(start, limit, delta)` of the given inputs.
 fn range_fold(node: &Node<'_>, ins: &[Option<Rc<Known>>]) -> Result<Known, OnnxError> {
     node.only_attrs(&[])?;
     evaluated(node, range(&given(ins)))
