@@ -16,12 +16,15 @@ use crate::OnnxError;
 use crate::importer::{Importer, Node, Val};
 use crate::known::{self, Binary, Elem, Known};
 
+/// A node's outputs (`None` for an output not produced), or why it is refused.
 pub type Outs = Result<Vec<Option<Val>>, OnnxError>;
 
+/// Input `i`, if given.
 pub fn input(ins: &[Option<Val>], i: usize) -> Option<&Val> {
     ins.get(i).and_then(Option::as_ref)
 }
 
+/// Input `i`, or an error saying it is required.
 pub fn req<'a>(node: &Node<'_>, ins: &'a [Option<Val>], i: usize) -> Result<&'a Val, OnnxError> {
     input(ins, i).ok_or_else(|| node.bad_input(i, "is required"))
 }
@@ -34,10 +37,12 @@ pub fn out_name(imp: &mut Importer<'_>, node: &Node<'_>, i: usize) -> String {
     }
 }
 
+/// The outputs of a node whose single output is `v`.
 pub fn one(v: Val) -> Outs {
     Ok(vec![Some(v)])
 }
 
+/// The one output of a node evaluated at import by its mapping.
 pub fn fold(node: &Node<'_>, r: known::FoldResult<Known>) -> Outs {
     r.map(|k| vec![Some(Val::known(k))])
         .map_err(|e| node.graph_error(e))
@@ -140,6 +145,7 @@ pub fn binary_op(
     Ok(Val::Graph(imp.op(node, name, kind, &[a, b])?))
 }
 
+/// `x * factor` (`scale`; evaluated at import for a known `x`).
 pub fn scale(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
@@ -171,6 +177,7 @@ pub fn fill_like(imp: &Importer<'_>, x: &Val, v: f64) -> Result<Val, OnnxError> 
     Ok(Val::known(k))
 }
 
+/// `-x` (`scale` by -1).
 pub fn negate(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
