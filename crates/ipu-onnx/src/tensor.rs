@@ -3,9 +3,10 @@
 //! bits, FP8 codes and booleans), `int64_data`, `double_data`, `uint64_data`) and external
 //! data read through the caller's loader.
 
+use crate::OnnxError;
 use crate::known::{Elem, Known, elem_of_code, type_name};
+use crate::options::{ExternalData, ImportOptions};
 use crate::proto::TensorProto;
-use crate::{ExternalData, ImportOptions, OnnxError};
 
 /// `TensorProto.DataLocation.EXTERNAL`.
 const DATA_LOCATION_EXTERNAL: i32 = 1;

@@ -33,3 +33,34 @@ fn opsets_24_to_28_import() {
         }
     );
 }
+
+/// The committed model `name` (`scripts/gen-onnx-testdata.py`) at opset `version`.
+fn model_at(name: &str, version: i64) -> Vec<u8> {
+    let path = format!("{}/tests/data/{name}.onnx", env!("CARGO_MANIFEST_DIR"));
+    let mut m = ModelProto::decode(&std::fs::read(path).unwrap()[..]).unwrap();
+    for o in &mut m.opset_import {
+        o.version = Some(version);
+    }
+    m.encode_to_vec()
+}
+
+#[test]
+fn layer_normalization_exists_from_opset_17() {
+    let err = import(&model_at("layer_norm", 16), &ImportOptions::default()).unwrap_err();
+    let OnnxError::UnsupportedOperator {
+        op_type,
+        domain,
+        reason,
+        ..
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(op_type, "LayerNormalization");
+    assert_eq!(domain, "ai.onnx");
+    assert_eq!(
+        reason,
+        "LayerNormalization exists from opset 17; the model imports 16"
+    );
+    import(&model_at("layer_norm", 17), &ImportOptions::default()).unwrap();
+}
