@@ -92,30 +92,6 @@ pub(crate) struct AmpUnit {
     pub weights: [f32; AMP_WEIGHTS_MAX],
 }
 
-/// The geometry of an AMP mode.
-#[derive(Clone, Copy, Debug)]
-pub struct AmpGeometry {
-    /// Output columns.
-    pub columns: usize,
-    /// K (input lanes) per row: four phases of `lanes` each.
-    pub k: usize,
-    /// Input lanes per phase.
-    pub lanes: usize,
-    /// Bytes of the weights `ampw` loads: k x columns elements.
-    pub weight_bytes: u32,
-}
-
-/// The geometry of `mode`, from the target description.
-pub fn amp_geometry(mode: AmpMode) -> AmpGeometry {
-    let g = mode.geometry();
-    AmpGeometry {
-        columns: g.columns as usize,
-        k: g.k as usize,
-        lanes: g.lanes as usize,
-        weight_bytes: g.weight_bytes(),
-    }
-}
-
 /// A worker launch inside the current `run`..`waitw` window, for the race check.
 #[derive(Clone, Debug, Default)]
 struct Launch {
@@ -746,7 +722,7 @@ fn amp_run(
             _ => {}
         }
     }
-    let g = amp_geometry(mode);
+    let g = mode.geometry();
     let mut x = [0f32; 8];
     match mode {
         AmpMode::F16F16 | AmpMode::F16F32 => {
@@ -766,7 +742,7 @@ fn amp_run(
             }
         }
     }
-    let k0 = p * g.lanes;
+    let k0 = p * g.lanes as usize;
     match mode {
         AmpMode::F16F16 => mac::<16, 4>(&mut acc.acc, &x, &unit.weights, k0),
         AmpMode::F16F32 => mac::<8, 4>(&mut acc.acc, &x, &unit.weights, k0),
@@ -2262,15 +2238,9 @@ impl Tile {
                         let Some(mode) = self.amp.mode else {
                             return Err(fault(self, FaultKind::AmpNotConfigured, Some(addr)));
                         };
-                        let g = amp_geometry(mode);
-                        if !self.mem.contains(addr, g.weight_bytes) {
-                            return Err(fault(
-                                self,
-                                FaultKind::OutOfRange {
-                                    bytes: g.weight_bytes,
-                                },
-                                Some(addr),
-                            ));
+                        let bytes = mode.geometry().weight_bytes();
+                        if !self.mem.contains(addr, bytes) {
+                            return Err(fault(self, FaultKind::OutOfRange { bytes }, Some(addr)));
                         }
                         if !addr.is_multiple_of(16) {
                             return Err(fault(
@@ -2279,15 +2249,15 @@ impl Tile {
                                 Some(addr),
                             ));
                         }
-                        if !self.target.in_interleaved(addr, g.weight_bytes) {
+                        if !self.target.in_interleaved(addr, bytes) {
                             return Err(fault(self, FaultKind::NotInterleaved, Some(addr)));
                         }
                         if self.workers_running() {
                             return Err(fault(self, FaultKind::AmpBusy, None));
                         }
                         self.load_weights(mode, addr, (r.fp8_format, r.fp8_scale));
-                        self.time += SLOT
-                            + (g.weight_bytes / ipu_target::AMP_WEIGHT_LOAD_BYTES_PER_CYCLE) as u64;
+                        self.time +=
+                            SLOT + (bytes / ipu_target::AMP_WEIGHT_LOAD_BYTES_PER_CYCLE) as u64;
                     }
                     _ => unreachable!("supervisor class"),
                 }
@@ -2383,11 +2353,11 @@ impl Tile {
     }
 
     fn load_weights(&mut self, mode: AmpMode, addr: u32, fp8: (Fp8Format, i8)) {
-        let g = amp_geometry(mode);
+        let g = mode.geometry();
         let mut bytes = [0u8; 512];
-        let n = g.weight_bytes as usize;
+        let n = g.weight_bytes() as usize;
         self.mem.read_into(addr, &mut bytes[..n]);
-        let count = g.k * g.columns;
+        let count = (g.k * g.columns) as usize;
         for i in 0..count {
             self.amp.weights[i] = match mode {
                 AmpMode::F16F16 | AmpMode::F16F32 => {
