@@ -11,9 +11,15 @@
 //! reaches ([`RangeList::extend_stream`], [`RangeList::alternate_streams`]), and access by
 //! access otherwise. Results, counters, conflicts and faults are the same as the general path.
 
+use ipu_isa::{APair, MReg};
 use ipu_target::BANK_CONFLICT_SLOTS;
 
-use super::*;
+use crate::memory::Decoded;
+
+use super::{
+    AWrite, FloatOp, MainOp, NO_WRITE, RACE_RANGES_MAX, RangeList, Regs, SLOT, Tile, Tracker,
+    WorkerRun, amp_run, commit, decoded_float, pair, set_pair,
+};
 
 /// A slot of a streamed body: its float half and its paced accesses.
 #[derive(Clone, Copy, Debug)]
