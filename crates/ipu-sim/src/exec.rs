@@ -19,8 +19,11 @@ use crate::fault::{Context, Fault, FaultKind, GlobalKind};
 use crate::memory::{CodeCache, Decoded, Memory};
 use crate::{ProfileMark, TileCounters};
 
+use trap::{R, Trap, trap};
+
 mod blocks;
 mod streams;
+mod trap;
 
 /// Tile cycles of a barrel slot, as a u64 (the target's value is checked to match).
 pub(crate) const SLOT: u64 = ipu_target::BARREL_SLOT_CYCLES as u64;
@@ -297,19 +300,6 @@ enum Flow {
     Jump(u32),
     Rpt { count: u32, body: u8 },
     Exit,
-}
-
-/// A trap inside an instruction: the fault kind and address.
-/// Boxed so that every `R<T>` stays two words and comes back in registers (a `FaultKind` is
-/// 72 bytes); the box is only allocated when something faults.
-type Trap = Box<(FaultKind, Option<u32>)>;
-type R<T> = Result<T, Trap>;
-
-/// A trap of `kind` at `addr`.
-#[cold]
-#[inline(never)]
-fn trap(kind: FaultKind, addr: Option<u32>) -> Trap {
-    Box::new((kind, addr))
 }
 
 /// One tile.
