@@ -14,8 +14,9 @@
 use crate::fault::{Context, Fault};
 use crate::memory::Decoded;
 
+use super::decode::Op;
 use super::regs::Regs;
-use super::{AmpAcc, Op, SLOT, SlotAt, Tile, streams};
+use super::{AmpAcc, SLOT, SlotAt, Tile, streams};
 
 /// Slots of a run at most (a longer straight run continues in the next one).
 const BLOCK_SLOTS_MAX: usize = 256;

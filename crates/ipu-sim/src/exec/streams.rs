@@ -16,10 +16,10 @@ use ipu_target::BANK_CONFLICT_SLOTS;
 
 use crate::memory::Decoded;
 
+use super::decode::{FloatOp, MainOp};
 use super::regs::{AWrite, Regs, commit, pair, set_pair};
 use super::{
-    FloatOp, MainOp, NO_WRITE, RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun, amp_run,
-    decoded_float,
+    NO_WRITE, RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun, amp_run, decoded_float,
 };
 
 /// A slot of a streamed body: its float half and its paced accesses.
