@@ -17,10 +17,9 @@ use ipu_target::BANK_CONFLICT_SLOTS;
 use crate::memory::Decoded;
 
 use super::decode::{FloatOp, MainOp};
+use super::float::{NO_WRITE, decoded_float};
 use super::regs::{AWrite, Regs, commit, pair, set_pair};
-use super::{
-    NO_WRITE, RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun, amp_run, decoded_float,
-};
+use super::{RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun, amp_run};
 
 /// A slot of a streamed body: its float half and its paced accesses.
 #[derive(Clone, Copy, Debug)]
@@ -371,7 +370,7 @@ impl Tile {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::xorshift;
+    use super::super::testing::xorshift;
     use super::*;
 
     /// A list after a few random accesses, as a launch would have it before a loop.
