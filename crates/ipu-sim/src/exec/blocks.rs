@@ -14,9 +14,10 @@
 use crate::fault::{Context, Fault};
 use crate::memory::Decoded;
 
+use super::amp::AmpAcc;
 use super::decode::Op;
 use super::regs::Regs;
-use super::{AmpAcc, SLOT, SlotAt, Tile, streams};
+use super::{SLOT, SlotAt, Tile, streams};
 
 /// Slots of a run at most (a longer straight run continues in the next one).
 const BLOCK_SLOTS_MAX: usize = 256;

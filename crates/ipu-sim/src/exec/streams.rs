@@ -16,10 +16,11 @@ use ipu_target::BANK_CONFLICT_SLOTS;
 
 use crate::memory::Decoded;
 
+use super::amp::amp_run;
 use super::decode::{FloatOp, MainOp};
 use super::float::{NO_WRITE, decoded_float};
 use super::regs::{AWrite, Regs, commit, pair, set_pair};
-use super::{RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun, amp_run};
+use super::{RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun};
 
 /// A slot of a streamed body: its float half and its paced accesses.
 #[derive(Clone, Copy, Debug)]
