@@ -19,8 +19,9 @@ use crate::memory::Decoded;
 use super::amp::amp_run;
 use super::decode::{FloatOp, MainOp};
 use super::float::{NO_WRITE, decoded_float};
+use super::races::{RACE_RANGES_MAX, RangeList, Tracker};
 use super::regs::{AWrite, Regs, commit, pair, set_pair};
-use super::{RACE_RANGES_MAX, RangeList, SLOT, Tile, Tracker, WorkerRun};
+use super::{SLOT, Tile, WorkerRun};
 
 /// A slot of a streamed body: its float half and its paced accesses.
 #[derive(Clone, Copy, Debug)]
