@@ -17,7 +17,8 @@ use crate::memory::Decoded;
 use super::amp::AmpAcc;
 use super::decode::Op;
 use super::regs::Regs;
-use super::{SLOT, SlotAt, Tile, streams};
+use super::semantics::SlotAt;
+use super::{SLOT, Tile, streams};
 
 /// Slots of a run at most (a longer straight run continues in the next one).
 const BLOCK_SLOTS_MAX: usize = 256;
