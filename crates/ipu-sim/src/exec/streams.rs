@@ -21,7 +21,8 @@ use super::decode::{FloatOp, MainOp};
 use super::float::{NO_WRITE, decoded_float};
 use super::races::{RACE_RANGES_MAX, RangeList, Tracker};
 use super::regs::{AWrite, Regs, commit, pair, set_pair};
-use super::{SLOT, Tile, WorkerRun};
+use super::worker::WorkerRun;
+use super::{SLOT, Tile};
 
 /// A slot of a streamed body: its float half and its paced accesses.
 #[derive(Clone, Copy, Debug)]
