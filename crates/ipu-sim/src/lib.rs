@@ -52,7 +52,7 @@ mod simd;
 
 use rayon::prelude::*;
 
-pub use exec::{AmpGeometry, RACE_RANGES_MAX, amp_geometry, eval_float};
+pub use exec::{RACE_RANGES_MAX, eval_float};
 /// f16 bits to f32 (exact) and f32 to f16 bits (round to nearest even): the conversions the
 /// device uses, equal to the `half` crate's for every input (tested).
 pub fn f16_bits_to_f32(bits: u16) -> f32 {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ipu_isa::Slot;
 
-use crate::exec::Op;
+use crate::exec::decode::Op;
 
 /// Bytes of one memory bank (16 KiB on Mk2, see `ipu_target::BANK_BYTES`), the unit of
 /// `Memory::nonzero_bank_bytes`.

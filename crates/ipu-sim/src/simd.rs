@@ -1,13 +1,13 @@
 //! The `f16f16` and `f16f32` AMP steps with x86 F16C/AVX instructions, when the host has them.
 //!
-//! They perform exactly the operations of the portable step (`exec::amp_step`): each product
+//! They perform exactly the operations of the portable step (`exec::amp::amp_step`): each product
 //! and each sum rounded to f32, in K order per column (no fused multiply-add), f16 conversions
 //! rounding to nearest even. Tests compare the two on random and special values.
 //! The one freedom IEEE leaves, which NaN's payload survives when both operands of an
 //! operation are NaNs, may differ between the paths; a host always takes the same path, so
 //! results stay bit-identical from run to run and at any thread count.
 
-use crate::exec::AmpAcc;
+use crate::exec::amp::AmpAcc;
 
 /// Whether the host can run [`amp_f16f16`].
 #[inline(always)]

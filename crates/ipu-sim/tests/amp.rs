@@ -4,7 +4,6 @@ mod common;
 
 use common::*;
 use half::f16;
-use ipu_sim::amp_geometry;
 use ipu_target::{AmpMode, TargetKind};
 
 const W: u32 = 0x80000;
@@ -40,7 +39,8 @@ fn fmt_name(m: AmpMode) -> &'static str {
 }
 
 fn check_mode(mode: AmpMode) {
-    let g = amp_geometry(mode);
+    let g = mode.geometry();
+    let (k_row, lanes, columns) = (g.k as usize, g.lanes as usize, g.columns as usize);
     let mut rng = Rng(0xA11CE + mode as u64);
     let f8w = (ipu_numerics::Fp8Format::F143, -2);
     let f8x = (ipu_numerics::Fp8Format::F152, 1);
@@ -49,8 +49,8 @@ fn check_mode(mode: AmpMode) {
     let mut wv = Vec::new();
     let mut xb = Vec::new();
     let mut xv = Vec::new();
-    let n_w = g.k * g.columns;
-    let n_x = ROWS * g.k;
+    let n_w = k_row * columns;
+    let n_x = ROWS * k_row;
     match mode {
         AmpMode::F16F16 | AmpMode::F16F32 => {
             for _ in 0..n_w {
@@ -89,13 +89,13 @@ fn check_mode(mode: AmpMode) {
             }
         }
     }
-    assert_eq!(wb.len() as u32, g.weight_bytes);
+    assert_eq!(wb.len() as u32, g.weight_bytes());
     // Partials: one 64-bit chunk per phase.
     let f32_partials = matches!(mode, AmpMode::F16F32 | AmpMode::F32F32);
-    let cpp = g.columns / 4;
+    let cpp = columns / 4;
     let mut pb = Vec::new();
     let mut pv = Vec::new();
-    for _ in 0..ROWS * g.columns {
+    for _ in 0..ROWS * columns {
         if f32_partials {
             let b = rng.f32();
             pb.extend_from_slice(&b.to_le_bytes());
@@ -109,16 +109,16 @@ fn check_mode(mode: AmpMode) {
     // Host model.
     let mut want: Vec<u32> = Vec::new();
     for r in 0..ROWS - 1 {
-        let mut acc = vec![0f32; g.columns];
+        let mut acc = vec![0f32; columns];
         for p in 0..4 {
             for (c, a) in acc.iter_mut().enumerate() {
-                for j in 0..g.lanes {
-                    let k = p * g.lanes + j;
-                    *a += xv[r * g.k + k] * wv[k * g.columns + c];
+                for j in 0..lanes {
+                    let k = p * lanes + j;
+                    *a += xv[r * k_row + k] * wv[k * columns + c];
                 }
             }
             for i in 0..cpp {
-                acc[p * cpp + i] += pv[r * g.columns + p * cpp + i];
+                acc[p * cpp + i] += pv[r * columns + p * cpp + i];
             }
         }
         for a in acc {
@@ -179,12 +179,8 @@ fn geometry_matches_the_throughput_of_each_mode() {
     // MACs per amp instruction = lanes x columns; at one amp per tile cycle (six workers, one
     // slot each per six cycles) that is the mode's MACs per cycle.
     for mode in AmpMode::ALL {
-        let g = amp_geometry(mode);
-        assert_eq!(
-            (g.lanes * g.columns) as u32,
-            mode.macs_per_cycle(),
-            "{mode:?}"
-        );
+        let g = mode.geometry();
+        assert_eq!(g.lanes * g.columns, mode.macs_per_cycle(), "{mode:?}");
         assert_eq!(g.k, 4 * g.lanes);
     }
 }

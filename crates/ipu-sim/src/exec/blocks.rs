@@ -11,7 +11,14 @@
 //! accounts it, so faults, counters and stalls are the same; a stall that brings the limit
 //! within reach, or a store that forgets cached code, hands the rest back to that loop.
 
-use super::*;
+use crate::fault::{Context, Fault};
+use crate::memory::Decoded;
+
+use super::amp::AmpAcc;
+use super::decode::Op;
+use super::regs::Regs;
+use super::semantics::SlotAt;
+use super::{SLOT, Tile, streams};
 
 /// Slots of a run at most (a longer straight run continues in the next one).
 const BLOCK_SLOTS_MAX: usize = 256;

@@ -11,9 +11,18 @@
 //! reaches ([`RangeList::extend_stream`], [`RangeList::alternate_streams`]), and access by
 //! access otherwise. Results, counters, conflicts and faults are the same as the general path.
 
+use ipu_isa::{APair, MReg};
 use ipu_target::BANK_CONFLICT_SLOTS;
 
-use super::*;
+use crate::memory::Decoded;
+
+use super::amp::amp_run;
+use super::decode::{FloatOp, MainOp};
+use super::float::{NO_WRITE, decoded_float};
+use super::races::{RACE_RANGES_MAX, RangeList, Tracker};
+use super::regs::{AWrite, Regs, commit, pair, set_pair};
+use super::worker::WorkerRun;
+use super::{SLOT, Tile};
 
 /// A slot of a streamed body: its float half and its paced accesses.
 #[derive(Clone, Copy, Debug)]
@@ -364,7 +373,7 @@ impl Tile {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::xorshift;
+    use super::super::testing::xorshift;
     use super::*;
 
     /// A list after a few random accesses, as a launch would have it before a loop.
