@@ -10,6 +10,7 @@ use super::decode::FloatOp;
 use super::regs::{AWrite, Regs, commit};
 use super::trap::{R, Trap, trap};
 
+#[inline(always)]
 pub(super) fn f(bits: u32) -> f32 {
     f32::from_bits(bits)
 }
@@ -101,7 +102,7 @@ fn mask32(b: bool) -> u32 {
 }
 
 /// f16 binary operation on bit patterns: computed in f32, rounded to f16 once.
-#[inline]
+#[inline(always)]
 pub(crate) fn op_f16(op: FBinOp, x: u32, y: u32, d: u32) -> u32 {
     let (xf, yf, df) = (h(x), h(y), h(d));
     match op {
@@ -112,6 +113,7 @@ pub(crate) fn op_f16(op: FBinOp, x: u32, y: u32, d: u32) -> u32 {
     }
 }
 
+#[inline(always)]
 fn mask16(b: bool) -> u32 {
     if b { 0xFFFF } else { 0 }
 }
