@@ -254,56 +254,12 @@ fn compile(
     }
 }
 
-/// For an ONNX model: the attention subgraphs exporters write (`ipu_graph::fuse`) fused into
-/// one operation, lowered unfused (`attention`) or as `flash_attention`, whichever the planner
-/// estimates cheaper; the imported graph as it is when neither plans or nothing is fused. The
-/// log names the fused nodes and the estimates.
+/// For an ONNX model: its attention subgraphs in the form the compiler chooses
+/// ([`ipu_codegen::choose_attention`]) for the target and tiles of `c`.
 pub(crate) fn choose_attention(graph: Graph, c: &CompileArgs) -> anyhow::Result<Graph> {
-    let (fused_graph, fused) = ipu_graph::fuse::attention_subgraphs(&graph)?;
-    if fused.is_empty() {
-        return Ok(graph);
-    }
     let target = target_of(&c.target)?;
     let tiles = c.tiles.unwrap_or(target.tiles);
-    let outputs: Vec<String> = fused.iter().map(|f| f.output.clone()).collect();
-    let flash_graph = ipu_graph::fuse::as_flash(&fused_graph, &outputs)?;
-    let estimate =
-        |g: &Graph| ipu_codegen::plan::plan(g, &target, tiles).map(|p| p.estimated_cycles);
-    let candidates = [
-        ("as imported", &graph),
-        ("attention", &fused_graph),
-        ("flash_attention", &flash_graph),
-    ];
-    let mut best: Option<(&str, &Graph, u64)> = None;
-    for (what, g) in candidates {
-        match estimate(g) {
-            Ok(cycles) => {
-                info!(
-                    lowering = what,
-                    estimated_cycles = cycles,
-                    "planned an attention lowering"
-                );
-                if best.is_none_or(|b| cycles < b.2) {
-                    best = Some((what, g, cycles));
-                }
-            }
-            Err(e) => info!(lowering = what, reason = %e, "an attention lowering does not plan"),
-        }
-    }
-    let Some((what, chosen, cycles)) = best else {
-        return Ok(graph);
-    };
-    for f in &fused {
-        info!(
-            nodes = %f.operations.join(","),
-            output = %f.output,
-            causal = f.causal,
-            lowering = what,
-            estimated_cycles = cycles,
-            "fused attention subgraph"
-        );
-    }
-    Ok(chosen.clone())
+    Ok(ipu_codegen::choose_attention(&graph, &target, tiles)?)
 }
 
 /// The tolerance of graph output `id` against its reference `exp`, `reordered` when the graph

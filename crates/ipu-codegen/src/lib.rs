@@ -20,6 +20,7 @@
 //!
 //! The crate is sans-IO: it takes values and returns values.
 
+pub mod attention_form;
 pub mod cost;
 pub mod emit;
 pub mod exchange;
@@ -36,6 +37,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;
 
+pub use attention_form::choose_attention;
 use ipu_graph::Graph;
 use ipu_package::Package;
 use ipu_target::Target;
