@@ -128,7 +128,7 @@ pub fn run(c: GraphCommand) -> anyhow::Result<u8> {
                     // The constant files first: the graph file, written last, references them.
                     let dir = path.parent().unwrap_or(std::path::Path::new("."));
                     graph_files::write_constants(dir, &printed.files)?;
-                    crate::cmd_run::write_atomically(&path, printed.text.as_bytes())
+                    crate::output_file::write_atomically(&path, printed.text.as_bytes())
                         .with_context(|| format!("writing {}", path.display()))?;
                 }
                 None => {

@@ -80,7 +80,7 @@ pub fn asm(args: AsmArgs) -> anyhow::Result<u8> {
         .output
         .unwrap_or_else(|| args.input.with_extension("bin"));
     let bytes = object.to_bytes();
-    crate::cmd_run::write_atomically(&output, &bytes)
+    crate::output_file::write_atomically(&output, &bytes)
         .with_context(|| format!("cannot write {}", output.display()))?;
     let code: usize = object.sections.iter().map(|s| s.bytes.len()).sum();
     println!(

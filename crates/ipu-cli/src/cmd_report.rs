@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use ipu_insight::{REPORT_HTML, TRACE_JSON};
 
-use crate::cmd_run::write_atomically;
+use crate::output_file::write_atomically;
 
 /// Arguments of `ipu report`.
 #[derive(clap::Args)]

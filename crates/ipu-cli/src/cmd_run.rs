@@ -29,6 +29,7 @@ use tracing::info;
 use crate::cmd_graph::load_model_with;
 use crate::cmd_onnx;
 use crate::npy::{self, FileInputs, Output, TensorFileArgs};
+use crate::output_file::write_atomically;
 
 /// Most `--iterations` one command accepts: a bound against a mistyped count (a million calls
 /// of the smallest package take hours on the simulator), far beyond any measurement's needs.
@@ -201,15 +202,6 @@ pub(crate) fn target_of(name: &str) -> anyhow::Result<Target> {
     TargetKind::from_name(name)
         .map(|k| k.target())
         .ok_or_else(|| anyhow::anyhow!("unknown target {name:?}; known targets: gc200, bow, c600"))
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename
-/// (removed on failure), so a failure never leaves a partial file that looks complete.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    Ok(ipu_runtime::profile::write_atomically(path, bytes)?)
 }
 
 /// Compiles `graph`. A refused build still writes the JSON report at `report` (and the HTML

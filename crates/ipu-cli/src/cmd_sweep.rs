@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use ipu_insight::sweep::{POINT_JSON, SUMMARY_CSV, SUMMARY_HTML, SweepPoint};
 use tracing::info;
 
-use crate::cmd_run::write_atomically;
+use crate::output_file::write_atomically;
 
 /// Most points one sweep runs: a bound against a mistyped list (each point is a build and a
 /// simulation of seconds to minutes).

@@ -88,7 +88,7 @@ pub fn write_constants(dir: &Path, files: &[ConstantFile]) -> anyhow::Result<()>
             .write_header_only()
             .and_then(|w| w.write_all(f.data.bytes()))
             .with_context(|| format!("encoding {}", path.display()))?;
-        crate::cmd_run::write_atomically(&path, &bytes)
+        crate::output_file::write_atomically(&path, &bytes)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

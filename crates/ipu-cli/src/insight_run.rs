@@ -12,7 +12,7 @@ use ipu_insight::{
 use ipu_runtime::Profile;
 use serde_json::Value;
 
-use crate::cmd_run::write_atomically;
+use crate::output_file::write_atomically;
 
 /// Largest buffers of the busiest tile named in a refusal.
 const REFUSAL_BUFFERS: usize = 5;

@@ -27,6 +27,7 @@ mod cmd_tune;
 mod graph_files;
 mod insight_run;
 mod npy;
+mod output_file;
 mod text_input;
 
 #[derive(Parser)]

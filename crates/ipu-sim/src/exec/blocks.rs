@@ -16,8 +16,8 @@ use crate::memory::Decoded;
 
 use super::amp::AmpAcc;
 use super::decode::Op;
+use super::decode::SlotAt;
 use super::regs::Regs;
-use super::semantics::SlotAt;
 use super::{SLOT, Tile, streams};
 
 /// Slots of a run at most (a longer straight run continues in the next one).

@@ -343,3 +343,12 @@ pub(super) fn decode_at(target: &Target, mem: &Memory, pc: u32) -> R<Decoded> {
         cost,
     })
 }
+
+/// Where `Tile::exec_data_slot` finds the instructions of the halves without a decoded form.
+#[derive(Clone, Copy)]
+pub(super) enum SlotAt<'a> {
+    /// In the caller's copy.
+    Here(&'a Slot),
+    /// In the code cache at this pc (the interpreter loop copies only the `Op`).
+    Cached(u32),
+}

@@ -10,7 +10,7 @@ use ipu_target::SUPERVISOR_CONTEXT;
 use crate::fault::FaultKind;
 
 use super::amp::{AmpAcc, amp_run, amp_step};
-use super::decode::{FloatOp, MainOp, Op, float_instr, main_instr};
+use super::decode::{FloatOp, MainOp, Op, SlotAt, float_instr, main_instr};
 use super::float::{NO_WRITE, decoded_float, float_trap, float_value};
 use super::regs::{AWrite, Regs, commit, pair, set_pair};
 use super::trap::{R, Trap, trap};
@@ -27,15 +27,6 @@ fn not_main(instr: &Instr) -> Trap {
         FaultKind::IllegalOperands("not a main-pipeline instruction"),
         None,
     )
-}
-
-/// Where [`Tile::exec_data_slot`] finds the instructions of the halves without a decoded form.
-#[derive(Clone, Copy)]
-pub(super) enum SlotAt<'a> {
-    /// In the caller's copy.
-    Here(&'a Slot),
-    /// In the code cache at this pc (the interpreter loop copies only the `Op`).
-    Cached(u32),
 }
 
 impl Tile {

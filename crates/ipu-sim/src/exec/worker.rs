@@ -7,9 +7,9 @@ use crate::fault::{Context, Fault, FaultKind};
 use crate::memory::Decoded;
 
 use super::amp::AmpAcc;
+use super::decode::SlotAt;
 use super::decode::instructions_of;
 use super::regs::Regs;
-use super::semantics::SlotAt;
 use super::{Flow, SLOT, Tile, streams};
 
 /// A running worker's registers and accounting, lent to the `rpt` loop.
