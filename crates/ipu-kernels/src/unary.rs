@@ -1,13 +1,14 @@
 //! The unary kernel ([`crate::Kernel::Unary`]): `exp`, `sqrt` and the scale by their
-//! instructions, `tanh`, `erf` and `log` by f32 instruction sequences whose constants and
+//! instructions, `tanh`, `erf`, `log`, `sin` and `cos` by f32 instruction sequences whose constants and
 //! lane-by-lane model are [`ipu_numerics::unary`]'s; and [`crate::Kernel::ScaleHalves`]. Each
 //! with its cycle model.
 
 use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg};
 use ipu_numerics::UnaryFn;
 use ipu_numerics::unary::{
-    ERF_AS_NEG_A, ERF_AS_P, ERF_TAYLOR, LOG_ATANH, LOG_EXPONENT_BIAS_BITS,
-    LOG_SUBNORMAL_SCALE_MINUS_ONE, TANH_TAYLOR, THRESHOLD,
+    COS_TAYLOR, ERF_AS_NEG_A, ERF_AS_P, ERF_TAYLOR, LOG_ATANH, LOG_EXPONENT_BIAS_BITS,
+    LOG_SUBNORMAL_SCALE_MINUS_ONE, SIN_NEG_HALF_PI, SIN_ROUNDING_SHIFT, SIN_TAYLOR,
+    SIN_TWO_OVER_PI, TANH_TAYLOR, THRESHOLD,
 };
 
 use crate::code::*;
@@ -31,6 +32,8 @@ fn pair_form(f: UnaryFn) -> PairForm {
         UnaryFn::Sqrt => PairForm::Instruction(FUnOp::Sqrt),
         UnaryFn::Tanh | UnaryFn::Erf => PairForm::Sequence(approx_setup(f), approx_pair(f)),
         UnaryFn::Log => PairForm::Sequence(log_setup(), log_pair()),
+        UnaryFn::Sin => PairForm::Sequence(sin_cos_setup(), sin_cos_pair(0)),
+        UnaryFn::Cos => PairForm::Sequence(sin_cos_setup(), sin_cos_pair(1)),
     }
 }
 
@@ -492,5 +495,154 @@ fn log_pair() -> Vec<Instr> {
         LOG_MOVED_REGS.len(),
         "every moved constant is used once"
     );
+    out
+}
+
+/// `setzi` and `orhi`: `$mD` = `bits`.
+fn li_bits(d: MReg, bits: u32) -> [Instr; 2] {
+    [
+        setzi(d, bits & 0xFFFF),
+        Instr::Orhi {
+            d,
+            imm: (bits >> 16) as u16,
+        },
+    ]
+}
+
+/// Register pairs of [`sin_cos_pair`]: the operand, then `sin r` and the result (`SX`); `x 2/pi`
+/// shifted, then `k`, then `cos r` (`SK`); `r` (`SR`); `r^2` (`SZ`); the polynomials (`SQ`);
+/// the weights of the cosine (`SW1`) and of the negation (`SW2`); the scratch pair constants
+/// are moved into (`SS`).
+const SX: u8 = 0;
+const SK: u8 = 2;
+const SR: u8 = 4;
+const SZ: u8 = 6;
+const SQ: u8 = 8;
+const SW1: u8 = 10;
+const SW2: u8 = 12;
+const SS: u8 = 14;
+
+/// The integer temporaries of [`sin_cos_pair`] (the second also sets up the constants that
+/// are not resident).
+const SIN_INT_TEMPS: [u8; 2] = [4, 5];
+
+/// The constants of [`sin_cos_pair`] resident in `$m6..=$m15`, and the value each holds.
+fn sin_cos_resident() -> [(u8, f32); 10] {
+    let [p1, p2, p3] = SIN_NEG_HALF_PI;
+    let [s3, s5, s7, s9] = SIN_TAYLOR;
+    [
+        (6, SIN_TWO_OVER_PI),
+        (7, SIN_ROUNDING_SHIFT),
+        (8, p1),
+        (9, p2),
+        (10, p3),
+        (11, s9),
+        (12, s7),
+        (13, s5),
+        (14, s3),
+        (15, 1.0),
+    ]
+}
+
+/// The set-up of [`sin_cos_pair`]'s resident constants.
+fn sin_cos_setup() -> Vec<Instr> {
+    sin_cos_resident()
+        .iter()
+        .flat_map(|&(r, v)| li_bits(m(r), v.to_bits()))
+        .collect()
+}
+
+/// The f32v2 sequence of `sin` (`quadrant_offset` 0) or `cos` (1) from `$a0:1` to `$a0:1`;
+/// lane by lane it is exactly [`ipu_numerics::unary::sin_cos_device`]: `x 2/pi` plus the
+/// rounding shift, whose bits (per lane, integer arithmetic) give the quadrant's two
+/// weights; `k`; `r` in three fused steps; the sine and cosine polynomials; the selection and
+/// the sign.
+fn sin_cos_pair(quadrant_offset: u32) -> Vec<Instr> {
+    use FBinOp::*;
+    let v2 = FType::F32v2;
+    let mut out = Vec::new();
+    let bin = |out: &mut Vec<Instr>, o: FBinOp, d: u8, a: u8, b: u8| out.push(fbin(v2, o, d, a, b));
+    let un = |out: &mut Vec<Instr>, o: FUnOp, d: u8, a: u8| out.push(fun(v2, o, d, a));
+    let [t0, t1] = SIN_INT_TEMPS.map(m);
+    // A constant in the scratch pair: moved from its resident register, or set up in `t1`.
+    let k = |out: &mut Vec<Instr>, v: f32| {
+        let r = match sin_cos_resident()
+            .iter()
+            .find(|(_, c)| c.to_bits() == v.to_bits())
+        {
+            Some(&(r, _)) => m(r),
+            None => {
+                out.extend(li_bits(t1, v.to_bits()));
+                t1
+            }
+        };
+        out.push(mov_a(SS, r));
+        out.push(mov_a(SS + 1, r));
+        SS
+    };
+    let kr = k(&mut out, SIN_TWO_OVER_PI);
+    bin(&mut out, Mul, SK, SX, kr);
+    let kr = k(&mut out, SIN_ROUNDING_SHIFT);
+    bin(&mut out, Add, SK, SK, kr); // shifted
+    for lane in 0..2 {
+        out.push(Instr::MovToM {
+            d: t0,
+            a: a(SK + lane),
+        });
+        if quadrant_offset != 0 {
+            out.push(alu_imm(AluOp::Add, t0, t0, quadrant_offset as i16));
+        }
+        out.push(alu_imm(AluOp::And, t1, t0, 1));
+        out.push(alu_imm(AluOp::Shr, t0, t0, 1));
+        out.push(alu_imm(AluOp::And, t0, t0, 1));
+        out.push(Instr::MovToA {
+            d: a(SW1 + lane),
+            a: t1,
+        });
+        out.push(conv(ConvOp::I32ToF32, SW1 + lane, SW1 + lane));
+        out.push(Instr::MovToA {
+            d: a(SW2 + lane),
+            a: t0,
+        });
+        out.push(conv(ConvOp::I32ToF32, SW2 + lane, SW2 + lane));
+    }
+    bin(&mut out, Sub, SK, SK, SS); // k (the scratch still holds the shift)
+    un(&mut out, FUnOp::Mov, SR, SX);
+    for p in SIN_NEG_HALF_PI {
+        let kr = k(&mut out, p);
+        bin(&mut out, Mac, SR, SK, kr);
+    }
+    bin(&mut out, Mul, SZ, SR, SR);
+    let [s3, s5, s7, s9] = SIN_TAYLOR;
+    let kr = k(&mut out, s9);
+    bin(&mut out, Mul, SQ, SZ, kr);
+    for c in [s7, s5, s3] {
+        let kr = k(&mut out, c);
+        bin(&mut out, Add, SQ, SQ, kr);
+        bin(&mut out, Mul, SQ, SQ, SZ);
+    }
+    un(&mut out, FUnOp::Mov, SX, SR);
+    bin(&mut out, Mac, SX, SR, SQ); // sin r
+    let [c2, c4, c6, c8, c10] = COS_TAYLOR;
+    let kr = k(&mut out, c10);
+    bin(&mut out, Mul, SQ, SZ, kr);
+    for (i, c) in [c8, c6, c4, c2].into_iter().enumerate() {
+        let kr = k(&mut out, c);
+        bin(&mut out, Add, SQ, SQ, kr);
+        if i < 3 {
+            bin(&mut out, Mul, SQ, SQ, SZ);
+        }
+    }
+    let one = k(&mut out, 1.0);
+    un(&mut out, FUnOp::Mov, SK, one);
+    bin(&mut out, Mac, SK, SZ, SQ); // cos r
+    bin(&mut out, Sub, SQ, one, SW1);
+    bin(&mut out, Mul, SX, SX, SQ);
+    bin(&mut out, Mul, SK, SK, SW1);
+    bin(&mut out, Add, SX, SX, SK);
+    un(&mut out, FUnOp::Mov, SQ, one);
+    let kr = k(&mut out, -2.0);
+    bin(&mut out, Mac, SQ, SW2, kr); // 1 - 2 w2
+    bin(&mut out, Mul, SX, SX, SQ);
     out
 }

@@ -1,4 +1,4 @@
-//! The graph's unary functions (`exp`, `sqrt`, `tanh`, `erf`, `log`): one place for each
+//! The graph's unary functions (`exp`, `sqrt`, `tanh`, `erf`, `log`, `sin`, `cos`): one place for each
 //! function's name in the text form, its exact value, and the device's value, operation by
 //! operation as the unary kernel of `ipu-kernels` issues it, with the constants both use.
 //! The differential tests of `ipu-codegen` compare the device with [`UnaryFn::device`] bit
@@ -23,16 +23,22 @@ pub enum UnaryFn {
     Erf,
     /// The natural logarithm `ln(x)` (`-inf` at zero, NaN below zero, as IEEE).
     Log,
+    /// `sin(x)`, radians.
+    Sin,
+    /// `cos(x)`, radians.
+    Cos,
 }
 
 impl UnaryFn {
     /// Every function, in text order.
-    pub const ALL: [UnaryFn; 5] = [
+    pub const ALL: [UnaryFn; 7] = [
         UnaryFn::Exp,
         UnaryFn::Sqrt,
         UnaryFn::Tanh,
         UnaryFn::Erf,
         UnaryFn::Log,
+        UnaryFn::Sin,
+        UnaryFn::Cos,
     ];
 
     /// The mnemonic in the graph's text form.
@@ -43,6 +49,8 @@ impl UnaryFn {
             UnaryFn::Tanh => "tanh",
             UnaryFn::Erf => "erf",
             UnaryFn::Log => "log",
+            UnaryFn::Sin => "sin",
+            UnaryFn::Cos => "cos",
         }
     }
 
@@ -51,10 +59,10 @@ impl UnaryFn {
         UnaryFn::ALL.into_iter().find(|f| f.mnemonic() == name)
     }
 
-    /// Whether `f(0) = 0`, so a value's zero padding stays zero through it (`exp` and `log`
-    /// do not: their padding is cleared where something reads it).
+    /// Whether `f(0) = 0`, so a value's zero padding stays zero through it (`exp`, `log`
+    /// and `cos` do not: their padding is cleared where something reads it).
     pub fn keeps_zero(self) -> bool {
-        !matches!(self, UnaryFn::Exp | UnaryFn::Log)
+        !matches!(self, UnaryFn::Exp | UnaryFn::Log | UnaryFn::Cos)
     }
 
     /// The exact value, rounded once to f32 (`exp` and `sqrt` in f32, correctly rounded or
@@ -66,6 +74,8 @@ impl UnaryFn {
             UnaryFn::Tanh => f64::from(x).tanh() as f32,
             UnaryFn::Erf => erf_exact(f64::from(x)) as f32,
             UnaryFn::Log => f64::from(x).ln() as f32,
+            UnaryFn::Sin => f64::from(x).sin() as f32,
+            UnaryFn::Cos => f64::from(x).cos() as f32,
         }
     }
 
@@ -76,6 +86,8 @@ impl UnaryFn {
             UnaryFn::Tanh => tanh_device(x),
             UnaryFn::Erf => erf_device(x),
             UnaryFn::Log => log_device(x),
+            UnaryFn::Sin => sin_cos_device(x, 0),
+            UnaryFn::Cos => sin_cos_device(x, 1),
         }
     }
 }
@@ -256,6 +268,77 @@ pub fn log_device(x: f32) -> f32 {
     r + (q + q)
 }
 
+/// `2/pi` rounded to f32: `x * 2/pi` rounded to an integer is the quadrant count `k`.
+pub const SIN_TWO_OVER_PI: f32 = std::f32::consts::FRAC_2_PI;
+
+/// `1.5 * 2^23`: added to an f32 of magnitude below `2^22`, it rounds it to an integer (the
+/// sum's unit in the last place is 1), and the sum's low significand bits are that integer
+/// modulo `2^22` (so its low two bits are the quadrant).
+pub const SIN_ROUNDING_SHIFT: f32 = 12_582_912.0;
+
+/// `-pi/2` in three f32 parts (Cody and Waite's reduction): `r = x - k pi/2` is
+/// `((x + k P1) + k P2) + k P3`, each step one fused multiply-add. The first part is `-pi/2`
+/// rounded to f32, each next part what is left rounded to f32; together they carry about 72
+/// bits of `pi/2`, so the reduction stays accurate while `k` has at most 22 bits.
+pub const SIN_NEG_HALF_PI: [f32; 3] = {
+    const HALF_PI: f64 = std::f64::consts::FRAC_PI_2;
+    let p1 = -HALF_PI as f32;
+    let rest = -HALF_PI - p1 as f64;
+    let p2 = rest as f32;
+    // What f64 holds beyond the first two parts: 2^-80 and below are lost, far past f32's
+    // reach for any `k` below 2^22.
+    let p3 = (rest - p2 as f64) as f32;
+    [p1, p2, p3]
+};
+
+/// Taylor coefficients of `sin(r) = r + r^3 S3 + r^5 S5 + r^7 S7 + r^9 S9`: `-1/3!`, `1/5!`,
+/// `-1/7!`, `1/9!`. At `|r| <= pi/4` the first omitted term is below `(pi/4)^11 / 11! = 1.8e-9`.
+pub const SIN_TAYLOR: [f32; 4] = [-1.0 / 6.0, 1.0 / 120.0, -1.0 / 5_040.0, 1.0 / 362_880.0];
+
+/// Taylor coefficients of `cos(r) = 1 + r^2 C2 + r^4 C4 + ... + r^10 C10`: `-1/2!`, `1/4!`,
+/// `-1/6!`, `1/8!`, `-1/10!`. At `|r| <= pi/4` the first omitted term is below
+/// `(pi/4)^12 / 12! = 1.2e-10`.
+pub const COS_TAYLOR: [f32; 5] = [
+    -1.0 / 2.0,
+    1.0 / 24.0,
+    -1.0 / 720.0,
+    1.0 / 40_320.0,
+    -1.0 / 3_628_800.0,
+];
+
+/// The largest `|x|` whose quadrant count the device's reduction finds: `2^22 pi/2`, about
+/// 6.6e6. Beyond it the rounding shift no longer rounds `x * 2/pi` to an integer and the
+/// device's `sin` and `cos` are wrong (`docs/numerics.md`).
+pub const SIN_ARGUMENT_MAX: f32 = 6_588_397.0;
+
+/// The device's `sin` (`quadrant_offset` 0) or `cos` (1) of one f32 lane: `k` = `x * 2/pi`
+/// rounded to an integer by the rounding shift, whose sum's low bits plus the offset give
+/// the quadrant `q` (bit 0: take the cosine polynomial, bit 1: negate); `r = x - k pi/2` in
+/// three fused steps; both polynomials in `r^2`; the selection by exact weights 0 or 1, as in
+/// `tanh`. A NaN or infinite input gives NaN through `r`.
+pub fn sin_cos_device(x: f32, quadrant_offset: u32) -> f32 {
+    let t = x * SIN_TWO_OVER_PI;
+    let shifted = t + SIN_ROUNDING_SHIFT;
+    let q = shifted.to_bits().wrapping_add(quadrant_offset);
+    let odd = (q & 1) as f32;
+    let negative = ((q >> 1) & 1) as f32;
+    let k = shifted - SIN_ROUNDING_SHIFT;
+    let [p1, p2, p3] = SIN_NEG_HALF_PI;
+    let r = k.mul_add(p1, x);
+    let r = k.mul_add(p2, r);
+    let r = k.mul_add(p3, r);
+    let z = r * r;
+    let [s3, s5, s7, s9] = SIN_TAYLOR;
+    let qs = ((z * s9 + s7) * z + s5) * z + s3;
+    let qs = qs * z;
+    let sin = r.mul_add(qs, r);
+    let [c2, c4, c6, c8, c10] = COS_TAYLOR;
+    let qc = (((z * c10 + c8) * z + c6) * z + c4) * z + c2;
+    let cos = z.mul_add(qc, 1.0);
+    let v = sin * (1.0 - odd) + cos * odd;
+    v * negative.mul_add(-2.0, 1.0)
+}
+
 #[cfg(test)]
 
 mod tests {
@@ -296,5 +379,30 @@ mod tests {
                 assert_eq!(f(-x), -f(x), "odd at {x}");
             }
         }
+    }
+
+    #[test]
+    fn device_sin_and_cos_follow_the_exact_functions_below_the_argument_limit() {
+        let mut worst = 0.0f64;
+        // Every 1/1024 in [-16, 16], then magnitudes growing by 0.1 % up to the limit.
+        let small = (-16 * 1024..=16 * 1024).map(|i| i as f32 / 1024.0);
+        let large = std::iter::successors(Some(16.0f32), |x| Some(x * 1.001))
+            .take_while(|x| *x < SIN_ARGUMENT_MAX)
+            .flat_map(|x| [x, -x]);
+        for x in small.chain(large) {
+            for (f, offset) in [(f64::sin as fn(f64) -> f64, 0), (f64::cos, 1)] {
+                let d = f64::from(sin_cos_device(x, offset));
+                worst = worst.max((d - f(f64::from(x))).abs());
+            }
+        }
+        // Absolute error against f64, in units of f32's resolution at 1.
+        assert!(worst < 8.0 * f64::from(f32::EPSILON), "worst {worst:e}");
+        for offset in [0, 1] {
+            assert!(sin_cos_device(f32::NAN, offset).is_nan());
+            assert!(sin_cos_device(f32::INFINITY, offset).is_nan());
+            assert!(sin_cos_device(f32::NEG_INFINITY, offset).is_nan());
+        }
+        assert_eq!(sin_cos_device(0.0, 1), 1.0);
+        assert_eq!(sin_cos_device(0.0, 0), 0.0);
     }
 }

@@ -48,7 +48,7 @@ pub const HANDLERS: &[Handler] = &[
         unary(imp, n, ins, OpKind::Unary(UnaryFn::Log))
     })
     .fold(1, |n, k| unary_fold(n, k, Unary::Log)),
-    // Tanh and Erf are not folded: a known input becomes a constant operand.
+    // Tanh, Erf, Sin and Cos are not folded: a known input becomes a constant operand.
     Handler::map("Tanh", |imp, n, ins| {
         unary(imp, n, ins, OpKind::Unary(UnaryFn::Tanh))
     }),
@@ -58,8 +58,12 @@ pub const HANDLERS: &[Handler] = &[
     Handler::map("Reciprocal", reciprocal).fold(1, |n, k| unary_fold(n, k, Unary::Reciprocal)),
     Handler::map("Sigmoid", sigmoid),
     Handler::map("Gelu", gelu),
-    Handler::refuse("Sin", "no sin device operator"),
-    Handler::refuse("Cos", "no cos device operator"),
+    Handler::map("Sin", |imp, n, ins| {
+        unary(imp, n, ins, OpKind::Unary(UnaryFn::Sin))
+    }),
+    Handler::map("Cos", |imp, n, ins| {
+        unary(imp, n, ins, OpKind::Unary(UnaryFn::Cos))
+    }),
     Handler::refuse("Floor", "no floor device operator")
         .fold(ALL, |n, k| rounding(n, k, Unary::Floor)),
     Handler::refuse("Ceil", "no ceil device operator")
