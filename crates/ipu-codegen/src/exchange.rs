@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use ipu_isa::tables::{ExchangeRow, ExchangeTable};
 use ipu_target::Target;
 
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::program::{BufferId, Copy, Step, TileProgram};
 
 /// One row to be: a source range sent to one buffer, or to the buffers of a placement group on

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements, storage_index};
 
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::layout::{Move, moves, uncovered};
 use crate::plan::{DevValueId, OperatorPlan, dtype_name};
 use crate::program::*;

@@ -19,9 +19,9 @@ use ipu_target::{
     WORKER_CONTEXTS,
 };
 
+use crate::error::{CodegenError, MemoryRegion};
 use crate::layout::{Layout, PIECE_GRAIN};
-use crate::view::{self, LiveValue, PlanningRefusal};
-use crate::{CodegenError, MemoryRegion, Refusal};
+use crate::view::{self, LiveValue, PlanningRefusal, Refusal};
 use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
 
 pub use crate::ops::rows::{GatherKind, RowOp};

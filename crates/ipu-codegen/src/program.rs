@@ -6,6 +6,7 @@ use std::fmt;
 
 use ipu_target::AmpMode;
 
+use crate::error::MemoryRegion;
 use ipu_kernels::Kernel;
 
 /// A buffer's index in [`TileProgram::buffers`] (defined with the vertex states that name
@@ -20,6 +21,15 @@ pub enum Region {
     Any,
     /// Interleaved memory (read by `ampw` or 128-bit loads).
     Interleaved,
+}
+
+impl From<Region> for MemoryRegion {
+    fn from(r: Region) -> MemoryRegion {
+        match r {
+            Region::Any => MemoryRegion::Any,
+            Region::Interleaved => MemoryRegion::Interleaved,
+        }
+    }
 }
 
 /// A piece of tile memory the program uses.

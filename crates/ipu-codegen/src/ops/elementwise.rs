@@ -9,7 +9,7 @@ use ipu_graph::{DType, OpKind, Operation, Value};
 use ipu_package::split_shape;
 
 use super::unsupported;
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::lower::*;
 use crate::plan::*;
 use crate::program::*;

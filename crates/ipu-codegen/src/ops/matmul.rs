@@ -13,11 +13,11 @@ use ipu_target::{
 };
 
 use super::unsupported;
+use crate::error::{CodegenError, MemoryRegion};
 use crate::layout::Layout;
 use crate::lower::*;
 use crate::plan::*;
 use crate::program::*;
-use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::{self as kernels, OVERREAD_BYTES};
 
 use crate::cost::estimate;

@@ -20,8 +20,8 @@ pub mod rows;
 
 use ipu_graph::{OpKind, Operation};
 
-use crate::CodegenError;
 use crate::cost::estimate;
+use crate::error::CodegenError;
 use crate::lower::{Lowerer, OpSteps};
 use crate::plan::{DevOpKind, DevValueId, Planner};
 use crate::program::{Step, SupOp};

@@ -5,7 +5,7 @@
 use ipu_package::split_shape;
 
 use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows, word_grain};
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::layout::PIECE_GRAIN;
 use crate::lower::*;
 use crate::plan::{DevOp, DevValue, DevValueId, elem};

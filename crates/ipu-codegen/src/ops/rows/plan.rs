@@ -23,7 +23,7 @@ use ipu_target::{
     BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
 };
 
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
 use crate::plan::*;
 use ipu_kernels::{self as kernels, BinOp, UnOp};
