@@ -218,11 +218,6 @@ pub(crate) fn amp_chain_launch(
     )
 }
 
-/// Bytes of an input row and of an output row of a chain of AMP rounds: a round's output
-/// pointer then stops at its last row, where the next round stores it
-/// ([`Kernel::AmpChain`]).
-pub(crate) const AMP_CHAIN_ROW_BYTES: u32 = 32;
-
 /// The direction of a [`Copy2d::regroup`].
 pub(crate) enum Regroup {
     /// From `[group][row][segment]` to whole rows.

@@ -106,7 +106,7 @@ fn amp_rounds(
                 // One chain over all the rounds: each stores the last row the round before it
                 // left in the AMP, and only the last drains its own.
                 let n = g * kblocks + kk;
-                debug_assert_eq!(GRB, crate::lower::AMP_CHAIN_ROW_BYTES);
+                debug_assert_eq!(GRB, AMP_CHAIN_ROW_BYTES);
                 ops.push(amp_chain_launch(
                     (input, kk as u32 * r_total * GRB),
                     partials.then_some((src, src_off)),
