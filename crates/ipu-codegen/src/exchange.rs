@@ -1156,10 +1156,11 @@ pub fn check(s: &Scheduled, target: &Target) -> Result<(), CodegenError> {
 }
 
 /// Schedules every exchange phase of `program` with the placed buffers' `addresses`, keyed by
-/// step index.
+/// step index; `transfers` holds each step's transfers ([`transfers`], empty for a step that
+/// is no exchange).
 pub fn schedule_program(
     program: &TileProgram,
-    index: &crate::emit::StepIndex,
+    transfers: &[Vec<Transfer>],
     addresses: &[u32],
     target: &Target,
 ) -> Result<BTreeMap<usize, Scheduled>, CodegenError> {
@@ -1170,19 +1171,18 @@ pub fn schedule_program(
         .par_iter()
         .enumerate()
         .filter(|(_, s)| matches!(s, Step::Exchange { .. }))
-        .map(|(i, _)| (i, schedule(program, &index.transfers[i], addresses, target)))
+        .map(|(i, _)| (i, schedule(program, &transfers[i], addresses, target)))
         .collect();
     let mut out = BTreeMap::new();
     for (i, sch) in scheduled {
         if let Step::Exchange { name, copies } = &program.steps[i] {
-            let transfers = &index.transfers[i];
             let sch = sch?;
             let most_rows = sch.tables.values().map(|t| t.rows.len()).max().unwrap_or(0);
             tracing::debug!(
                 phase = i,
                 name = %name,
                 copies = copies.len(),
-                rows = transfers.len(),
+                rows = transfers[i].len(),
                 most_rows,
                 "exchange rows"
             );

@@ -407,7 +407,12 @@ pub fn build_searched(
         .max()
         .unwrap_or(0);
     let exchanges = phase(&mut report, "lower_exchanges", || {
-        exchange::schedule_program(program, &step_index, &placement.addresses, &target)
+        exchange::schedule_program(
+            program,
+            &step_index.transfers,
+            &placement.addresses,
+            &target,
+        )
     })?;
     let step_cycles = cost::step_cycles(program, &exchanges, &target);
     (report.final_cycles, report.final_exchange_cycles) = cost::final_cycles(program, &step_cycles);
