@@ -3,7 +3,6 @@
 //! tiles hold the inputs' homes.
 
 use super::geometry::*;
-use super::plan::needed;
 use crate::layout::{Layout, Piece};
 
 /// One tile's block: rows `q0..q0 + rows` and keys `k0..k0 + keys` of batch entry `batch`
@@ -278,6 +277,11 @@ pub(crate) fn home_runs_in(
         hi += 1;
     }
     runs
+}
+
+/// Whether query block `[q0, q1)` needs key block `[k0, ..)`.
+fn needed(causal: bool, q1: usize, k0: usize) -> bool {
+    !causal || k0 < q1
 }
 
 /// Items, merges and homes of a mapping.

@@ -71,11 +71,6 @@ pub struct FlashCandidate {
     pub peak_bytes: u64,
 }
 
-/// Whether query block `[q0, q1)` needs key block `[k0, ..)`.
-pub(super) fn needed(causal: bool, q1: usize, k0: usize) -> bool {
-    !causal || k0 < q1
-}
-
 /// Key blocks of query block `[q0, q0 + rows)`.
 fn key_blocks(geo: &FlashGeometry, q0: usize) -> usize {
     let q1 = (q0 + geo.rows).min(geo.sq);
