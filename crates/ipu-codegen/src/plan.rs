@@ -85,30 +85,6 @@ pub struct Block {
     pub split: usize,
 }
 
-/// Geometry of an AMP mode: K block, columns, input and output element bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AmpGeometry {
-    /// K elements per weight block (one row of input per 4 phases).
-    pub k_block: usize,
-    /// Output columns per weight block.
-    pub cols: usize,
-    /// Bytes per input element.
-    pub in_bytes: usize,
-    /// Bytes per partial.
-    pub out_bytes: usize,
-}
-
-/// The geometry of `mode`, from the target description, in the planner's units.
-pub fn amp_geometry(mode: AmpMode) -> AmpGeometry {
-    let g = mode.geometry();
-    AmpGeometry {
-        k_block: g.k as usize,
-        cols: g.columns as usize,
-        in_bytes: g.input_bytes as usize,
-        out_bytes: g.partial_bytes as usize,
-    }
-}
-
 /// What a device operation does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DevOpKind {
@@ -315,11 +291,11 @@ pub(crate) fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
         return None;
     };
     let dtype = graph.value(op.inputs[0]).ty.dtype;
-    let geo = amp_geometry(matmul_mode(dtype, partials)?);
+    let geo = matmul_mode(dtype, partials)?.geometry();
     Some(if op.inputs[0] == v {
-        geo.k_block
+        geo.k as usize
     } else {
-        geo.cols
+        geo.columns as usize
     })
 }
 

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipu_graph::{DType, Operation, Value};
 use ipu_package::split_shape;
 use ipu_target::{
-    AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE,
-    EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
+    AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, AmpGeometry, AmpMode, BARREL_SLOT_CYCLES,
+    EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
 };
 
 use super::unsupported;
@@ -107,12 +107,14 @@ impl Planner<'_> {
                 ),
             ));
         }
-        let geo = amp_geometry(mode);
+        let geo = mode.geometry();
+        let (kblk, cols) = (geo.k as usize, geo.columns as usize);
+        let (in_bytes, out_bytes) = (geo.input_bytes as u64, geo.partial_bytes as u64);
         let (batch, m, n) = ipu_package::split_shape(out_shape);
         let k = *self.values[a].shape.last().unwrap_or(&1);
-        let groups = n.div_ceil(geo.cols);
-        let kb = k.div_ceil(geo.k_block);
-        let kp = kb * geo.k_block;
+        let groups = n.div_ceil(cols);
+        let kb = k.div_ceil(kblk);
+        let kp = kb * kblk;
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut examined = 0;
         // The candidate that misses by the least: (bytes over in total, bytes over in
@@ -156,9 +158,9 @@ impl Planner<'_> {
                 let per_tile = blocks.div_ceil(tiles) as u64;
                 let bm = m.div_ceil(pm) as u64;
                 let bg = groups.div_ceil(pn) as u64;
-                let a_bytes = kp as u64 * bm * geo.in_bytes as u64;
-                let b_bytes = bg * kp as u64 * (geo.cols * geo.in_bytes) as u64;
-                let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
+                let a_bytes = kp as u64 * bm * in_bytes;
+                let b_bytes = bg * kp as u64 * (cols as u64 * in_bytes);
+                let c_bytes = bg * bm * (cols as u64 * out_bytes);
                 // Serial k chunks when memory demands: the fewest that fit (each chunk adds an
                 // exchange phase and a sync, and stages only its share of the operands).
                 let fits = |chunks: u64| {
@@ -401,14 +403,14 @@ impl Planner<'_> {
         }
         // The output's layout: per block, per column group, its rows; a k split's partials
         // are slice `split` of `[k_splits, ..]`.
-        let slice = batch * groups * m * geo.cols;
+        let slice = batch * groups * m * cols;
         let ranges = blocks.iter().flat_map(|bl| {
             (bl.g0..bl.g1).map(move |g| {
-                let base = bl.split * slice + bl.batch * groups * m * geo.cols + g * m * geo.cols;
-                (bl.tile, base + bl.m0 * geo.cols, base + bl.m1 * geo.cols)
+                let base = bl.split * slice + bl.batch * groups * m * cols + g * m * cols;
+                (bl.tile, base + bl.m0 * cols, base + bl.m1 * cols)
             })
         });
-        let layout = Layout::from_ranges(geo.cols, ranges.collect::<Vec<_>>());
+        let layout = Layout::from_ranges(cols, ranges.collect::<Vec<_>>());
         let mut shape = out_shape.to_vec();
         if k_splits > 1 {
             shape.insert(0, k_splits);
@@ -427,11 +429,11 @@ impl Planner<'_> {
         // Where the reduction sums each element: beside a share of the block that computed it
         // when every tile holds one block at most, else spread over all tiles.
         let shares = (k_splits > 1)
-            .then(|| block_shares(&blocks, k_splits, groups, m, geo.cols, tiles))
+            .then(|| block_shares(&blocks, k_splits, groups, m, cols, tiles))
             .flatten();
         let reduce = if k_splits > 1 {
             let per_tile = (batch * pm * pn * k_splits).div_ceil(tiles) as u64;
-            let c_bytes = (groups.div_ceil(pn) * m.div_ceil(pm) * geo.cols * geo.out_bytes) as u64;
+            let c_bytes = (groups.div_ceil(pn) * m.div_ceil(pm) * cols) as u64 * out_bytes;
             let share = match &shares {
                 Some(l) => ReduceShare {
                     elements: l.most_elements_on_a_tile(),
@@ -470,14 +472,14 @@ impl Planner<'_> {
         });
         // The reduction, stage by stage, each stage's slices spread alike over all tiles.
         let mut x = c;
-        let one = shares.unwrap_or_else(|| Layout::balanced(out_shape, geo.cols, tiles as u32));
+        let one = shares.unwrap_or_else(|| Layout::balanced(out_shape, cols, tiles as u32));
         for (i, r) in reduce.iter().enumerate() {
             let ranges = (0..r.runs).flat_map(|s| {
                 one.pieces
                     .iter()
                     .map(move |p| (p.tile, s * slice + p.start, s * slice + p.end))
             });
-            let layout = Layout::from_ranges(geo.cols, ranges.collect::<Vec<_>>());
+            let layout = Layout::from_ranges(cols, ranges.collect::<Vec<_>>());
             let mut shape = out_shape.to_vec();
             let last = i + 1 == reduce.len();
             if !last {
@@ -513,7 +515,7 @@ fn amp_round_cycles(geo: &AmpGeometry, bm: u64) -> u64 {
     let slot = BARREL_SLOT_CYCLES as u64;
     let workers = WORKER_CONTEXTS as u64;
     let rows_per_worker = bm.div_ceil(workers) as u32;
-    let weight_bytes = (geo.k_block * geo.cols * geo.in_bytes) as u64;
+    let weight_bytes = geo.weight_bytes() as u64;
     let worker = if amp_chains(bm as u32) {
         amp_chain_middle_slots(bm as u32)
     } else {
@@ -699,8 +701,8 @@ impl Planner<'_> {
     /// all tiles send in every chunk's exchange (in storage order a chunk would sit on a
     /// `1 / chunks` share of the tiles, which would then send all they hold to every block).
     fn spread_chunk_homes(&mut self, mode: AmpMode, [a, b]: [DevValueId; 2], chunks: usize) {
-        let geo = amp_geometry(mode);
-        let (kblk, cols) = (geo.k_block, geo.cols);
+        let geo = mode.geometry();
+        let (kblk, cols) = (geo.k as usize, geo.columns as usize);
         let tiles = self.tiles;
         for (x, group) in [(a, kblk), (b, cols)] {
             if !self.read_only_here(x, &[a, b], true) || self.values[x].layout.group != group {
@@ -783,7 +785,7 @@ fn balanced_share(slice: usize, tiles: usize) -> usize {
 
 /// The vector-kernel type of `mode`'s partials.
 fn partials_elem(mode: AmpMode) -> kernels::Elem {
-    if amp_geometry(mode).out_bytes == 2 {
+    if mode.geometry().partial_bytes == 2 {
         kernels::Elem::F16
     } else {
         kernels::Elem::F32
@@ -890,7 +892,7 @@ pub(crate) fn reduce_estimates(
     sync_cycles: u64,
     send_bytes: u64,
 ) -> Vec<ReduceStage> {
-    let eb = amp_geometry(mode).out_bytes as u64;
+    let eb = mode.geometry().partial_bytes as u64;
     let n = share.elements;
     let plan = ipu_target::reduce::reduce_plan(splits);
     let mut depth = splits;
@@ -1044,11 +1046,13 @@ pub(crate) fn k_split_candidates(
         rounds_max,
         ..
     } = *shape;
-    let geo = amp_geometry(mode);
-    let groups = n.div_ceil(geo.cols);
-    let kb = k.div_ceil(geo.k_block);
+    let geo = mode.geometry();
+    let (kblk, cols) = (geo.k as usize, geo.columns as usize);
+    let (in_bytes, out_bytes) = (geo.input_bytes as u64, geo.partial_bytes as u64);
+    let groups = n.div_ceil(cols);
+    let kb = k.div_ceil(kblk);
     let phase = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64 + sync_cycles;
-    let slice = batch * groups * m * geo.cols;
+    let slice = batch * groups * m * cols;
     let mut found = Vec::new();
     let mut examined = 0;
     // The reduction's stages by share (many candidates share one), without the product tiles'
@@ -1070,14 +1074,14 @@ pub(crate) fn k_split_candidates(
                 let bm = m.div_ceil(pm) as u64;
                 let bg = groups.div_ceil(pn) as u64;
                 let kc = kb.div_ceil(splits) as u64;
-                let a_bytes = kc * geo.k_block as u64 * bm * geo.in_bytes as u64;
-                let b_bytes = bg * kc * (geo.k_block * geo.cols * geo.in_bytes) as u64;
-                let c_bytes = bg * bm * (geo.cols * geo.out_bytes) as u64;
+                let a_bytes = kc * kblk as u64 * bm * in_bytes;
+                let b_bytes = bg * kc * geo.weight_bytes() as u64;
+                let c_bytes = bg * bm * (cols as u64 * out_bytes);
                 // A tile's part in the reduction ([`block_shares`]): with one block a tile at
                 // most, a share of its own block's (the largest block's, as the rows and
                 // column groups divide).
                 let share = if blocks <= tiles {
-                    ReduceShare::of_block(bm as usize * bg as usize * geo.cols, splits)
+                    ReduceShare::of_block(bm as usize * bg as usize * cols, splits)
                 } else {
                     ReduceShare::balanced(slice, tiles)
                 };
@@ -1086,7 +1090,7 @@ pub(crate) fn k_split_candidates(
                 // hold less).
                 let reduce_bytes = share.elements as u64
                     * (splits - usize::from(share.held) + 2) as u64
-                    * geo.out_bytes as u64;
+                    * out_bytes;
                 // The products' buffers die before the reduction's are born; the partials
                 // live through both.
                 let states = rounds_support(per_tile * bg * kc);
@@ -1116,7 +1120,7 @@ pub(crate) fn k_split_candidates(
                             stages.iter().map(|r| r.exchange_cycles).sum(),
                             (splits - usize::from(share.held)) as u64
                                 * share.elements as u64
-                                * geo.out_bytes as u64,
+                                * out_bytes,
                         )
                     });
                 let sent = reduce_sends(per_tile * c_bytes, splits, share.held);
@@ -1203,8 +1207,8 @@ impl Lowerer<'_> {
         let op = &self.plan.ops[index];
         let name = op.name.clone();
         let (a, b, c) = (op.inputs[0], op.inputs[1], op.output);
-        let geo = amp_geometry(mode);
-        let (kblk, cols) = (geo.k_block, geo.cols);
+        let geo = mode.geometry();
+        let (kblk, cols) = (geo.k as usize, geo.columns as usize);
         let (a_batch, m, k) = split_shape(&self.plan.values[a].shape);
         let (b_batch, _, n) = split_shape(&self.plan.values[b].shape);
         let groups = n.div_ceil(cols);
@@ -1213,9 +1217,9 @@ impl Lowerer<'_> {
         // A k split's partials: slice `split` of `[k_splits, ..]`.
         let (out_batch, _, _) = split_shape(&self.plan.values[c].shape[(k_splits > 1) as usize..]);
         let slice = out_batch * groups * m * cols;
-        let row_bytes = (kblk * geo.in_bytes) as u32; // 32 for every mode
-        let out_row_bytes = (cols * geo.out_bytes) as u32; // 32 for every mode
-        let weight_bytes = (kblk * cols * geo.in_bytes) as u32;
+        let row_bytes = geo.k * geo.input_bytes; // 32 for every mode
+        let out_row_bytes = geo.columns * geo.partial_bytes; // 32 for every mode
+        let weight_bytes = geo.weight_bytes();
         // Per block: its output buffer, the ping-pong partner (both live across the chunks)
         // and the output offset of each of its column groups.
         let mut outputs = Vec::with_capacity(blocks.len());
@@ -1236,7 +1240,7 @@ impl Lowerer<'_> {
                     .ok_or_else(|| {
                         CodegenError::internal(format!("{name}: no output piece at {start}"))
                     })?;
-                offsets.push(piece.local as u32 * geo.out_bytes as u32);
+                offsets.push(piece.local as u32 * geo.partial_bytes);
             }
             outputs.push((c_buf, t_buf, offsets));
         }
@@ -1295,7 +1299,7 @@ impl Lowerer<'_> {
                 }
                 let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
                 // B staging (weights): [bg][kcp][cols], in interleaved memory.
-                let b_bytes = (bg * kcp * cols) as u32 * geo.in_bytes as u32;
+                let b_bytes = (bg * kcp * cols) as u32 * geo.input_bytes;
                 let b_st = self.prog.buffer(
                     bl.tile,
                     b_bytes,
@@ -1348,7 +1352,8 @@ impl Lowerer<'_> {
                     let c_off = offsets[gi];
                     for kk in kb0..kb1 {
                         let w_off = ((g - bl.g0) * kcp + (kk - kb0) * kblk) as u32
-                            * (cols * geo.in_bytes) as u32;
+                            * geo.columns
+                            * geo.input_bytes;
                         debug_assert_eq!(w_off % weight_bytes, 0);
                         ops.push(SupOp::AmpW(b_st, w_off));
                         // The last round writes the output buffer; rounds alternate before it.

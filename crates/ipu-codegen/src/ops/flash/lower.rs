@@ -137,7 +137,7 @@ pub(crate) fn item_ops(fp: &FlashPlan, i: usize, b: &ItemBuffers, chunk: usize) 
     let g = &fp.geo;
     let it = fp.items[i];
     let amp = g.amp();
-    let (kb, cols) = (amp.k_block, amp.cols);
+    let (kb, cols) = (amp.k as usize, amp.columns as usize);
     let r = g.rows as u32;
     let ab = g.ab() as u32;
     let lkeys = cols.max(kb);
@@ -394,7 +394,7 @@ pub(crate) fn merge_ops(
     let kernel = Kernel::FlashCombine {
         p: g.p_elem(),
         out: g.out_elem(),
-        cols: amp.cols as u32,
+        cols: amp.columns,
         gout,
         dv: g.dv as u32,
         stage,
@@ -425,7 +425,7 @@ pub(crate) fn merge_ops(
             flash_combine_slots(
                 g.p_elem(),
                 g.out_elem(),
-                amp.cols as u32,
+                amp.columns,
                 gout,
                 g.dv as u32,
                 r1 - r0,
@@ -480,7 +480,7 @@ impl Lowerer<'_> {
         mask: Option<DevValueId>,
     ) -> ([BTreeMap<u32, BufferId>; 3], BTreeMap<u32, BufferId>) {
         let g = fp.geo.clone();
-        let cols = g.amp().cols;
+        let cols = g.amp().columns as usize;
         let dims = [g.d, g.d, g.dv];
         // Homes: staging of each input in group `hg` ([dims / hg][positions][hg] per tile).
         let hgs = fp.home_groups();
@@ -583,7 +583,7 @@ impl Lowerer<'_> {
     ) -> Vec<ItemBuffers> {
         let g = fp.geo.clone();
         let amp = g.amp();
-        let (kb, cols) = (amp.k_block, amp.cols);
+        let (kb, cols) = (amp.k as usize, amp.columns as usize);
         let ab = g.ab() as u32;
         let [q_home, kt_home, v_home] = homes;
         // Item buffers and the distribution.
