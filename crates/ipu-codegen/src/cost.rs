@@ -10,7 +10,7 @@ use ipu_target::{
 };
 
 use crate::exchange::Scheduled;
-use crate::plan::{DevOpKind, OperatorPlan};
+use crate::operator_plan::{DevOpKind, OperatorPlan};
 use crate::program::{Step, SupOp, TileProgram};
 
 /// Worker contexts a tile's launches share.

@@ -27,6 +27,7 @@ pub mod exchange;
 pub mod layout;
 pub mod lower;
 pub mod manifest;
+pub mod operator_plan;
 pub mod ops;
 pub mod place;
 pub mod plan;
@@ -134,7 +135,7 @@ pub const PLACEMENT_REPLANS_MAX: usize = 4;
 /// The budget to re-plan with after placement refused `e`: the user operation at fault and
 /// its planned peak per tile less the bytes that did not fit and an eighth for the
 /// fragmentation of what else is live. None when the error is not an operation's buffer.
-fn replan_budget(plan: &plan::OperatorPlan, e: &CodegenError) -> Option<(String, u64)> {
+fn replan_budget(plan: &operator_plan::OperatorPlan, e: &CodegenError) -> Option<(String, u64)> {
     let CodegenError::DoesNotFit {
         op: Some(op),
         need_bytes,
@@ -383,7 +384,7 @@ pub fn build_searched(
         .ops
         .iter()
         .filter_map(|o| match o.kind {
-            plan::DevOpKind::MatMul { k_splits, .. } if k_splits > 1 => {
+            operator_plan::DevOpKind::MatMul { k_splits, .. } if k_splits > 1 => {
                 Some((o.name.clone(), k_splits))
             }
             _ => None,

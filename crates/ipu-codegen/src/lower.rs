@@ -8,7 +8,7 @@ use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements, storage
 
 use crate::error::CodegenError;
 use crate::layout::{Move, moves, uncovered};
-use crate::plan::{DevValueId, OperatorPlan, dtype_name};
+use crate::operator_plan::{DevValueId, OperatorPlan, dtype_name};
 use crate::program::*;
 use ipu_kernels::state::*;
 use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES};

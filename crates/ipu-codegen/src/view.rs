@@ -12,8 +12,8 @@ use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CodegenError;
+use crate::operator_plan::{Finalist, OperatorPlan};
 use crate::place::{Placement, TileSupport};
-use crate::plan::{Finalist, OperatorPlan};
 use crate::program::{Region, Step, SupOp, TileProgram};
 
 /// A refused build: the error, and the view of the closest the build came to a package: the

@@ -11,6 +11,7 @@ use ipu_package::split_shape;
 use super::unsupported;
 use crate::error::CodegenError;
 use crate::lower::*;
+use crate::operator_plan::*;
 use crate::plan::*;
 use crate::program::*;
 use ipu_kernels::state::*;

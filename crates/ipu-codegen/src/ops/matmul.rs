@@ -16,6 +16,7 @@ use super::unsupported;
 use crate::error::{CodegenError, MemoryRegion};
 use crate::layout::Layout;
 use crate::lower::*;
+use crate::operator_plan::*;
 use crate::plan::*;
 use crate::program::*;
 use ipu_kernels::{self as kernels, OVERREAD_BYTES};
@@ -1199,7 +1200,7 @@ impl Lowerer<'_> {
         &mut self,
         index: usize,
         mode: AmpMode,
-        blocks: &[crate::plan::Block],
+        blocks: &[Block],
         (k_chunks, k_splits): (usize, usize),
         consecutive: Consecutive,
         steps: &mut OpSteps,

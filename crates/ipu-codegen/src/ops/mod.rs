@@ -23,7 +23,8 @@ use ipu_graph::{OpKind, Operation};
 use crate::cost::estimate;
 use crate::error::CodegenError;
 use crate::lower::{Lowerer, OpSteps};
-use crate::plan::{DevOpKind, DevValueId, Planner};
+use crate::operator_plan::{DevOpKind, DevValueId};
+use crate::plan::Planner;
 use crate::program::{Step, SupOp};
 
 /// The refusal of `op`: its graph operation's name and kind, and why.

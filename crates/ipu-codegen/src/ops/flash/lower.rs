@@ -20,7 +20,7 @@ use super::layout::FlashPlan;
 use crate::cost::estimate;
 use crate::error::CodegenError;
 use crate::lower::*;
-use crate::plan::{DevOpKind, DevValueId};
+use crate::operator_plan::{DevOpKind, DevValueId};
 use crate::program::*;
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,

@@ -39,7 +39,8 @@ use ipu_target::{BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, SYNC_CYCLES
 use super::geometry::*;
 use super::layout::*;
 use crate::error::{CodegenError, MemoryRegion};
-use crate::plan::{DevOp, DevOpKind, DevValueId, FINALISTS, Finalist, Planner};
+use crate::operator_plan::{DevOp, DevOpKind, DevValueId, Finalist};
+use crate::plan::{FINALISTS, Planner};
 use crate::plan::{SUPPORT_RESERVE_BYTES, matmul_mode};
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,

@@ -8,7 +8,8 @@ use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows
 use crate::error::CodegenError;
 use crate::layout::PIECE_GRAIN;
 use crate::lower::*;
-use crate::plan::{DevOp, DevValue, DevValueId, elem};
+use crate::operator_plan::{DevOp, DevValue, DevValueId};
+use crate::plan::elem;
 use crate::program::*;
 use ipu_kernels::rows as row_kernels;
 use ipu_kernels::state::*;

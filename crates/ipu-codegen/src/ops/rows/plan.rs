@@ -25,6 +25,7 @@ use ipu_target::{
 
 use crate::error::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
+use crate::operator_plan::*;
 use crate::plan::*;
 use ipu_kernels::{self as kernels, BinOp, UnOp};
 
@@ -766,7 +767,7 @@ impl Planner<'_> {
                 "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
                  (scores and scaled scores) over {tiles} tiles, with {SUPPORT_RESERVE_BYTES} \
                  bytes reserved per tile (flash_attention keeps no whole score matrix)",
-                crate::plan::dtype_name(partials),
+                dtype_name(partials),
             )
         })?;
         let mut perm: Vec<usize> = (0..r).collect();
@@ -806,11 +807,7 @@ impl Planner<'_> {
             p,
         )?;
         // P is in the partials type: the second product takes its operands in that type.
-        let v2 = self.cast_to(
-            v,
-            partials,
-            &format!("{name}.v_{}", crate::plan::dtype_name(partials)),
-        );
+        let v2 = self.cast_to(v, partials, &format!("{name}.v_{}", dtype_name(partials)));
         let why = format!("no AMP mode for {partials_name} probabilities");
         let mode2 = amp_mode(self, partials, why)?;
         let oshape = out_val.ty.shape.clone();
