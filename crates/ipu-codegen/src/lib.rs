@@ -379,16 +379,12 @@ pub fn build_searched(
     report.estimated_cycles = plan.estimated_cycles;
     report.estimated_exchange_cycles = plan.estimated_exchange_cycles;
     report.device_operations = plan.ops.len();
-    (report.macs, report.amp_mode) = cost::count_macs(&plan);
+    (report.macs, report.amp_mode) = plan.macs();
     report.k_splits = plan
         .ops
         .iter()
-        .filter_map(|o| match o.kind {
-            operator_plan::DevOpKind::MatMul { k_splits, .. } if k_splits > 1 => {
-                Some((o.name.clone(), k_splits))
-            }
-            _ => None,
-        })
+        .map(|o| (o.name.clone(), o.kind.k_splits()))
+        .filter(|&(_, k_splits)| k_splits > 1)
         .collect();
     // Placed, the addresses are known: the launches charge the bank conflicts their streams
     // meet where placement could not keep them apart.

@@ -1,12 +1,18 @@
 //! The operator plan: what planning makes and lowering reads. Device values with their
-//! layouts, device operations with their mappings, and the finalists the planner kept.
+//! layouts, device operations with their mappings, and the finalists the planner kept. Each
+//! device operation holds its family's operation (`ops`) by a handle, [`DevOpKind`], through
+//! which the core asks what it needs ([`FamilyOp`]): this module, the planner, the lowerer,
+//! the costing and the build name no family's types.
+
+use std::any::Any;
+use std::fmt;
 
 use ipu_graph::{DType, ValueId};
-use ipu_kernels::{BinOp, UnOp};
 use ipu_target::AmpMode;
 
+use crate::error::CodegenError;
 use crate::layout::Layout;
-use crate::ops::rows::RowOp;
+use crate::lower::Lowerer;
 
 /// A value on the device: a graph value or one the expansion introduces.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,77 +36,103 @@ pub struct DevValue {
 /// Index of a [`DevValue`].
 pub type DevValueId = usize;
 
-/// One matmul block: the output rows `m0..m1` and column groups `g0..g1` of batch `b`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
-    /// Tile.
-    pub tile: u32,
-    /// Batch index (over the output's leading dimensions).
-    pub batch: usize,
-    /// Rows.
-    pub m0: usize,
-    /// One past the last row.
-    pub m1: usize,
-    /// First column group.
-    pub g0: usize,
-    /// One past the last column group.
-    pub g1: usize,
-    /// The k split it computes (0 unless the matmul splits k over tiles).
-    pub split: usize,
+/// What the core asks of a family's device operation: the planner and the lowerer hold each
+/// operation by this handle and never name a family's types. A family's operation type (e.g.
+/// the matmul's blocks, a row operation, a flash attention's mapping) implements it beside
+/// its lowering; [`FamilyOpValue`] gives every `Clone + PartialEq` type the rest.
+pub(crate) trait FamilyOp: FamilyOpValue + fmt::Debug + Send + Sync {
+    /// Lowers device operation `index` of the lowerer's plan, which holds this operation, into
+    /// the lowerer's program: its exchange and compute steps (most families through
+    /// [`Lowerer::lower_steps`]).
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError>;
+
+    /// Chunks of k the operation computes on separate tiles, their partials summed by later
+    /// operations (a matmul's 3-D split, which the build reports: the reference's device
+    /// precision follows it); 1 for any other operation.
+    fn k_splits(&self) -> usize {
+        1
+    }
+
+    /// The multiply-accumulates of the operation's matrix products and the AMP mode they run
+    /// in, for efficiency figures, given the device operation `op` that holds it and the
+    /// plan's `values`; `None` when it runs no product.
+    fn macs(&self, op: &DevOp, values: &[DevValue]) -> Option<(u64, AmpMode)> {
+        let _ = (op, values);
+        None
+    }
 }
 
-/// What a device operation does.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DevOpKind {
-    /// A matmul on the AMP with its blocks; the output is the partials type.
-    MatMul {
-        /// AMP mode.
-        mode: AmpMode,
-        /// Blocks.
-        blocks: Vec<Block>,
-        /// Row splits.
-        pm: usize,
-        /// Column-group splits.
-        pn: usize,
-        /// Serial chunks of the k blocks: each has its own exchange and compute steps and
-        /// stages only its share of the operands; accumulation carries across them.
-        k_chunks: usize,
-        /// Chunks of the k blocks on separate tiles (a 3-D split): block `split` takes the K
-        /// blocks `kb * split / k_splits .. kb * (split + 1) / k_splits` and writes its own
-        /// partials, slice `split` of the output `[k_splits, ..]`, which
-        /// [`DevOpKind::SumSplits`] then reduces. 1: no split.
-        k_splits: usize,
-        /// The operand the blocks on consecutive tiles share (the order of `blocks`).
-        consecutive: crate::ops::matmul::Consecutive,
-    },
-    /// The sums of runs of a stacked value `[depth, ..]` (the partials of a k split): run `i`
-    /// adds slices `depth * i / runs .. depth * (i + 1) / runs` in index order; the output is
-    /// `[runs, ..]`, or the slices' shape for one run. Each slice of the output is spread
-    /// over the tiles alike, and each tile adds its share.
-    SumSplits {
-        /// Runs (the depth after this stage).
-        runs: usize,
-    },
-    /// Elementwise binary.
-    Binary(BinOp),
-    /// Elementwise unary (`factor` for scale).
-    Unary(UnOp, f32),
-    /// Conversion on the FP8 conversion unit and the vector units (f32, f16, F143, F152,
-    /// saturating).
-    Cast,
-    /// Conversion between any two element formats, element by element through f32.
-    Convert(ipu_numerics::Overflow),
-    /// Elementwise integer arithmetic (operands of one shape).
-    IntBinary(BinOp),
-    /// The causal mask of a block of scores whose column 0 is key `key_start` (f32).
-    CausalMask {
-        /// Key of column 0.
-        key_start: usize,
-    },
-    /// Data movement or a row operation in the row layout (see [`crate::ops::rows`]).
-    Rows(RowOp),
-    /// A fused flash attention (see [`crate::ops::flash`]): inputs q, k, v.
-    Flash(Box<crate::ops::flash::layout::FlashPlan>),
+/// What a plan needs of a family's operation as a value: a copy (plans are cloned) and a
+/// comparison with another plan's operation. Implemented for every family operation that is
+/// `Clone + PartialEq`.
+pub(crate) trait FamilyOpValue: Any {
+    /// A boxed copy.
+    fn clone_box(&self) -> Box<dyn FamilyOp>;
+    /// Whether `other` is an operation of the same type, equal to this one.
+    fn eq_dyn(&self, other: &dyn FamilyOp) -> bool;
+}
+
+impl<T: FamilyOp + Clone + PartialEq> FamilyOpValue for T {
+    fn clone_box(&self) -> Box<dyn FamilyOp> {
+        Box::new(self.clone())
+    }
+
+    fn eq_dyn(&self, other: &dyn FamilyOp) -> bool {
+        (other as &dyn Any).downcast_ref::<T>() == Some(self)
+    }
+}
+
+/// What a device operation does: its family's operation, held by the handle
+/// [`FamilyOp`]. `Debug` shows the family's operation.
+pub struct DevOpKind(Box<dyn FamilyOp>);
+
+impl DevOpKind {
+    /// The handle of a family's operation.
+    pub(crate) fn new(op: impl FamilyOp) -> DevOpKind {
+        DevOpKind(Box::new(op))
+    }
+
+    /// The family's operation, if it is a `T`.
+    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
+        (&*self.0 as &dyn Any).downcast_ref()
+    }
+
+    /// See [`FamilyOp::lower`].
+    pub(crate) fn lower(
+        &self,
+        lowerer: &mut Lowerer<'_>,
+        index: usize,
+    ) -> Result<(), CodegenError> {
+        self.0.lower(lowerer, index)
+    }
+
+    /// See [`FamilyOp::k_splits`].
+    pub fn k_splits(&self) -> usize {
+        self.0.k_splits()
+    }
+
+    /// See [`FamilyOp::macs`].
+    pub fn macs(&self, op: &DevOp, values: &[DevValue]) -> Option<(u64, AmpMode)> {
+        self.0.macs(op, values)
+    }
+}
+
+impl Clone for DevOpKind {
+    fn clone(&self) -> DevOpKind {
+        DevOpKind(self.0.clone_box())
+    }
+}
+
+impl PartialEq for DevOpKind {
+    fn eq(&self, other: &DevOpKind) -> bool {
+        self.0.eq_dyn(&*other.0)
+    }
+}
+
+impl fmt::Debug for DevOpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// A device operation.
@@ -163,6 +195,23 @@ pub struct OperatorPlan {
     pub estimated_exchange_cycles: u64,
     /// Tiles used.
     pub tiles_used: u32,
+}
+
+impl OperatorPlan {
+    /// The multiply-accumulates of the plan's matrix products (flash attention's two products
+    /// over the (query, key) pairs attention needs: a causal mask hides half of them, whatever
+    /// the mapping computes), and the AMP mode they run in, for efficiency figures.
+    pub fn macs(&self) -> (u64, Option<AmpMode>) {
+        let mut macs = 0u64;
+        let mut mode_used = None;
+        for op in &self.ops {
+            if let Some((m, mode)) = op.kind.macs(op, &self.values) {
+                macs += m;
+                mode_used = Some(mode);
+            }
+        }
+        (macs, mode_used)
+    }
 }
 
 /// The name of a dtype in the package manifest.

@@ -14,14 +14,11 @@
 use std::collections::BTreeMap;
 
 use ipu_graph::{DType, Graph, OpKind, Value, ValueId};
-use ipu_target::{
-    AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target,
-    WORKER_CONTEXTS,
-};
+use ipu_target::{AmpMode, Target};
 
 use crate::error::{CodegenError, MemoryRegion};
-use crate::layout::{Layout, PIECE_GRAIN};
-use crate::operator_plan::{DevOp, DevOpKind, DevValue, DevValueId, Finalist, OperatorPlan};
+use crate::layout::Layout;
+use crate::operator_plan::{DevOp, DevValue, DevValueId, Finalist, OperatorPlan};
 use crate::view::{self, LiveValue, PlanningRefusal, Refusal};
 use ipu_kernels::{self as kernels, CastType};
 
@@ -853,103 +850,10 @@ impl Planner<'_> {
         id
     }
 
-    /// A one-operand operation whose result keeps its operand's layout (in `dtype`, or the
-    /// graph value's type).
-    pub(crate) fn follow(
-        &mut self,
-        op: &ipu_graph::Operation,
-        out_val: &ipu_graph::Value,
-        kind: DevOpKind,
-        x: DevValueId,
-        dtype: Option<DType>,
-    ) {
-        let layout = self.values[x].layout.clone();
-        let dtype = dtype.unwrap_or(out_val.ty.dtype);
-        let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
-        self.push_simple(op.name.clone(), kind, vec![x], r);
-    }
-
     pub(crate) fn rename(&mut self, v: DevValueId, name: String, graph: ValueId) {
         self.values[v].name = name;
         self.values[v].graph = Some(graph);
         self.of_graph.insert(graph, v);
-    }
-
-    pub(crate) fn cast_to(&mut self, v: DevValueId, to: DType, name: &str) -> DevValueId {
-        if self.values[v].dtype == to {
-            return v;
-        }
-        let (shape, layout) = (self.values[v].shape.clone(), self.values[v].layout.clone());
-        let r = self.add_value(name.to_string(), to, shape, None, layout);
-        self.push_simple(name.to_string(), DevOpKind::Cast, vec![v], r);
-        r
-    }
-
-    /// Elementwise operations follow their first operand's layout: no choice to make, one
-    /// finalist. Cost: the slowest tile's vectors over 6 workers, plus the exchange of other
-    /// operands laid out differently.
-    pub(crate) fn push_simple(
-        &mut self,
-        name: String,
-        kind: DevOpKind,
-        inputs: Vec<DevValueId>,
-        output: DevValueId,
-    ) {
-        let out = &self.values[output];
-        let eb = out.dtype.bytes() as u64;
-        let most = out.layout.most_elements_on_a_tile() as u64;
-        let workers = WORKER_CONTEXTS as u64;
-        let per_worker = most.div_ceil(workers);
-        let slot = BARREL_SLOT_CYCLES as u64;
-        // The element-at-a-time kernels cost what their slot models say (tens of slots per
-        // element); the vector kernels about two slots per piece.
-        let groups = per_worker.div_ceil(4) as u32;
-        let worker_slots = match kind {
-            DevOpKind::Convert(overflow) => u64::from(kernels::convert_slots(
-                conv_type(self.values[inputs[0]].dtype),
-                conv_type(out.dtype),
-                overflow,
-                groups,
-            )),
-            DevOpKind::IntBinary(bop) => {
-                let f = out.dtype.int_format().expect("integer arithmetic");
-                u64::from(kernels::int_binary_slots(
-                    bop,
-                    f.bits as u8,
-                    f.signed,
-                    groups,
-                ))
-            }
-            _ => per_worker * 2 / PIECE_GRAIN as u64 + 12,
-        };
-        let compute = slot * worker_slots + workers * slot * 3;
-        let mut exchange = 0;
-        for &i in &inputs[1..] {
-            if self.values[i].layout != out.layout {
-                exchange = exchange.max(
-                    most * eb / EXCHANGE_BYTES_PER_CYCLE as u64
-                        + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64,
-                );
-            }
-        }
-        self.finalists.push(Finalist {
-            op: name.clone(),
-            mapping: format!("follow-operand tiles={}", out.layout.tiles().len()),
-            estimated_cycles: compute + exchange,
-            estimated_exchange_cycles: exchange,
-            peak_tile_bytes: most * eb * inputs.len() as u64,
-            tiles: out.layout.tiles().len() as u32,
-            alternatives: 1,
-        });
-        self.ops.push(DevOp {
-            origin: self.origin.clone(),
-            name,
-            kind,
-            inputs,
-            output,
-            estimated_cycles: compute + exchange,
-            estimated_exchange_cycles: exchange,
-        });
     }
 }
 

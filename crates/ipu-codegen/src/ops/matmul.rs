@@ -17,6 +17,7 @@ use crate::error::{CodegenError, MemoryRegion};
 use crate::layout::Layout;
 use crate::lower::*;
 use crate::operator_plan::*;
+use crate::ops::elementwise::Elementwise;
 use crate::plan::*;
 use crate::program::*;
 use ipu_kernels::{self as kernels, OVERREAD_BYTES};
@@ -78,7 +79,7 @@ impl Planner<'_> {
         } else {
             let layout = self.values[c].layout.clone();
             let r = self.add_graph_value(out, out_val, *out_dtype, layout);
-            self.push_simple(format!("{}.cast", op.name), DevOpKind::Cast, vec![c], r);
+            self.push_simple(format!("{}.cast", op.name), Elementwise::Cast, vec![c], r);
         }
         Ok(())
     }
@@ -457,7 +458,7 @@ impl Planner<'_> {
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name: name.to_string(),
-            kind: DevOpKind::MatMul {
+            kind: DevOpKind::new(MatMul {
                 mode,
                 blocks,
                 pm,
@@ -465,7 +466,7 @@ impl Planner<'_> {
                 k_chunks,
                 k_splits,
                 consecutive,
-            },
+            }),
             inputs: vec![a, b],
             output: c,
             estimated_cycles: cost - reduce_cycles,
@@ -495,7 +496,7 @@ impl Planner<'_> {
             self.ops.push(DevOp {
                 origin: self.origin.clone(),
                 name: format!("{name}.reduce{i}"),
-                kind: DevOpKind::SumSplits { runs: r.runs },
+                kind: DevOpKind::new(SumSplits { runs: r.runs }),
                 inputs: vec![x],
                 output: y,
                 estimated_cycles: r.cycles,
@@ -586,6 +587,59 @@ const EXECUTABLE_RESERVE_BYTES: u64 = 48 * 1024;
 fn amp_rounds_max(target: &ipu_target::Target) -> u64 {
     let executable = (target.executable_end - target.executable_base) as u64;
     executable.saturating_sub(EXECUTABLE_RESERVE_BYTES) / SUPERVISOR_BYTES_PER_ROUND
+}
+
+/// One matmul block: the output rows `m0..m1` and column groups `g0..g1` of batch `b`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Tile.
+    pub tile: u32,
+    /// Batch index (over the output's leading dimensions).
+    pub batch: usize,
+    /// Rows.
+    pub m0: usize,
+    /// One past the last row.
+    pub m1: usize,
+    /// First column group.
+    pub g0: usize,
+    /// One past the last column group.
+    pub g1: usize,
+    /// The k split it computes (0 unless the matmul splits k over tiles).
+    pub split: usize,
+}
+
+/// A matmul on the AMP with its blocks (the family's main device operation); the output is
+/// the partials type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatMul {
+    /// AMP mode.
+    pub mode: AmpMode,
+    /// Blocks.
+    pub blocks: Vec<Block>,
+    /// Row splits.
+    pub pm: usize,
+    /// Column-group splits.
+    pub pn: usize,
+    /// Serial chunks of the k blocks: each has its own exchange and compute steps and
+    /// stages only its share of the operands; accumulation carries across them.
+    pub k_chunks: usize,
+    /// Chunks of the k blocks on separate tiles (a 3-D split): block `split` takes the K
+    /// blocks `kb * split / k_splits .. kb * (split + 1) / k_splits` and writes its own
+    /// partials, slice `split` of the output `[k_splits, ..]`, which [`SumSplits`] then
+    /// reduces. 1: no split.
+    pub k_splits: usize,
+    /// The operand the blocks on consecutive tiles share (the order of `blocks`).
+    pub consecutive: Consecutive,
+}
+
+/// The sums of runs of a stacked value `[depth, ..]` (the partials of a k split; a device
+/// operation): run `i` adds slices `depth * i / runs .. depth * (i + 1) / runs` in index
+/// order; the output is `[runs, ..]`, or the slices' shape for one run. Each slice of the
+/// output is spread over the tiles alike, and each tile adds its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SumSplits {
+    /// Runs (the depth after this stage).
+    pub runs: usize,
 }
 
 /// A matmul mapping as costed: (cycles, exchange cycles, bytes per tile, pm, pn, serial k
@@ -953,7 +1007,7 @@ impl Slices {
     }
 }
 
-/// The supervisor work of one tile's share of a [`DevOpKind::SumSplits`] stage: `recv` holds
+/// The supervisor work of one tile's share of a [`SumSplits`] stage: `recv` holds
 /// the `depth` input slices' `n` elements ([`Slices`]), `out` the `runs` output slices' one
 /// after another, `temp` room for as many (buffer and byte offset each). Run `i` adds
 /// its slices in index order, each addition into `out` or `temp` by turns so that the last
@@ -1177,6 +1231,32 @@ fn held_in_place(
 /// of `a` it stages, (batch, first and last row, k split).
 type WeightKey = (usize, usize, usize, usize);
 
+impl FamilyOp for MatMul {
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        lowerer.lower_steps(index, |l, steps| l.lower_matmul(index, self, steps))
+    }
+
+    fn k_splits(&self) -> usize {
+        self.k_splits
+    }
+
+    fn macs(&self, op: &DevOp, values: &[DevValue]) -> Option<(u64, AmpMode)> {
+        let (a, c) = (&values[op.inputs[0]], &values[op.output]);
+        let k = *a.shape.last().unwrap_or(&1) as u64;
+        // A k split's output holds a slice of partials per split, each over its share of k.
+        let macs = c.shape.iter().product::<usize>() as u64 / self.k_splits as u64 * k;
+        Some((macs, self.mode))
+    }
+}
+
+impl FamilyOp for SumSplits {
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        lowerer.lower_steps(index, |l, steps| {
+            l.lower_sum_splits(index, self.runs, steps)
+        })
+    }
+}
+
 impl Lowerer<'_> {
     /// The placement group of the staging buffer on `tile` of the blocks staging `key`: the
     /// group of its kind, or a new one for the first of its kind or a second block of it on one
@@ -1195,16 +1275,14 @@ impl Lowerer<'_> {
         entry.0
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn lower_matmul(
         &mut self,
         index: usize,
-        mode: AmpMode,
-        blocks: &[Block],
-        (k_chunks, k_splits): (usize, usize),
-        consecutive: Consecutive,
+        mm: &MatMul,
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
+        let (mode, blocks, consecutive) = (mm.mode, &mm.blocks[..], mm.consecutive);
+        let (k_chunks, k_splits) = (mm.k_chunks, mm.k_splits);
         let op = &self.plan.ops[index];
         let name = op.name.clone();
         let (a, b, c) = (op.inputs[0], op.inputs[1], op.output);
@@ -1421,7 +1499,7 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// A [`DevOpKind::SumSplits`] stage: every tile of the output receives its share of every
+    /// A [`SumSplits`] stage: every tile of the output receives its share of every
     /// input slice (none when the input already sits there in that order, as after an earlier
     /// stage) and adds them ([`sum_splits_ops`]).
     pub(crate) fn lower_sum_splits(

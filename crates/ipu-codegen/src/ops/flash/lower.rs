@@ -10,6 +10,7 @@
 //! 5. `NAME.merge` (exchange, when a query block has several key blocks) and `NAME.merge`
 //!    (compute): `flash_combine` on the merging tiles, into the output's layout.
 
+use ipu_target::AmpMode;
 use rayon::prelude::*;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,7 +21,7 @@ use super::layout::FlashPlan;
 use crate::cost::estimate;
 use crate::error::CodegenError;
 use crate::lower::*;
-use crate::operator_plan::{DevOpKind, DevValueId};
+use crate::operator_plan::{DevOp, DevValue, DevValueId, FamilyOp};
 use crate::program::*;
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
@@ -451,19 +452,33 @@ pub(crate) const COSTING_BUFFERS: ItemBuffers = ItemBuffers {
     alpha: Some(BufferId(8)),
 };
 
-impl Lowerer<'_> {
-    pub(crate) fn lower_flash(&mut self, index: usize) -> Result<(), CodegenError> {
-        let op = &self.plan.ops[index];
-        let DevOpKind::Flash(fp) = &op.kind else {
-            return Err(CodegenError::internal("not a flash attention"));
+impl FamilyOp for FlashPlan {
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        lowerer.lower_flash(index, self)
+    }
+
+    fn macs(&self, _op: &DevOp, _values: &[DevValue]) -> Option<(u64, AmpMode)> {
+        let g = &self.geo;
+        let pairs: u64 = if g.causal {
+            (0..g.sq).map(|q| (q + 1).min(g.sk) as u64).sum()
+        } else {
+            (g.sq * g.sk) as u64
         };
-        let fp: FlashPlan = (**fp).clone();
+        Some((g.batch as u64 * pairs * (g.d + g.dv) as u64, g.mode))
+    }
+}
+
+impl Lowerer<'_> {
+    /// Lowers flash attention `index`, mapped by `fp`, into its own steps: homes,
+    /// distribution, scores and merge.
+    pub(crate) fn lower_flash(&mut self, index: usize, fp: &FlashPlan) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
         let name = op.name.clone();
         let (ins, out) = ([op.inputs[0], op.inputs[1], op.inputs[2]], op.output);
         let mask = op.inputs.get(3).copied();
-        let (homes, mask_home) = self.flash_homes(&name, &fp, ins, mask);
-        let bufs = self.flash_scores(&name, &fp, &homes, &mask_home);
-        self.flash_merge(&name, &fp, out, &bufs);
+        let (homes, mask_home) = self.flash_homes(&name, fp, ins, mask);
+        let bufs = self.flash_scores(&name, fp, &homes, &mask_home);
+        self.flash_merge(&name, fp, out, &bufs);
         Ok(())
     }
 

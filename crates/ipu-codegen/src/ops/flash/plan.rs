@@ -907,7 +907,7 @@ impl Planner<'_> {
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name: op.name.clone(),
-            kind: DevOpKind::Flash(Box::new(fp)),
+            kind: DevOpKind::new(fp),
             inputs: ins.to_vec(),
             output: r,
             estimated_cycles: modelled,

@@ -26,6 +26,7 @@ use ipu_target::{
 use crate::error::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
 use crate::operator_plan::*;
+use crate::ops::elementwise::Elementwise;
 use crate::plan::*;
 use ipu_kernels::{self as kernels, BinOp, UnOp};
 
@@ -311,7 +312,7 @@ impl Planner<'_> {
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name,
-            kind: DevOpKind::Rows(kind),
+            kind: DevOpKind::new(kind),
             inputs,
             output,
             estimated_cycles: compute + exchange,
@@ -794,7 +795,7 @@ impl Planner<'_> {
         );
         self.push_simple(
             format!("{name}.scale"),
-            DevOpKind::Unary(UnOp::Scale, scale),
+            Elementwise::Unary(UnOp::Scale, scale),
             vec![s],
             t,
         );
@@ -826,7 +827,7 @@ impl Planner<'_> {
         } else {
             let layout = self.values[o].layout.clone();
             let rv = self.add_value(out_val.name.clone(), out_dtype, oshape, Some(out), layout);
-            self.push_simple(format!("{name}.cast"), DevOpKind::Cast, vec![o], rv);
+            self.push_simple(format!("{name}.cast"), Elementwise::Cast, vec![o], rv);
         }
         Ok(())
     }
