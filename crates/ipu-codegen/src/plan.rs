@@ -31,14 +31,6 @@ pub const SUPPORT_RESERVE_BYTES: u64 = 96 * 1024;
 /// `1 / SUPPORT_MEASURED_HEADROOM_DIVISOR` of it (about 3 %): the new plan's support differs a
 /// little from the measured one (k chunks add exchange steps and their tables).
 pub const SUPPORT_MEASURED_HEADROOM_DIVISOR: u64 = 32;
-/// A matmul split into k chunks must fit with `1 / CHUNKED_HEADROOM_DIVISOR` of its bytes to
-/// spare (12.5 %): the memory model sees neither fragmentation nor the real support area, and
-/// an unsplit mapping that needs chunking is already close to the limit.
-pub const CHUNKED_HEADROOM_DIVISOR: u64 = 8;
-/// Most serial k chunks a matmul is split into (each costs an exchange phase and a sync).
-pub const K_CHUNKS_MAX: u64 = 64;
-/// Bound on matmul candidates examined per operation.
-pub const MATMUL_CANDIDATES_MAX: usize = 200_000;
 
 /// Default column group of a value of `dtype`: the AMP's K block and column count for its
 /// type, so matmul operands and results need no regrouping.
