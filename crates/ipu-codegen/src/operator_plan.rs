@@ -1,7 +1,7 @@
 //! The operator plan: what planning makes and lowering reads. Device values with their
 //! layouts, device operations with their mappings, and the finalists the planner kept. Each
 //! device operation holds its family's operation (`ops`) by a handle, [`DevOpKind`], through
-//! which the core asks what it needs ([`FamilyOp`]): this module, the planner, the lowerer,
+//! which the core asks what it needs (`FamilyOp`): this module, the planner, the lowerer,
 //! the costing and the build name no family's types.
 
 use std::any::Any;
@@ -36,10 +36,11 @@ pub struct DevValue {
 /// Index of a [`DevValue`].
 pub type DevValueId = usize;
 
-/// What the core asks of a family's device operation: the planner and the lowerer hold each
-/// operation by this handle and never name a family's types. A family's operation type (e.g.
-/// the matmul's blocks, a row operation, a flash attention's mapping) implements it beside
-/// its lowering; [`FamilyOpValue`] gives every `Clone + PartialEq` type the rest.
+/// What the core asks of a family's device operation, which the plan holds by a handle
+/// ([`DevOpKind`]) so that the planner and the lowerer never name a family's types. A family's
+/// operation type (e.g. the matmul's blocks, a row operation, a flash attention's mapping)
+/// implements it beside its lowering; [`FamilyOpValue`] gives every `Clone + PartialEq` type
+/// the rest.
 pub(crate) trait FamilyOp: FamilyOpValue + fmt::Debug + Send + Sync {
     /// Lowers device operation `index` of the lowerer's plan, which holds this operation, into
     /// the lowerer's program: its exchange and compute steps (most families through
@@ -82,8 +83,8 @@ impl<T: FamilyOp + Clone + PartialEq> FamilyOpValue for T {
     }
 }
 
-/// What a device operation does: its family's operation, held by the handle
-/// [`FamilyOp`]. `Debug` shows the family's operation.
+/// What a device operation does: a handle on its family's operation, which implements
+/// `FamilyOp`. `Debug` shows the family's operation.
 pub struct DevOpKind(Box<dyn FamilyOp>);
 
 impl DevOpKind {
@@ -106,12 +107,13 @@ impl DevOpKind {
         self.0.lower(lowerer, index)
     }
 
-    /// See [`FamilyOp::k_splits`].
+    /// Chunks of k the operation computes on separate tiles (`FamilyOp::k_splits`).
     pub fn k_splits(&self) -> usize {
         self.0.k_splits()
     }
 
-    /// See [`FamilyOp::macs`].
+    /// The multiply-accumulates of the operation's matrix products and their AMP mode
+    /// (`FamilyOp::macs`).
     pub fn macs(&self, op: &DevOp, values: &[DevValue]) -> Option<(u64, AmpMode)> {
         self.0.macs(op, values)
     }

@@ -3,10 +3,10 @@
 //! operations, as `impl` blocks of the planner ([`crate::plan::Planner`]) and the lowerer
 //! ([`crate::lower::Lowerer`]). A family's device operations are its own types, which the
 //! plan holds by handle ([`crate::operator_plan::DevOpKind`]) and which lower themselves
-//! ([`crate::operator_plan::FamilyOp`]); the core names none of them. This module is the
-//! dispatch table of planning: [`Planner::plan_op`] sends each graph operation to its
-//! family. A family may use its own lowering to model its candidates (flash attention models
-//! its finalists from their tile programs); the core planner never calls into lowering.
+//! (`FamilyOp`); the core names none of them. This module is the dispatch table of planning:
+//! [`Planner::plan_op`] sends each graph operation to its family. A family may use its own
+//! lowering to model its candidates (flash attention models its finalists from their tile
+//! programs); the core planner never calls into lowering.
 //!
 //! | family | graph operations | device operations |
 //! |---|---|---|
