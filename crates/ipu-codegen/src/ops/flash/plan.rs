@@ -120,7 +120,7 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let rows_c = (geo.rows as u64).div_ceil(merge as u64);
     let stage =
         (merge as u64 - 1) * (geo.gv() as u64 + 1) * rows_c * GROUP_ROW_BYTES as u64 + slack;
-    let scratch = 6 * super::lower::combine_scratch_bytes(geo, merge) as u64 + slack;
+    let scratch = 6 * super::programs::combine_scratch_bytes(geo, merge) as u64 + slack;
     let out = rows_c * geo.dv as u64 * geo.out.bytes() as u64 + slack;
     let n = per_tile as u64;
     // The item's mask: its rows (or one) by its keys, in the partials type.
