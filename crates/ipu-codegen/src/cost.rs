@@ -5,12 +5,10 @@
 use std::collections::BTreeMap;
 
 use ipu_target::{
-    AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, AmpMode, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target,
-    WORKER_CONTEXTS,
+    AMP_WEIGHT_LOAD_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target, WORKER_CONTEXTS,
 };
 
 use crate::exchange::Scheduled;
-use crate::plan::{DevOpKind, OperatorPlan};
 use crate::program::{Step, SupOp, TileProgram};
 
 /// Worker contexts a tile's launches share.
@@ -131,34 +129,6 @@ pub fn estimate_by_kernel(ops: &[SupOp]) -> BTreeMap<String, u64> {
         start = end + 1;
     }
     parts
-}
-
-/// The multiply-accumulates of the plan's matrix products (flash attention's two products over
-/// the (query, key) pairs attention needs: a causal mask hides half of them, whatever the
-/// mapping computes), and the AMP mode they run in, for efficiency figures.
-pub fn count_macs(plan: &OperatorPlan) -> (u64, Option<AmpMode>) {
-    let mut macs = 0u64;
-    let mut mode_used = None;
-    for op in &plan.ops {
-        if let DevOpKind::MatMul { mode, k_splits, .. } = op.kind {
-            let (a, c) = (&plan.values[op.inputs[0]], &plan.values[op.output]);
-            let k = *a.shape.last().unwrap_or(&1) as u64;
-            // A k split's output holds a slice of partials per split, each over its share of k.
-            macs += c.shape.iter().product::<usize>() as u64 / k_splits as u64 * k;
-            mode_used = Some(mode);
-        }
-        if let DevOpKind::Flash(fp) = &op.kind {
-            let g = &fp.geo;
-            let pairs: u64 = if g.causal {
-                (0..g.sq).map(|q| (q + 1).min(g.sk) as u64).sum()
-            } else {
-                (g.sq * g.sk) as u64
-            };
-            macs += g.batch as u64 * pairs * (g.d + g.dv) as u64;
-            mode_used = Some(g.mode);
-        }
-    }
-    (macs, mode_used)
 }
 
 /// The cost of the placed program and its exchange part: each compute step's slowest tile and

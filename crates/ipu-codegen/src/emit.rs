@@ -16,10 +16,10 @@ use ipu_isa::{Instr, MReg};
 use ipu_package::{Segment, TileImage, TileImages};
 use ipu_target::Target;
 
+use crate::error::{CodegenError, MemoryRegion};
 use crate::exchange::Scheduled;
 use crate::place::TileSupport;
 use crate::program::{BufferId, State, StateWord, Step, SupOp, TileProgram};
-use crate::{CodegenError, MemoryRegion};
 use ipu_kernels::code::{Code, Laid};
 use ipu_kernels::{self as kernels, Kernel};
 use rayon::prelude::*;

@@ -23,10 +23,12 @@
 pub mod attention_form;
 pub mod cost;
 pub mod emit;
+pub mod error;
 pub mod exchange;
 pub mod layout;
 pub mod lower;
 pub mod manifest;
+pub mod operator_plan;
 pub mod ops;
 pub mod place;
 pub mod plan;
@@ -34,7 +36,6 @@ pub mod program;
 pub mod view;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Instant;
 
 pub use attention_form::choose_attention;
@@ -43,129 +44,11 @@ use ipu_package::Package;
 use ipu_target::Target;
 use tracing::{info, info_span};
 
+pub use error::{CodegenError, MemoryRegion};
+pub use view::Refusal;
+
 // A graph tensor of any rank the verifier accepts is a host tensor the package reader accepts.
 const _: () = assert!(ipu_graph::RANK_MAX == ipu_package::RANK_MAX);
-
-/// Errors of the compiler. Each names the user's operation (the graph value it computes, never
-/// an internal intermediate) and the figures a user needs; `kind` (via [`CodegenError::kind`]
-/// and the `serde` form, `{"kind": "does_not_fit", ...}`) is what tools match on.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum CodegenError {
-    /// The options are invalid.
-    #[error("{message}")]
-    Options {
-        /// What is wrong.
-        message: String,
-    },
-    /// The graph is not valid.
-    #[error("invalid graph: {message}")]
-    Graph {
-        /// The verifier's message.
-        message: String,
-    },
-    /// An operation or type the device lowering does not handle.
-    #[error("{op}: unsupported: {reason}")]
-    Unsupported {
-        /// The user's operation (or value).
-        op: String,
-        /// Why.
-        reason: String,
-    },
-    /// The graph does not fit in tile memory.
-    #[error(
-        "{}does not fit in tile memory: {detail} ({}{region} memory: {need_bytes} bytes needed, {available_bytes} available, {} bytes over)",
-        op.as_ref().map(|o| format!("{o}: ")).unwrap_or_default(),
-        tile.map(|t| format!("tile {t}, ")).unwrap_or_default(),
-        need_bytes.saturating_sub(*available_bytes)
-    )]
-    DoesNotFit {
-        /// The user's operation the memory is for (none for program-wide code).
-        op: Option<String>,
-        /// The tile, when one tile is at fault (planning refusals concern the busiest tile of a
-        /// mapping, not a fixed one).
-        tile: Option<u32>,
-        /// The memory region.
-        region: MemoryRegion,
-        /// Bytes needed.
-        need_bytes: u64,
-        /// Bytes available.
-        available_bytes: u64,
-        /// What needs the memory, in words.
-        detail: String,
-    },
-    /// A checker found a broken invariant: a compiler bug.
-    #[error("internal compiler error: {message}")]
-    Internal {
-        /// The broken invariant.
-        message: String,
-    },
-}
-
-/// The part of tile memory a [`CodegenError::DoesNotFit`] is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemoryRegion {
-    /// Anywhere in data memory (standard and interleaved).
-    Any,
-    /// Interleaved memory (AMP weights, 128-bit loads).
-    Interleaved,
-    /// Executable (non-interleaved) memory, for code.
-    Executable,
-}
-
-impl fmt::Display for MemoryRegion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MemoryRegion::Any => "data",
-            MemoryRegion::Interleaved => "interleaved",
-            MemoryRegion::Executable => "executable",
-        })
-    }
-}
-
-impl From<program::Region> for MemoryRegion {
-    fn from(r: program::Region) -> MemoryRegion {
-        match r {
-            program::Region::Any => MemoryRegion::Any,
-            program::Region::Interleaved => MemoryRegion::Interleaved,
-        }
-    }
-}
-
-impl CodegenError {
-    /// The error's kind in snake case, as in the JSON form.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            CodegenError::Options { .. } => "options",
-            CodegenError::Graph { .. } => "graph",
-            CodegenError::Unsupported { .. } => "unsupported",
-            CodegenError::DoesNotFit { .. } => "does_not_fit",
-            CodegenError::Internal { .. } => "internal",
-        }
-    }
-
-    /// A compiler bug.
-    pub fn internal(message: impl Into<String>) -> CodegenError {
-        CodegenError::Internal {
-            message: message.into(),
-        }
-    }
-
-    /// An unsupported operation.
-    pub fn unsupported(op: impl Into<String>, reason: impl Into<String>) -> CodegenError {
-        CodegenError::Unsupported {
-            op: op.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-impl From<ipu_kernels::code::CodeError> for CodegenError {
-    fn from(e: ipu_kernels::code::CodeError) -> CodegenError {
-        CodegenError::internal(e.to_string())
-    }
-}
 
 /// What to build for.
 #[derive(Debug, Clone)]
@@ -215,24 +98,6 @@ pub struct BuildReport {
     pub view: Option<Box<view::BuildView>>,
 }
 
-/// A refused build: the error, and the view of the closest the build came to a package: the
-/// last program tried, when placement refused it; every tile's live values and the refused
-/// operation's estimated working set, when planning refused an operation for memory; none
-/// for other refusals.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Refusal {
-    /// Why.
-    pub error: CodegenError,
-    /// The memory view of the closest candidate.
-    pub view: Option<Box<view::BuildView>>,
-}
-
-impl From<CodegenError> for Refusal {
-    fn from(error: CodegenError) -> Refusal {
-        Refusal { error, view: None }
-    }
-}
-
 /// A package and its build figures.
 #[derive(Debug, Clone)]
 pub struct Build {
@@ -272,7 +137,7 @@ pub const PLACEMENT_REPLANS_MAX: usize = 4;
 /// The budget to re-plan with after placement refused `e`: the user operation at fault and
 /// its planned peak per tile less the bytes that did not fit and an eighth for the
 /// fragmentation of what else is live. None when the error is not an operation's buffer.
-fn replan_budget(plan: &plan::OperatorPlan, e: &CodegenError) -> Option<(String, u64)> {
+fn replan_budget(plan: &operator_plan::OperatorPlan, e: &CodegenError) -> Option<(String, u64)> {
     let CodegenError::DoesNotFit {
         op: Some(op),
         need_bytes,
@@ -516,16 +381,12 @@ pub fn build_searched(
     report.estimated_cycles = plan.estimated_cycles;
     report.estimated_exchange_cycles = plan.estimated_exchange_cycles;
     report.device_operations = plan.ops.len();
-    (report.macs, report.amp_mode) = cost::count_macs(&plan);
+    (report.macs, report.amp_mode) = plan.macs();
     report.k_splits = plan
         .ops
         .iter()
-        .filter_map(|o| match o.kind {
-            plan::DevOpKind::MatMul { k_splits, .. } if k_splits > 1 => {
-                Some((o.name.clone(), k_splits))
-            }
-            _ => None,
-        })
+        .map(|o| (o.name.clone(), o.kind.k_splits()))
+        .filter(|&(_, k_splits)| k_splits > 1)
         .collect();
     // Placed, the addresses are known: the launches charge the bank conflicts their streams
     // meet where placement could not keep them apart.
@@ -545,7 +406,12 @@ pub fn build_searched(
         .max()
         .unwrap_or(0);
     let exchanges = phase(&mut report, "lower_exchanges", || {
-        exchange::schedule_program(program, &step_index, &placement.addresses, &target)
+        exchange::schedule_program(
+            program,
+            &step_index.transfers,
+            &placement.addresses,
+            &target,
+        )
     })?;
     let step_cycles = cost::step_cycles(program, &exchanges, &target);
     (report.final_cycles, report.final_exchange_cycles) = cost::final_cycles(program, &step_cycles);

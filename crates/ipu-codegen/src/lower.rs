@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use ipu_package::{HostTensor, TensorRole, split_shape, storage_elements, storage_index};
 
-use crate::CodegenError;
+use crate::cost::estimate;
+use crate::error::CodegenError;
 use crate::layout::{Move, moves, uncovered};
-use crate::plan::{DevValueId, OperatorPlan, dtype_name};
+use crate::operator_plan::{DevValueId, OperatorPlan, dtype_name};
 use crate::program::*;
 use ipu_kernels::state::*;
 use ipu_kernels::{self as kernels, Kernel, OVERREAD_BYTES};
@@ -218,10 +219,23 @@ pub(crate) fn amp_chain_launch(
     )
 }
 
-/// Bytes of an input row and of an output row of a chain of AMP rounds: a round's output
-/// pointer then stops at its last row, where the next round stores it
-/// ([`Kernel::AmpChain`]).
-pub(crate) const AMP_CHAIN_ROW_BYTES: u32 = 32;
+/// A `RowScalar` launch on `state`'s rows, with its cycle model.
+pub(crate) fn row_scalar(
+    ty: kernels::Elem,
+    op: kernels::BinOp,
+    reversed: bool,
+    state: RowScalarState,
+) -> SupOp {
+    let slots = kernels::rows::row_scalar_slots(
+        ty,
+        op,
+        reversed,
+        state.rows,
+        state.columns,
+        state.stride / 4,
+    );
+    SupOp::Run(Kernel::RowScalar { ty, op, reversed }, state.into(), slots)
+}
 
 /// The direction of a [`Copy2d::regroup`].
 pub(crate) enum Regroup {
@@ -397,7 +411,7 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     host_step(&mut l, "inputs", &plan.inputs, TensorRole::Input);
     for (i, op) in plan.ops.iter().enumerate() {
         l.prog.origin = op.origin.clone();
-        l.lower_op(i)?;
+        op.kind.lower(&mut l, i)?;
     }
     l.prog.origin = "host exchange".into();
     host_step(&mut l, "outputs", &plan.outputs, TensorRole::Output);
@@ -418,6 +432,40 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
 impl Lowerer<'_> {
     pub(crate) fn eb(&self, v: DevValueId) -> u32 {
         self.plan.values[v].dtype.bytes() as u32
+    }
+
+    /// Lowers device operation `index` by `lower`, which gives the copies of its exchange step
+    /// and every tile's work in its compute step ([`OpSteps`]), and pushes those steps: the
+    /// exchange step when it moves anything, then the compute step, each tile's work ending
+    /// in a `waitw`.
+    pub(crate) fn lower_steps(
+        &mut self,
+        index: usize,
+        lower: impl FnOnce(&mut Self, &mut OpSteps) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        let mut steps = OpSteps::default();
+        lower(self, &mut steps)?;
+        let OpSteps { mut tiles, copies } = steps;
+        let name = self.plan.ops[index].name.clone();
+        if !copies.is_empty() {
+            self.prog.steps.push(Step::Exchange {
+                name: name.clone(),
+                copies,
+            });
+        }
+        for ops in tiles.values_mut() {
+            // One more slot, not a doubling: the vectors hold every tile's supervisor work
+            // (80 bytes an operation, millions for a large matmul) until the package is built.
+            ops.reserve_exact(1);
+            ops.push(SupOp::WaitW);
+        }
+        let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+        self.prog.steps.push(Step::Compute {
+            name,
+            tiles,
+            estimated_cycles,
+        });
+        Ok(())
     }
 
     /// The buffer holding `v`'s pieces on `tile`.

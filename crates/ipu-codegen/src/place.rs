@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use ipu_target::Target;
 
+use crate::error::{CodegenError, MemoryRegion};
 use crate::program::{BufferId, Region, TileProgram};
-use crate::{CodegenError, MemoryRegion};
 
 /// Alignment of every buffer (the strictest access, a 128-bit weight load, needs 16).
 pub const BUFFER_ALIGN: u32 = 16;

@@ -14,17 +14,13 @@
 use std::collections::BTreeMap;
 
 use ipu_graph::{DType, Graph, OpKind, Value, ValueId};
-use ipu_target::{
-    AmpMode, BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, Target,
-    WORKER_CONTEXTS,
-};
+use ipu_target::{AmpMode, Target};
 
-use crate::layout::{Layout, PIECE_GRAIN};
-use crate::view::{self, LiveValue, PlanningRefusal};
-use crate::{CodegenError, MemoryRegion, Refusal};
-use ipu_kernels::{self as kernels, BinOp, CastType, UnOp};
-
-pub use crate::ops::rows::{GatherKind, RowOp};
+use crate::error::{CodegenError, MemoryRegion};
+use crate::layout::Layout;
+use crate::operator_plan::{DevOp, DevValue, DevValueId, Finalist, OperatorPlan};
+use crate::view::{self, LiveValue, PlanningRefusal, Refusal};
+use ipu_kernels::{self as kernels, CastType};
 
 /// Finalists kept per operation for the log.
 pub const FINALISTS: usize = 3;
@@ -35,200 +31,6 @@ pub const SUPPORT_RESERVE_BYTES: u64 = 96 * 1024;
 /// `1 / SUPPORT_MEASURED_HEADROOM_DIVISOR` of it (about 3 %): the new plan's support differs a
 /// little from the measured one (k chunks add exchange steps and their tables).
 pub const SUPPORT_MEASURED_HEADROOM_DIVISOR: u64 = 32;
-/// A matmul split into k chunks must fit with `1 / CHUNKED_HEADROOM_DIVISOR` of its bytes to
-/// spare (12.5 %): the memory model sees neither fragmentation nor the real support area, and
-/// an unsplit mapping that needs chunking is already close to the limit.
-pub const CHUNKED_HEADROOM_DIVISOR: u64 = 8;
-/// Most serial k chunks a matmul is split into (each costs an exchange phase and a sync).
-pub const K_CHUNKS_MAX: u64 = 64;
-/// Bound on matmul candidates examined per operation.
-pub const MATMUL_CANDIDATES_MAX: usize = 200_000;
-
-/// A value on the device: a graph value or one the expansion introduces.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DevValue {
-    /// Name.
-    pub name: String,
-    /// Element type.
-    pub dtype: DType,
-    /// Logical shape.
-    pub shape: Vec<usize>,
-    /// The graph value it is, if any.
-    pub graph: Option<ValueId>,
-    /// Where it lives.
-    pub layout: Layout,
-    /// The user's value or operation it belongs to (`%name`): a graph input, or the graph
-    /// operation whose planning made it. Errors and the tile program name this, never an
-    /// intermediate.
-    pub origin: String,
-}
-
-/// Index of a [`DevValue`].
-pub type DevValueId = usize;
-
-/// One matmul block: the output rows `m0..m1` and column groups `g0..g1` of batch `b`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
-    /// Tile.
-    pub tile: u32,
-    /// Batch index (over the output's leading dimensions).
-    pub batch: usize,
-    /// Rows.
-    pub m0: usize,
-    /// One past the last row.
-    pub m1: usize,
-    /// First column group.
-    pub g0: usize,
-    /// One past the last column group.
-    pub g1: usize,
-    /// The k split it computes (0 unless the matmul splits k over tiles).
-    pub split: usize,
-}
-
-/// Geometry of an AMP mode: K block, columns, input and output element bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AmpGeometry {
-    /// K elements per weight block (one row of input per 4 phases).
-    pub k_block: usize,
-    /// Output columns per weight block.
-    pub cols: usize,
-    /// Bytes per input element.
-    pub in_bytes: usize,
-    /// Bytes per partial.
-    pub out_bytes: usize,
-}
-
-/// The geometry of `mode`, from the target description, in the planner's units.
-pub fn amp_geometry(mode: AmpMode) -> AmpGeometry {
-    let g = mode.geometry();
-    AmpGeometry {
-        k_block: g.k as usize,
-        cols: g.columns as usize,
-        in_bytes: g.input_bytes as usize,
-        out_bytes: g.partial_bytes as usize,
-    }
-}
-
-/// What a device operation does.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DevOpKind {
-    /// A matmul on the AMP with its blocks; the output is the partials type.
-    MatMul {
-        /// AMP mode.
-        mode: AmpMode,
-        /// Blocks.
-        blocks: Vec<Block>,
-        /// Row splits.
-        pm: usize,
-        /// Column-group splits.
-        pn: usize,
-        /// Serial chunks of the k blocks: each has its own exchange and compute steps and
-        /// stages only its share of the operands; accumulation carries across them.
-        k_chunks: usize,
-        /// Chunks of the k blocks on separate tiles (a 3-D split): block `split` takes the K
-        /// blocks `kb * split / k_splits .. kb * (split + 1) / k_splits` and writes its own
-        /// partials, slice `split` of the output `[k_splits, ..]`, which
-        /// [`DevOpKind::SumSplits`] then reduces. 1: no split.
-        k_splits: usize,
-        /// The operand the blocks on consecutive tiles share (the order of `blocks`).
-        consecutive: crate::ops::matmul::Consecutive,
-    },
-    /// The sums of runs of a stacked value `[depth, ..]` (the partials of a k split): run `i`
-    /// adds slices `depth * i / runs .. depth * (i + 1) / runs` in index order; the output is
-    /// `[runs, ..]`, or the slices' shape for one run. Each slice of the output is spread
-    /// over the tiles alike, and each tile adds its share.
-    SumSplits {
-        /// Runs (the depth after this stage).
-        runs: usize,
-    },
-    /// Elementwise binary.
-    Binary(BinOp),
-    /// Elementwise unary (`factor` for scale).
-    Unary(UnOp, f32),
-    /// Conversion on the FP8 conversion unit and the vector units (f32, f16, F143, F152,
-    /// saturating).
-    Cast,
-    /// Conversion between any two element formats, element by element through f32.
-    Convert(ipu_numerics::Overflow),
-    /// Elementwise integer arithmetic (operands of one shape).
-    IntBinary(BinOp),
-    /// The causal mask of a block of scores whose column 0 is key `key_start` (f32).
-    CausalMask {
-        /// Key of column 0.
-        key_start: usize,
-    },
-    /// Data movement or a row operation in the row layout (see [`crate::ops::rows`]).
-    Rows(RowOp),
-    /// A fused flash attention (see [`crate::ops::flash`]): inputs q, k, v.
-    Flash(Box<crate::ops::flash::layout::FlashPlan>),
-}
-
-/// A device operation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DevOp {
-    /// Name (the graph operation's, with a suffix for expansions).
-    pub name: String,
-    /// The graph operation it belongs to (`%name`).
-    pub origin: String,
-    /// Kind.
-    pub kind: DevOpKind,
-    /// Operands.
-    pub inputs: Vec<DevValueId>,
-    /// Result.
-    pub output: DevValueId,
-    /// Estimated cycles (compute and exchange).
-    pub estimated_cycles: u64,
-    /// Estimated exchange cycles.
-    pub estimated_exchange_cycles: u64,
-}
-
-/// A candidate mapping with its figures, for the log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finalist {
-    /// Operation.
-    pub op: String,
-    /// Description of the mapping.
-    pub mapping: String,
-    /// Estimated cycles.
-    pub estimated_cycles: u64,
-    /// Estimated exchange cycles.
-    pub estimated_exchange_cycles: u64,
-    /// Peak bytes per tile.
-    pub peak_tile_bytes: u64,
-    /// Tiles used.
-    pub tiles: u32,
-    /// Candidate mappings the operation had (1: its layout follows its operands).
-    pub alternatives: usize,
-}
-
-/// The result of planning.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OperatorPlan {
-    /// Device values; graph inputs first, in graph order.
-    pub values: Vec<DevValue>,
-    /// Device operations in execution order.
-    pub ops: Vec<DevOp>,
-    /// Device values of the graph's outputs.
-    pub outputs: Vec<DevValueId>,
-    /// Device values of the graph's inputs.
-    pub inputs: Vec<DevValueId>,
-    /// Device values of the graph's constants, with their data (row-major, the element
-    /// type's bytes).
-    pub constants: Vec<(DevValueId, ipu_graph::ConstantData)>,
-    /// Retained finalists per operation.
-    pub finalists: Vec<Finalist>,
-    /// Sum of the operations' estimates.
-    pub estimated_cycles: u64,
-    /// Sum of the operations' exchange estimates.
-    pub estimated_exchange_cycles: u64,
-    /// Tiles used.
-    pub tiles_used: u32,
-}
-
-/// The name of a dtype in the package manifest.
-pub fn dtype_name(d: DType) -> &'static str {
-    d.text_name()
-}
 
 /// Default column group of a value of `dtype`: the AMP's K block and column count for its
 /// type, so matmul operands and results need no regrouping.
@@ -315,11 +117,11 @@ pub(crate) fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
         return None;
     };
     let dtype = graph.value(op.inputs[0]).ty.dtype;
-    let geo = amp_geometry(matmul_mode(dtype, partials)?);
+    let geo = matmul_mode(dtype, partials)?.geometry();
     Some(if op.inputs[0] == v {
-        geo.k_block
+        geo.k as usize
     } else {
-        geo.cols
+        geo.columns as usize
     })
 }
 
@@ -1040,103 +842,10 @@ impl Planner<'_> {
         id
     }
 
-    /// A one-operand operation whose result keeps its operand's layout (in `dtype`, or the
-    /// graph value's type).
-    pub(crate) fn follow(
-        &mut self,
-        op: &ipu_graph::Operation,
-        out_val: &ipu_graph::Value,
-        kind: DevOpKind,
-        x: DevValueId,
-        dtype: Option<DType>,
-    ) {
-        let layout = self.values[x].layout.clone();
-        let dtype = dtype.unwrap_or(out_val.ty.dtype);
-        let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
-        self.push_simple(op.name.clone(), kind, vec![x], r);
-    }
-
     pub(crate) fn rename(&mut self, v: DevValueId, name: String, graph: ValueId) {
         self.values[v].name = name;
         self.values[v].graph = Some(graph);
         self.of_graph.insert(graph, v);
-    }
-
-    pub(crate) fn cast_to(&mut self, v: DevValueId, to: DType, name: &str) -> DevValueId {
-        if self.values[v].dtype == to {
-            return v;
-        }
-        let (shape, layout) = (self.values[v].shape.clone(), self.values[v].layout.clone());
-        let r = self.add_value(name.to_string(), to, shape, None, layout);
-        self.push_simple(name.to_string(), DevOpKind::Cast, vec![v], r);
-        r
-    }
-
-    /// Elementwise operations follow their first operand's layout: no choice to make, one
-    /// finalist. Cost: the slowest tile's vectors over 6 workers, plus the exchange of other
-    /// operands laid out differently.
-    pub(crate) fn push_simple(
-        &mut self,
-        name: String,
-        kind: DevOpKind,
-        inputs: Vec<DevValueId>,
-        output: DevValueId,
-    ) {
-        let out = &self.values[output];
-        let eb = out.dtype.bytes() as u64;
-        let most = out.layout.most_elements_on_a_tile() as u64;
-        let workers = WORKER_CONTEXTS as u64;
-        let per_worker = most.div_ceil(workers);
-        let slot = BARREL_SLOT_CYCLES as u64;
-        // The element-at-a-time kernels cost what their slot models say (tens of slots per
-        // element); the vector kernels about two slots per piece.
-        let groups = per_worker.div_ceil(4) as u32;
-        let worker_slots = match kind {
-            DevOpKind::Convert(overflow) => u64::from(kernels::convert_slots(
-                conv_type(self.values[inputs[0]].dtype),
-                conv_type(out.dtype),
-                overflow,
-                groups,
-            )),
-            DevOpKind::IntBinary(bop) => {
-                let f = out.dtype.int_format().expect("integer arithmetic");
-                u64::from(kernels::int_binary_slots(
-                    bop,
-                    f.bits as u8,
-                    f.signed,
-                    groups,
-                ))
-            }
-            _ => per_worker * 2 / PIECE_GRAIN as u64 + 12,
-        };
-        let compute = slot * worker_slots + workers * slot * 3;
-        let mut exchange = 0;
-        for &i in &inputs[1..] {
-            if self.values[i].layout != out.layout {
-                exchange = exchange.max(
-                    most * eb / EXCHANGE_BYTES_PER_CYCLE as u64
-                        + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64,
-                );
-            }
-        }
-        self.finalists.push(Finalist {
-            op: name.clone(),
-            mapping: format!("follow-operand tiles={}", out.layout.tiles().len()),
-            estimated_cycles: compute + exchange,
-            estimated_exchange_cycles: exchange,
-            peak_tile_bytes: most * eb * inputs.len() as u64,
-            tiles: out.layout.tiles().len() as u32,
-            alternatives: 1,
-        });
-        self.ops.push(DevOp {
-            origin: self.origin.clone(),
-            name,
-            kind,
-            inputs,
-            output,
-            estimated_cycles: compute + exchange,
-            estimated_exchange_cycles: exchange,
-        });
     }
 }
 

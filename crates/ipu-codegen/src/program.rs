@@ -6,6 +6,7 @@ use std::fmt;
 
 use ipu_target::AmpMode;
 
+use crate::error::MemoryRegion;
 use ipu_kernels::Kernel;
 
 /// A buffer's index in [`TileProgram::buffers`] (defined with the vertex states that name
@@ -20,6 +21,15 @@ pub enum Region {
     Any,
     /// Interleaved memory (read by `ampw` or 128-bit loads).
     Interleaved,
+}
+
+impl From<Region> for MemoryRegion {
+    fn from(r: Region) -> MemoryRegion {
+        match r {
+            Region::Any => MemoryRegion::Any,
+            Region::Interleaved => MemoryRegion::Interleaved,
+        }
+    }
 }
 
 /// A piece of tile memory the program uses.
@@ -289,10 +299,15 @@ impl TileProgram {
     }
 }
 
+/// Bytes of an input row and of an output row of a chain of AMP rounds: a round's output
+/// pointer then stops at its last row, where the next round stores it
+/// ([`Kernel::AmpChain`]).
+pub(crate) const AMP_CHAIN_ROW_BYTES: u32 = 32;
+
 /// A tile's chains of AMP rounds ([`Kernel::AmpChain`]) keep the workers' registers from
 /// round to round: a round that carries the last row of the one before must be launched
 /// right after it (no other launch between), with the other parity, the same rows, as input
-/// and output rows of [`crate::lower::AMP_CHAIN_ROW_BYTES`]; a chain's first round is even; a
+/// and output rows of [`AMP_CHAIN_ROW_BYTES`]; a chain's first round is even; a
 /// round that takes its zero partials-in from the chain follows a first pass of the chain.
 fn check_chains(ops: &[SupOp]) -> Result<(), String> {
     // The chain's last round so far: its kernel, its rows, and whether one of its rounds set
@@ -314,7 +329,7 @@ fn check_chains(ops: &[SupOp]) -> Result<(), String> {
         let State::AmpChain(state) = st else {
             return Err(format!("{k:?} launched with a {:?} state", st.kind()));
         };
-        let row = crate::lower::AMP_CHAIN_ROW_BYTES;
+        let row = AMP_CHAIN_ROW_BYTES;
         if state.row_bytes != [row, row] {
             return Err(format!(
                 "{k:?}: rows of {:?} bytes, not {row}",

@@ -3,16 +3,36 @@
 //! Plain data (serialisable) that reports and traces are drawn from; [`view`] builds it from
 //! the placed program, [`refusal_view`] from the last program tried when placement refused it,
 //! [`planning_refusal_view`] from the values planned so far when planning refused an operation
-//! for memory (no program: the steps are the graph's operations).
+//! for memory (no program: the steps are the graph's operations). A refused build carries the
+//! closest of these beside its error ([`Refusal`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipu_target::Target;
 use serde::{Deserialize, Serialize};
 
+use crate::error::CodegenError;
+use crate::operator_plan::{Finalist, OperatorPlan};
 use crate::place::{Placement, TileSupport};
-use crate::plan::{Finalist, OperatorPlan};
 use crate::program::{Region, Step, SupOp, TileProgram};
+
+/// A refused build: the error, and the view of the closest the build came to a package: the
+/// last program tried, when placement refused it; every tile's live values and the refused
+/// operation's estimated working set, when planning refused an operation for memory; none
+/// for other refusals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// Why.
+    pub error: CodegenError,
+    /// The memory view of the closest candidate.
+    pub view: Option<Box<BuildView>>,
+}
+
+impl From<CodegenError> for Refusal {
+    fn from(error: CodegenError) -> Refusal {
+        Refusal { error, view: None }
+    }
+}
 
 /// Version of [`BuildView`]'s serialised layout; bumped when a field changes meaning (2: the
 /// view of a planning refusal, [`BuildView::planning_refusal`] and [`BufferView::estimate`]).

@@ -279,7 +279,10 @@ fn a_row_vector_or_scalar_operand_keeps_the_other_operands_layout() {
                 let g = single(kind.clone(), &[(dtype, &a), (dtype, &b)]);
                 let p = ipu_codegen::plan::plan(&g, &Target::gc200(), 13).unwrap();
                 assert!(
-                    matches!(p.ops[0].kind, ipu_codegen::plan::DevOpKind::Binary(_)),
+                    matches!(
+                        p.ops[0].kind.downcast_ref(),
+                        Some(ipu_codegen::ops::elementwise::Elementwise::Binary(_))
+                    ),
                     "expected an elementwise operation: {:?}",
                     p.ops[0].kind
                 );

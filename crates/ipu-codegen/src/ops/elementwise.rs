@@ -7,10 +7,15 @@ use std::collections::BTreeMap;
 
 use ipu_graph::{DType, OpKind, Operation, Value};
 use ipu_package::split_shape;
+use ipu_target::{
+    BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
+};
 
 use super::unsupported;
-use crate::CodegenError;
+use crate::error::CodegenError;
+use crate::layout::PIECE_GRAIN;
 use crate::lower::*;
+use crate::operator_plan::*;
 use crate::plan::*;
 use crate::program::*;
 use ipu_kernels::state::*;
@@ -43,7 +48,7 @@ impl Planner<'_> {
                     "integer arithmetic on operands of different shapes (broadcasting) is not lowered",
                 );
             }
-            DevOpKind::IntBinary(bop)
+            Elementwise::IntBinary(bop)
         } else if elem(dtype).is_none() {
             return unsupported(
                 op,
@@ -55,7 +60,7 @@ impl Planner<'_> {
         {
             return self.plan_broadcast(op, bop, ins, out_val);
         } else {
-            DevOpKind::Binary(bop)
+            Elementwise::Binary(bop)
         };
         let layout = self.values[x].layout.clone();
         let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
@@ -100,7 +105,7 @@ impl Planner<'_> {
             OpKind::Scale { factor } => self.follow(
                 op,
                 out_val,
-                DevOpKind::Unary(UnOp::Scale, *factor),
+                Elementwise::Unary(UnOp::Scale, *factor),
                 ins[0],
                 None,
             ),
@@ -109,7 +114,7 @@ impl Planner<'_> {
             OpKind::Unary(f) => self.follow(
                 op,
                 out_val,
-                DevOpKind::Unary(UnOp::Fn(*f), 1.0),
+                Elementwise::Unary(UnOp::Fn(*f), 1.0),
                 ins[0],
                 None,
             ),
@@ -120,7 +125,7 @@ impl Planner<'_> {
                         "a causal mask is lowered for f32 scores only (use f32 partials)",
                     );
                 }
-                let kind = DevOpKind::CausalMask {
+                let kind = Elementwise::CausalMask {
                     key_start: *key_start,
                 };
                 self.follow(op, out_val, kind, ins[0], None)
@@ -128,9 +133,9 @@ impl Planner<'_> {
             OpKind::Cast { to, overflow } => {
                 let from = self.values[ins[0]].dtype;
                 let kind = if cast_on_units(from, *to, *overflow) {
-                    DevOpKind::Cast
+                    Elementwise::Cast
                 } else {
-                    DevOpKind::Convert(*overflow)
+                    Elementwise::Convert(*overflow)
                 };
                 self.follow(op, out_val, kind, ins[0], Some(*to))
             }
@@ -223,7 +228,7 @@ impl Lowerer<'_> {
                         columns: cols,
                         y_stride: 0,
                     };
-                    ops.push(super::rows::lower::row_scalar(ty, bop, false, state));
+                    ops.push(row_scalar(ty, bop, false, state));
                 }
             }
         }
@@ -550,5 +555,136 @@ fn push_split(ops: &mut Vec<SupOp>, units: u32, launch: impl Fn(u32, u32) -> Sup
         if u1 > u0 {
             ops.push(launch(u0, u1));
         }
+    }
+}
+
+/// An elementwise device operation: the result keeps its first operand's layout.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Elementwise {
+    /// Elementwise binary.
+    Binary(BinOp),
+    /// Elementwise unary (`factor` for scale).
+    Unary(UnOp, f32),
+    /// Conversion on the FP8 conversion unit and the vector units (f32, f16, F143, F152,
+    /// saturating).
+    Cast,
+    /// Conversion between any two element formats, element by element through f32.
+    Convert(ipu_numerics::Overflow),
+    /// Elementwise integer arithmetic (operands of one shape).
+    IntBinary(BinOp),
+    /// The causal mask of a block of scores whose column 0 is key `key_start` (f32).
+    CausalMask {
+        /// Key of column 0.
+        key_start: usize,
+    },
+}
+
+impl FamilyOp for Elementwise {
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        lowerer.lower_steps(index, |l, steps| match *self {
+            Elementwise::Binary(bop) => l.lower_binary(index, bop, steps),
+            Elementwise::Unary(uop, factor) => l.lower_unary(index, uop, factor, &mut steps.tiles),
+            Elementwise::CausalMask { key_start } => {
+                l.lower_causal_mask(index, key_start, &mut steps.tiles)
+            }
+            Elementwise::Cast => l.lower_cast(index, None, &mut steps.tiles),
+            Elementwise::Convert(overflow) => l.lower_cast(index, Some(overflow), &mut steps.tiles),
+            Elementwise::IntBinary(bop) => l.lower_int_binary(index, bop, steps),
+        })
+    }
+}
+
+impl Planner<'_> {
+    /// A one-operand operation whose result keeps its operand's layout (in `dtype`, or the
+    /// graph value's type).
+    pub(crate) fn follow(
+        &mut self,
+        op: &ipu_graph::Operation,
+        out_val: &ipu_graph::Value,
+        kind: Elementwise,
+        x: DevValueId,
+        dtype: Option<DType>,
+    ) {
+        let layout = self.values[x].layout.clone();
+        let dtype = dtype.unwrap_or(out_val.ty.dtype);
+        let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
+        self.push_simple(op.name.clone(), kind, vec![x], r);
+    }
+
+    pub(crate) fn cast_to(&mut self, v: DevValueId, to: DType, name: &str) -> DevValueId {
+        if self.values[v].dtype == to {
+            return v;
+        }
+        let (shape, layout) = (self.values[v].shape.clone(), self.values[v].layout.clone());
+        let r = self.add_value(name.to_string(), to, shape, None, layout);
+        self.push_simple(name.to_string(), Elementwise::Cast, vec![v], r);
+        r
+    }
+
+    /// Elementwise operations follow their first operand's layout: no choice to make, one
+    /// finalist. Cost: the slowest tile's vectors over 6 workers, plus the exchange of other
+    /// operands laid out differently.
+    pub(crate) fn push_simple(
+        &mut self,
+        name: String,
+        kind: Elementwise,
+        inputs: Vec<DevValueId>,
+        output: DevValueId,
+    ) {
+        let out = &self.values[output];
+        let eb = out.dtype.bytes() as u64;
+        let most = out.layout.most_elements_on_a_tile() as u64;
+        let workers = WORKER_CONTEXTS as u64;
+        let per_worker = most.div_ceil(workers);
+        let slot = BARREL_SLOT_CYCLES as u64;
+        // The element-at-a-time kernels cost what their slot models say (tens of slots per
+        // element); the vector kernels about two slots per piece.
+        let groups = per_worker.div_ceil(4) as u32;
+        let worker_slots = match kind {
+            Elementwise::Convert(overflow) => u64::from(kernels::convert_slots(
+                conv_type(self.values[inputs[0]].dtype),
+                conv_type(out.dtype),
+                overflow,
+                groups,
+            )),
+            Elementwise::IntBinary(bop) => {
+                let f = out.dtype.int_format().expect("integer arithmetic");
+                u64::from(kernels::int_binary_slots(
+                    bop,
+                    f.bits as u8,
+                    f.signed,
+                    groups,
+                ))
+            }
+            _ => per_worker * 2 / PIECE_GRAIN as u64 + 12,
+        };
+        let compute = slot * worker_slots + workers * slot * 3;
+        let mut exchange = 0;
+        for &i in &inputs[1..] {
+            if self.values[i].layout != out.layout {
+                exchange = exchange.max(
+                    most * eb / EXCHANGE_BYTES_PER_CYCLE as u64
+                        + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64,
+                );
+            }
+        }
+        self.finalists.push(Finalist {
+            op: name.clone(),
+            mapping: format!("follow-operand tiles={}", out.layout.tiles().len()),
+            estimated_cycles: compute + exchange,
+            estimated_exchange_cycles: exchange,
+            peak_tile_bytes: most * eb * inputs.len() as u64,
+            tiles: out.layout.tiles().len() as u32,
+            alternatives: 1,
+        });
+        self.ops.push(DevOp {
+            origin: self.origin.clone(),
+            name,
+            kind: DevOpKind::new(kind),
+            inputs,
+            output,
+            estimated_cycles: compute + exchange,
+            estimated_exchange_cycles: exchange,
+        });
     }
 }

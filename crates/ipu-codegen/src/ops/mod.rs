@@ -1,17 +1,19 @@
 //! Operator families: each module holds the planning (candidate mappings, costs, the values'
 //! layouts) and the lowering (buffers, transfers, kernel launches) of one family of device
 //! operations, as `impl` blocks of the planner ([`crate::plan::Planner`]) and the lowerer
-//! ([`crate::lower::Lowerer`]). This module is the dispatch table: [`Planner::plan_op`] sends
-//! each graph operation to its family, [`Lowerer::lower_op`] each device operation. A family
-//! may use its own lowering to model its candidates (flash attention models its finalists
-//! from their tile programs); the core planner never calls into lowering.
+//! ([`crate::lower::Lowerer`]). A family's device operations are its own types, which the
+//! plan holds by handle ([`crate::operator_plan::DevOpKind`]) and which lower themselves
+//! (`FamilyOp`); the core names none of them. This module is the dispatch table of planning:
+//! [`Planner::plan_op`] sends each graph operation to its family. A family may use its own
+//! lowering to model its candidates (flash attention models its finalists from their tile
+//! programs); the core planner never calls into lowering.
 //!
 //! | family | graph operations | device operations |
 //! |---|---|---|
-//! | [`matmul`] | `matmul` | `DevOpKind::MatMul`, `SumSplits` (a 3-D split's reduction) |
-//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `unary` (every `UnaryFn`), `cast`, `causal_mask` | `Binary`, `Unary`, `Cast`, `CausalMask` |
-//! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | `Rows` |
-//! | [`flash`] | `flash_attention` | `Flash` |
+//! | [`matmul`] | `matmul` | [`matmul::MatMul`], [`matmul::SumSplits`] (a 3-D split's reduction) |
+//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `unary` (every `UnaryFn`), `cast`, `causal_mask` | [`elementwise::Elementwise`] (`Binary`, `Unary`, `Cast`, `Convert`, `IntBinary`, `CausalMask`) |
+//! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | [`rows::RowOp`] |
+//! | [`flash`] | `flash_attention` | [`flash::layout::FlashPlan`] |
 
 pub mod elementwise;
 pub mod flash;
@@ -20,11 +22,9 @@ pub mod rows;
 
 use ipu_graph::{OpKind, Operation};
 
-use crate::CodegenError;
-use crate::cost::estimate;
-use crate::lower::{Lowerer, OpSteps};
-use crate::plan::{DevOpKind, DevValueId, Planner};
-use crate::program::{Step, SupOp};
+use crate::error::CodegenError;
+use crate::operator_plan::DevValueId;
+use crate::plan::Planner;
 
 /// The refusal of `op`: its graph operation's name and kind, and why.
 pub(crate) fn unsupported<T>(op: &Operation, what: &str) -> Result<T, CodegenError> {
@@ -69,68 +69,5 @@ impl Planner<'_> {
                 ..
             } => self.plan_flash(op, &ins, &out_val, *scale, *causal, *partials, *out_dtype),
         }
-    }
-}
-
-impl Lowerer<'_> {
-    /// Lowers device operation `index` with its family: its exchange step (if it moves
-    /// anything) and its compute step.
-    pub(crate) fn lower_op(&mut self, index: usize) -> Result<(), CodegenError> {
-        let op = &self.plan.ops[index];
-        if matches!(op.kind, DevOpKind::Flash(_)) {
-            return self.lower_flash(index);
-        }
-        let mut steps = OpSteps::default();
-        match &op.kind {
-            DevOpKind::MatMul {
-                mode,
-                blocks,
-                k_chunks,
-                k_splits,
-                consecutive,
-                ..
-            } => {
-                let splits = (*k_chunks, *k_splits);
-                self.lower_matmul(index, *mode, blocks, splits, *consecutive, &mut steps)?;
-            }
-            DevOpKind::SumSplits { runs } => self.lower_sum_splits(index, *runs, &mut steps)?,
-            DevOpKind::Rows(rop) => {
-                self.lower_rows(index, rop, &mut steps)?;
-            }
-            DevOpKind::Binary(bop) => self.lower_binary(index, *bop, &mut steps)?,
-            DevOpKind::Unary(uop, factor) => {
-                self.lower_unary(index, *uop, *factor, &mut steps.tiles)?
-            }
-            DevOpKind::CausalMask { key_start } => {
-                self.lower_causal_mask(index, *key_start, &mut steps.tiles)?;
-            }
-            DevOpKind::Cast => self.lower_cast(index, None, &mut steps.tiles)?,
-            DevOpKind::Convert(overflow) => {
-                self.lower_cast(index, Some(*overflow), &mut steps.tiles)?
-            }
-            DevOpKind::IntBinary(bop) => self.lower_int_binary(index, *bop, &mut steps)?,
-            DevOpKind::Flash(_) => unreachable!("lowered above"),
-        }
-        let OpSteps { mut tiles, copies } = steps;
-        let name = op.name.clone();
-        if !copies.is_empty() {
-            self.prog.steps.push(Step::Exchange {
-                name: name.clone(),
-                copies,
-            });
-        }
-        for ops in tiles.values_mut() {
-            // One more slot, not a doubling: the vectors hold every tile's supervisor work
-            // (80 bytes an operation, millions for a large matmul) until the package is built.
-            ops.reserve_exact(1);
-            ops.push(SupOp::WaitW);
-        }
-        let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
-        self.prog.steps.push(Step::Compute {
-            name,
-            tiles,
-            estimated_cycles,
-        });
-        Ok(())
     }
 }

@@ -3,9 +3,8 @@
 //! and the layouts' constants the planner ([`super::plan`]) and the lowering share.
 
 use ipu_graph::DType;
-use ipu_target::AmpMode;
+use ipu_target::{AmpGeometry, AmpMode};
 
-use crate::plan::{AmpGeometry, amp_geometry};
 use ipu_kernels::Elem;
 
 /// Positions (rows of `q`, `k` or `v`) per home unit.
@@ -137,7 +136,7 @@ impl FlashGeometry {
     }
     /// The AMP geometry.
     pub fn amp(&self) -> AmpGeometry {
-        amp_geometry(self.mode)
+        self.mode.geometry()
     }
     /// Bytes per operand element.
     pub fn ab(&self) -> usize {
@@ -153,7 +152,7 @@ impl FlashGeometry {
     }
     /// Groups of `O` per row (`dv / cols`).
     pub fn gv(&self) -> usize {
-        self.dv / self.amp().cols
+        self.dv / self.amp().columns as usize
     }
     /// Whether probabilities overwrite the scores: a row's group of `kb` probabilities takes
     /// the bytes of its group of `cols` scores (the same group stride), and no score is read
@@ -163,11 +162,13 @@ impl FlashGeometry {
     /// (the f16 → f32 mode) qualify, as do partials of the AMP's operand type.
     pub fn p_in_place(&self) -> bool {
         let g = self.amp();
-        g.k_block * self.ab() == g.cols * self.pb() && g.k_block >= g.cols
+        let (kb, cols) = (g.k as usize, g.columns as usize);
+        kb * self.ab() == cols * self.pb() && kb >= cols
     }
     /// Keys rounded to the score layout's groups.
     pub fn keys_padded(&self) -> usize {
-        self.keys.div_ceil(self.amp().cols) * self.amp().cols
+        let cols = self.amp().columns as usize;
+        self.keys.div_ceil(cols) * cols
     }
     /// The sub-blocks of an item's keys, `(first key, keys)`: an odd-sized one first (it starts
     /// from zero partials), then whole sub-blocks of `sub` keys (an even number of AMP k
@@ -201,7 +202,8 @@ impl FlashGeometry {
     }
     /// [`FlashGeometry::chunk_keys`] rounded to the score layout's groups.
     pub fn chunk_keys_padded(&self) -> usize {
-        self.chunk_keys().div_ceil(self.amp().cols) * self.amp().cols
+        let cols = self.amp().columns as usize;
+        self.chunk_keys().div_ceil(cols) * cols
     }
     /// Whether the running softmax stores its rescaling factors as a run of pairs, 8 bytes a
     /// row, which the f32 rescale loads with the partial output (f32 partials, several
@@ -239,7 +241,7 @@ impl FlashGeometry {
     }
     /// Key groups of `cols` keys of the whole sequence (the mask's groups per entry).
     pub fn key_groups(&self) -> usize {
-        self.sk.div_ceil(self.amp().cols)
+        self.sk.div_ceil(self.amp().columns as usize)
     }
     /// Vector element type of the partials.
     pub fn p_elem(&self) -> Elem {

@@ -31,7 +31,7 @@ pub(crate) fn prep_ops(
 ) -> ([BTreeMap<u32, BufferId>; 3], BTreeMap<u32, BufferId>) {
     let g = fp.geo.clone();
     let amp = g.amp();
-    let (kb, cols) = (amp.k_block, amp.cols);
+    let (kb, cols) = (amp.k as usize, amp.columns as usize);
     let ab = g.ab() as u32;
     let dims = [g.d, g.d, g.dv];
     let hgs = fp.home_groups();
@@ -257,7 +257,7 @@ fn kt_quads_calls(
     kt: BufferId,
 ) -> Vec<SupOp> {
     let g = &fp.geo;
-    let (d, ab, cols) = (g.d as u32, g.ab() as u32, g.amp().cols as u32);
+    let (d, ab, cols) = (g.d as u32, g.ab() as u32, g.amp().columns);
     // Every block: (home, key quad, column quad).
     let blocks: Vec<(usize, u32, u32)> = homes
         .iter()

@@ -3,7 +3,6 @@
 //! tiles hold the inputs' homes.
 
 use super::geometry::*;
-use super::plan::needed;
 use crate::layout::{Layout, Piece};
 
 /// One tile's block: rows `q0..q0 + rows` and keys `k0..k0 + keys` of batch entry `batch`
@@ -109,7 +108,7 @@ impl FlashPlan {
     /// The layout of the mask on its homes, in group `cols`: per tile `[rows][cols]` of each
     /// home in turn (the storage order of the mask in that group).
     pub fn mask_home_layout(&self) -> Layout {
-        let cols = self.geo.amp().cols;
+        let cols = self.geo.amp().columns as usize;
         let rows = self.geo.mask.as_ref().map_or(1, |m| m.rows);
         let mut pieces: Vec<Piece> = self
             .mask_homes
@@ -183,9 +182,9 @@ impl FlashPlan {
         let k = if self.kt_quads() {
             self.geo.d
         } else {
-            amp.k_block
+            amp.k as usize
         };
-        [amp.k_block, k, amp.cols]
+        [amp.k as usize, k, amp.columns as usize]
     }
 
     /// Whether the homes transpose `k` into `kᵀ` in 4x4 blocks (`Kernel::TransposeQuads`):
@@ -193,7 +192,7 @@ impl FlashPlan {
     /// immediates reach.
     pub fn kt_quads(&self) -> bool {
         let g = &self.geo;
-        let (ab, cols) = (g.ab(), g.amp().cols);
+        let (ab, cols) = (g.ab(), g.amp().columns as usize);
         ab == 2
             && g.d.is_multiple_of(4)
             && cols.is_multiple_of(4)
@@ -206,7 +205,7 @@ impl FlashPlan {
     /// Per home of `k`, its first group of `cols` keys in its tile's `kᵀ` buffer (a tile's homes
     /// follow one another there), and the groups per tile.
     pub fn kt_groups(&self) -> (Vec<usize>, std::collections::BTreeMap<u32, usize>) {
-        let cols = self.geo.amp().cols;
+        let cols = self.geo.amp().columns as usize;
         let mut per_tile = std::collections::BTreeMap::new();
         let first = self.homes[1]
             .iter()
@@ -280,6 +279,11 @@ pub(crate) fn home_runs_in(
     runs
 }
 
+/// Whether query block `[q0, q1)` needs key block `[k0, ..)`.
+fn needed(causal: bool, q1: usize, k0: usize) -> bool {
+    !causal || k0 < q1
+}
+
 /// Items, merges and homes of a mapping.
 pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     let mut order = Vec::new();
@@ -319,7 +323,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
         <= tiles as usize
         && geo.chunks().len() == 1
         && geo.inputs[2] == geo.a
-        && geo.keys.is_multiple_of(geo.amp().k_block)
+        && geo.keys.is_multiple_of(geo.amp().k as usize)
     {
         let first = order.len();
         deferred_kv
@@ -390,7 +394,7 @@ pub fn layout(geo: FlashGeometry, tiles: u32) -> FlashPlan {
     for x in 0..3 {
         let s = if x == 0 { geo.sq } else { geo.sk };
         let entries = if x == 0 { geo.batch } else { geo.kv_batch };
-        let unit = home_unit(x, entries * s, free.len(), geo.amp().cols);
+        let unit = home_unit(x, entries * s, free.len(), geo.amp().columns as usize);
         let per = s.div_ceil(unit);
         let units = per * entries;
         let offset = x as u64 * nf / 3;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::homes::prep_ops;
 use super::layout::FlashPlan;
-use super::lower::{COSTING_BUFFERS, Source, item_ops, merge_ops};
+use super::programs::{COSTING_BUFFERS, Source, item_ops, merge_ops};
 use crate::cost::estimate;
 use crate::ops::matmul::{PAIR_SHARED_DEN, PAIR_SHARED_NUM};
 use crate::program::*;

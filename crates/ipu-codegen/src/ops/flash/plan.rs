@@ -38,9 +38,10 @@ use ipu_target::{BARREL_SLOT_CYCLES, EXCHANGE_PHASE_OVERHEAD_CYCLES, SYNC_CYCLES
 
 use super::geometry::*;
 use super::layout::*;
-use crate::plan::{DevOp, DevOpKind, DevValueId, FINALISTS, Finalist, Planner};
-use crate::plan::{SUPPORT_RESERVE_BYTES, amp_geometry, matmul_mode};
-use crate::{CodegenError, MemoryRegion};
+use crate::error::{CodegenError, MemoryRegion};
+use crate::operator_plan::{DevOp, DevOpKind, DevValueId, Finalist};
+use crate::plan::{FINALISTS, Planner};
+use crate::plan::{SUPPORT_RESERVE_BYTES, matmul_mode};
 use ipu_kernels::flash::{
     GROUP_ROW_BYTES, flash_combine_slots, flash_rescale_slots, flash_softmax_slots,
 };
@@ -69,11 +70,6 @@ pub struct FlashCandidate {
     pub estimated_exchange_cycles: u64,
     /// Peak bytes on an item tile.
     pub peak_bytes: u64,
-}
-
-/// Whether query block `[q0, q1)` needs key block `[k0, ..)`.
-pub(super) fn needed(causal: bool, q1: usize, k0: usize) -> bool {
-    !causal || k0 < q1
 }
 
 /// Key blocks of query block `[q0, q0 + rows)`.
@@ -107,7 +103,7 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let (r, ab, pb) = (geo.rows as u64, geo.ab() as u64, geo.pb() as u64);
     let slack = OVERREAD_BYTES as u64;
     let kp = geo.chunk_keys_padded() as u64;
-    let kk = geo.chunk_keys().div_ceil(amp.k_block) as u64 * amp.k_block as u64;
+    let kk = geo.chunk_keys().div_ceil(amp.k as usize) as u64 * amp.k as u64;
     let sub = geo.sub_keys() as u64;
     let q = r * geo.d as u64 * ab + slack;
     let kt = kp * geo.d as u64 * ab;
@@ -124,7 +120,7 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
     let rows_c = (geo.rows as u64).div_ceil(merge as u64);
     let stage =
         (merge as u64 - 1) * (geo.gv() as u64 + 1) * rows_c * GROUP_ROW_BYTES as u64 + slack;
-    let scratch = 6 * super::lower::combine_scratch_bytes(geo, merge) as u64 + slack;
+    let scratch = 6 * super::programs::combine_scratch_bytes(geo, merge) as u64 + slack;
     let out = rows_c * geo.dv as u64 * geo.out.bytes() as u64 + slack;
     let n = per_tile as u64;
     // The item's mask: its rows (or one) by its keys, in the partials type.
@@ -153,15 +149,15 @@ pub fn item_bytes(geo: &FlashGeometry, merge: usize, per_tile: usize) -> (u64, u
 /// 32-byte mask state per key group for the sub-blocks a causal diagonal or padding crosses.
 pub fn item_code_bytes(geo: &FlashGeometry) -> (u64, u64, u64) {
     let amp = geo.amp();
-    let rounds = (geo.keys.div_ceil(amp.cols) * (geo.d / amp.k_block)
-        + geo.gv() * geo.keys.div_ceil(amp.k_block)) as u64;
+    let (kb, cols) = (amp.k as usize, amp.columns as usize);
+    let rounds = (geo.keys.div_ceil(cols) * (geo.d / kb) + geo.gv() * geo.keys.div_ceil(kb)) as u64;
     let subs = geo.sub_blocks().len() as u64;
     let sk = geo.sub_keys();
     let code = 20 * rounds + 160 * subs + 512;
-    let s_states = (sk.div_ceil(amp.cols) * (geo.d / amp.k_block)) as u64;
-    let pv_states = subs.min(2) * (geo.gv() * sk.div_ceil(amp.k_block)) as u64;
+    let s_states = (sk.div_ceil(cols) * (geo.d / kb)) as u64;
+    let pv_states = subs.min(2) * (geo.gv() * sk.div_ceil(kb)) as u64;
     let crossed = if geo.causal { 3 } else { 1 };
-    let mask_states = crossed * sk.div_ceil(amp.cols) as u64 * 6 * 32;
+    let mask_states = crossed * sk.div_ceil(cols) as u64 * 6 * 32;
     // Six entries of a table, 16 bytes each (a chain's round or not).
     let amp_state = if geo.table && crate::lower::amp_chains(geo.rows as u32) {
         6 * kernels::AmpChainState::ENTRY_BYTES as u64
@@ -231,7 +227,7 @@ pub fn mask_prep_cycles(geo: &FlashGeometry, rows: u64) -> u64 {
     if m.dtype == geo.p {
         return 0;
     }
-    let elems = rows * geo.amp().cols as u64;
+    let elems = rows * geo.amp().columns as u64;
     let groups = elems.div_ceil(4).div_ceil(WORKER_CONTEXTS as u64) as u32;
     let slots = if m.dtype == DType::Bool {
         kernels::flash::flash_mask_bool_slots(geo.p_elem(), groups)
@@ -289,10 +285,10 @@ fn distribution_bytes(geo: &FlashGeometry) -> u64 {
 /// The analytical estimate of a mapping: (cycles, exchange cycles).
 pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let amp = geo.amp();
+    let (kb, cols) = (amp.k as usize, amp.columns as usize);
     let slot = BARREL_SLOT_CYCLES as u64;
     let (r, nk) = (geo.rows, geo.keys);
-    let rounds =
-        nk.div_ceil(amp.cols) * (geo.d / amp.k_block) + geo.gv() * nk.div_ceil(amp.k_block);
+    let rounds = nk.div_ceil(cols) * (geo.d / kb) + geo.gv() * nk.div_ceil(kb);
     // Per sub-block, the `q kᵀ` rounds are one chain and the `P v` rounds another; the first
     // pass of each output group but the chain's first is a first pass inside the chain (the
     // `P v` rounds of a running sub-block add to the partial output: none).
@@ -300,7 +296,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
     let chains = 2 * subs.len() as i64;
     let first_passes = subs
         .iter()
-        .map(|&(_, keys)| keys.div_ceil(amp.cols) as i64 - 1)
+        .map(|&(_, keys)| keys.div_ceil(cols) as i64 - 1)
         .sum::<i64>()
         + geo.gv() as i64
         - 1;
@@ -309,7 +305,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             * (chains * amp_chain_ends_slots(r, geo.table)
                 + first_passes * amp_chain_first_pass_slots(r, geo.table)),
     );
-    let lkeys = amp.cols.max(amp.k_block);
+    let lkeys = cols.max(kb);
     // The softmax of each sub-block (after the first, a running one), and after it the
     // partial output rescaled to the new maxima.
     let per = r.div_ceil(6) as u32;
@@ -322,8 +318,8 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             let softmax = flash_softmax_slots(
                 geo.p_elem(),
                 geo.a_elem(),
-                amp.cols as u32,
-                amp.k_block as u32,
+                amp.columns,
+                amp.k,
                 geo.softmax_scaled(),
                 running,
                 per,
@@ -346,7 +342,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
             !geo.prescale(),
             geo.mask_rows() == 1,
             r.div_ceil(6) as u32,
-            nk.div_ceil(amp.cols) as u32,
+            nk.div_ceil(cols) as u32,
         );
         let bytes = geo.mask_rows() * geo.keys_padded() * geo.pb();
         (
@@ -360,9 +356,9 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
         slot * kernels::mask_rows_bound_slots(
             geo.p != DType::F32,
             r.div_ceil(WORKER_CONTEXTS as usize) as u32,
-            amp.cols as u32,
+            amp.columns,
         ) as u64
-            * (r.div_ceil(amp.cols) as u64 + 1)
+            * (r.div_ceil(cols) as u64 + 1)
     } else {
         0
     };
@@ -386,7 +382,7 @@ pub fn estimate(geo: &FlashGeometry, merge: usize) -> (u64, u64) {
         * flash_combine_slots(
             geo.p_elem(),
             geo.out_elem(),
-            amp.cols as u32,
+            amp.columns,
             geo.gout() as u32,
             geo.dv as u32,
             rows_c.div_ceil(6) as u32,
@@ -561,7 +557,7 @@ pub fn plan_flash(
     let step = (key_max / KEY_STEP).div_ceil(KEY_CANDIDATES_MAX).max(1) * KEY_STEP;
     // What the homes hold for the whole operation: each tensor's positions in the input type,
     // its FP8 cast, and `q` scaled, `kᵀ`, `v` regrouped.
-    let cols = amp_geometry(mode).cols;
+    let cols = mode.geometry().columns as usize;
     let prescaled = geo.prescale();
     let home_bytes: u64 = [(sq, d, 0), (sk, d, 1), (sk, dv, 2)]
         .iter()
@@ -876,7 +872,7 @@ impl Planner<'_> {
         let g = &fp.geo;
         let amp = g.amp();
         let mac_floor = (fp.items_per_tile().max(1) * g.rows * g.keys * (g.d + g.dv)) as u64
-            / (amp.k_block * amp.cols / 4) as u64;
+            / (amp.k * amp.columns / 4) as u64;
         let parts = super::model::modelled_parts(&fp);
         tracing::info!(
             mac_floor,
@@ -902,7 +898,7 @@ impl Planner<'_> {
         }
         // So does a mask only this operation reads, when it is stored in the scores' group.
         if let Some(&v) = ins.get(3) {
-            let cols = amp_geometry(fp.geo.mode).cols;
+            let cols = fp.geo.mode.geometry().columns as usize;
             if self.read_only_here(v, ins, false) && self.values[v].layout.group == cols {
                 self.values[v].layout = fp.mask_home_layout();
             }
@@ -911,7 +907,7 @@ impl Planner<'_> {
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name: op.name.clone(),
-            kind: DevOpKind::Flash(Box::new(fp)),
+            kind: DevOpKind::new(fp),
             inputs: ins.to_vec(),
             output: r,
             estimated_cycles: modelled,

@@ -5,14 +5,15 @@
 use ipu_package::split_shape;
 
 use super::plan::{GatherKind, RowOp, row_count, row_group, row_layout, tile_rows, word_grain};
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::layout::PIECE_GRAIN;
 use crate::lower::*;
-use crate::plan::{DevOp, DevValue, DevValueId, elem};
+use crate::operator_plan::{DevOp, DevValue, DevValueId, FamilyOp};
+use crate::plan::elem;
 use crate::program::*;
 use ipu_kernels::rows as row_kernels;
 use ipu_kernels::state::*;
-use ipu_kernels::{self as kernels, BinOp, Elem, Kernel, OVERREAD_BYTES};
+use ipu_kernels::{self as kernels, BinOp, Kernel, OVERREAD_BYTES};
 
 /// The storage ranges holding columns `c0..c1` of flattened row `row` of a value of `shape`
 /// stored in column group `group`; `c0` is a multiple of 4 and `c1` is rounded up to one (the
@@ -875,15 +876,8 @@ impl<'a> Lowerer<'a> {
     }
 }
 
-/// A `RowScalar` launch on `state`'s rows, with its cycle model.
-pub(crate) fn row_scalar(ty: Elem, op: BinOp, reversed: bool, state: RowScalarState) -> SupOp {
-    let slots = row_kernels::row_scalar_slots(
-        ty,
-        op,
-        reversed,
-        state.rows,
-        state.columns,
-        state.stride / 4,
-    );
-    SupOp::Run(Kernel::RowScalar { ty, op, reversed }, state.into(), slots)
+impl FamilyOp for RowOp {
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        lowerer.lower_steps(index, |l, steps| l.lower_rows(index, self, steps))
+    }
 }

@@ -23,8 +23,10 @@ use ipu_target::{
     BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
 };
 
-use crate::CodegenError;
+use crate::error::CodegenError;
 use crate::layout::{Layout, PIECE_GRAIN};
+use crate::operator_plan::*;
+use crate::ops::elementwise::Elementwise;
 use crate::plan::*;
 use ipu_kernels::{self as kernels, BinOp, UnOp};
 
@@ -310,7 +312,7 @@ impl Planner<'_> {
         self.ops.push(DevOp {
             origin: self.origin.clone(),
             name,
-            kind: DevOpKind::Rows(kind),
+            kind: DevOpKind::new(kind),
             inputs,
             output,
             estimated_cycles: compute + exchange,
@@ -766,7 +768,7 @@ impl Planner<'_> {
                 "unfused attention holds the [{batch}, {sq}, {sk}] {} score matrix twice \
                  (scores and scaled scores) over {tiles} tiles, with {SUPPORT_RESERVE_BYTES} \
                  bytes reserved per tile (flash_attention keeps no whole score matrix)",
-                crate::plan::dtype_name(partials),
+                dtype_name(partials),
             )
         })?;
         let mut perm: Vec<usize> = (0..r).collect();
@@ -793,7 +795,7 @@ impl Planner<'_> {
         );
         self.push_simple(
             format!("{name}.scale"),
-            DevOpKind::Unary(UnOp::Scale, scale),
+            Elementwise::Unary(UnOp::Scale, scale),
             vec![s],
             t,
         );
@@ -806,11 +808,7 @@ impl Planner<'_> {
             p,
         )?;
         // P is in the partials type: the second product takes its operands in that type.
-        let v2 = self.cast_to(
-            v,
-            partials,
-            &format!("{name}.v_{}", crate::plan::dtype_name(partials)),
-        );
+        let v2 = self.cast_to(v, partials, &format!("{name}.v_{}", dtype_name(partials)));
         let why = format!("no AMP mode for {partials_name} probabilities");
         let mode2 = amp_mode(self, partials, why)?;
         let oshape = out_val.ty.shape.clone();
@@ -829,7 +827,7 @@ impl Planner<'_> {
         } else {
             let layout = self.values[o].layout.clone();
             let rv = self.add_value(out_val.name.clone(), out_dtype, oshape, Some(out), layout);
-            self.push_simple(format!("{name}.cast"), DevOpKind::Cast, vec![o], rv);
+            self.push_simple(format!("{name}.cast"), Elementwise::Cast, vec![o], rv);
         }
         Ok(())
     }

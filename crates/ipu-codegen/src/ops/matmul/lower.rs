@@ -1,0 +1,283 @@
+//! The lowering of a matmul's blocks: each block stages its rows of `a` and its weight
+//! blocks of `b` (the shared operand of a run of consecutive tiles in a placement group, so
+//! one multicast sends it) and runs its AMP rounds with ping-pong partials, as one chain when
+//! every worker has two rows or more; serial k chunks each have their own exchange and
+//! compute steps.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipu_package::split_shape;
+use ipu_target::AmpMode;
+
+use super::blocks::{Consecutive, MatMul};
+use crate::cost::estimate;
+use crate::error::CodegenError;
+use crate::lower::*;
+use crate::operator_plan::{DevOp, DevValue, FamilyOp};
+use crate::program::*;
+use ipu_kernels::OVERREAD_BYTES;
+
+/// The weights a block stages: (batch, first and last column group, k split); or, for the rows
+/// of `a` it stages, (batch, first and last row, k split).
+type WeightKey = (usize, usize, usize, usize);
+
+impl FamilyOp for MatMul {
+    fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        lowerer.lower_steps(index, |l, steps| l.lower_matmul(index, self, steps))
+    }
+
+    fn k_splits(&self) -> usize {
+        self.k_splits
+    }
+
+    fn macs(&self, op: &DevOp, values: &[DevValue]) -> Option<(u64, AmpMode)> {
+        let (a, c) = (&values[op.inputs[0]], &values[op.output]);
+        let k = *a.shape.last().unwrap_or(&1) as u64;
+        // A k split's output holds a slice of partials per split, each over its share of k.
+        let macs = c.shape.iter().product::<usize>() as u64 / self.k_splits as u64 * k;
+        Some((macs, self.mode))
+    }
+}
+
+impl Lowerer<'_> {
+    /// The placement group of the staging buffer on `tile` of the blocks staging `key`: the
+    /// group of its kind, or a new one for the first of its kind or a second block of it on one
+    /// tile.
+    fn group_of(
+        &mut self,
+        groups: &mut BTreeMap<WeightKey, (u32, BTreeSet<u32>)>,
+        key: WeightKey,
+        tile: u32,
+    ) -> u32 {
+        let entry = groups.entry(key).or_insert((u32::MAX, BTreeSet::new()));
+        if entry.0 == u32::MAX || !entry.1.insert(tile) {
+            *entry = (self.next_group, BTreeSet::from([tile]));
+            self.next_group += 1;
+        }
+        entry.0
+    }
+
+    pub(crate) fn lower_matmul(
+        &mut self,
+        index: usize,
+        mm: &MatMul,
+        steps: &mut OpSteps,
+    ) -> Result<(), CodegenError> {
+        let (mode, blocks, consecutive) = (mm.mode, &mm.blocks[..], mm.consecutive);
+        let (k_chunks, k_splits) = (mm.k_chunks, mm.k_splits);
+        let op = &self.plan.ops[index];
+        let name = op.name.clone();
+        let (a, b, c) = (op.inputs[0], op.inputs[1], op.output);
+        let geo = mode.geometry();
+        let (kblk, cols) = (geo.k as usize, geo.columns as usize);
+        let (a_batch, m, k) = split_shape(&self.plan.values[a].shape);
+        let (b_batch, _, n) = split_shape(&self.plan.values[b].shape);
+        let groups = n.div_ceil(cols);
+        let kb = k.div_ceil(kblk);
+        let c_layout = self.plan.values[c].layout.clone();
+        // A k split's partials: slice `split` of `[k_splits, ..]`.
+        let (out_batch, _, _) = split_shape(&self.plan.values[c].shape[(k_splits > 1) as usize..]);
+        let slice = out_batch * groups * m * cols;
+        let row_bytes = geo.k * geo.input_bytes; // 32 for every mode
+        let out_row_bytes = geo.columns * geo.partial_bytes; // 32 for every mode
+        let weight_bytes = geo.weight_bytes();
+        // Per block: its output buffer, the ping-pong partner (both live across the chunks)
+        // and the output offset of each of its column groups.
+        let mut outputs = Vec::with_capacity(blocks.len());
+        for bl in blocks {
+            let c_buf = self.value_buffer(c, bl.tile);
+            let c_bytes = self.prog.buffers[c_buf.0 as usize].bytes;
+            let t_buf = self
+                .prog
+                .buffer(bl.tile, c_bytes, Region::Any, format!("pingpong:{name}"));
+            let mut offsets = Vec::new();
+            for g in bl.g0..bl.g1 {
+                let start =
+                    bl.split * slice + bl.batch * groups * m * cols + (g * m + bl.m0) * cols;
+                let piece = c_layout
+                    .pieces
+                    .iter()
+                    .find(|p| p.start == start && p.tile == bl.tile)
+                    .ok_or_else(|| {
+                        CodegenError::internal(format!("{name}: no output piece at {start}"))
+                    })?;
+                offsets.push(piece.local as u32 * geo.partial_bytes);
+            }
+            outputs.push((c_buf, t_buf, offsets));
+        }
+        let chunks = k_chunks.clamp(1, kb);
+        let k_splits = k_splits.clamp(1, kb);
+        for chunk in 0..chunks {
+            let mut step_copies: Vec<Copy> = Vec::new();
+            let mut step_tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
+            let mut weight_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
+            // With `Rows`, the blocks sharing rows of `a` stage them at one address alike.
+            let mut row_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
+            for (bl, (c_buf, t_buf, offsets)) in blocks.iter().zip(&outputs) {
+                let (c_buf, t_buf) = (*c_buf, *t_buf);
+                // The K blocks of this chunk (serial chunks carry the accumulation, so the
+                // block's first round is K block 0 and its last `kb - 1`), or of the block's
+                // k split (its own partials from zero).
+                let (kb0, kb1, first, last) = if k_splits > 1 {
+                    let (s0, s1) = (kb * bl.split / k_splits, kb * (bl.split + 1) / k_splits);
+                    (s0, s1, s0, s1 - 1)
+                } else {
+                    (kb * chunk / chunks, kb * (chunk + 1) / chunks, 0, kb - 1)
+                };
+                let kc = kb1 - kb0;
+                let kcp = kc * kblk;
+                let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
+                let bm = bl.m1 - bl.m0;
+                let bg = bl.g1 - bl.g0;
+                // A staging: [kc][bm][kblk].
+                let a_bytes = (kc * bm) as u32 * row_bytes;
+                let a_st = self.prog.buffer(
+                    bl.tile,
+                    a_bytes + OVERREAD_BYTES,
+                    Region::Any,
+                    format!("stage:{name}.a"),
+                );
+                let a_base = if a_batch == 1 {
+                    0
+                } else {
+                    bl.batch * kb * m * kblk
+                };
+                let want: Vec<_> = (kb0..kb1)
+                    .map(|g| {
+                        let s = a_base + (g * m + bl.m0) * kblk;
+                        (s, s + bm * kblk, (g - kb0) * bm * kblk)
+                    })
+                    .collect();
+                if consecutive == Consecutive::Rows {
+                    let key = (
+                        if a_batch == 1 { 0 } else { bl.batch },
+                        bl.m0,
+                        bl.m1,
+                        bl.split,
+                    );
+                    let g = self.group_of(&mut row_groups, key, bl.tile);
+                    self.prog.buffers[a_st.0 as usize].group = Some(g);
+                }
+                let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
+                // B staging (weights): [bg][kcp][cols], in interleaved memory.
+                let b_bytes = (bg * kcp * cols) as u32 * geo.input_bytes;
+                let b_st = self.prog.buffer(
+                    bl.tile,
+                    b_bytes,
+                    Region::Interleaved,
+                    format!("stage:{name}.w"),
+                );
+                // Blocks with the same weights hold them at the same address (a placement
+                // group), so the exchange can multicast them.
+                let key = (
+                    if b_batch == 1 { 0 } else { bl.batch },
+                    bl.g0,
+                    bl.g1,
+                    bl.split,
+                );
+                let g = self.group_of(&mut weight_groups, key, bl.tile);
+                self.prog.buffers[b_st.0 as usize].group = Some(g);
+                let b_base = if b_batch == 1 {
+                    0
+                } else {
+                    bl.batch * groups * k * cols
+                };
+                let want: Vec<_> = (bl.g0..bl.g1)
+                    .map(|g| {
+                        let s = b_base + g * k * cols + k_lo * cols;
+                        (s, s + (k_hi - k_lo) * cols, (g - bl.g0) * kcp * cols)
+                    })
+                    .collect();
+                cp.extend(self.gather(b, bl.tile, cols, &want, b_st));
+                let mut ops = Vec::new();
+                self.zero_gaps(a_st, a_bytes, &cp, &mut ops);
+                self.zero_gaps(b_st, b_bytes, &cp, &mut ops);
+                if !ops.is_empty() {
+                    ops.push(SupOp::WaitW);
+                }
+                step_copies.extend(cp);
+                // The block's rounds are one chain when every worker has two rows or more
+                // (`Kernel::AmpChain`: later rounds keep the workers' registers, each stores
+                // the last row the one before left in the AMP, and only the last drains).
+                let chain = amp_chains(bm as u32);
+                debug_assert!(
+                    !chain || [row_bytes, out_row_bytes] == [AMP_CHAIN_ROW_BYTES; 2],
+                    "a chain's rows are {AMP_CHAIN_ROW_BYTES} bytes"
+                );
+                let chain_rounds = (bl.g1 - bl.g0) * kc;
+                let mut prev_out = None;
+                // Whether a round of the chain so far had no partials-in (its zeros stay in
+                // the workers' registers).
+                let mut zeros = false;
+                for (gi, g) in (bl.g0..bl.g1).enumerate() {
+                    let c_off = offsets[gi];
+                    for kk in kb0..kb1 {
+                        let w_off = ((g - bl.g0) * kcp + (kk - kb0) * kblk) as u32
+                            * geo.columns
+                            * geo.input_bytes;
+                        debug_assert_eq!(w_off % weight_bytes, 0);
+                        ops.push(SupOp::AmpW(b_st, w_off));
+                        // The last round writes the output buffer; rounds alternate before it.
+                        let (dst, src) = if (last - kk) % 2 == 0 {
+                            (c_buf, t_buf)
+                        } else {
+                            (t_buf, c_buf)
+                        };
+                        let a_row = ((kk - kb0) * bm) as u32 * row_bytes;
+                        let partials = (kk > first).then_some((src, c_off));
+                        if chain {
+                            let n = gi * kc + (kk - kb0);
+                            ops.push(amp_chain_launch(
+                                (a_st, a_row),
+                                partials,
+                                (dst, c_off),
+                                bm as u32,
+                                (n, prev_out, zeros),
+                                n + 1 == chain_rounds,
+                            ));
+                            zeros |= partials.is_none();
+                            prev_out = Some((dst, c_off));
+                        } else {
+                            ops.push(amp_launch(
+                                ((a_st, a_row), row_bytes),
+                                partials,
+                                ((dst, c_off), out_row_bytes),
+                                bm as u32,
+                                false,
+                            ));
+                        }
+                        ops.push(SupOp::WaitW);
+                    }
+                }
+                let t = step_tiles.entry(bl.tile).or_default();
+                if t.is_empty() {
+                    t.push(SupOp::AmpCfg(mode));
+                }
+                t.extend(ops);
+            }
+            if chunk + 1 == chunks {
+                steps.copies.extend(step_copies);
+                for (tile, ops) in step_tiles {
+                    steps.tiles.entry(tile).or_default().extend(ops);
+                }
+            } else {
+                // An earlier chunk: its own exchange and compute steps.
+                let step_name = format!("{name}.k{chunk}");
+                self.prog.steps.push(Step::Exchange {
+                    name: step_name.clone(),
+                    copies: step_copies,
+                });
+                for ops in step_tiles.values_mut() {
+                    ops.push(SupOp::WaitW);
+                }
+                let estimated_cycles = step_tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
+                self.prog.steps.push(Step::Compute {
+                    name: step_name,
+                    tiles: step_tiles,
+                    estimated_cycles,
+                });
+            }
+        }
+        Ok(())
+    }
+}
