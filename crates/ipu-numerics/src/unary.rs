@@ -257,7 +257,6 @@ pub fn log_device(x: f32) -> f32 {
 }
 
 #[cfg(test)]
-
 mod tests {
     use super::*;
 
