@@ -208,6 +208,10 @@ fn unsqueeze(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Ou
             return Err(node.bad_input(1, format!("axis {v} is repeated")));
         }
     }
+    // Every axis is in 0..r (normalize_axis) and none repeats (refused above), so `at` holds
+    // axes.len() positions of 0..r and the other r - axes.len() = shape.len() take the
+    // dimensions of x in order: `dims` ends exactly with the last position, whatever the model.
+    debug_assert_eq!(at.len() + shape.len(), r);
     let mut dims = shape.iter();
     let target = (0..r)
         .map(|a| {
