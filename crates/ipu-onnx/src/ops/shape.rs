@@ -365,7 +365,8 @@ fn split(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     let sizes: Vec<usize> = match input(ins, 1) {
         Some(_) => {
             let s = imp.int_input(node, ins, 1)?;
-            if s.len() != n || s.iter().any(|&v| v < 0) || s.iter().sum::<i64>() != dim as i64 {
+            let total = s.iter().try_fold(0i64, |a, &v| a.checked_add(v));
+            if s.len() != n || s.iter().any(|&v| v < 0) || total != i64::try_from(dim).ok() {
                 return Err(node.bad_input(
                     1,
                     format!("split {s:?} does not divide {dim} into {n} parts"),
