@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{ipu, ipu_quiet, scratch_in, stderr, text};
 use serde_json::{Value, json};
@@ -397,11 +397,8 @@ fn ctrl_c_stops_the_simulator_with_exit_130() {
     let d = scratch("sigint");
     let mut child = start_run(&d, "attention-flash");
     std::thread::sleep(Duration::from_millis(200));
-    let t = Instant::now();
     signal(&child, libc::SIGINT);
     let status = child.wait().unwrap();
-    // Generous: the process stops within a second (plus the machine's load).
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert_eq!(status.code(), Some(130));
     let a = d.join("a");
     assert!(a.join("model.ipuexe").exists());

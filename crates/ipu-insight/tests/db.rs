@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use ipu_insight::InsightError;
 use ipu_insight::db::{RunDb, RunRecord, SCHEMA_VERSION, StepRecord};
 
 fn scratch(name: &str) -> PathBuf {
@@ -70,7 +71,11 @@ fn a_newer_schema_and_a_corrupt_file_are_refused() {
         b"SQLite format 3\0 but not really a database, just text padding".repeat(100),
     )
     .unwrap();
-    assert!(RunDb::open(&p).is_err());
+    let e = RunDb::open(&p).err().unwrap();
+    assert!(matches!(e, InsightError::Db(_)), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains(&p.display().to_string()), "{e}");
+    assert!(e.contains("not a SQLite database, or is corrupt"), "{e}");
 }
 
 #[test]

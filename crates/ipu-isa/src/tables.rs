@@ -397,9 +397,16 @@ mod tests {
                 "cut at {cut}"
             );
         }
+        // A header claiming 64 of the 68 bytes: the repeated row's repeat words run past it.
         let mut wrong = b.clone();
         wrong[12] ^= 4;
-        assert!(ExchangeTable::from_bytes(&wrong).is_err());
+        assert_eq!(
+            ExchangeTable::from_bytes(&wrong),
+            Err(TableError::Truncated {
+                needed: 68,
+                available: 64
+            })
+        );
     }
 
     #[test]

@@ -279,8 +279,18 @@ fn bundles_need_a_main_then_a_float_instruction() {
         decode_slot(&w[..1]),
         Err(DecodeError::BundleTruncated { .. })
     ));
-    assert!(decode_slot(&[w[0], w[1] | BUNDLE_FLAG]).is_err());
-    assert!(decode_slot(&[w[0], 0]).is_err());
+    assert_eq!(
+        decode_slot(&[w[0], w[1] | BUNDLE_FLAG]),
+        Err(DecodeError::BundleSecondNotFloat {
+            word: w[1] | BUNDLE_FLAG
+        })
+    );
+    // Word 0 is a `nop`, not a float instruction.
+    assert_eq!(decode(0), Ok(Instr::Nop));
+    assert_eq!(
+        decode_slot(&[w[0], 0]),
+        Err(DecodeError::BundleSecondNotFloat { word: 0 })
+    );
     assert!(matches!(decode_slot(&[]), Err(DecodeError::Empty)));
     // The flag on a control, supervisor or float instruction is rejected.
     for i in [Instr::Bri { target: 0 }, Instr::Halt, Instr::Exit, add] {

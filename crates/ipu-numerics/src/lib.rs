@@ -568,7 +568,14 @@ mod tests {
             check_scale(32),
             Err(NumericsError::ScaleOutOfRange { scale: 32 })
         );
-        assert!(check_scale(-33).is_err());
+        assert_eq!(
+            check_scale(-33),
+            Err(NumericsError::ScaleOutOfRange { scale: -33 })
+        );
+        assert_eq!(
+            check_scale(-33).unwrap_err().to_string(),
+            "FP8 scale -33 is out of range -32..=31"
+        );
     }
 
     #[test]

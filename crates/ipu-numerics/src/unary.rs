@@ -340,7 +340,6 @@ pub fn sin_cos_device(x: f32, quadrant_offset: u32) -> f32 {
 }
 
 #[cfg(test)]
-
 mod tests {
     use super::*;
 

@@ -448,6 +448,28 @@ fn mutated_models_never_panic() {
 }
 
 #[test]
+fn split_sizes_whose_sum_overflows_are_refused() {
+    use ipu_onnx::proto::ModelProto;
+    use prost::Message as _;
+    let mut m = ModelProto::decode(&model_bytes("mix")[..]).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    let split = g.initializer.iter_mut().find(|t| t.name() == "split");
+    split.unwrap().int64_data = vec![i64::MAX, i64::MAX];
+    let err = import(&m.encode_to_vec(), &ImportOptions::default()).unwrap_err();
+    let OnnxError::UnsupportedInput {
+        op_type,
+        input,
+        reason,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!((op_type.as_str(), input.as_str()), ("Split", "split"));
+    assert!(reason.contains("does not divide 4 into 2 parts"), "{err}");
+}
+
+#[test]
 fn attention_maps_to_the_graph_attention() {
     let m = import_named("attention_causal", &[]).unwrap();
     check_text(&m, expect_file!["golden/attention_causal.ipug"]);

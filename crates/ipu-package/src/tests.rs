@@ -305,7 +305,10 @@ fn constants_that_do_not_fill_their_page_are_refused() {
     );
     let mut p = sample();
     p.constants = vec![0; 8];
-    assert!(p.validate().is_err());
+    assert_eq!(
+        p.validate().unwrap_err(),
+        PackageError::Manifest("8 bytes of constants but no constant tensor".into())
+    );
 }
 
 #[test]

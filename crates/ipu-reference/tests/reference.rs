@@ -5,8 +5,8 @@
 
 use ipu_graph::{DType, Graph, GraphBuilder, OpKind, TensorType, UnaryFn, ValueId, models};
 use ipu_reference::{
-    Comparison, Precision, Tensor, Tolerance, compare, evaluate, make_inputs, round_to_dtype,
-    tolerance_versus_exact,
+    Comparison, Precision, ReferenceError, Tensor, Tolerance, compare, evaluate, make_inputs,
+    round_to_dtype, tolerance_versus_exact,
 };
 
 const F16: DType = DType::F16;
@@ -523,7 +523,15 @@ fn bytes_round_trip_in_device_layout() {
     let x = tensor(F16, &[2], &[1.0, -2.0]);
     assert_eq!(x.to_bytes(), [0x00, 0x3c, 0x00, 0xc0]);
     assert_eq!(tensor(F32, &[1], &[1.0]).to_bytes(), [0, 0, 0x80, 0x3f]);
-    assert!(Tensor::from_bytes(F16, vec![3], &[0; 4]).is_err());
+    let e = Tensor::from_bytes(F16, vec![3], &[0; 4]).unwrap_err();
+    assert_eq!(
+        e,
+        ReferenceError::BadTensor {
+            ty: "f16[3]".into(),
+            reason: "4 bytes, expected 6".into(),
+        }
+    );
+    assert_eq!(e.to_string(), "tensor f16[3]: 4 bytes, expected 6");
 }
 
 #[test]
@@ -592,8 +600,19 @@ fn bad_inputs_are_errors() {
             .contains("input %x0: expected f16[2], got f32[2]"),
         "{e}"
     );
-    assert!(Tensor::new(F16, vec![3], vec![0.0]).is_err());
-    assert!("fast".parse::<Precision>().is_err());
+    assert_eq!(
+        Tensor::new(F16, vec![3], vec![0.0]),
+        Err(ReferenceError::BadTensor {
+            ty: "f16[3]".into(),
+            reason: "1 values for 3 elements".into(),
+        })
+    );
+    let e = "fast".parse::<Precision>().unwrap_err();
+    assert_eq!(e, ReferenceError::BadPrecision("fast".into()));
+    assert_eq!(
+        e.to_string(),
+        "unknown precision `fast` (known: exact, device)"
+    );
 }
 
 /// A wrapped graph error is shown once: it is part of the message, not also its source, so an

@@ -2,6 +2,7 @@
 //! `ipu_package::storage_index`, for every dtype, shapes with odd column counts and groups.
 
 use ipu_package::{HostTensor, TensorRole, storage_elements, storage_index};
+use ipu_runtime::RuntimeError;
 use ipu_runtime::layout::{dense_to_storage, element_bytes, storage_to_dense};
 use proptest::prelude::*;
 
@@ -59,11 +60,28 @@ fn wrong_sizes_are_refused() {
     let t = tensor(vec![3, 5], 4, "f16");
     let e = dense_to_storage(&t, &[0; 29]).unwrap_err();
     assert_eq!(e.to_string(), "tensor \"t\": expected 30 bytes, given 29");
-    assert!(storage_to_dense(&t, &[0; 30]).is_err());
+    // Storage is in column groups of 4: 2 groups x 3 rows x 4 columns x 2 bytes.
+    let e = storage_to_dense(&t, &[0; 30]).unwrap_err();
+    assert!(matches!(e, RuntimeError::TensorLayout { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "tensor \"t\": 30 bytes of storage given, 48 expected"
+    );
     let mut bad = t.clone();
     bad.bytes += 2;
-    assert!(dense_to_storage(&bad, &[0; 30]).is_err());
+    let e = dense_to_storage(&bad, &[0; 30]).unwrap_err();
+    assert!(matches!(e, RuntimeError::TensorLayout { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "tensor \"t\": storage order of shape [3, 5] with group 4 needs 48 bytes, the package \
+         records 50"
+    );
     let mut bad = t;
     bad.group = 6;
-    assert!(dense_to_storage(&bad, &[0; 30]).is_err());
+    let e = dense_to_storage(&bad, &[0; 30]).unwrap_err();
+    assert!(matches!(e, RuntimeError::TensorLayout { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "tensor \"t\": column group 6 is not a positive multiple of 4"
+    );
 }

@@ -478,14 +478,15 @@ fn random_permutation_exchanges_move_every_byte() {
         }
         let bytes: Vec<u32> = (0..n).map(|_| 4 * (1 + (next() % 64) as u32)).collect();
         let starts: Vec<u32> = (0..n).map(|_| (next() % 50) as u32).collect();
-        let horizon = (0..n)
+        // The cycle at which tile t's transfer ends on its destination.
+        let ends: Vec<u32> = (0..n)
             .map(|t| {
                 starts[t]
                     + Target::gc200().exchange_latency_cycles(t as u32, perm[t] as u32)
                     + bytes[t] / 4
             })
-            .max()
-            .unwrap();
+            .collect();
+        let horizon = *ends.iter().max().unwrap();
         let tables: Vec<ExchangeTable> = (0..n)
             .map(|t| {
                 table(
@@ -519,7 +520,18 @@ fn random_permutation_exchanges_move_every_byte() {
                 rows: x.rows.clone(),
             })
             .collect();
-        assert!(exchange(&short).1.is_err());
+        // The first tile whose transfer ends at the old horizon is refused.
+        let late = ends.iter().position(|&e| e == horizon).unwrap();
+        rejected(
+            &short,
+            late as u32,
+            ExchangeFault::PastHorizon {
+                row: 0,
+                tile: perm[late] as u32,
+                end_cycle: horizon as u64,
+                horizon: horizon - 1,
+            },
+        );
     }
 }
 

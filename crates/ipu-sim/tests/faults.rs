@@ -389,9 +389,14 @@ fn supervisor_touching_what_a_running_worker_writes() {
 #[test]
 fn a_device_runs_again_after_a_fault() {
     // The first run faults inside a worker window; the second starts clean.
-    let src = "main:\n setzi $m1, w\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m1, 0x80004\n ld64 $a0:1, $m1, 0\n exit\nok:\n halt\n";
+    let src = "main:\n setzi $m1, w\n run $m1, $m2\n waitw\n halt\n .align 8\nw:\n li $m1, 0x80004\nbad: ld64 $a0:1, $m1, 0\n exit\nok:\n halt\n";
     let (mut d, o) = common::load(Target::gc200(), 1, src);
-    assert!(d.run(o.symbols["main"], &RunLimits::default()).is_err());
+    let err = d
+        .run(o.symbols["main"], &RunLimits::default())
+        .expect_err("the worker's misaligned load faults");
+    let f = err.fault().expect("a fault");
+    assert_eq!(f.kind, FaultKind::Misaligned { align: 8 }, "{f}");
+    check(f, Context::Worker(0), o.symbols["bad"], Some(0x80004));
     let r = d.run(o.symbols["ok"], &RunLimits::default()).unwrap();
     assert_eq!(r.global_steps, 1);
 }

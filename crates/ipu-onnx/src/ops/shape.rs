@@ -208,6 +208,10 @@ fn unsqueeze(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Ou
             return Err(node.bad_input(1, format!("axis {v} is repeated")));
         }
     }
+    // Every axis is in 0..r (normalize_axis) and none repeats (refused above), so `at` holds
+    // axes.len() positions of 0..r and the other r - axes.len() = shape.len() take the
+    // dimensions of x in order: `dims` ends exactly with the last position, whatever the model.
+    debug_assert_eq!(at.len() + shape.len(), r);
     let mut dims = shape.iter();
     let target = (0..r)
         .map(|a| {
@@ -361,7 +365,8 @@ fn split(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     let sizes: Vec<usize> = match input(ins, 1) {
         Some(_) => {
             let s = imp.int_input(node, ins, 1)?;
-            if s.len() != n || s.iter().any(|&v| v < 0) || s.iter().sum::<i64>() != dim as i64 {
+            let total = s.iter().try_fold(0i64, |a, &v| a.checked_add(v));
+            if s.len() != n || s.iter().any(|&v| v < 0) || total != i64::try_from(dim).ok() {
                 return Err(node.bad_input(
                     1,
                     format!("split {s:?} does not divide {dim} into {n} parts"),
