@@ -35,7 +35,7 @@ from onnx import TensorProto, numpy_helper
 OPS = set(
     """MatMul Gemm Add Sub Mul Div Pow Sqrt Reciprocal Neg Exp Log Tanh Erf Relu LeakyRelu
     Sigmoid Gelu Softmax LayerNormalization ReduceMean ReduceSum ReduceMax Transpose Reshape
-    Flatten Squeeze Unsqueeze Concat Slice Split Gather Where Expand Cast QuantizeLinear
+    Flatten Squeeze Unsqueeze Concat Slice Split Gather Where Expand Cast QuantizeLinear Sin Cos
     DequantizeLinear Constant ConstantOfShape Shape Identity Dropout Attention""".split()
 )
 

@@ -41,6 +41,7 @@ mod float;
 mod races;
 mod regs;
 mod semantics;
+mod stream_body;
 mod streams;
 mod supervisor;
 #[cfg(test)]

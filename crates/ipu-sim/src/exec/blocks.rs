@@ -18,7 +18,7 @@ use super::amp::AmpAcc;
 use super::decode::Op;
 use super::decode::SlotAt;
 use super::regs::Regs;
-use super::{SLOT, Tile, streams};
+use super::{SLOT, Tile, stream_body};
 
 /// Slots of a run at most (a longer straight run continues in the next one).
 const BLOCK_SLOTS_MAX: usize = 256;
@@ -42,7 +42,7 @@ pub(super) struct Block {
 pub(super) struct Body {
     pub end: u32,
     pub buf: Vec<(u32, Decoded)>,
-    pub stream: Option<streams::StreamBody>,
+    pub stream: Option<stream_body::StreamBody>,
 }
 
 /// The runs of a tile by their first pc, and its `rpt` bodies by the `rpt`'s pc, for one
@@ -197,7 +197,7 @@ impl Tile {
             buf.push((q, d));
             q += d.bytes;
         }
-        let stream = streams::stream_body(&buf);
+        let stream = stream_body::stream_body(&buf);
         Ok(Body { end, buf, stream })
     }
 

@@ -10,7 +10,7 @@ use super::amp::AmpAcc;
 use super::decode::SlotAt;
 use super::decode::instructions_of;
 use super::regs::Regs;
-use super::{Flow, SLOT, Tile, streams};
+use super::{Flow, SLOT, Tile, stream_body};
 
 /// A running worker's registers and accounting, lent to the `rpt` loop.
 pub(super) struct WorkerRun<'a> {
@@ -144,7 +144,7 @@ impl Tile {
         &mut self,
         w: &mut WorkerRun,
         buf: &[(u32, Decoded)],
-        stream: Option<&streams::StreamBody>,
+        stream: Option<&stream_body::StreamBody>,
         count: u32,
         end: u32,
     ) -> Result<(), Fault> {
