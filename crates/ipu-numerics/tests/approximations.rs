@@ -86,3 +86,32 @@ fn log_is_accurate_to_a_few_f32_ulps_and_ieee_at_the_special_values() {
         assert!(log_device(x).is_nan(), "log({x})");
     }
 }
+
+/// `sin` and `cos` below the reduction's limit (`SIN_ARGUMENT_MAX`, about 6.6e6), against f64:
+/// absolute error only (near a zero of the function the exact result is as small as the
+/// reduction's error, so a relative bound says nothing there).
+#[test]
+fn sin_and_cos_are_accurate_to_a_few_f32_ulps_below_the_argument_limit() {
+    use ipu_numerics::unary::{SIN_ARGUMENT_MAX, sin_cos_device};
+    let below = |x: &f32| x.abs() < SIN_ARGUMENT_MAX;
+    for (name, offset, exact) in [("sin", 0, f64::sin as fn(f64) -> f64), ("cos", 1, f64::cos)] {
+        let device = |x: f32| sin_cos_device(x, offset);
+        for (set, xs) in [
+            (
+                "every f16 value",
+                every_f16().filter(below).collect::<Vec<_>>(),
+            ),
+            ("f32 sweep", f32_sweep().filter(below).collect::<Vec<_>>()),
+        ] {
+            let (mut abs, mut at) = (0.0f64, 0.0f32);
+            for &x in &xs {
+                let err = (f64::from(device(x)) - exact(f64::from(x))).abs();
+                if err > abs {
+                    (abs, at) = (err, x);
+                }
+            }
+            println!("{name} over {set} below the limit: max abs error {abs:.3e} (at {at:e})");
+            assert!(abs <= 4e-7, "{name} over {set}: {abs:e} at {at:e}");
+        }
+    }
+}
