@@ -180,9 +180,12 @@ fn matched_rounds(rows: &[Resolved]) -> Option<Vec<usize>> {
     let free = |at: &[u32], v: usize| (0..colours).find(|&c| at[v * colours + c] == NONE);
     for (e, &(s, d)) in keys.iter().enumerate() {
         let (u, v) = (s as usize, tiles + d as usize);
-        let a = free(&at, u).expect("a sender has a free colour");
+        // A vertex has at most `colours` pairs and this one is not coloured yet, so each end
+        // has a free colour (swaps keep one colour per coloured pair at each end); were that
+        // ever broken, the schedule falls back to the others instead of stopping the build.
+        let a = free(&at, u)?;
         if at[v * colours + a] != NONE {
-            let b = free(&at, v).expect("a receiver has a free colour");
+            let b = free(&at, v)?;
             if at[u * colours + b] == NONE {
                 at[u * colours + b] = e as u32;
                 at[v * colours + b] = e as u32;
