@@ -300,7 +300,7 @@ fn type_errors_have_positions() {
     check_error(
         &model("  %c = frobnicate(%a): f16[4, 8]\n  output %c"),
         expect![
-            "bad.ipug:4:8: unknown operation `frobnicate` (known: matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, scale, exp, sqrt, tanh, erf, log, causal_mask, reduce_max, reduce_sum, softmax, cast, layer_norm, attention, flash_attention)"
+            "bad.ipug:4:8: unknown operation `frobnicate` (known: matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, scale, exp, sqrt, tanh, erf, log, sin, cos, causal_mask, reduce_max, reduce_sum, softmax, cast, layer_norm, attention, flash_attention)"
         ],
     );
     // redefinition
