@@ -235,7 +235,7 @@ pub const LOG_LN2: f32 = std::f32::consts::LN_2;
 pub const LOG_ATANH: [f32; 4] = [1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0];
 
 /// The device's `log` of one f32 lane, operation by operation as the unary kernel issues it
-/// (`ipu_kernels` `basic::log_pair`): a subnormal input is scaled by `2^24`; the scaled input
+/// (`ipu_kernels` `unary::log_pair`): a subnormal input is scaled by `2^24`; the scaled input
 /// is clamped to `[f32::MIN_POSITIVE, f32::MAX]`, written `2^k m` from its bits (integer
 /// arithmetic, `m` in `[sqrt(1/2), sqrt(2))`), and `ln x = k ln 2 + 2 atanh((m - 1)/(m + 1))`.
 /// The special inputs come out of a correction that is 0 for every positive normal input:
