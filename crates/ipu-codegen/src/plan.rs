@@ -18,7 +18,7 @@ use ipu_target::{AmpMode, Target};
 
 use crate::error::{CodegenError, MemoryRegion};
 use crate::layout::Layout;
-use crate::operator_plan::{DevOp, DevValue, DevValueId, Finalist, OperatorPlan};
+use crate::operator_plan::{DevOp, DevOpKind, DevValue, DevValueId, Finalist, OperatorPlan};
 use crate::view::{self, LiveValue, PlanningRefusal, Refusal};
 use ipu_kernels::{self as kernels, CastType};
 
@@ -613,6 +613,27 @@ fn last_uses(graph: &Graph) -> std::collections::HashMap<ValueId, usize> {
 }
 
 impl Planner<'_> {
+    /// Records an operation that has one mapping and so no choice: `finalist` for the log,
+    /// and its device operation with the finalist's estimates.
+    pub(crate) fn push_unchosen(
+        &mut self,
+        finalist: Finalist,
+        kind: DevOpKind,
+        inputs: Vec<DevValueId>,
+        output: DevValueId,
+    ) {
+        self.ops.push(DevOp {
+            origin: self.origin.clone(),
+            name: finalist.op.clone(),
+            kind,
+            inputs,
+            output,
+            estimated_cycles: finalist.estimated_cycles,
+            estimated_exchange_cycles: finalist.estimated_exchange_cycles,
+        });
+        self.finalists.push(finalist);
+    }
+
     /// The budget of the operation being planned, if placement asked for one.
     pub(crate) fn budget(&self) -> Option<u64> {
         self.budgets.get(&self.origin).copied()

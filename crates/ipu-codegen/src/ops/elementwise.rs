@@ -668,23 +668,15 @@ impl Planner<'_> {
                 );
             }
         }
-        self.finalists.push(Finalist {
-            op: name.clone(),
+        let finalist = Finalist {
+            op: name,
             mapping: format!("follow-operand tiles={}", out.layout.tiles().len()),
             estimated_cycles: compute + exchange,
             estimated_exchange_cycles: exchange,
             peak_tile_bytes: most * eb * inputs.len() as u64,
             tiles: out.layout.tiles().len() as u32,
             alternatives: 1,
-        });
-        self.ops.push(DevOp {
-            origin: self.origin.clone(),
-            name,
-            kind: DevOpKind::new(kind),
-            inputs,
-            output,
-            estimated_cycles: compute + exchange,
-            estimated_exchange_cycles: exchange,
-        });
+        };
+        self.push_unchosen(finalist, DevOpKind::new(kind), inputs, output);
     }
 }

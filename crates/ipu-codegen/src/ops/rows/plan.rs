@@ -300,24 +300,16 @@ impl Planner<'_> {
         let compute = slot * self.row_slots(&kind, &inputs, output);
         let exchange =
             staged / EXCHANGE_BYTES_PER_CYCLE as u64 + EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
-        self.finalists.push(Finalist {
-            op: name.clone(),
+        let finalist = Finalist {
+            op: name,
             mapping: format!("rows tiles={active}"),
             estimated_cycles: compute + exchange,
             estimated_exchange_cycles: exchange,
             peak_tile_bytes: bytes,
             tiles: active as u32,
             alternatives: 1,
-        });
-        self.ops.push(DevOp {
-            origin: self.origin.clone(),
-            name,
-            kind: DevOpKind::new(kind),
-            inputs,
-            output,
-            estimated_cycles: compute + exchange,
-            estimated_exchange_cycles: exchange,
-        });
+        };
+        self.push_unchosen(finalist, DevOpKind::new(kind), inputs, output);
         Ok(())
     }
 
