@@ -187,6 +187,18 @@ pub fn negate(
     scale(imp, node, x, -1.0, name)
 }
 
+/// `op` of `a` and `b` evaluated at import, when both are known.
+fn fold_pair(node: &Node<'_>, op: Binary, a: &Val, b: &Val) -> Option<Result<Val, OnnxError>> {
+    let (Val::Known(x, _), Val::Known(y, _)) = (a, b) else {
+        return None;
+    };
+    Some(
+        known::binary(op, x, y)
+            .map(Val::known)
+            .map_err(|e| node.graph_error(e)),
+    )
+}
+
 /// `max(a, b)`.
 pub fn max2(
     imp: &mut Importer<'_>,
@@ -195,10 +207,8 @@ pub fn max2(
     b: &Val,
     name: &str,
 ) -> Result<Val, OnnxError> {
-    if let (Val::Known(x, _), Val::Known(y, _)) = (a, b) {
-        return known::binary(Binary::Max, x, y)
-            .map(Val::known)
-            .map_err(|e| node.graph_error(e));
+    if let Some(folded) = fold_pair(node, Binary::Max, a, b) {
+        return folded;
     }
     binary_op(imp, node, OpKind::Max, a, b, name)
 }
@@ -211,10 +221,8 @@ pub fn min2(
     b: &Val,
     name: &str,
 ) -> Result<Val, OnnxError> {
-    if let (Val::Known(x, _), Val::Known(y, _)) = (a, b) {
-        return known::binary(Binary::Min, x, y)
-            .map(Val::known)
-            .map_err(|e| node.graph_error(e));
+    if let Some(folded) = fold_pair(node, Binary::Min, a, b) {
+        return folded;
     }
     let na = negate(imp, node, a, &format!("{name}.neg_lhs"))?;
     let nb = negate(imp, node, b, &format!("{name}.neg_rhs"))?;
