@@ -799,6 +799,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         }
         None => (npy::read_inputs(&expected_inputs, &a.files)?, None),
     };
+    npy::check_index_bounds(&graph, &files)?;
     if a.files.outputs.is_some() {
         npy::check_output_names(
             graph

@@ -221,6 +221,9 @@ enum Encoding {
     StoredCodes,
     /// Integers (or `b1`) of the input's own kind and width.
     Ints,
+    /// 32- or 64-bit integers, signed or not, into a 32- or 64-bit integer input (the device
+    /// holds it as 32-bit; every value is checked against [`ipu_graph::WIDE_INT_MAX`]).
+    Wide,
 }
 
 impl Encoding {
@@ -240,6 +243,11 @@ impl Encoding {
                 (n == d.bytes() as u64).then_some(Encoding::StoredCodes)
             }
             (DType::Bool, TypeChar::Bool, 1) => Some(Encoding::Ints),
+            (d, TypeChar::Int | TypeChar::Uint, 4 | 8)
+                if d.class() == ipu_graph::DTypeClass::Wide =>
+            {
+                Some(Encoding::Wide)
+            }
             (d, TypeChar::Int | TypeChar::Uint, n) => {
                 let f = d.int_format()?;
                 let signed = ts.type_char() == TypeChar::Int;
@@ -255,6 +263,7 @@ impl Encoding {
             Encoding::F16 => 2,
             Encoding::Fp8Codes => 1,
             Encoding::StoredCodes | Encoding::Ints => dtype.bytes() as u64,
+            Encoding::Wide => 0,
         }
     }
 }
@@ -292,6 +301,9 @@ fn expected_text(ty: &TensorType) -> String {
 fn npy_kinds(d: DType) -> String {
     if d == DType::Bool {
         return "'|b1'".into();
+    }
+    if d.class() == ipu_graph::DTypeClass::Wide {
+        return "'<i8', '<i4', '<u8' or '<u4'".into();
     }
     if let Some(f) = d.int_format() {
         let c = if f.signed { 'i' } else { 'u' };
@@ -349,6 +361,10 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
     let given = given_text(&header);
     let mismatch = || format!("expected {}; the file holds {given}", expected_text(ty));
     let encoding = Encoding::of(ty.dtype, &header.dtype()).ok_or_else(mismatch)?;
+    let file_item_bytes = match header.dtype() {
+        npyz::DType::Plain(ts) => ts.size_field(),
+        _ => 0,
+    };
     let shape_matches = header.shape().len() == ty.shape.len()
         && header
             .shape()
@@ -360,7 +376,11 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
     }
     // The element count is the input's, bounded by ipu_graph::TENSOR_ELEMENTS_MAX.
     let elements = ty.elements();
-    let data_bytes = elements as u64 * encoding.item_bytes(ty.dtype);
+    let item_bytes = match encoding {
+        Encoding::Wide => file_item_bytes,
+        e => e.item_bytes(ty.dtype),
+    };
+    let data_bytes = elements as u64 * item_bytes;
     let follow = total_bytes.saturating_sub(header_bytes);
     if follow < data_bytes {
         return Err(format!(
@@ -451,6 +471,36 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
             }
             vals.into_iter().map(|v| v as f32).collect()
         }
+        Encoding::Wide => {
+            let npyz::DType::Plain(ts) = npy.header().dtype() else {
+                return Err(mismatch());
+            };
+            let signed = ts.type_char() == TypeChar::Int;
+            let vals: Vec<i128> = match (signed, ts.size_field()) {
+                (true, 4) => to_i128(npy.into_vec::<i32>().map_err(data)?),
+                (true, _) => to_i128(npy.into_vec::<i64>().map_err(data)?),
+                (false, 4) => to_i128(npy.into_vec::<u32>().map_err(data)?),
+                (false, _) => to_i128(npy.into_vec::<u64>().map_err(data)?),
+            };
+            let max = i128::from(ipu_graph::WIDE_INT_MAX);
+            let (lo, hi) = match ty.dtype {
+                DType::U32 | DType::U64 => (0, max),
+                _ => (-max, max),
+            };
+            if let Some((i, bad)) = vals
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !(lo..=hi).contains(*v))
+            {
+                return Err(format!(
+                    "the value {bad} at {} is outside {lo}..={hi}, the values a {} input holds \
+                     on the device (32-bit, and exact in the f32 reference)",
+                    position_text(&ty.shape, i, order == Order::Fortran),
+                    ty.dtype
+                ));
+            }
+            vals.into_iter().map(|v| v as f32).collect()
+        }
         Encoding::Fp8Codes => {
             let (format, scale) = match (ty.dtype.fp8_format(), ty.dtype.scale()) {
                 (Some(f), Some(s)) => (f, s),
@@ -483,6 +533,66 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
         values = fortran_to_c(&values, &ty.shape);
     }
     Tensor::new(ty.dtype, ty.shape.clone(), values).map_err(|e| e.to_string())
+}
+
+/// Refuses an input file whose values index a table (`ipu_graph::index_bounds`: a `gather`'s
+/// indices) when a value lies outside the table, naming the input, its position and value,
+/// the operation and the valid range, as onnxruntime refuses an index out of range.
+pub fn check_index_bounds(graph: &ipu_graph::Graph, files: &FileInputs) -> anyhow::Result<()> {
+    for bound in ipu_graph::index_bounds(graph) {
+        let Some(i) = graph.inputs().iter().position(|&v| v == bound.input) else {
+            continue;
+        };
+        let Some(t) = &files.tensors[i] else {
+            continue;
+        };
+        if let Some((at, &bad)) = t
+            .data
+            .iter()
+            .enumerate()
+            .find(|(_, x)| !bound.admits(**x as i64))
+        {
+            let n = bound.entries;
+            bail!(
+                "input {:?} from {}: the value {bad} at {} indexes a table of {n} entries \
+                 (`%{}`); valid indices are -{n}..={}",
+                graph.value(bound.input).name,
+                files.sources[i],
+                position_text(&t.shape, at, false),
+                bound.op,
+                n - 1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Widens integers for range checks.
+fn to_i128<T: Into<i128>>(v: Vec<T>) -> Vec<i128> {
+    v.into_iter().map(Into::into).collect()
+}
+
+/// `[i, j, ..]`, the position of element `flat` of an array of `shape` stored in C order (or
+/// Fortran order, first axis fastest).
+pub fn position_text(shape: &[usize], flat: usize, fortran: bool) -> String {
+    let mut pos = vec![0; shape.len()];
+    let mut rest = flat;
+    let axes: Vec<usize> = if fortran {
+        (0..shape.len()).collect()
+    } else {
+        (0..shape.len()).rev().collect()
+    };
+    for a in axes {
+        pos[a] = rest % shape[a].max(1);
+        rest /= shape[a].max(1);
+    }
+    format!(
+        "[{}]",
+        pos.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// The row-major (C order) copy of `data`, a Fortran-order array of `shape` (first axis

@@ -510,3 +510,51 @@ fn buffers_loaded_together_are_placed_in_different_memory_elements() {
     o.assert_exact("matmul 96x256x64 on 4 tiles");
     assert_eq!(o.bank_conflicts, 0, "matmul 96x256x64 on 4 tiles");
 }
+
+fn lookup(v: usize, h: usize, ids: &str, dtype: &str, extra: &str) -> Graph {
+    let dims: Vec<usize> = ids.split(',').map(|d| d.trim().parse().unwrap()).collect();
+    let out: Vec<String> = dims
+        .iter()
+        .map(|d| d.to_string())
+        .chain([h.to_string()])
+        .collect();
+    graph(&format!(
+        "graph lookup {{\n  input %table: {dtype}[{v}, {h}]\n  input %ids: i32[{ids}]\n  %e = gather(%table, %ids) {{axis = 0}}: {dtype}[{}]\n{extra}  output %e\n}}\n",
+        out.join(", ")
+    ))
+}
+
+#[test]
+fn lookup_of_run_time_indices_every_dtype_and_part_count() {
+    // One part per column group, and tables whose groups are cut into several parts merged
+    // by OR; odd widths (padding columns), indices of rank 1 to 3, negative indices.
+    let cases = [
+        (40, 24, "2, 5", "f32", &[1, 16, 1472][..]),
+        (1000, 20, "7", "f16", &[1, 16, 1472]),
+        (30000, 20, "3, 7", "f16", &[16, 1472]),
+        (5000, 9, "2, 2, 3", "f32", &[2, 1472]),
+        (600, 64, "1, 16", "f143@-2", &[1, 1472]),
+    ];
+    for (v, h, ids, dtype, tiles) in cases {
+        let g = lookup(v, h, ids, dtype, "");
+        let what = format!("{dtype} [{v}, {h}] by [{ids}]");
+        common::run_within(&g, tiles, 2, &what, 0.0);
+    }
+}
+
+#[test]
+fn lookup_of_a_table_another_operation_reads_copies_it_each_run() {
+    // The table is read again (as a tied output head reads its embedding): its layout is not
+    // the lookup's to choose, so each run copies the parts into place.
+    let g = lookup(
+        3000,
+        16,
+        "2, 4",
+        "f32",
+        "  %t2 = scale(%table) {factor = 2}: f32[3000, 16]\n  output %t2\n",
+    );
+    let planned = ipu_codegen::plan::plan(&g, &Target::gc200(), 64).unwrap();
+    let log = format!("{:?}", planned.finalists);
+    assert!(log.contains("table-copied"), "{log}");
+    common::run_within(&g, &[64], 2, "tied table", 0.0);
+}

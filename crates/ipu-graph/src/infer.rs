@@ -71,6 +71,7 @@ fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError
             | OpKind::Reshape { .. }
             | OpKind::Slice { .. }
             | OpKind::Concat { .. }
+            | OpKind::Gather { .. }
     );
     if let OpKind::Cast { to, .. } = kind {
         let wide = |d: DType| d.class() == DTypeClass::Wide;
@@ -272,6 +273,21 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             }
             let mut shape = x.shape.clone();
             shape[*axis] = end - start;
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        OpKind::Gather { axis } => {
+            arity(inputs, 2)?;
+            let (x, idx) = (inputs[0], inputs[1]);
+            check_axis(x, *axis, 0)?;
+            if idx.dtype != DType::I32 {
+                return err(
+                    Some(1),
+                    format!("gather indices are i32, not {}", idx.dtype),
+                );
+            }
+            let mut shape = x.shape[..*axis].to_vec();
+            shape.extend_from_slice(&idx.shape);
+            shape.extend_from_slice(&x.shape[axis + 1..]);
             Ok(TensorType::new(x.dtype, shape))
         }
         OpKind::Concat { axis } => {

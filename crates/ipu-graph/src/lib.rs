@@ -15,6 +15,7 @@ mod builder;
 mod constant;
 pub mod expand;
 pub mod fuse;
+mod index;
 mod infer;
 pub mod models;
 pub mod strided;
@@ -26,6 +27,7 @@ pub use builder::GraphBuilder;
 pub use constant::{
     Constant, ConstantData, byte_code, byte_values, decode_elements, encode_elements,
 };
+pub use index::{IndexBound, index_bounds};
 pub use infer::{InferError, infer};
 use ipu_numerics::Fp8Format;
 pub use ipu_numerics::{Overflow, UnaryFn};
@@ -439,6 +441,16 @@ pub enum OpKind {
         /// Axis.
         axis: usize,
     },
+    /// Rows of a table looked up by run-time indices: `data[.., indices[..], ..]` along
+    /// `axis` of the first operand, with the second operand's (i32) indices; the output's shape
+    /// is `data.shape[..axis] ++ indices.shape ++ data.shape[axis + 1..]`. A negative index
+    /// counts from the end, as in ONNX; an index outside `-n..n` (for `n` entries along `axis`)
+    /// reads zeros on the device and in the reference (`ipu run` refuses such an input before
+    /// running: [`crate::index_bounds`]).
+    Gather {
+        /// The looked-up axis of the table.
+        axis: usize,
+    },
     /// Elementwise `a + b`.
     Add,
     /// Elementwise `a - b`.
@@ -557,6 +569,7 @@ impl OpKind {
             OpKind::Reshape { .. } => "reshape",
             OpKind::Slice { .. } => "slice",
             OpKind::Concat { .. } => "concat",
+            OpKind::Gather { .. } => "gather",
             OpKind::Add => "add",
             OpKind::Sub => "sub",
             OpKind::Mul => "mul",

@@ -928,6 +928,7 @@ operations! {
     "reshape" => Reshape { shape };
     "slice" => Slice { axis, start, end };
     "concat" => Concat { axis };
+    "gather" => Gather { axis };
     "add" => Add {};
     "sub" => Sub {};
     "mul" => Mul {};

@@ -10,6 +10,7 @@ mod basic;
 pub mod code;
 mod convert;
 pub mod flash;
+mod gather;
 pub mod rows;
 pub mod state;
 mod unary;
@@ -19,6 +20,7 @@ use ipu_isa::{FBinOp, FType, Fp8Format};
 pub use basic::*;
 use code::Code;
 pub use convert::{ConvType, convert_slots, int_binary_slots};
+pub use gather::{gather_rows_bound_slots, gather_rows_slots, or_words_slots};
 pub use ipu_numerics::ByteType;
 pub use ipu_numerics::UnaryFn;
 pub use state::*;
@@ -86,6 +88,12 @@ pub enum Kernel {
     IntBinary { op: BinOp, bits: u8, signed: bool },
     /// `out = 0` over 32-bit words. State: out, words.
     Zero,
+    /// One row per run-time index from a part of a table, zeros for an index outside the
+    /// part (`gather::gather_rows`). State: [`GatherRowsState`].
+    GatherRows,
+    /// The bitwise OR of runs of words into a result (`gather::or_words`): the merge of the
+    /// parts' rows of a lookup. State: [`OrWordsState`].
+    OrWords,
     /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
     /// rows, stride, keep-mask of the first word, full words.
     PadClear,
@@ -316,6 +324,8 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Convert { from, to, overflow } => convert::convert(&mut c, from, to, overflow),
         Kernel::IntBinary { op, bits, signed } => convert::int_binary(&mut c, op, bits, signed),
         Kernel::Zero => basic::zero(&mut c),
+        Kernel::GatherRows => gather::gather_rows(&mut c),
+        Kernel::OrWords => gather::or_words(&mut c),
         Kernel::PadClear => basic::pad_clear(&mut c),
         Kernel::MaskRows => basic::mask_rows(&mut c, false),
         Kernel::MaskRowsF16 => basic::mask_rows(&mut c, true),

@@ -337,6 +337,45 @@ state! {
 }
 
 state! {
+    /// [`crate::Kernel::GatherRows`]: one row per index, the table's when the index falls in
+    /// the part `first..first + rows`, else zeros.
+    GatherRowsState {
+        /// Row `first` of the table's part.
+        table: Loc,
+        /// The first index (32-bit).
+        indices: Loc,
+        /// The row of the first index.
+        out: Loc,
+        /// Indices.
+        count: u32,
+        /// The table row the part starts at.
+        first: u32,
+        /// Rows in the part.
+        rows: u32,
+        /// 32-bit words a row.
+        row_words: u32,
+        /// The table's entries (a negative index counts back from them).
+        entries: u32,
+    }
+}
+
+state! {
+    /// [`crate::Kernel::OrWords`]: `out |= stage[s]` for `sources` runs of `words` words.
+    OrWordsState {
+        /// The first word of the result, read and written.
+        out: Loc,
+        /// The first run.
+        stage: Loc,
+        /// Words a run.
+        words: u32,
+        /// Runs.
+        sources: u32,
+        /// Bytes from one run to the next.
+        stride: u32,
+    }
+}
+
+state! {
     /// [`crate::Kernel::PadClear`]: zeroes the padding columns of `rows` rows.
     PadClearState {
         /// The first padding word of row 0.
@@ -748,6 +787,8 @@ states! {
     Unary(UnaryState),
     Cast(CastState),
     Zero(ZeroState),
+    GatherRows(GatherRowsState),
+    OrWords(OrWordsState),
     PadClear(PadClearState),
     MaskRows(MaskRowsState),
     Transpose(TransposeState),
@@ -858,6 +899,8 @@ impl crate::Kernel {
             K::Cast { .. } | K::Convert { .. } => StateKind::Cast,
             K::IntBinary { .. } => StateKind::Binary,
             K::Zero => StateKind::Zero,
+            K::GatherRows => StateKind::GatherRows,
+            K::OrWords => StateKind::OrWords,
             K::PadClear => StateKind::PadClear,
             K::MaskRows | K::MaskRowsF16 => StateKind::MaskRows,
             K::Transpose { .. } | K::TransposeHalves => StateKind::Transpose,

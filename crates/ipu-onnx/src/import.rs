@@ -38,18 +38,22 @@ fn input_type(
     };
     let code = t.elem_type();
     let dtype = match elem_of_code(code) {
+        // 32- and 64-bit integers (token ids, masks, positions) are held as 32-bit on the
+        // device; the host narrows them when it writes the input, refusing a value the device
+        // form cannot hold.
         Ok(e)
             if e.device_dtype()
-                .is_some_and(|d| d.class() != ipu_graph::DTypeClass::Wide) =>
+                .is_some_and(|d| d.class() == ipu_graph::DTypeClass::Wide) =>
         {
-            e.device_dtype().expect("checked")
+            ipu_graph::DType::I32
         }
+        Ok(e) if e.device_dtype().is_some() => e.device_dtype().expect("checked"),
         Ok(_) => {
             return Err(OnnxError::UnsupportedType {
                 tensor: name.to_string(),
                 data_type: type_name(code),
-                reason: "graph inputs must be floats, FP8, the MX formats, integers of 16 bits \
-                         or fewer or bool (wider integers and double are folded only)"
+                reason: "graph inputs must be floats, FP8, the MX formats, integers or bool \
+                         (double is folded only)"
                     .into(),
             });
         }

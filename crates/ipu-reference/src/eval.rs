@@ -514,6 +514,26 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             }
             return r;
         }
+        OpKind::Gather { axis } => {
+            let ((x, t), (idx, _)) = (ins[0], ins[1]);
+            let (outer, len, inner) = split(&t.shape, *axis);
+            let mut r = Vec::with_capacity(out.elements());
+            for o in 0..outer {
+                for &i in idx {
+                    // Negative indices count from the end; others outside the table read zeros,
+                    // as on the device.
+                    let i = i as i64;
+                    let i = if i < 0 { i + len as i64 } else { i };
+                    if (0..len as i64).contains(&i) {
+                        let at = (o * len + i as usize) * inner;
+                        r.extend_from_slice(&x[at..at + inner]);
+                    } else {
+                        r.extend(std::iter::repeat_n(0.0, inner));
+                    }
+                }
+            }
+            return r;
+        }
         OpKind::Concat { axis } => {
             let (outer, _, inner) = split(&out.shape, *axis);
             let mut r = Vec::with_capacity(out.elements());

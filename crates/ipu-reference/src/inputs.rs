@@ -10,6 +10,10 @@
 //!   normal and subnormal codes, so the quantised inputs exercise most of the codes of each
 //!   sign below 1.
 //!
+//! An input that indexes a table (a `gather`'s indices, [`ipu_graph::index_bounds`]) takes
+//! `floor((u + 1) * n) - n` instead, for a table of `n` entries: every index from `-n` to
+//! `n - 1` about equally often.
+//!
 //! Generation is sequential and independent of any thread count.
 //!
 //! A run that calls the program several times draws iteration `i`'s inputs from
@@ -49,12 +53,37 @@ impl SplitMix64 {
 /// One tensor per graph input, in order, from `seed` (see the module docs for the
 /// distribution).
 pub fn make_inputs(graph: &Graph, seed: u64) -> Vec<Tensor> {
+    let bounds = ipu_graph::index_bounds(graph);
     graph
         .inputs()
         .iter()
         .enumerate()
-        .map(|(i, &id)| make_input(&graph.value(id).ty, i, seed))
+        .map(|(i, &id)| {
+            let ty = &graph.value(id).ty;
+            match bounds.iter().find(|b| b.input == id) {
+                Some(b) => make_indices(ty, i, seed, b.entries),
+                None => make_input(ty, i, seed),
+            }
+        })
         .collect()
+}
+
+/// The indices of a table of `entries` entries for the graph input at `index` (see the module
+/// docs).
+fn make_indices(ty: &TensorType, index: usize, seed: u64, entries: usize) -> Tensor {
+    let mut rng = SplitMix64(seed.wrapping_add((index as u64 + 1).wrapping_mul(SPLITMIX_GAMMA)));
+    let n = entries as f64;
+    let data = (0..ty.elements())
+        .map(|_| {
+            let u = f64::from(rng.uniform());
+            (((u + 1.0) * n).floor() - n).clamp(-n, n - 1.0) as f32
+        })
+        .collect();
+    Tensor {
+        dtype: ty.dtype,
+        shape: ty.shape.clone(),
+        data,
+    }
 }
 
 /// The tensor [`make_inputs`] gives for the graph input at position `index` of type `ty`

@@ -14,9 +14,11 @@
 //! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `unary` (every `UnaryFn`), `cast`, `causal_mask` | [`elementwise::Elementwise`] (`Binary`, `Unary`, `Cast`, `Convert`, `IntBinary`, `CausalMask`) |
 //! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | [`rows::RowOp`] |
 //! | [`flash`] | `flash_attention` | [`flash::layout::FlashPlan`] |
+//! | [`gather`] | `gather` (rows of a 2-D table by run-time indices) | [`gather::Lookup`] |
 
 pub mod elementwise;
 pub mod flash;
+pub mod gather;
 pub mod matmul;
 pub mod rows;
 
@@ -52,6 +54,7 @@ impl Planner<'_> {
             | OpKind::Unary(_)
             | OpKind::CausalMask { .. }
             | OpKind::Cast { .. } => self.plan_unary(op, &ins, &out_val),
+            OpKind::Gather { .. } => self.plan_gather(op, &ins, &out_val),
             OpKind::Reshape { .. }
             | OpKind::Transpose { .. }
             | OpKind::Slice { .. }

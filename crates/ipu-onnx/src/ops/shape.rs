@@ -423,6 +423,9 @@ fn gather(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs 
     let x = req(node, ins, 0)?;
     let shape = imp.shape(x);
     let axis = normalize_axis(node, "axis", node.int("axis", 0)?, shape.len())?;
+    if let Some(Val::Graph(ids)) = ins.get(1).and_then(|v| v.as_ref()) {
+        return gather_run_time(imp, node, x, *ids, axis);
+    }
     let indices = imp.known_input(node, ins, 1)?;
     let raw = indices
         .ints()
@@ -481,6 +484,32 @@ fn gather(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs 
             one(reshape(imp, node, &Val::Graph(joined), out_shape, &name)?)
         }
     }
+}
+
+/// `Gather` with indices computed at run time (token ids looking up an embedding): a graph
+/// `gather` of the table, which stays on the device, by i32 indices.
+fn gather_run_time(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    ids: ipu_graph::ValueId,
+    axis: usize,
+) -> Outs {
+    let dtype = imp.b.ty(ids).dtype;
+    if dtype != ipu_graph::DType::I32 {
+        return Err(node.bad_input(
+            1,
+            format!("run-time indices are lowered as 32-bit integers, not {dtype}"),
+        ));
+    }
+    let name = out_name(imp, node, 0);
+    let table = imp.data(node, 0, x, &format!("{name}.table"))?;
+    one(Val::Graph(imp.op(
+        node,
+        &name,
+        OpKind::Gather { axis },
+        &[table, ids],
+    )?))
 }
 
 /// `Expand` of a graph value: NumPy broadcast to a known shape, copies joined by concat

@@ -1,0 +1,304 @@
+//! Lookups of table rows by run-time indices (`gather` along axis 0 of a 2-D table: an
+//! embedding), planned as an embedding is planned for the IPU (after PopLibs' `multiSlice`):
+//! the table stays where `initialize` wrote it, each column group's rows cut into parts on
+//! separate tiles; only the indices and the looked-up rows move at run time.
+//!
+//! Every part's tile receives all the indices (one placement group, so the exchange multicasts
+//! them) and writes one row per index, the table's where the index falls in its part and zeros
+//! elsewhere (`Kernel::GatherRows`); the first part's tile of each column group then receives
+//! the other parts' rows and ORs them into its own (`Kernel::OrWords`): exactly one part holds
+//! a valid index, so the result is the table's row bit for bit. An index outside the table
+//! reads zeros.
+
+use ipu_graph::{OpKind, Operation, Value};
+use ipu_package::{split_shape, storage_elements, storage_index};
+use ipu_target::{
+    BARREL_SLOT_CYCLES, EXCHANGE_BYTES_PER_CYCLE, EXCHANGE_PHASE_OVERHEAD_CYCLES, WORKER_CONTEXTS,
+};
+
+use super::unsupported;
+use crate::error::CodegenError;
+use crate::layout::Layout;
+use crate::lower::*;
+use crate::operator_plan::*;
+use crate::plan::*;
+use crate::program::*;
+use ipu_kernels::state::*;
+use ipu_kernels::{self as kernels, Kernel};
+
+/// The bytes of one part of a column group that planning aims at: small enough that the
+/// table's parts leave most of a tile to the rest of the model.
+const PART_BYTES: usize = 96 * 1024;
+
+/// One part of the table: rows `rows.0..rows.1` of column group `group`, on `tile`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Part {
+    /// Column group.
+    pub group: usize,
+    /// Part index within the group (0: the one that merges the others).
+    pub part: usize,
+    /// Tile.
+    pub tile: u32,
+    /// Table rows.
+    pub rows: (usize, usize),
+}
+
+/// A lookup's device operation: the table's parts, `parts` per column group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lookup {
+    /// Parts per column group.
+    pub parts: usize,
+    /// Every part, by column group then part.
+    pub items: Vec<Part>,
+    /// Whether the table is held in the parts' layout (else each run copies it there).
+    pub resident: bool,
+}
+
+impl Planner<'_> {
+    /// `gather` of rows of a 2-D table by i32 indices.
+    pub(crate) fn plan_gather(
+        &mut self,
+        op: &Operation,
+        ins: &[DevValueId],
+        out_val: &Value,
+    ) -> Result<(), CodegenError> {
+        let OpKind::Gather { axis } = op.kind else {
+            unreachable!("dispatched by kind")
+        };
+        let (table, ids) = (ins[0], ins[1]);
+        if axis != 0 || self.values[table].shape.len() != 2 {
+            return unsupported(
+                op,
+                "a lookup is lowered along axis 0 of a 2-D table (an embedding); reshape the \
+                 table first",
+            );
+        }
+        let (v, h) = (self.values[table].shape[0], self.values[table].shape[1]);
+        let dtype = self.values[table].dtype;
+        let eb = dtype.bytes();
+        let g = self.values[table].layout.group;
+        let groups = h.div_ceil(g);
+        let tiles = self.tiles as usize;
+        let mut parts = (v * g * eb).div_ceil(PART_BYTES).clamp(1, v);
+        if groups * parts > tiles {
+            parts = (tiles / groups).clamp(1, v);
+        }
+        let items: Vec<Part> = (0..groups)
+            .flat_map(|j| {
+                (0..parts).map(move |p| Part {
+                    group: j,
+                    part: p,
+                    tile: ((j * parts + p) % tiles) as u32,
+                    rows: (v * p / parts, v * (p + 1) / parts),
+                })
+            })
+            .collect();
+        let resident = self.read_only_here(table, ins, true);
+        if resident {
+            let ranges = items.iter().map(|it| {
+                (
+                    it.tile,
+                    (it.group * v + it.rows.0) * g,
+                    (it.group * v + it.rows.1) * g,
+                )
+            });
+            self.values[table].layout = Layout::from_ranges(g, ranges);
+        }
+        if self.read_only_here(ids, ins, false) {
+            let n = storage_elements(&self.values[ids].shape, self.values[ids].layout.group);
+            self.values[ids].layout =
+                Layout::from_ranges(self.values[ids].layout.group, [(0, 0, n)]);
+        }
+        // The output `[.., s, h]`: column group `j` of every outer index on the group's first
+        // part's tile, in outer order.
+        let (outer, s) = outer_and_last(&self.values[ids].shape);
+        let merge = |j: usize| items[j * parts].tile;
+        let mut ranges = Vec::new();
+        for j in 0..groups {
+            for b in 0..outer {
+                let at = b * groups * s * g + j * s * g;
+                ranges.push((merge(j), at, at + s * g));
+            }
+        }
+        let layout = Layout::from_ranges(g, ranges);
+        let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
+        let n = (outer * s) as u64;
+        let row_words = (g * eb / 4) as u32;
+        let per_worker = n.div_ceil(WORKER_CONTEXTS as u64) as u32;
+        let slot = BARREL_SLOT_CYCLES as u64;
+        let workers = WORKER_CONTEXTS as u64;
+        let compute = slot * u64::from(kernels::gather_rows_bound_slots(per_worker, row_words))
+            + workers * slot * 3;
+        let row_bytes = (g * eb) as u64;
+        let overhead = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
+        let bw = EXCHANGE_BYTES_PER_CYCLE as u64;
+        let mut exchange = n * 4 / bw + overhead;
+        let mut merge_cycles = 0;
+        if parts > 1 {
+            let stage = (parts as u64 - 1) * n * row_bytes;
+            exchange += stage / bw + overhead;
+            let words = (n * row_bytes / 4).div_ceil(workers) as u32;
+            merge_cycles = slot * u64::from(kernels::or_words_slots(words, parts as u32 - 1))
+                + workers * slot * 3;
+        }
+        if !resident {
+            exchange += (v * g * eb / parts) as u64 / bw + overhead;
+        }
+        let part_bytes = (v.div_ceil(parts) * g * eb) as u64;
+        let finalist = Finalist {
+            op: op.name.clone(),
+            mapping: format!(
+                "lookup groups={groups} parts={parts}{}",
+                if resident { "" } else { " table-copied" }
+            ),
+            estimated_cycles: compute + merge_cycles + exchange,
+            estimated_exchange_cycles: exchange,
+            peak_tile_bytes: part_bytes + n * 4 + n * row_bytes * parts as u64,
+            tiles: items.len().min(tiles) as u32,
+            alternatives: 1,
+        };
+        let kind = Lookup {
+            parts,
+            items,
+            resident,
+        };
+        self.push_unchosen(finalist, DevOpKind::new(kind), vec![table, ids], r);
+        Ok(())
+    }
+}
+
+/// The product of all but the last dimension, and the last.
+fn outer_and_last(shape: &[usize]) -> (usize, usize) {
+    let (outer, rows, cols) = split_shape(shape);
+    (outer * rows, cols)
+}
+
+impl FamilyOp for Lookup {
+    fn lower(&self, l: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
+        let op = &l.plan.ops[index];
+        let (table, ids, out) = (op.inputs[0], op.inputs[1], op.output);
+        let name = op.name.clone();
+        let v = l.plan.values[table].shape[0];
+        let g = l.plan.values[table].layout.group;
+        let eb = l.eb(table);
+        let row_bytes = g as u32 * eb;
+        let ids_shape = l.plan.values[ids].shape.clone();
+        let (outer, s) = outer_and_last(&ids_shape);
+        let n = (outer * s) as u32;
+        // The indices in row-major order, as runs of the indices' storage.
+        let ids_group = l.plan.values[ids].layout.group;
+        let mut want: Vec<(usize, usize, usize)> = Vec::new();
+        for i in 0..n as usize {
+            let at = storage_index(&ids_shape, ids_group, i);
+            match want.last_mut() {
+                Some(w) if w.1 == at && w.2 + (w.1 - w.0) == i => w.1 += 1,
+                _ => want.push((at, at + 1, i)),
+            }
+        }
+        let out_layout = l.plan.values[out].layout.clone();
+        let ids_placement = l.next_group;
+        l.next_group += 1;
+        let mut ids_at = std::collections::BTreeMap::new();
+        let mut partial_at = Vec::with_capacity(self.items.len());
+        l.lower_steps(index, |l, steps| {
+            for it in &self.items {
+                let ib = *ids_at.entry(it.tile).or_insert_with(|| {
+                    let b = l.scratch_buffer(it.tile, n * 4, format!("stage:{name}.ids"));
+                    l.prog.buffers[b.0 as usize].group = Some(ids_placement);
+                    let c = l.gather(ids, it.tile, ids_group, &want, b);
+                    steps.copies.extend(c);
+                    b
+                });
+                let start = (it.group * v + it.rows.0) * g;
+                let (tb, t_off) = if self.resident {
+                    let local = l.plan.values[table]
+                        .layout
+                        .pieces
+                        .iter()
+                        .find(|p| p.start == start && p.tile == it.tile)
+                        .map(|p| p.local)
+                        .expect("a part is a piece of the table");
+                    (l.value_buffer(table, it.tile), local as u32 * eb)
+                } else {
+                    let len = (it.rows.1 - it.rows.0) * g;
+                    let b =
+                        l.scratch_buffer(it.tile, len as u32 * eb, format!("stage:{name}.table"));
+                    let c = l.gather(table, it.tile, g, &[(start, start + len, 0)], b);
+                    steps.copies.extend(c);
+                    (b, 0)
+                };
+                let (ob, o_off) = if it.part == 0 {
+                    let first = it.group * s * g;
+                    let local = out_layout
+                        .pieces
+                        .iter()
+                        .find(|p| p.start == first)
+                        .map(|p| p.local)
+                        .expect("the output has a piece per column group");
+                    (l.value_buffer(out, it.tile), local as u32 * eb)
+                } else {
+                    let b = l.scratch_buffer(it.tile, n * row_bytes, format!("part:{name}"));
+                    (b, 0)
+                };
+                partial_at.push((ob, o_off));
+                let ops = steps.tiles.entry(it.tile).or_default();
+                for (i0, i1) in split(n, WORKERS) {
+                    if i1 > i0 {
+                        let state = GatherRowsState {
+                            table: (tb, t_off),
+                            indices: (ib, i0 * 4),
+                            out: (ob, o_off + i0 * row_bytes),
+                            count: i1 - i0,
+                            first: it.rows.0 as u32,
+                            rows: (it.rows.1 - it.rows.0) as u32,
+                            row_words: row_bytes / 4,
+                            entries: v as u32,
+                        };
+                        let slots = kernels::gather_rows_bound_slots(i1 - i0, row_bytes / 4);
+                        ops.push(SupOp::Run(Kernel::GatherRows, state.into(), slots));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if self.parts == 1 {
+            return Ok(());
+        }
+        let bytes = n * row_bytes;
+        l.lower_steps(index, |l, steps| {
+            for group in self.items.chunks(self.parts) {
+                let (first, (ob, o_off)) = (group[0], partial_at[group[0].group * self.parts]);
+                let stage = l.scratch_buffer(
+                    first.tile,
+                    (self.parts as u32 - 1) * bytes,
+                    format!("stage:{name}.parts"),
+                );
+                for (k, it) in group.iter().enumerate().skip(1) {
+                    let (src, _) = partial_at[it.group * self.parts + it.part];
+                    steps.copies.push(Copy {
+                        src,
+                        src_offset: 0,
+                        dst: stage,
+                        dst_offset: (k as u32 - 1) * bytes,
+                        bytes,
+                    });
+                }
+                let ops = steps.tiles.entry(first.tile).or_default();
+                for (w0, w1) in split(bytes / 4, WORKERS) {
+                    if w1 > w0 {
+                        let state = OrWordsState {
+                            out: (ob, o_off + w0 * 4),
+                            stage: (stage, w0 * 4),
+                            words: w1 - w0,
+                            sources: self.parts as u32 - 1,
+                            stride: bytes,
+                        };
+                        let slots = kernels::or_words_slots(w1 - w0, self.parts as u32 - 1);
+                        ops.push(SupOp::Run(Kernel::OrWords, state.into(), slots));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
