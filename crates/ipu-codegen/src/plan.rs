@@ -60,6 +60,8 @@ pub fn conv_type(dtype: DType) -> kernels::ConvType {
         DType::Bf16 => ConvType::Bf16,
         DType::I16 => ConvType::Int16 { signed: true },
         DType::U16 => ConvType::Int16 { signed: false },
+        DType::I32 => ConvType::Int32 { signed: true },
+        DType::U32 => ConvType::Int32 { signed: false },
         DType::F143 { scale } => ConvType::Byte(ByteType::Fp8(F::F143, scale)),
         DType::F152 { scale } => ConvType::Byte(ByteType::Fp8(F::F152, scale)),
         DType::E4M3FN => ConvType::Byte(ByteType::Fp8(F::E4M3FN, 0)),

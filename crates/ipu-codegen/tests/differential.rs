@@ -558,3 +558,63 @@ fn lookup_of_a_table_another_operation_reads_copies_it_each_run() {
     assert!(log.contains("table-copied"), "{log}");
     common::run_within(&g, &[64], 2, "tied table", 0.0);
 }
+
+#[test]
+fn every_map_function_in_every_operand_type_it_takes() {
+    use ipu_graph::MapFn;
+    let shape = "3, 13";
+    for f in MapFn::ALL {
+        let dtypes: &[&str] = if f.takes_bools() {
+            &["bool"]
+        } else if f == MapFn::Where {
+            &["f32", "f16", "i32", "i16", "u8", "bool"]
+        } else if matches!(
+            f,
+            MapFn::IsNaN | MapFn::IsInf | MapFn::IsPosInf | MapFn::IsNegInf
+        ) {
+            &["f32", "f16"]
+        } else {
+            &["f32", "f16", "i32", "i16", "i8", "u8"]
+        };
+        for dt in dtypes {
+            let text = match f {
+                MapFn::Where => format!(
+                    "graph m {{\n  input %c: bool[{shape}]\n  input %x: {dt}[{shape}]\n  input %y: {dt}[{shape}]\n  %r = where(%c, %x, %y): {dt}[{shape}]\n  output %r\n}}\n"
+                ),
+                _ if f.arity() == 2 => format!(
+                    "graph m {{\n  input %x: {dt}[{shape}]\n  input %y: {dt}[{shape}]\n  %r = {}(%x, %y): bool[{shape}]\n  output %r\n}}\n",
+                    f.mnemonic()
+                ),
+                _ if f.takes_bools() => format!(
+                    "graph m {{\n  input %x: {dt}[{shape}]\n  %r = {}(%x): bool[{shape}]\n  output %r\n}}\n",
+                    f.mnemonic()
+                ),
+                // NaN from the logarithm of negative values, +inf from exp(100 x) above
+                // x = 0.89 (f32) or 0.11 (f16), -inf from its negation.
+                _ => format!(
+                    "graph m {{\n  input %x: {dt}[{shape}]\n  %l = log(%x): {dt}[{shape}]\n  %s = scale(%x) {{factor = 100}}: {dt}[{shape}]\n  %e = exp(%s): {dt}[{shape}]\n  %n = scale(%e) {{factor = -1}}: {dt}[{shape}]\n  %a = {m}(%l): bool[{shape}]\n  %b = {m}(%e): bool[{shape}]\n  %c = {m}(%n): bool[{shape}]\n  output %a\n  output %b\n  output %c\n}}\n",
+                    m = f.mnemonic()
+                ),
+            };
+            let g = graph(&text);
+            common::run_within(&g, &[1, 5], 3, &format!("{} {dt}", f.mnemonic()), 0.0);
+        }
+    }
+}
+
+#[test]
+fn casts_between_32_bit_integers_and_floats() {
+    for (from, to) in [
+        ("i32", "f32"),
+        ("i32", "f16"),
+        ("f32", "i32"),
+        ("i32", "bool"),
+        ("bool", "i32"),
+        ("i16", "i32"),
+    ] {
+        let g = graph(&format!(
+            "graph c {{\n  input %x: {from}[4, 9]\n  %y = cast(%x) {{to = {to}}}: {to}[4, 9]\n  output %y\n}}\n"
+        ));
+        common::run_within(&g, &[1, 3], 1, &format!("{from} -> {to}"), 0.0);
+    }
+}

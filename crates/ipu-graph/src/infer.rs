@@ -72,13 +72,16 @@ fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError
             | OpKind::Slice { .. }
             | OpKind::Concat { .. }
             | OpKind::Gather { .. }
+            | OpKind::Map(_)
     );
     if let OpKind::Cast { to, .. } = kind {
-        let wide = |d: DType| d.class() == DTypeClass::Wide;
+        // 32-bit integers convert through f32 (exact within the graph's `±2^24`); 64-bit ones
+        // are moved only.
+        let wide = |d: DType| matches!(d, DType::I64 | DType::U64);
         if wide(*to) || inputs.iter().any(|t| wide(t.dtype)) {
             return err(
                 Some(0),
-                "casts to and from 32- and 64-bit integers are not lowered (they are moved only)",
+                "casts to and from 64-bit integers are not lowered (they are moved only)",
             );
         }
     }
@@ -341,6 +344,62 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
         OpKind::Unary(_) => {
             arity(inputs, 1)?;
             Ok(inputs[0].clone())
+        }
+        OpKind::Map(f) => {
+            arity(inputs, f.arity())?;
+            let first = inputs[0];
+            for (i, t) in inputs.iter().enumerate() {
+                if t.shape != first.shape {
+                    return err(
+                        Some(i),
+                        format!("{t} has not the shape of {first} (broadcast first)"),
+                    );
+                }
+                let computable = match t.dtype.class() {
+                    crate::DTypeClass::Float | crate::DTypeClass::Int(_) => true,
+                    crate::DTypeClass::Wide => matches!(t.dtype, DType::I32 | DType::U32),
+                    _ => false,
+                };
+                if !computable {
+                    return err(
+                        Some(i),
+                        format!(
+                            "{} takes floats, integers or bool, not {}",
+                            f.mnemonic(),
+                            t.dtype
+                        ),
+                    );
+                }
+                if f.takes_bools() && t.dtype != DType::Bool {
+                    return err(
+                        Some(i),
+                        format!("{} takes bool, not {}", f.mnemonic(), t.dtype),
+                    );
+                }
+            }
+            match f {
+                crate::MapFn::Where => {
+                    if first.dtype != DType::Bool {
+                        return err(
+                            Some(0),
+                            format!("the condition is bool, not {}", first.dtype),
+                        );
+                    }
+                    if inputs[1].dtype != inputs[2].dtype {
+                        return err(
+                            Some(2),
+                            format!("{} and {} differ", inputs[1].dtype, inputs[2].dtype),
+                        );
+                    }
+                    Ok(inputs[1].clone())
+                }
+                _ => {
+                    if inputs.iter().any(|t| t.dtype != first.dtype) {
+                        return err(Some(1), "the operands' dtypes differ");
+                    }
+                    Ok(TensorType::new(DType::Bool, first.shape.clone()))
+                }
+            }
         }
         OpKind::CausalMask { .. } => {
             arity(inputs, 1)?;

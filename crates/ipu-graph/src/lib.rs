@@ -30,7 +30,7 @@ pub use constant::{
 pub use index::{IndexBound, index_bounds};
 pub use infer::{InferError, infer};
 use ipu_numerics::Fp8Format;
-pub use ipu_numerics::{Overflow, UnaryFn};
+pub use ipu_numerics::{MapFn, Overflow, UnaryFn};
 pub use text::{
     ConstantFile, ExternalConstant, INLINE_CONSTANT_ELEMENTS_MAX, ParseError, PrintedGraph,
     Resolver, parse, parse_with, print, print_with_files,
@@ -469,6 +469,11 @@ pub enum OpKind {
     /// A one-operand function applied to every element (`exp`, `sqrt`, `tanh`, `erf`, `log`):
     /// its name, exact value and device value are [`UnaryFn`]'s. f32 and f16.
     Unary(UnaryFn),
+    /// A predicate, logical operation or selection ([`MapFn`]: comparisons, `not`, `and`,
+    /// `or`, `xor`, `is_nan`, `is_inf`, `where`) over operands of the output's shape: a
+    /// predicate's result is bool, `where`'s has the type of its second and third operands.
+    /// Operands are floats (not FP8), integers or bool; `not`, `and`, `or` and `xor` take bool.
+    Map(MapFn),
     /// The causal mask of a block of attention scores: `x[.., i, j]` becomes `-inf` where key
     /// `key_start + j` comes after query `i`, and is kept otherwise. f32 and f16 only.
     CausalMask {
@@ -577,6 +582,7 @@ impl OpKind {
             OpKind::Max => "max",
             OpKind::Scale { .. } => "scale",
             OpKind::Unary(f) => f.mnemonic(),
+            OpKind::Map(f) => f.mnemonic(),
             OpKind::CausalMask { .. } => "causal_mask",
             OpKind::ReduceMax { .. } => "reduce_max",
             OpKind::ReduceSum { .. } => "reduce_sum",

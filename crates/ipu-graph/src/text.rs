@@ -63,7 +63,7 @@ use std::fmt::Write as _;
 use ipu_numerics::Overflow;
 
 use crate::{
-    ConstantData, DType, Graph, GraphBuilder, OpKind, TensorType, UnaryFn, ValueId,
+    ConstantData, DType, Graph, GraphBuilder, MapFn, OpKind, TensorType, UnaryFn, ValueId,
     decode_elements, infer,
 };
 
@@ -883,6 +883,7 @@ macro_rules! operations {
             let mut all = MNEMONICS.to_vec();
             let at = all.iter().position(|&m| m == "scale").map_or(all.len(), |i| i + 1);
             all.splice(at..at, UnaryFn::ALL.iter().map(|f| f.mnemonic()));
+            all.extend(MapFn::ALL.iter().map(|f| f.mnemonic()));
             all
         }
 
@@ -892,7 +893,7 @@ macro_rules! operations {
                 $(OpKind::$variant { $($field,)* .. } => {
                     vec![$((stringify!($field), Attribute::text($field))),*]
                 })*
-                OpKind::Unary(_) => Vec::new(),
+                OpKind::Unary(_) | OpKind::Map(_) => Vec::new(),
             }
         }
 
@@ -900,6 +901,9 @@ macro_rules! operations {
             let kind = match set.mnemonic.as_str() {
                 m if UnaryFn::from_mnemonic(m).is_some() => {
                     OpKind::Unary(UnaryFn::from_mnemonic(m).expect("checked"))
+                }
+                m if MapFn::from_mnemonic(m).is_some() => {
+                    OpKind::Map(MapFn::from_mnemonic(m).expect("checked"))
                 }
                 $($mnemonic => OpKind::$variant {
                     $($field: Attribute::read(set, stringify!($field))?,)*

@@ -37,6 +37,12 @@ pub enum ConvType {
         /// Two's complement.
         signed: bool,
     },
+    /// A 32-bit integer (exact through f32 up to `2^24` in magnitude, the values the graph
+    /// admits).
+    Int32 {
+        /// Two's complement.
+        signed: bool,
+    },
     /// One byte per element.
     Byte(ByteType),
 }
@@ -45,7 +51,7 @@ impl ConvType {
     /// Bytes per element.
     pub fn bytes(self) -> u32 {
         match self {
-            ConvType::F32 => 4,
+            ConvType::F32 | ConvType::Int32 { .. } => 4,
             ConvType::F16 | ConvType::Bf16 | ConvType::Int16 { .. } => 2,
             ConvType::Byte(_) => 1,
         }
@@ -76,7 +82,7 @@ fn encode_table(byte: ByteType, overflow: Overflow) -> Option<EncodeTable> {
     }
 }
 
-fn load(width: Width, d: DataReg, base: ipu_isa::MReg, off: i16) -> Instr {
+pub(crate) fn load(width: Width, d: DataReg, base: ipu_isa::MReg, off: i16) -> Instr {
     Instr::Load {
         width,
         d,
@@ -90,36 +96,36 @@ fn int_format(bits: u32, signed: bool) -> IntFormat {
 }
 
 // Registers of the conversion kernel.
-const IN: u8 = 1;
-const OUT: u8 = 2;
-const GROUPS: u8 = 3;
-const DATA: u8 = 4;
-const ACC: u8 = 5;
-const R: u8 = 6;
-const T0: u8 = 7;
-const T1: u8 = 8;
-const T2: u8 = 9;
-const T3: u8 = 10;
+pub(crate) const IN: u8 = 1;
+pub(crate) const OUT: u8 = 2;
+pub(crate) const GROUPS: u8 = 3;
+pub(crate) const DATA: u8 = 4;
+pub(crate) const ACC: u8 = 5;
+pub(crate) const R: u8 = 6;
+pub(crate) const T0: u8 = 7;
+pub(crate) const T1: u8 = 8;
+pub(crate) const T2: u8 = 9;
+pub(crate) const T3: u8 = 10;
 /// `$a` registers: the element as f32, temporaries, and 0.0.
-const X: u8 = 0;
-const FA: u8 = 1;
-const FB: u8 = 2;
-const FC: u8 = 3;
-const FZERO: u8 = 14;
+pub(crate) const X: u8 = 0;
+pub(crate) const FA: u8 = 1;
+pub(crate) const FB: u8 = 2;
+pub(crate) const FC: u8 = 3;
+pub(crate) const FZERO: u8 = 14;
 
 /// The layout of the data block after the code: the decode table (1 KiB) if the source is a
 /// byte format, then the encode table's starts, codes and NaN word if the target is a float
 /// byte format.
-struct Data {
-    decode_at: u32,
+pub(crate) struct Data {
+    pub(crate) decode_at: u32,
     starts_at: u32,
     codes_at: u32,
     nan_at: u32,
     entries: u32,
-    words: Vec<u32>,
+    pub(crate) words: Vec<u32>,
 }
 
-fn data(from: ConvType, to: ConvType, overflow: Overflow) -> Data {
+pub(crate) fn data(from: ConvType, to: ConvType, overflow: Overflow) -> Data {
     let mut words = Vec::new();
     if let ConvType::Byte(b) = from {
         words.extend(b.values().iter().map(|v| v.to_bits()));
@@ -151,25 +157,35 @@ fn data(from: ConvType, to: ConvType, overflow: Overflow) -> Data {
 /// The conversion of one element, `i` of its group: loads it, leaves the result's bits in
 /// `$m{R}` (or, for an f32 result, in `$a{X}`).
 fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data) {
-    let (r, t0, t1, t2, t3) = (m(R), m(T0), m(T1), m(T2), m(T3));
-    // Decode to f32 in $aX.
-    let off = (i * from.bytes()) as i16;
+    decode(c, from, m(IN), (i * from.bytes()) as i16, d.decode_at);
+    encode(c, to, d);
+}
+
+/// Loads the element at `off` bytes from `base` and leaves it as f32 in `$a{X}` (a one-byte
+/// float format through its decode table at `decode_at` after the code); clobbers `$m{R}`.
+pub(crate) fn decode(c: &mut Code, from: ConvType, base: ipu_isa::MReg, off: i16, decode_at: u32) {
+    let r = m(R);
     match from {
         ConvType::F32 => {
-            c.op(load(Width::B32, DataReg::A(X), m(IN), off));
+            c.op(load(Width::B32, DataReg::A(X), base, off));
+        }
+        ConvType::Int32 { .. } => {
+            c.op(load(Width::B32, DataReg::M(r), base, off));
+            c.op(mov_a(X, r));
+            c.op(conv(ConvOp::I32ToF32, X, X));
         }
         ConvType::F16 => {
-            c.op(load(Width::B16, DataReg::M(r), m(IN), off));
+            c.op(load(Width::B16, DataReg::M(r), base, off));
             c.op(mov_a(X, r));
             c.op(conv(ConvOp::F16ToF32, X, X));
         }
         ConvType::Bf16 => {
-            c.op(load(Width::B16, DataReg::M(r), m(IN), off));
+            c.op(load(Width::B16, DataReg::M(r), base, off));
             c.op(alu_imm(AluOp::Shl, r, r, 16));
             c.op(mov_a(X, r));
         }
         ConvType::Int16 { signed } => {
-            c.op(load(Width::B16, DataReg::M(r), m(IN), off));
+            c.op(load(Width::B16, DataReg::M(r), base, off));
             if signed {
                 c.op(alu_imm(AluOp::Shl, r, r, 16));
                 c.op(alu_imm(AluOp::Sar, r, r, 16));
@@ -178,12 +194,18 @@ fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data)
             c.op(conv(ConvOp::I32ToF32, X, X));
         }
         ConvType::Byte(_) => {
-            c.op(load(Width::B8, DataReg::M(r), m(IN), off));
+            c.op(load(Width::B8, DataReg::M(r), base, off));
             c.op(alu_imm(AluOp::Shl, r, r, 2));
             c.op(alu(AluOp::Add, r, r, m(DATA)));
-            c.op(load(Width::B32, DataReg::A(X), r, d.decode_at as i16));
+            c.op(load(Width::B32, DataReg::A(X), r, decode_at as i16));
         }
     }
+}
+
+/// Encodes the f32 in `$a{X}` as `to`: the result's bits in `$m{R}` (an f32 stays in
+/// `$a{X}`); clobbers the temporaries.
+pub(crate) fn encode(c: &mut Code, to: ConvType, d: &Data) {
+    let (r, t0, t1, t2, t3) = (m(R), m(T0), m(T1), m(T2), m(T3));
     // Encode from $aX.
     let int = |c: &mut Code, f: IntFormat| {
         // Truncation: r = rne(x), corrected by one toward zero where |float(r)| > |x|.
@@ -218,9 +240,11 @@ fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data)
             c.op(alu(AluOp::Sub, t0, t1, t0));
             c.op(alu(AluOp::And, r, r, t0));
         }
-        let mask = if f.bits > 8 { 0xFFFF } else { 0xFF };
-        c.op(setzi(t0, mask));
-        c.op(alu(AluOp::And, r, r, t0));
+        if f.bits < 32 {
+            let mask = if f.bits > 8 { 0xFFFF } else { 0xFF };
+            c.op(setzi(t0, mask));
+            c.op(alu(AluOp::And, r, r, t0));
+        }
     };
     match to {
         ConvType::F32 => {}
@@ -255,6 +279,7 @@ fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data)
             select(c, r, t0, t1, t2);
         }
         ConvType::Int16 { signed } => int(c, int_format(16, signed)),
+        ConvType::Int32 { signed } => int(c, int_format(32, signed)),
         ConvType::Byte(ByteType::Int { bits, signed }) => {
             int(c, int_format(u32::from(bits), signed))
         }
@@ -314,7 +339,13 @@ fn convert_element(c: &mut Code, from: ConvType, to: ConvType, i: u32, d: &Data)
 }
 
 /// `d = mask ? a : b` (mask all ones or zero); clobbers `a`.
-fn select(c: &mut Code, d: ipu_isa::MReg, a: ipu_isa::MReg, b: ipu_isa::MReg, mask: ipu_isa::MReg) {
+pub(crate) fn select(
+    c: &mut Code,
+    d: ipu_isa::MReg,
+    a: ipu_isa::MReg,
+    b: ipu_isa::MReg,
+    mask: ipu_isa::MReg,
+) {
     c.op(alu(AluOp::Xor, a, a, b));
     c.op(alu(AluOp::And, a, a, mask));
     c.op(alu(AluOp::Xor, d, a, b));

@@ -11,6 +11,7 @@ pub mod code;
 mod convert;
 pub mod flash;
 mod gather;
+mod map;
 pub mod rows;
 pub mod state;
 mod unary;
@@ -22,7 +23,9 @@ use code::Code;
 pub use convert::{ConvType, convert_slots, int_binary_slots};
 pub use gather::{gather_rows_bound_slots, gather_rows_slots, or_words_slots};
 pub use ipu_numerics::ByteType;
+pub use ipu_numerics::MapFn;
 pub use ipu_numerics::UnaryFn;
+pub use map::{map_slots, map_supported};
 pub use state::*;
 pub use unary::{scale_halves_slots, unary_slots};
 
@@ -88,6 +91,16 @@ pub enum Kernel {
     IntBinary { op: BinOp, bits: u8, signed: bool },
     /// `out = 0` over 32-bit words. State: out, words.
     Zero,
+    /// A predicate, logical operation or selection of operands `a`, `b`, `c` (as many as the
+    /// function takes; the others repeat `a`) into `to`, one element at a time through f32
+    /// (`map::map`). State: [`MapState`].
+    Map {
+        f: MapFn,
+        a: ConvType,
+        b: ConvType,
+        c: ConvType,
+        to: ConvType,
+    },
     /// One row per run-time index from a part of a table, zeros for an index outside the
     /// part (`gather::gather_rows`). State: [`GatherRowsState`].
     GatherRows,
@@ -326,6 +339,7 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Zero => basic::zero(&mut c),
         Kernel::GatherRows => gather::gather_rows(&mut c),
         Kernel::OrWords => gather::or_words(&mut c),
+        Kernel::Map { f, a, b, c: c3, to } => map::map(&mut c, f, &[a, b, c3], to),
         Kernel::PadClear => basic::pad_clear(&mut c),
         Kernel::MaskRows => basic::mask_rows(&mut c, false),
         Kernel::MaskRowsF16 => basic::mask_rows(&mut c, true),

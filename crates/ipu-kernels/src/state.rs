@@ -360,6 +360,23 @@ state! {
 }
 
 state! {
+    /// [`crate::Kernel::Map`]: a predicate, logical operation or selection over groups of
+    /// four elements of up to three operands.
+    MapState {
+        /// First operand.
+        a: Loc,
+        /// Second operand (the first when there is none).
+        b: Loc,
+        /// Third operand (the first when there is none).
+        c: Loc,
+        /// Result.
+        out: Loc,
+        /// Groups of four elements.
+        groups: u32,
+    }
+}
+
+state! {
     /// [`crate::Kernel::OrWords`]: `out |= stage[s]` for `sources` runs of `words` words.
     OrWordsState {
         /// The first word of the result, read and written.
@@ -789,6 +806,7 @@ states! {
     Zero(ZeroState),
     GatherRows(GatherRowsState),
     OrWords(OrWordsState),
+    Map(MapState),
     PadClear(PadClearState),
     MaskRows(MaskRowsState),
     Transpose(TransposeState),
@@ -901,6 +919,7 @@ impl crate::Kernel {
             K::Zero => StateKind::Zero,
             K::GatherRows => StateKind::GatherRows,
             K::OrWords => StateKind::OrWords,
+            K::Map { .. } => StateKind::Map,
             K::PadClear => StateKind::PadClear,
             K::MaskRows | K::MaskRowsF16 => StateKind::MaskRows,
             K::Transpose { .. } | K::TransposeHalves => StateKind::Transpose,

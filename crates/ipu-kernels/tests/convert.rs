@@ -35,6 +35,10 @@ fn value(t: ConvType, bytes: &[u8]) -> f32 {
                 f32::from(b)
             }
         }
+        ConvType::Int32 { signed } => {
+            let b = u32::from_le_bytes(bytes.try_into().unwrap());
+            if signed { b as i32 as f32 } else { b as f32 }
+        }
         ConvType::Byte(b) => b.values()[bytes[0] as usize],
     }
 }
@@ -47,6 +51,8 @@ fn encode(t: ConvType, overflow: Overflow, x: f32) -> Vec<u8> {
         ConvType::F16 => ipu_numerics::f16_bits(x).to_le_bytes().to_vec(),
         ConvType::Bf16 => ipu_numerics::bf16_bits(x).to_le_bytes().to_vec(),
         ConvType::Int16 { signed } => (int(16, signed) as u16).to_le_bytes().to_vec(),
+        // Truncation toward zero; the graph admits 32-bit integers within 2^24 only.
+        ConvType::Int32 { .. } => (x.trunc() as i32).to_le_bytes().to_vec(),
         ConvType::Byte(b) => vec![match b {
             ByteType::Fp8(f, s) => ipu_numerics::encode(f, x, i32::from(s), overflow),
             ByteType::F4E2M1 => ipu_numerics::fp4_code(x),
@@ -68,6 +74,23 @@ fn sources(t: ConvType) -> Vec<Vec<u8>> {
             ])
             .map(|b| b.to_le_bytes().to_vec())
             .collect(),
+        ConvType::Int32 { signed } => {
+            let mut v: Vec<i32> = (-300..300).collect();
+            v.extend([
+                1 << 24,
+                -(1 << 24),
+                (1 << 24) - 1,
+                65535,
+                65536,
+                -65537,
+                32768,
+                1 << 20,
+            ]);
+            if !signed {
+                v.retain(|&x| x >= 0);
+            }
+            v.iter().map(|x| x.to_le_bytes().to_vec()).collect()
+        }
         ConvType::F32 => {
             let mut v = vec![
                 0.0f32,
@@ -109,6 +132,7 @@ fn formats() -> Vec<ConvType> {
         ConvType::Bf16,
         ConvType::Int16 { signed: true },
         ConvType::Int16 { signed: false },
+        ConvType::Int32 { signed: true },
         ConvType::Byte(F4E2M1),
         ConvType::Byte(E8M0),
         ConvType::Byte(Bool),
@@ -273,6 +297,113 @@ fn integer_arithmetic_matches_the_definition() {
                 failures.push(format!(
                     "{op:?} {bits} {signed}: model {model} slots, device {slots}"
                 ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_map_function_matches_its_definition_and_cycle_model() {
+    const IN_C: u32 = 0xB0000;
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        2.5,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let mut failures = Vec::new();
+    for f in MapFn::ALL {
+        let types: Vec<ConvType> = if f.takes_bools() {
+            vec![ConvType::Byte(ByteType::Bool)]
+        } else {
+            vec![
+                ConvType::F32,
+                ConvType::F16,
+                ConvType::Int32 { signed: true },
+                ConvType::Int16 { signed: true },
+                ConvType::Byte(ByteType::Int {
+                    bits: 8,
+                    signed: true,
+                }),
+            ]
+        };
+        for t in types {
+            // Every combination of the specials (as the type holds them) over the operands.
+            let vals: Vec<f32> = specials
+                .iter()
+                .map(|&x| value(t, &encode(t, Overflow::Saturate, x)))
+                .collect();
+            let n = vals.len();
+            let count = n.pow(f.arity() as u32).next_multiple_of(4);
+            let operand = |k: usize| -> Vec<f32> {
+                (0..count)
+                    .map(|i| vals[(i / n.pow(k as u32)) % n])
+                    .collect()
+            };
+            let mut ins: Vec<(ConvType, Vec<f32>)> =
+                (0..f.arity()).map(|k| (t, operand(k))).collect();
+            if f == MapFn::Where {
+                let cond = ins[0]
+                    .1
+                    .iter()
+                    .map(|&x| f32::from(u8::from(x != 0.0)))
+                    .collect();
+                ins[0] = (ConvType::Byte(ByteType::Bool), cond);
+            }
+            let to = if f.is_predicate() {
+                ConvType::Byte(ByteType::Bool)
+            } else {
+                t
+            };
+            let bytes = |(t, v): &(ConvType, Vec<f32>)| -> Vec<u8> {
+                v.iter()
+                    .flat_map(|&x| encode(*t, Overflow::Saturate, x))
+                    .collect()
+            };
+            let addrs = [IN_A, IN_B, IN_C];
+            let mem: Vec<(u32, Vec<u8>)> = ins
+                .iter()
+                .enumerate()
+                .map(|(k, x)| (addrs[k], bytes(x)))
+                .collect();
+            let ct: Vec<ConvType> = (0..3).map(|k| ins.get(k).unwrap_or(&ins[0]).0).collect();
+            let a: Vec<u32> = (0..3)
+                .map(|k| if k < ins.len() { addrs[k] } else { IN_A })
+                .collect();
+            let groups = (count / 4) as u32;
+            let kernel = Kernel::Map {
+                f,
+                a: ct[0],
+                b: ct[1],
+                c: ct[2],
+                to,
+            };
+            let (out, slots) = run(
+                kernel,
+                &[a[0], a[1], a[2], OUT, groups],
+                &mem,
+                (count as u32 * to.bytes()).next_multiple_of(4),
+            );
+            let eb = to.bytes() as usize;
+            for i in 0..count {
+                let args: Vec<f32> = ins.iter().map(|x| x.1[i]).collect();
+                let want = encode(to, Overflow::Saturate, f.eval(&args));
+                let got = &out[i * eb..(i + 1) * eb];
+                if got != want.as_slice() && !(to == ConvType::F32 && f.eval(&args).is_nan()) {
+                    failures.push(format!(
+                        "{f:?} {t:?} {args:?}: device {got:02x?}, host {want:02x?}"
+                    ));
+                    break;
+                }
+            }
+            let model = u64::from(map_slots(f, &ct, to, groups));
+            if slots != model {
+                failures.push(format!("{f:?} {t:?}: model {model} slots, device {slots}"));
             }
         }
     }

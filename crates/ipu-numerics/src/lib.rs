@@ -63,11 +63,13 @@
 use std::fmt;
 
 mod codes;
+pub mod map;
 pub mod unary;
 pub use codes::{
     ByteType, EncodeTable, IntFormat, bf16_bits, bf16_value, e8m0_code, e8m0_value, fp4_code,
     fp4_value,
 };
+pub use map::MapFn;
 pub use unary::UnaryFn;
 
 use thiserror::Error;

@@ -562,6 +562,17 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
         OpKind::Div => binary(ins[0], ins[1], out, |a, b| a / b),
         OpKind::Max => binary(ins[0], ins[1], out, f32::max),
         OpKind::Scale { factor } => ins[0].0.iter().map(|&x| x * factor).collect(),
+        OpKind::Map(f) => {
+            let mut args = [0.0f32; 3];
+            return (0..out.elements())
+                .map(|i| {
+                    for (k, (x, _)) in ins.iter().enumerate() {
+                        args[k] = x[i];
+                    }
+                    f.eval(&args[..ins.len()])
+                })
+                .collect();
+        }
         OpKind::Unary(f) if device => ins[0].0.iter().map(|&x| f.device(x)).collect(),
         OpKind::Unary(f) => ins[0].0.iter().map(|&x| f.exact(x)).collect(),
         OpKind::CausalMask { key_start } => {

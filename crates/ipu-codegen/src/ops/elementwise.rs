@@ -130,6 +130,28 @@ impl Planner<'_> {
                 };
                 self.follow(op, out_val, kind, ins[0], None)
             }
+            OpKind::Map(f) => {
+                let mut types: Vec<kernels::ConvType> = ins
+                    .iter()
+                    .map(|&i| conv_type(self.values[i].dtype))
+                    .collect();
+                let to = conv_type(out_val.ty.dtype);
+                if !kernels::map_supported(&types, to) {
+                    return unsupported(
+                        op,
+                        "operands of two one-byte formats, or a one-byte float result: cast first",
+                    );
+                }
+                types.resize(3, types[0]);
+                let kind = Elementwise::Map {
+                    f: *f,
+                    ins: [types[0], types[1], types[2]],
+                    to,
+                };
+                let layout = self.values[ins[0]].layout.clone();
+                let r = self.add_graph_value(op.outputs[0], out_val, out_val.ty.dtype, layout);
+                self.push_simple(op.name.clone(), kind, ins.to_vec(), r);
+            }
             OpKind::Cast { to, overflow } => {
                 let from = self.values[ins[0]].dtype;
                 let kind = if cast_on_units(from, *to, *overflow) {
@@ -440,6 +462,69 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// A map (`Kernel::Map`) per tile over groups of four: operands laid out otherwise are
+    /// gathered into the output's layout first; a result that is not zero for zero operands
+    /// has its padding cleared when something reads it.
+    pub(crate) fn lower_map(
+        &mut self,
+        index: usize,
+        f: ipu_graph::MapFn,
+        ins: [kernels::ConvType; 3],
+        to: kernels::ConvType,
+        steps: &mut OpSteps,
+    ) -> Result<(), CodegenError> {
+        let op = &self.plan.ops[index];
+        let (operands, out) = (op.inputs.clone(), op.output);
+        let name = op.name.clone();
+        let out_layout = self.plan.values[out].layout.clone();
+        let per_tile = out_layout.elements_per_tile();
+        for tile in out_layout.tiles() {
+            let n = per_tile[&tile] as u32;
+            let mut at = Vec::with_capacity(3);
+            for (k, &x) in operands.iter().enumerate() {
+                let b = if self.plan.values[x].layout == out_layout {
+                    self.value_buffer(x, tile)
+                } else {
+                    let st = self.scratch_buffer(tile, n * self.eb(x), format!("stage:{name}.{k}"));
+                    let want = out_layout.ranges_on(tile);
+                    let c = self.gather(x, tile, out_layout.group, &want, st);
+                    steps.copies.extend(c);
+                    st
+                };
+                at.push((b, self.eb(x)));
+            }
+            while at.len() < 3 {
+                at.push(at[0]);
+            }
+            let ob = self.value_buffer(out, tile);
+            let ops = steps.tiles.entry(tile).or_default();
+            push_split(ops, n / 4, |g0, g1| {
+                SupOp::Run(
+                    Kernel::Map {
+                        f,
+                        a: ins[0],
+                        b: ins[1],
+                        c: ins[2],
+                        to,
+                    },
+                    MapState {
+                        a: (at[0].0, g0 * 4 * at[0].1),
+                        b: (at[1].0, g0 * 4 * at[1].1),
+                        c: (at[2].0, g0 * 4 * at[2].1),
+                        out: (ob, g0 * 4 * to.bytes()),
+                        groups: g1 - g0,
+                    }
+                    .into(),
+                    kernels::map_slots(f, &ins, to, g1 - g0),
+                )
+            });
+        }
+        if f.eval(&[0.0; 3][..f.arity()]) != 0.0 {
+            self.pad_clears(index, &mut steps.tiles);
+        }
+        Ok(())
+    }
+
     /// For every tile of the output of the one-operand operation `index`: its `n` elements as
     /// `units(n)` units split over the workers, `run(x, out, u0, u1)` the launch of units
     /// `u0..u1` on the operand's and the output's buffers.
@@ -572,6 +657,16 @@ pub enum Elementwise {
     Convert(ipu_numerics::Overflow),
     /// Elementwise integer arithmetic (operands of one shape).
     IntBinary(BinOp),
+    /// A predicate, logical operation or selection, one element at a time (operands of one
+    /// shape, in their formats `ins`, the unused ones repeating the first).
+    Map {
+        /// The function.
+        f: ipu_graph::MapFn,
+        /// The operands' formats.
+        ins: [kernels::ConvType; 3],
+        /// The result's format.
+        to: kernels::ConvType,
+    },
     /// The causal mask of a block of scores whose column 0 is key `key_start` (f32).
     CausalMask {
         /// Key of column 0.
@@ -590,6 +685,7 @@ impl FamilyOp for Elementwise {
             Elementwise::Cast => l.lower_cast(index, None, &mut steps.tiles),
             Elementwise::Convert(overflow) => l.lower_cast(index, Some(overflow), &mut steps.tiles),
             Elementwise::IntBinary(bop) => l.lower_int_binary(index, bop, steps),
+            Elementwise::Map { f, ins, to } => l.lower_map(index, f, ins, to, steps),
         })
     }
 }
@@ -656,6 +752,7 @@ impl Planner<'_> {
                     groups,
                 ))
             }
+            Elementwise::Map { f, ins, to } => u64::from(kernels::map_slots(f, &ins, to, groups)),
             _ => per_worker * 2 / PIECE_GRAIN as u64 + 12,
         };
         let compute = slot * worker_slots + workers * slot * 3;

@@ -11,7 +11,7 @@
 //! | family | graph operations | device operations |
 //! |---|---|---|
 //! | [`matmul`] | `matmul` | [`matmul::MatMul`], [`matmul::SumSplits`] (a 3-D split's reduction) |
-//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `unary` (every `UnaryFn`), `cast`, `causal_mask` | [`elementwise::Elementwise`] (`Binary`, `Unary`, `Cast`, `Convert`, `IntBinary`, `CausalMask`) |
+//! | [`elementwise`] | `add`, `sub`, `mul`, `div`, `max` of one shape, `scale`, `unary` (every `UnaryFn`), every `MapFn` (comparisons, logic, `where`), `cast`, `causal_mask` | [`elementwise::Elementwise`] (`Binary`, `Unary`, `Cast`, `Convert`, `IntBinary`, `Map`, `CausalMask`) |
 //! | [`rows`] | `reshape`, `transpose`, `slice`, `concat`, broadcasting binary operations, `reduce_max`, `reduce_sum`, `softmax`, `layer_norm`, `attention` | [`rows::RowOp`] |
 //! | [`flash`] | `flash_attention` | [`flash::layout::FlashPlan`] |
 //! | [`gather`] | `gather` (rows of a 2-D table by run-time indices) | [`gather::Lookup`] |
@@ -53,6 +53,7 @@ impl Planner<'_> {
             OpKind::Scale { .. }
             | OpKind::Unary(_)
             | OpKind::CausalMask { .. }
+            | OpKind::Map(_)
             | OpKind::Cast { .. } => self.plan_unary(op, &ins, &out_val),
             OpKind::Gather { .. } => self.plan_gather(op, &ins, &out_val),
             OpKind::Reshape { .. }
