@@ -114,6 +114,55 @@ pub fn to_rank(
     reshape(imp, node, v, s, name)
 }
 
+/// `v` broadcast (NumPy rules) to `target`, a shape it broadcasts to: a known tensor at
+/// import, a graph value by copies joined by concat along each axis it grows (named `name`).
+pub fn broadcast_to(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    v: &Val,
+    target: &[usize],
+    name: &str,
+) -> Result<Val, OnnxError> {
+    if let Val::Known(k, _) = v {
+        let r = k.broadcast_to(target).map_err(|e| node.graph_error(e))?;
+        return Ok(Val::known(r));
+    }
+    let mut v = to_rank(imp, node, v, target.len(), &format!("{name}.rank"))?;
+    let grow: Vec<usize> = (0..target.len())
+        .filter(|&a| imp.shape(&v)[a] != target[a])
+        .collect();
+    for (i, &axis) in grow.iter().enumerate() {
+        let id = imp.data(node, 0, &v, &format!("{name}.input"))?;
+        let copies = vec![id; target[axis]];
+        let step = if i + 1 == grow.len() {
+            name.to_string()
+        } else {
+            format!("{name}.axis{axis}")
+        };
+        v = Val::Graph(imp.op(node, &step, OpKind::Concat { axis }, &copies)?);
+    }
+    Ok(v)
+}
+
+/// The NumPy broadcast of `shapes`, or an error naming the input that does not broadcast.
+pub fn broadcast_shapes(node: &Node<'_>, shapes: &[Vec<usize>]) -> Result<Vec<usize>, OnnxError> {
+    let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out = vec![1; rank];
+    for (i, s) in shapes.iter().enumerate() {
+        for (j, &d) in s.iter().enumerate() {
+            let o = &mut out[rank - s.len() + j];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return Err(
+                    node.bad_input(i, format!("shape {s:?} does not broadcast with {shapes:?}"))
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A graph operation of one operand.
 pub fn unary_op(
     imp: &mut Importer<'_>,

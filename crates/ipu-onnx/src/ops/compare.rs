@@ -1,29 +1,105 @@
-//! Comparisons, logic and selection. The device has no operators for them: they are evaluated
-//! at import when every input is known, and refused otherwise.
+//! Comparisons, logic and selection: evaluated at import when every input is known, else the
+//! graph's map operations ([`MapFn`]) on operands broadcast to the result's shape, known ones
+//! held in the run-time operands' type (a known int64 next to run-time ids becomes i32, as
+//! the ids are on the device).
 
 use std::rc::Rc;
 
+use ipu_graph::{MapFn, OpKind};
+
+use super::common::{Outs, broadcast_shapes, broadcast_to, fill_like, one, out_name, req};
 use super::handler::{ALL, Handler, evaluated, given};
 use crate::OnnxError;
-use crate::importer::Node;
-use crate::known::{self, Binary, Known, Unary};
-
-const COMPARISON: &str = "no comparison device operator";
-const LOGICAL: &str = "no logical device operator";
+use crate::importer::{Importer, Node, Val};
+use crate::known::{self, Binary, Elem, Known, Unary};
 
 pub const HANDLERS: &[Handler] = &[
-    Handler::refuse("Equal", COMPARISON).fold(ALL, |n, k| binary(n, k, Binary::Equal)),
-    Handler::refuse("Less", COMPARISON).fold(ALL, |n, k| binary(n, k, Binary::Less)),
-    Handler::refuse("Greater", COMPARISON).fold(ALL, |n, k| binary(n, k, Binary::Greater)),
-    Handler::refuse("LessOrEqual", COMPARISON).fold(ALL, |n, k| binary(n, k, Binary::LessOrEqual)),
-    Handler::refuse("GreaterOrEqual", COMPARISON)
-        .fold(ALL, |n, k| binary(n, k, Binary::GreaterOrEqual)),
-    Handler::refuse("Not", LOGICAL).fold(ALL, not),
-    Handler::refuse("And", LOGICAL).fold(ALL, |n, k| binary(n, k, Binary::And)),
-    Handler::refuse("Or", LOGICAL).fold(ALL, |n, k| binary(n, k, Binary::Or)),
-    Handler::refuse("Xor", LOGICAL).fold(ALL, |n, k| binary(n, k, Binary::Xor)),
-    Handler::refuse("Where", "no select device operator").fold(ALL, select),
+    Handler::map("Equal", |i, n, v| map_fn(i, n, v, MapFn::Equal))
+        .fold(ALL, |n, k| binary(n, k, Binary::Equal)),
+    Handler::map("Less", |i, n, v| map_fn(i, n, v, MapFn::Less))
+        .fold(ALL, |n, k| binary(n, k, Binary::Less)),
+    Handler::map("Greater", |i, n, v| map_fn(i, n, v, MapFn::Greater))
+        .fold(ALL, |n, k| binary(n, k, Binary::Greater)),
+    Handler::map("LessOrEqual", |i, n, v| map_fn(i, n, v, MapFn::LessOrEqual))
+        .fold(ALL, |n, k| binary(n, k, Binary::LessOrEqual)),
+    Handler::map("GreaterOrEqual", |i, n, v| {
+        map_fn(i, n, v, MapFn::GreaterOrEqual)
+    })
+    .fold(ALL, |n, k| binary(n, k, Binary::GreaterOrEqual)),
+    Handler::map("Not", |i, n, v| map_fn(i, n, v, MapFn::Not)).fold(ALL, not),
+    Handler::map("And", |i, n, v| map_fn(i, n, v, MapFn::And))
+        .fold(ALL, |n, k| binary(n, k, Binary::And)),
+    Handler::map("Or", |i, n, v| map_fn(i, n, v, MapFn::Or))
+        .fold(ALL, |n, k| binary(n, k, Binary::Or)),
+    Handler::map("Xor", |i, n, v| map_fn(i, n, v, MapFn::Xor))
+        .fold(ALL, |n, k| binary(n, k, Binary::Xor)),
+    Handler::map("Where", |i, n, v| map_fn(i, n, v, MapFn::Where)).fold(ALL, select),
+    Handler::map("IsNaN", |i, n, v| map_fn(i, n, v, MapFn::IsNaN)),
+    Handler::map("IsInf", is_inf),
 ];
+
+/// `node` as the map operation `f` of its inputs, broadcast to one shape; known inputs take
+/// the type of the run-time ones they meet.
+fn map_fn(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>], f: MapFn) -> Outs {
+    if f != MapFn::IsInf && f != MapFn::IsPosInf && f != MapFn::IsNegInf {
+        node.only_attrs(&[])?;
+    }
+    let vals: Vec<Val> = (0..f.arity())
+        .map(|i| req(node, ins, i).cloned())
+        .collect::<Result<_, _>>()?;
+    let shapes: Vec<Vec<usize>> = vals.iter().map(|v| imp.shape(v)).collect();
+    let target = broadcast_shapes(node, &shapes)?;
+    // The operands that share a type: all of a predicate's, `where`'s last two.
+    let shared = if f == MapFn::Where { 1 } else { 0 };
+    let run_time = vals[shared..].iter().find_map(|v| match v {
+        Val::Graph(id) => Some(imp.ty(&Val::Graph(*id)).0),
+        Val::Known(..) => None,
+    });
+    let name = out_name(imp, node, 0);
+    let mut ids = Vec::with_capacity(vals.len());
+    for (k, v) in vals.iter().enumerate() {
+        let want = if f == MapFn::Where && k == 0 {
+            Some(Elem::Bool)
+        } else if k >= shared {
+            run_time
+        } else {
+            None
+        };
+        let v = match (v, want) {
+            (Val::Known(kn, _), Some(e)) if kn.elem != e => {
+                Val::known(known::cast(kn, e).map_err(|r| node.bad_input(k, r))?)
+            }
+            _ => v.clone(),
+        };
+        let v = broadcast_to(imp, node, &v, &target, &format!("{name}.in{k}"))?;
+        ids.push(imp.data(node, k, &v, &format!("{name}.in{k}"))?);
+    }
+    one(Val::Graph(imp.op(node, &name, OpKind::Map(f), &ids)?))
+}
+
+/// `IsInf`: either sign, or the one `detect_positive` / `detect_negative` keep.
+fn is_inf(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&["detect_positive", "detect_negative"])?;
+    let f = match (
+        node.int("detect_positive", 1)? != 0,
+        node.int("detect_negative", 1)? != 0,
+    ) {
+        (true, true) => MapFn::IsInf,
+        (true, false) => MapFn::IsPosInf,
+        (false, true) => MapFn::IsNegInf,
+        (false, false) => {
+            let x = req(node, ins, 0)?;
+            let zeros = fill_like(imp, x, 0.0)?;
+            let Val::Known(k, _) = zeros else {
+                return Err(node.graph_error("no infinity detected"));
+            };
+            return one(Val::known(
+                known::cast(&k, Elem::Bool).map_err(|r| node.graph_error(r))?,
+            ));
+        }
+    };
+    map_fn(imp, node, ins, f)
+}
 
 /// A comparison or a logical operation of the first two given inputs.
 fn binary(node: &Node<'_>, ins: &[Option<Rc<Known>>], op: Binary) -> Result<Known, OnnxError> {

@@ -16,6 +16,7 @@ mod attention;
 mod common;
 mod compare;
 mod elementwise;
+mod gather;
 mod handler;
 mod matmul;
 mod misc;
@@ -37,6 +38,7 @@ const TABLES: &[&[Handler]] = &[
     elementwise::HANDLERS,
     compare::HANDLERS,
     shape::HANDLERS,
+    gather::HANDLERS,
     reduce::HANDLERS,
     quant::HANDLERS,
     matmul::HANDLERS,

@@ -80,6 +80,19 @@ fn cast_to(imp: &mut Importer<'_>, node: &Node<'_>, x: &Val, to: Elem) -> Outs {
     if imp.ty(x).0 == to {
         return one(x.clone());
     }
+    // Run-time 32- and 64-bit integers are 32-bit on the device (as the graph's integer
+    // inputs are): a cast between them is nothing to do.
+    let d = match d {
+        ipu_graph::DType::I64 | ipu_graph::DType::U64 | ipu_graph::DType::U32 => {
+            ipu_graph::DType::I32
+        }
+        d => d,
+    };
+    if let Val::Graph(id) = x
+        && imp.b.ty(*id).dtype == d
+    {
+        return one(x.clone());
+    }
     let name = out_name(imp, node, 0);
     one(unary_op(
         imp,

@@ -1,6 +1,6 @@
 //! Shape operators: `Shape`, `Size`, `ConstantOfShape` and `Range` (known at import), the
 //! reshapes (`Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`), `Transpose`, `Concat`, `Slice`,
-//! `Split`, `Gather` and `Expand`. Their shapes, axes and indices must be known at import.
+//! `Split` and `Expand` (the gathers are in `gather`). Their shapes, axes and indices must be known at import.
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -8,7 +8,7 @@ use std::rc::Rc;
 use ipu_graph::{DType, OpKind, ValueId};
 
 use super::common::{
-    Outs, fold, input, one, out_name, req, reshape, slice_graph, to_rank, transpose,
+    Outs, broadcast_to, fold, input, one, out_name, req, reshape, slice_graph, transpose,
 };
 use super::handler::{ALL, Handler, evaluated, given, required, required_ints};
 use crate::OnnxError;
@@ -30,7 +30,6 @@ pub const HANDLERS: &[Handler] = &[
     Handler::map("Transpose", transpose_op),
     Handler::map("Slice", slice),
     Handler::map("Split", split),
-    Handler::map("Gather", gather),
     Handler::map("Concat", concat).fold(ALL, concat_fold),
     Handler::map("Expand", expand).fold(2, expand_fold),
 ];
@@ -416,102 +415,6 @@ fn split(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     Ok(outs)
 }
 
-/// `Gather` with known indices: taken at import from a known tensor, slices and a concat on
-/// a graph value (consecutive indices share one slice).
-fn gather(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
-    node.only_attrs(&["axis"])?;
-    let x = req(node, ins, 0)?;
-    let shape = imp.shape(x);
-    let axis = normalize_axis(node, "axis", node.int("axis", 0)?, shape.len())?;
-    if let Some(Val::Graph(ids)) = ins.get(1).and_then(|v| v.as_ref()) {
-        return gather_run_time(imp, node, x, *ids, axis);
-    }
-    let indices = imp.known_input(node, ins, 1)?;
-    let raw = indices
-        .ints()
-        .ok_or_else(|| node.bad_input(1, "indices must be integers"))?;
-    let dim = shape[axis] as i64;
-    let mut idx = Vec::with_capacity(raw.len());
-    for v in raw {
-        let i = if v < 0 { v + dim } else { v };
-        if !(0..dim).contains(&i) {
-            return Err(node.bad_input(1, format!("index {v} is outside -{dim}..{dim}")));
-        }
-        idx.push(i as usize);
-    }
-    let mut out_shape = shape[..axis].to_vec();
-    out_shape.extend(&indices.shape);
-    out_shape.extend(&shape[axis + 1..]);
-    let name = out_name(imp, node, 0);
-    match x {
-        Val::Known(k, _) => {
-            let taken = k.take(axis, &idx).map_err(|e| node.graph_error(e))?;
-            one(Val::known(taken.reshaped(out_shape)))
-        }
-        Val::Graph(id) => {
-            if idx.is_empty() {
-                return Err(node.graph_error("the gathered tensor would be empty"));
-            }
-            let mut runs: Vec<(usize, usize)> = Vec::new();
-            for &i in &idx {
-                match runs.last_mut() {
-                    Some((_, end)) if *end == i => *end += 1,
-                    _ => runs.push((i, i + 1)),
-                }
-            }
-            let mut parts = Vec::with_capacity(runs.len());
-            for (n, &(s, e)) in runs.iter().enumerate() {
-                parts.push(slice_graph(
-                    imp,
-                    node,
-                    *id,
-                    axis,
-                    s,
-                    e,
-                    &format!("{name}.run{n}"),
-                )?);
-            }
-            let joined = if parts.len() == 1 {
-                parts[0]
-            } else {
-                imp.op(
-                    node,
-                    &format!("{name}.joined"),
-                    OpKind::Concat { axis },
-                    &parts,
-                )?
-            };
-            one(reshape(imp, node, &Val::Graph(joined), out_shape, &name)?)
-        }
-    }
-}
-
-/// `Gather` with indices computed at run time (token ids looking up an embedding): a graph
-/// `gather` of the table, which stays on the device, by i32 indices.
-fn gather_run_time(
-    imp: &mut Importer<'_>,
-    node: &Node<'_>,
-    x: &Val,
-    ids: ipu_graph::ValueId,
-    axis: usize,
-) -> Outs {
-    let dtype = imp.b.ty(ids).dtype;
-    if dtype != ipu_graph::DType::I32 {
-        return Err(node.bad_input(
-            1,
-            format!("run-time indices are lowered as 32-bit integers, not {dtype}"),
-        ));
-    }
-    let name = out_name(imp, node, 0);
-    let table = imp.data(node, 0, x, &format!("{name}.table"))?;
-    one(Val::Graph(imp.op(
-        node,
-        &name,
-        OpKind::Gather { axis },
-        &[table, ids],
-    )?))
-}
-
 /// `Expand` of a graph value: NumPy broadcast to a known shape, copies joined by concat
 /// along each broadcast axis.
 fn expand(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
@@ -521,21 +424,7 @@ fn expand(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs 
     let target = expand_target(node, &imp.shape(x), spec)?;
     checked_elements(&target).map_err(|e| node.graph_error(e))?;
     let name = out_name(imp, node, 0);
-    let mut v = to_rank(imp, node, x, target.len(), &format!("{name}.rank"))?;
-    let grow: Vec<usize> = (0..target.len())
-        .filter(|&a| imp.shape(&v)[a] != target[a])
-        .collect();
-    for (i, &axis) in grow.iter().enumerate() {
-        let id = imp.data(node, 0, &v, &format!("{name}.input"))?;
-        let copies = vec![id; target[axis]];
-        let step = if i + 1 == grow.len() {
-            name.clone()
-        } else {
-            format!("{name}.axis{axis}")
-        };
-        v = Val::Graph(imp.op(node, &step, OpKind::Concat { axis }, &copies)?);
-    }
-    one(v)
+    one(broadcast_to(imp, node, x, &target, &name)?)
 }
 
 /// The output shape of `Reshape` (ONNX rules: 0 copies the input dimension unless
