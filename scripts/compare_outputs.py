@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compares the device's outputs with onnxruntime's: for each DIR/expected_NAME.npy, the
+"""Compares the device's outputs with onnxruntime's: for each DIR/expected_NAME.npy (or
+DIR/expected/NAME.npy), the
 device's OUT/NAME.npy. Prints, per output, the largest error relative to the output's scale
 (max |expected|), the largest absolute error and the minimum cosine similarity of any row
 (last axis), and exits 1 when an output misses the limits given.
@@ -23,11 +24,16 @@ def main():
     p.add_argument("--min-cosine", type=float, required=True)
     a = p.parse_args()
     ok = True
+    # DIR/expected_NAME.npy, or DIR/expected/NAME.npy (scripts/hf_export.py).
     files = sorted(glob.glob(os.path.join(a.expected_dir, "expected_*.npy")))
+    prefix = "expected_"
     if not files:
-        sys.exit(f"no expected_*.npy in {a.expected_dir}")
+        files = sorted(glob.glob(os.path.join(a.expected_dir, "expected", "*.npy")))
+        prefix = ""
+    if not files:
+        sys.exit(f"no expected_*.npy or expected/*.npy in {a.expected_dir}")
     for f in files:
-        name = os.path.basename(f)[len("expected_"):-len(".npy")]
+        name = os.path.basename(f)[len(prefix):-len(".npy")]
         want = np.load(f).astype(np.float64)
         got = np.load(os.path.join(a.device_dir, f"{name}.npy")).astype(np.float64)
         if got.shape != want.shape:

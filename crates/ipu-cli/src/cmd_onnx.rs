@@ -105,6 +105,34 @@ pub fn onnx_tolerance(dtype: DType) -> Tolerance {
     }
 }
 
+/// A 32- or 64-bit integer tensor's `bytes` as the device's i32 input, every value checked
+/// against the graph's `±2^24` (the position and value of the first beyond it named).
+fn wide_ints(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
+    let width = dtype.bytes();
+    let signed = matches!(dtype, DType::I32 | DType::I64);
+    let max = i128::from(ipu_graph::WIDE_INT_MAX);
+    let mut values = Vec::with_capacity(bytes.len() / width);
+    for (i, w) in bytes.chunks_exact(width).enumerate() {
+        let mut b = [0u8; 8];
+        b[..width].copy_from_slice(w);
+        let raw = u64::from_le_bytes(b);
+        let v: i128 = match (signed, width) {
+            (true, 4) => i128::from(raw as u32 as i32),
+            (true, _) => i128::from(raw as i64),
+            (false, _) => i128::from(raw),
+        };
+        if !(-max..=max).contains(&v) {
+            return Err(format!(
+                "the value {v} at {} is outside -{max}..={max}, the values a 32- or 64-bit \
+                 integer input holds on the device",
+                crate::npy::position_text(shape, i, false)
+            ));
+        }
+        values.push(v as f32);
+    }
+    Tensor::new(DType::I32, shape.to_vec(), values).map_err(|e| e.to_string())
+}
+
 /// An ONNX test data set (`DIR/input_N.pb`, `DIR/output_N.pb`, as the ONNX backend node tests
 /// store them): the inputs, matched to the graph's inputs by position and checked against
 /// their type, and the expected outputs, matched to the graph's outputs likewise.
@@ -129,6 +157,13 @@ pub fn read_data_set(
         let mut t = t;
         if t.shape.is_empty() && ty.shape == [1] {
             t.shape = vec![1];
+        }
+        if ty.dtype == DType::I32
+            && t.shape == ty.shape
+            && matches!(t.dtype, DType::I32 | DType::I64 | DType::U32 | DType::U64)
+        {
+            return wide_ints(&t.bytes, t.dtype, &t.shape)
+                .map_err(|e| anyhow::anyhow!("{}: {kind} {name:?}: {e}", path.display()));
         }
         if t.dtype != ty.dtype || t.shape != ty.shape {
             bail!(

@@ -207,3 +207,80 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
         "4",
     );
 }
+
+#[test]
+fn exported_transformers_models_match_onnxruntime_on_all_tiles() {
+    // Two-layer BERT (dynamo), DistilBERT (dynamo, sdpa attention), GPT-2 with its tied LM
+    // head (TorchScript exporter) and a grouped-query Llama (dynamo), exported by
+    // torch.onnx.export from their transformers configurations (scripts/gen-hf-testdata.sh):
+    // int64 ids and a padding mask in, onnxruntime's outputs expected.
+    passes_its_data_set(
+        &[
+            "hf_bert",
+            "hf_distilbert_sdpa",
+            "hf_gpt2_torchscript",
+            "hf_llama",
+        ],
+        "1472",
+    );
+}
+
+#[test]
+fn a_token_id_outside_the_vocabulary_is_refused_before_running() {
+    let dir = std::env::temp_dir().join(format!("ipu-hf-bad-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // input_ids of shape (2, 16): int64 ids, the last of row 1 beyond the 1000 entries.
+    let mut ids: Vec<i64> = (0..32).collect();
+    ids[31] = 1000;
+    let write = |name: &str, v: &[i64]| {
+        let header = "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 16), }";
+        let pad = 64 - (10 + header.len() + 1) % 64;
+        let text = format!("{header}{}\n", " ".repeat(pad));
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((text.len() as u16).to_le_bytes());
+        bytes.extend(text.as_bytes());
+        bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let ids_file = write("ids.npy", &ids);
+    let mask_file = write("mask.npy", &[1; 32]);
+    let art = dir.join("art");
+    let o = ipu(&[
+        "run",
+        &model("hf_bert"),
+        "--input",
+        &format!("input_ids={}", ids_file.display()),
+        "--input",
+        &format!("attention_mask={}", mask_file.display()),
+        "--artifacts",
+        art.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("input \"input_ids\"")
+            && err.contains("the value 1000 at [1, 15]")
+            && err.contains("table of 1000 entries"),
+        "{err}"
+    );
+    assert!(!art.join("model.ipuexe").exists(), "nothing is built");
+    // An int64 value the device's 32-bit form cannot hold.
+    ids[3] = 1 << 40;
+    let ids_file = write("ids.npy", &ids);
+    let o = ipu(&[
+        "run",
+        &model("hf_bert"),
+        "--input",
+        &format!("input_ids={}", ids_file.display()),
+        "--input",
+        &format!("attention_mask={}", mask_file.display()),
+        "--artifacts",
+        art.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("1099511627776 at [0, 3]"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

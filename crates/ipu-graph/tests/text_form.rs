@@ -300,7 +300,7 @@ fn type_errors_have_positions() {
     check_error(
         &model("  %c = frobnicate(%a): f16[4, 8]\n  output %c"),
         expect![
-            "bad.ipug:4:8: unknown operation `frobnicate` (known: matmul, transpose, reshape, slice, concat, add, sub, mul, div, max, scale, exp, sqrt, tanh, erf, log, sin, cos, causal_mask, reduce_max, reduce_sum, softmax, cast, layer_norm, attention, flash_attention)"
+            "bad.ipug:4:8: unknown operation `frobnicate` (known: matmul, transpose, reshape, slice, concat, gather, add, sub, mul, div, max, scale, exp, sqrt, tanh, erf, log, sin, cos, causal_mask, reduce_max, reduce_sum, softmax, cast, layer_norm, attention, flash_attention, equal, less, less_or_equal, greater, greater_or_equal, not, and, or, xor, is_nan, is_inf, is_pos_inf, is_neg_inf, where)"
         ],
     );
     // redefinition
@@ -352,6 +352,11 @@ fn the_stored_and_integer_dtypes_round_trip() {
   %q = cast(%x) {to = u4}: u4[2, 4]
   %s = add(%a, %b): i8[2, 4]
   %t = cast(%s) {to = f16}: f16[2, 4]
+  %lt = less(%a, %b): bool[2, 4]
+  %nl = not(%lt): bool[2, 4]
+  %w = where(%nl, %a, %b): i8[2, 4]
+  %ids = cast(%w) {to = i32}: i32[2, 4]
+  %g = gather(%x, %ids) {axis = 1}: f32[2, 2, 4]
   const %k: i64[3] = [1.0, 2.0, 3.0]
   const %m: bool[4] = [1.0, 0.0, 1.0, 1.0]
   output %h
@@ -359,6 +364,7 @@ fn the_stored_and_integer_dtypes_round_trip() {
   output %f
   output %q
   output %t
+  output %g
   output %k
   output %m
 }
