@@ -368,7 +368,7 @@ fn cast_once_gives_ml_dtypes_codes_near_every_midpoint_at_every_scale() {
 /// `n` values of a normal distribution with standard deviation `sigma` (Box-Muller over a
 /// SplitMix64 stream with a fixed seed).
 fn normal_values(n: usize, sigma: f64) -> Vec<f32> {
-    let mut state = 0x5EED_F8u64;
+    let mut state = 0x005E_EDF8_u64;
     let mut next = move || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = state;
