@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the FP8 golden data that crates/ipu-numerics/tests/golden.rs checks against.
 
-Usage: python3 scripts/gen_fp8_golden.py   (needs `pip install ml_dtypes numpy`)
+Usage: bash scripts/gen-fp8-golden.sh   (makes the pinned ml_dtypes environment under target/)
 
 Writes, under crates/ipu-numerics/tests/data/:
   fp8_decode.txt  every code 0x00..0xff of every format decoded to float32 by ml_dtypes
@@ -13,7 +13,9 @@ Writes, under crates/ipu-numerics/tests/data/:
 The probes are: every finite FP8 value of every format, every midpoint between neighbouring
 values (including the one above the largest value and the one below the smallest subnormal),
 the float32 neighbours of each midpoint, the same for float16, special values, and random
-values from a SplitMix64 stream with a fixed seed. All of it is deterministic: running the
+values from a SplitMix64 stream with a fixed seed. Around every midpoint of F143 and F152 there
+are also values within one float16 step of it (`midpoint * (1 +- 2^-j)`, rounded to float32):
+the values a conversion through float16 with round-to-nearest would move onto the midpoint. All of it is deterministic: running the
 script again with the same ml_dtypes gives the same files.
 
 The script also asserts that ml_dtypes converts float16 inputs to FP8 exactly as it converts
@@ -91,6 +93,24 @@ def fp8_probes(dtype):
     return probes
 
 
+# Relative offsets 2^-j of the probes near F143 and F152 midpoints: from beyond an f16 step
+# (2^-10) to within a few float32 steps (2^-22).
+NEAR_MIDPOINT_J = [10, 11, 12, 13, 15, 18, 22]
+
+
+def near_midpoint_probes(dtype):
+    codes = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float64)
+    finite = np.unique(np.abs(codes[np.isfinite(codes)]))
+    top = finite[-1]
+    extended = np.concatenate([finite, [top + (top - finite[-2])]])
+    probes = []
+    for lo, hi in zip(extended[:-1], extended[1:]):
+        mid = (float(lo) + float(hi)) / 2.0
+        for j in NEAR_MIDPOINT_J:
+            probes += [np.float32(mid * (1 + 2.0**-j)), np.float32(mid * (1 - 2.0**-j))]
+    return probes
+
+
 def f16_probes():
     values = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
     # Every 97th pair keeps the file small while touching every binade.
@@ -157,6 +177,9 @@ def main():
         probes = []
         for _, dtype in FORMATS:
             probes += fp8_probes(dtype)
+        for name, dtype in FORMATS:
+            if name in ("f143", "f152"):
+                probes += near_midpoint_probes(dtype)
         probes += [-p for p in probes]
         probes += special_probes() + random_probes() + f16_probes()
         bits = np.unique(f32_bits(probes))  # sorted, without duplicates

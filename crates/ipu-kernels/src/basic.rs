@@ -548,6 +548,73 @@ pub fn cast_slots(from: CastType, to: CastType, groups: u32) -> u32 {
     fixed + (load + narrow + store) * groups
 }
 
+/// The f32 bits [`cast_once`] clears: all but the sign, the exponent and the 5 high mantissa
+/// bits, so each value keeps 6 significant bits. That is 2 more than F143's 4 (and 3 more than
+/// F152's), which makes rounding to odd at this width and then to nearest even at FP8's one
+/// rounding to nearest even: every FP8 value and every midpoint between two is an even
+/// 6-bit value, and an inexact value, rounded to odd, lies strictly between the same two.
+pub const CAST_ONCE_STICKY_MASK: u32 = (1 << 18) - 1;
+
+/// f32 to FP8 rounded once ([`Kernel::CastOnce`]), over groups of 4 elements.
+///
+/// Each element is loaded into the integer unit and rounded to odd at 6 significant bits:
+/// `y = (x & !MASK) | sticky`, where `sticky` is bit 18 when any bit of `x & MASK` is set,
+/// computed as `((x & MASK) + MASK) & (1 << 18)` (`(x | that) & !MASK` below). A NaN keeps a
+/// mantissa bit, infinities and zeros are unchanged. The values are then multiplied by
+/// `2^-scale` (exact for every value the result depends on: a product that leaves f32's
+/// normal range is far below FP8's smallest value or far above its largest), narrowed to f16
+/// (exact: a 6-bit value with an exponent in -19..=15 is an f16, smaller ones round to at most
+/// `2^-19`, below F152's smallest midpoint `2^-18`, larger ones become infinite) and encoded
+/// with the conversion unit at scale 0, which rounds to nearest even and saturates.
+pub(crate) fn cast_once(c: &mut Code, format: Fp8Format, scale: i8) {
+    load_state(c, CastState::WORDS); // m1 in, m2 out, m3 groups of 4
+    let end = exit_if_zero(c, m(3));
+    let (mask, keep, bits, sticky) = (m(4), m(5), m(6), m(7));
+    c.op(Instr::SetFp8 { format, scale: 0 });
+    c.op(setzi(mask, CAST_ONCE_STICKY_MASK));
+    li(c, keep, !CAST_ONCE_STICKY_MASK);
+    if scale != 0 {
+        // 2^-scale, both lanes of $a8:9.
+        li(c, bits, ((127 - i32::from(scale)) as u32) << 23);
+        c.op(mov_a(10, bits));
+        c.op(bcast(8, 10));
+    }
+    rpt(c, m(3), |c| {
+        for lane in 0..4 {
+            c.op(ld32step_m(bits, m(1), 4));
+            c.op(alu(AluOp::And, sticky, bits, mask));
+            c.op(alu(AluOp::Add, sticky, sticky, mask));
+            c.op(alu(AluOp::Or, bits, bits, sticky));
+            c.op(alu(AluOp::And, bits, bits, keep));
+            c.op(mov_a(lane, bits));
+        }
+        if scale != 0 {
+            c.op(fbin(FType::F32v2, FBinOp::Mul, 0, 0, 8));
+            c.op(fbin(FType::F32v2, FBinOp::Mul, 2, 2, 8));
+        }
+        narrow4(c, 4, 0);
+        c.op(conv(ConvOp::F16v4ToF8v4, 6, 4));
+        c.op(st32step_a(a(6), m(2), 4));
+    });
+    exit_at(c, end);
+}
+
+/// Issue slots of [`Kernel::CastOnce`] over `groups` groups of 4 elements on one worker.
+pub fn cast_once_slots(scale: i8, groups: u32) -> u32 {
+    // The state and the branch; `exit` alone when there is nothing to do.
+    let start = CastState::WORDS as u32 + 1;
+    if groups == 0 {
+        return start + 1;
+    }
+    // `setfp8`, the two masks, the factor, `rpt` and `exit`.
+    let factor = if scale != 0 { 4 } else { 0 };
+    let fixed = start + 1 + 3 + factor + 2;
+    // Per element: the load, four integer operations and the move; per group the two
+    // multiplies, the narrowing, the encoding and the store.
+    let multiply = if scale != 0 { 2 } else { 0 };
+    fixed + (4 * 6 + multiply + 2 + 1 + 1) * groups
+}
+
 pub(crate) fn zero(c: &mut Code) {
     load_state(c, ZeroState::WORDS); // m1 out, m2 words
     let end = exit_if_zero(c, m(2));

@@ -77,8 +77,14 @@ pub enum Kernel {
     /// one f16v4 multiply per vector, pipelined (`unary::scale_halves`), the result the same
     /// as [`Kernel::Unary`]'s `Scale`. State: [`UnaryState`].
     ScaleHalves,
-    /// Conversion over groups of 4 elements. State: in, out, groups of 4.
+    /// Conversion over groups of 4 elements. State: in, out, groups of 4. From f32 to FP8 it
+    /// goes through f16 (the conversion unit takes f16v4), so it rounds twice.
     Cast { from: CastType, to: CastType },
+    /// f32 to FP8 (`format`, `scale`) rounded once, to the FP8 value nearest the f32 one, ties
+    /// to even, saturating: each element is rounded to odd at 6 significant bits in the
+    /// integer unit first, which the conversion unit's roundings then keep exact
+    /// (`basic::cast_once`). State: [`CastState`].
+    CastOnce { format: Fp8Format, scale: i8 },
     /// Conversion between any two element formats, one element at a time through f32, with
     /// its tables after the code (`convert::convert`). State: [`CastState`].
     Convert {
@@ -334,6 +340,7 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::Unary { ty, op } => unary::unary(&mut c, ty, op),
         Kernel::ScaleHalves => unary::scale_halves(&mut c),
         Kernel::Cast { from, to } => basic::cast(&mut c, from, to),
+        Kernel::CastOnce { format, scale } => basic::cast_once(&mut c, format, scale),
         Kernel::Convert { from, to, overflow } => convert::convert(&mut c, from, to, overflow),
         Kernel::IntBinary { op, bits, signed } => convert::int_binary(&mut c, op, bits, signed),
         Kernel::Zero => basic::zero(&mut c),

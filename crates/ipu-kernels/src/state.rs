@@ -914,7 +914,7 @@ impl crate::Kernel {
             K::AmpChain { .. } => StateKind::AmpChain,
             K::Binary { .. } => StateKind::Binary,
             K::Unary { .. } | K::ScaleHalves => StateKind::Unary,
-            K::Cast { .. } | K::Convert { .. } => StateKind::Cast,
+            K::Cast { .. } | K::CastOnce { .. } | K::Convert { .. } => StateKind::Cast,
             K::IntBinary { .. } => StateKind::Binary,
             K::Zero => StateKind::Zero,
             K::GatherRows => StateKind::GatherRows,

@@ -409,3 +409,132 @@ fn every_map_function_matches_its_definition_and_cycle_model() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The FP8 golden probes (`scripts/gen_fp8_golden.py`): per line the f32 bits, then the f16
+/// bits, then for F143, F152, E4M3FN and E5M2 ml_dtypes' code without and with saturation.
+const GOLDEN_ENCODE: &str = include_str!("../../ipu-numerics/tests/data/fp8_encode.txt");
+
+/// Scales at which [`Kernel::CastOnce`] is checked against the golden codes, with the probes
+/// multiplied by `2^scale` (where that is exact in f32): the ends of the range, the ones
+/// where f16 no longer covers the FP8 range (F143 above 8, F152 above 0 or below -5), and 0.
+const CAST_ONCE_SCALES: [i8; 9] = [-32, -13, -6, -1, 0, 1, 4, 9, 31];
+
+/// The device's FP8 formats, in the golden file's column order.
+const FNUZ: [ipu_isa::Fp8Format; 2] = [ipu_isa::Fp8Format::F143, ipu_isa::Fp8Format::F152];
+
+/// f32 bits and ml_dtypes' saturating code of each golden probe, for F143 and F152.
+fn golden_saturating() -> Vec<(u32, [u8; 2])> {
+    GOLDEN_ENCODE
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<u32> = l
+                .split_whitespace()
+                .map(|w| u32::from_str_radix(w, 16).unwrap())
+                .collect();
+            (f[0], [f[3] as u8, f[5] as u8])
+        })
+        .collect()
+}
+
+/// Runs `kernel` (an f32 to FP8 conversion over groups of 4) on `xs`; the codes and the slots.
+fn cast_codes(kernel: Kernel, xs: &[f32]) -> (Vec<u8>, u64) {
+    let mut xs = xs.to_vec();
+    while !xs.len().is_multiple_of(4) {
+        xs.push(0.0);
+    }
+    let groups = (xs.len() / 4) as u32;
+    let input = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    run(kernel, &[IN_A, OUT, groups], &[(IN_A, input)], groups * 4)
+}
+
+#[test]
+fn cast_once_gives_ml_dtypes_codes_near_every_midpoint_at_every_scale() {
+    let golden = golden_saturating();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (i, format) in FNUZ.into_iter().enumerate() {
+        for scale in CAST_ONCE_SCALES {
+            let factor = 2f64.powi(i32::from(scale));
+            let (xs, want): (Vec<f32>, Vec<u8>) = golden
+                .iter()
+                .filter_map(|&(bits, codes)| {
+                    let x = f32::from_bits(bits);
+                    let y = f64::from(x) * factor;
+                    // NaN and infinities at scale 0 only; scaled probes must stay exact.
+                    let exact = x.is_finite() && (y as f32).is_finite() && f64::from(y as f32) == y;
+                    (exact || scale == 0).then_some((y as f32, codes[i]))
+                })
+                .unzip();
+            let kernel = Kernel::CastOnce { format, scale };
+            let (got, slots) = cast_codes(kernel, &xs);
+            for ((x, &w), &g) in xs.iter().zip(&want).zip(&got) {
+                checked += 1;
+                // ml_dtypes has one NaN code for FNUZ; the device encodes NaN as 0x80 too.
+                if g != w {
+                    failures.push(format!(
+                        "{format:?} scale {scale}: x = {x:e} ({:08x}): device {g:#04x}, ml_dtypes {w:#04x}",
+                        x.to_bits()
+                    ));
+                }
+            }
+            let groups = xs.len().div_ceil(4) as u32;
+            let model = u64::from(cast_once_slots(scale, groups));
+            if slots != model {
+                failures.push(format!(
+                    "{format:?} scale {scale}: model {model} slots, device {slots}"
+                ));
+            }
+        }
+    }
+    assert!(checked > 100_000, "{checked} checks");
+    assert!(
+        failures.is_empty(),
+        "{} mismatches, the first:\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
+}
+
+/// `n` values of a normal distribution with standard deviation `sigma` (Box-Muller over a
+/// SplitMix64 stream with a fixed seed).
+fn normal_values(n: usize, sigma: f64) -> Vec<f32> {
+    let mut state = 0x005E_EDF8_u64;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| {
+            let (u, v) = (1.0 - next(), next());
+            (sigma * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect()
+}
+
+#[test]
+fn cast_once_rounds_normal_values_once_where_cast_rounds_twice() {
+    let xs = normal_values(16_384, 4.0);
+    for (format, host_format) in FNUZ.into_iter().zip([Fp8Format::F143, Fp8Format::F152]) {
+        let host: Vec<u8> = xs
+            .iter()
+            .map(|&x| ipu_numerics::encode(host_format, x, 0, Overflow::Saturate))
+            .collect();
+        let mismatches = |kernel| {
+            let (got, _) = cast_codes(kernel, &xs);
+            got.iter().zip(&host).filter(|(g, h)| g != h).count()
+        };
+        let once = mismatches(Kernel::CastOnce { format, scale: 0 });
+        let through_f16 = mismatches(Kernel::Cast {
+            from: CastType::F32,
+            to: CastType::Fp8(format, 0),
+        });
+        eprintln!("{format:?}: {once} codes differ rounded once, {through_f16} through f16");
+        assert_eq!(once, 0, "{format:?}");
+        // The double rounding the fast cast keeps (its values within an f16 step of a midpoint).
+        assert!(through_f16 > 0, "{format:?}");
+    }
+}

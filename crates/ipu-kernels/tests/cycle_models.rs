@@ -403,6 +403,25 @@ fn cases() -> Vec<Case> {
             }
         }
     }
+    for (format, scale) in [
+        (Fp8Format::F143, 0),
+        (Fp8Format::F143, -3),
+        (Fp8Format::F152, 5),
+    ] {
+        for groups in [0, 1, 9, 64] {
+            out.push(case(
+                format!("cast_once {format:?} scale={scale} groups={groups}"),
+                Kernel::CastOnce { format, scale },
+                CastState {
+                    input: at(0, 0),
+                    out: at(2, 0),
+                    groups,
+                },
+                cast_once_slots(scale, groups),
+                Elem::F32,
+            ));
+        }
+    }
     for words in [0, 1, 13, 100] {
         out.push(case(
             format!("zero words={words}"),

@@ -603,14 +603,6 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             }
             r
         }
-        // The device converts f32 to FP8 through f16 (its conversion unit takes f16v4): two
-        // roundings, which the device precision keeps.
-        OpKind::Cast {
-            to,
-            overflow: ipu_numerics::Overflow::Saturate,
-        } if device && ins[0].1.dtype == DType::F32 && to.is_fp8() => {
-            ins[0].0.iter().map(|&x| round_to_f16(x)).collect()
-        }
         // Conversions to integers, bool, the stored formats, and without saturation are the
         // operation's meaning, in both precisions.
         // They hold values of the target already (infinities included, which a second,

@@ -21,7 +21,9 @@
 //!   rounded to f16 for f16 partials, is the next running partial. FP8 operands are first
 //!   converted to f16 (exact for F143 at scales -14..=8 and F152 at -7..=0, which covers every
 //!   built-in; outside those the conversion rounds as f16 does);
-//! - a cast from f32 to FP8 goes through f16 (two roundings), as the device's conversions do;
+//! - a graph cast from f32 to FP8 rounds once, as ONNX's `Cast` does (the device's
+//!   `Kernel::CastOnce`); the casts the compiler inserts itself keep the conversion unit's
+//!   path through f16;
 //! - attention: `S = q k^T` by the matmul rule with the op's partials, rounded to the partials
 //!   dtype; `T = partials(S * scale)` with masked entries `-inf`; `P = partials(softmax_f32(T))`
 //!   along keys; `out = out_dtype(P v)` by the matmul rule;

@@ -19,7 +19,7 @@ use crate::operator_plan::*;
 use crate::plan::*;
 use crate::program::*;
 use ipu_kernels::state::*;
-use ipu_kernels::{self as kernels, BinOp, Kernel, UnOp};
+use ipu_kernels::{self as kernels, BinOp, CastType, Kernel, UnOp};
 
 impl Planner<'_> {
     /// Binary elementwise operations; operands of other shapes broadcast as row operations.
@@ -154,11 +154,16 @@ impl Planner<'_> {
             }
             OpKind::Cast { to, overflow } => {
                 let from = self.values[ins[0]].dtype;
-                let kind = if cast_on_units(from, *to, *overflow) {
-                    Elementwise::Cast
-                } else {
-                    Elementwise::Convert(*overflow)
-                };
+                // A graph cast from f32 to FP8 rounds once, as ONNX's does; the casts the
+                // planner inserts itself (`cast_to`) keep the conversion unit's path through f16.
+                let kind =
+                    if from == DType::F32 && to.is_fp8() && cast_on_units(from, *to, *overflow) {
+                        Elementwise::CastOnce
+                    } else if cast_on_units(from, *to, *overflow) {
+                        Elementwise::Cast
+                    } else {
+                        Elementwise::Convert(*overflow)
+                    };
                 self.follow(op, out_val, kind, ins[0], Some(*to))
             }
             _ => unreachable!("dispatched by kind"),
@@ -372,12 +377,12 @@ impl Lowerer<'_> {
     }
 
     /// Conversions in groups of four elements per tile: on the FP8 conversion unit and vector
-    /// units (`Kernel::Cast`), or, given an overflow rule, element by element
-    /// (`Kernel::Convert`).
+    /// units (`Kernel::Cast`; f32 to FP8 rounded once, `Kernel::CastOnce`), or, given an
+    /// overflow rule, element by element (`Kernel::Convert`).
     pub(crate) fn lower_cast(
         &mut self,
         index: usize,
-        convert: Option<ipu_numerics::Overflow>,
+        convert: CastKernel,
         tiles: &mut BTreeMap<u32, Vec<SupOp>>,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
@@ -387,14 +392,23 @@ impl Lowerer<'_> {
         );
         let (fb, tb) = (from.bytes() as u32, to.bytes() as u32);
         let (kernel, slots): (Kernel, Box<dyn Fn(u32) -> u32>) = match convert {
-            None => {
+            CastKernel::Units => {
                 let (from, to) = (cast_type(from), cast_type(to));
                 (
                     Kernel::Cast { from, to },
                     Box::new(move |g| kernels::cast_slots(from, to, g)),
                 )
             }
-            Some(overflow) => {
+            CastKernel::Once => {
+                let CastType::Fp8(format, scale) = cast_type(to) else {
+                    unreachable!("planned for FP8 outputs")
+                };
+                (
+                    Kernel::CastOnce { format, scale },
+                    Box::new(move |g| kernels::cast_once_slots(scale, g)),
+                )
+            }
+            CastKernel::Convert(overflow) => {
                 let (from, to) = (conv_type(from), conv_type(to));
                 (
                     Kernel::Convert { from, to, overflow },
@@ -643,6 +657,17 @@ fn push_split(ops: &mut Vec<SupOp>, units: u32, launch: impl Fn(u32, u32) -> Sup
     }
 }
 
+/// The kernel of a conversion ([`Lowerer::lower_cast`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CastKernel {
+    /// `Kernel::Cast`.
+    Units,
+    /// `Kernel::CastOnce`.
+    Once,
+    /// `Kernel::Convert` with its overflow rule.
+    Convert(ipu_numerics::Overflow),
+}
+
 /// An elementwise device operation: the result keeps its first operand's layout.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Elementwise {
@@ -651,8 +676,11 @@ pub enum Elementwise {
     /// Elementwise unary (`factor` for scale).
     Unary(UnOp, f32),
     /// Conversion on the FP8 conversion unit and the vector units (f32, f16, F143, F152,
-    /// saturating).
+    /// saturating); from f32 to FP8 through f16, rounding twice.
     Cast,
+    /// A graph cast from f32 to F143 or F152 (saturating), rounded once as ONNX's `Cast` is
+    /// (`Kernel::CastOnce`).
+    CastOnce,
     /// Conversion between any two element formats, element by element through f32.
     Convert(ipu_numerics::Overflow),
     /// Elementwise integer arithmetic (operands of one shape).
@@ -682,8 +710,11 @@ impl FamilyOp for Elementwise {
             Elementwise::CausalMask { key_start } => {
                 l.lower_causal_mask(index, key_start, &mut steps.tiles)
             }
-            Elementwise::Cast => l.lower_cast(index, None, &mut steps.tiles),
-            Elementwise::Convert(overflow) => l.lower_cast(index, Some(overflow), &mut steps.tiles),
+            Elementwise::Cast => l.lower_cast(index, CastKernel::Units, &mut steps.tiles),
+            Elementwise::CastOnce => l.lower_cast(index, CastKernel::Once, &mut steps.tiles),
+            Elementwise::Convert(overflow) => {
+                l.lower_cast(index, CastKernel::Convert(overflow), &mut steps.tiles)
+            }
             Elementwise::IntBinary(bop) => l.lower_int_binary(index, bop, steps),
             Elementwise::Map { f, ins, to } => l.lower_map(index, f, ins, to, steps),
         })
@@ -743,6 +774,12 @@ impl Planner<'_> {
                 overflow,
                 groups,
             )),
+            Elementwise::CastOnce => {
+                let CastType::Fp8(_, scale) = cast_type(out.dtype) else {
+                    unreachable!("planned for FP8 outputs")
+                };
+                u64::from(kernels::cast_once_slots(scale, groups))
+            }
             Elementwise::IntBinary(bop) => {
                 let f = out.dtype.int_format().expect("integer arithmetic");
                 u64::from(kernels::int_binary_slots(
