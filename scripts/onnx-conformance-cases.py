@@ -19,8 +19,11 @@ Inputs that are not floating point (int64 shapes, axes, indices, starts, bool co
 become initializers holding the data set's values: the compiler needs shapes and indices at
 compile time, as exported models give them. Float inputs stay inputs, and so do the integer
 and bool inputs of 16 bits or fewer that a single-node case's operator takes as data
-(DATA_INPUTS: the operands of Add, Sub, Mul and Div, the input of Cast and of
-DequantizeLinear), which the device holds. Only the first data set of a case is written.
+(DATA_INPUTS: the operands of Add, Sub, Mul and Div, of the comparisons and logical operators
+and of Where, the input of Cast and of DequantizeLinear), which the device holds, and the 32-
+and 64-bit integer inputs it takes as data (WIDE_DATA_INPUTS: the indices of Gather, the
+operands of the comparisons and of Where, the input of Cast) when their values lie within 2^24,
+which the device holds as 32-bit. Only the first data set of a case is written.
 """
 
 import os
@@ -36,7 +39,8 @@ OPS = set(
     """MatMul Gemm Add Sub Mul Div Pow Sqrt Reciprocal Neg Exp Log Tanh Erf Relu LeakyRelu
     Sigmoid Gelu Softmax LayerNormalization ReduceMean ReduceSum ReduceMax Transpose Reshape
     Flatten Squeeze Unsqueeze Concat Slice Split Gather Where Expand Cast QuantizeLinear Sin Cos
-    DequantizeLinear Constant ConstantOfShape Shape Identity Dropout Attention""".split()
+    DequantizeLinear Constant ConstantOfShape Shape Identity Dropout Attention Equal Less Greater
+    LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf GatherElements GatherND""".split()
 )
 
 FLOAT_TYPES = {
@@ -66,6 +70,24 @@ DEVICE_INT_TYPES = {
     TensorProto.BOOL,
 }
 DATA_INPUTS = {"Add": {0, 1}, "Sub": {0, 1}, "Mul": {0, 1}, "Div": {0, 1}, "Cast": {0}, "DequantizeLinear": {0}}
+for _op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"):
+    DATA_INPUTS[_op] = {0, 1}
+DATA_INPUTS["Not"] = {0}
+DATA_INPUTS["Where"] = {0, 1, 2}
+
+# 32- and 64-bit integers, which the device holds as 32-bit (values within 2^24), stay inputs
+# where the operator takes them as data: run-time token ids and masks.
+WIDE_INT_TYPES = {TensorProto.INT32, TensorProto.INT64, TensorProto.UINT32, TensorProto.UINT64}
+WIDE_DATA_INPUTS = {
+    "Gather": {1},
+    "Cast": {0},
+    "Equal": {0, 1},
+    "Less": {0, 1},
+    "Greater": {0, 1},
+    "LessOrEqual": {0, 1},
+    "GreaterOrEqual": {0, 1},
+    "Where": {1, 2},
+}
 
 EXPANDED = re.compile(r"^(.*)_expanded(_ver\d+)?$")
 
@@ -107,10 +129,19 @@ def main():
         inputs, outputs = c.data_sets[0]
         graph = model.graph
         kept_vi, kept_values = [], []
-        data_inputs = DATA_INPUTS.get(op, set()) if len(graph.node) == 1 else set()
+        single = len(graph.node) == 1
+        data_inputs = DATA_INPUTS.get(op, set()) if single else set()
+        wide_inputs = WIDE_DATA_INPUTS.get(op, set()) if single else set()
         for k, (vi, value) in enumerate(zip(list(graph.input), inputs)):
             tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-            as_data = tt is not None and tt.elem_type in DEVICE_INT_TYPES and k in data_inputs
+            as_data = tt is not None and (
+                (tt.elem_type in DEVICE_INT_TYPES and k in data_inputs)
+                or (
+                    tt.elem_type in WIDE_INT_TYPES
+                    and k in wide_inputs
+                    and np.all(np.abs(np.asarray(value, dtype=np.float64)) <= 2**24)
+                )
+            )
             if tt is not None and tt.elem_type not in FLOAT_TYPES and not as_data:
                 graph.initializer.append(as_proto(value, vi.name))
             else:

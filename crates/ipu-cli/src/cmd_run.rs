@@ -639,6 +639,50 @@ fn inputs_json(expected: &[(String, TensorType)], files: &FileInputs) -> serde_j
     )
 }
 
+/// What one `run` call gives a user: its time at the target's clock, and for a model whose
+/// first 32-bit integer input is `[batch, sequence]` token ids, sequences and tokens a second;
+/// the bytes of the model's parameters (its constants) held on the chip.
+struct Throughput {
+    seconds: f64,
+    sequences: Option<usize>,
+    tokens: Option<usize>,
+    parameter_bytes: usize,
+}
+
+impl Throughput {
+    fn of(graph: &Graph, cycles: u64, clock_hz: u64) -> Throughput {
+        let ids = graph
+            .inputs()
+            .iter()
+            .map(|&v| &graph.value(v).ty)
+            .find(|t| t.dtype == ipu_graph::DType::I32 && t.shape.len() == 2);
+        Throughput {
+            seconds: cycles as f64 / clock_hz as f64,
+            sequences: ids.map(|t| t.shape[0]),
+            tokens: ids.map(|t| t.shape[0] * t.shape[1]),
+            parameter_bytes: graph.constants().iter().map(|c| c.data.len()).sum(),
+        }
+    }
+}
+
+impl std::fmt::Display for Throughput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rate = |n: Option<usize>| {
+            n.map_or("n/a".to_string(), |n| {
+                format!("{:.1}", n as f64 / self.seconds)
+            })
+        };
+        write!(
+            f,
+            "run_us={:.1} sequences_per_second={} tokens_per_second={} parameter_bytes={}",
+            self.seconds * 1e6,
+            rate(self.sequences),
+            rate(self.tokens),
+            self.parameter_bytes
+        )
+    }
+}
+
 /// Prints one line per iteration when there are several.
 fn print_iterations(r: &DeviceRun) {
     if r.runs.len() < 2 {
@@ -949,6 +993,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         text(efficiency),
         text(efficiency_on_chip)
     );
+    let speed = Throughput::of(&graph, c.cycles, target.clock_hz);
+    println!("{speed}");
     print_iterations(&r);
     let verdict = if pass { "PASS" } else { "FAIL" };
     if per_iteration.len() > 1 {
@@ -989,6 +1035,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         "efficiency_on_chip": efficiency_on_chip,
         "on_chip_cycles": on_chip_cycles,
         "host_exchange_cycles": host_exchange_cycles,
+        "run_seconds": speed.seconds,
+        "sequences_per_second": speed.sequences.map(|n| n as f64 / speed.seconds),
+        "tokens_per_second": speed.tokens.map(|n| n as f64 / speed.seconds),
+        "parameter_bytes": speed.parameter_bytes,
         "amp_mode": build_report.amp_mode.map(|m| format!("{m:?}")),
         "reference_precision": a.reference_precision.to_string(),
         "seed": a.device.seed,
