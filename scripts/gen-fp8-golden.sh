@@ -4,16 +4,5 @@
 # from the package registry, made on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=target/fp8-venv
-want="ml_dtypes==0.7.0 numpy"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ml_dtypes, numpy" 2>/dev/null; then
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-    # Debian's python3 lacks ensurepip until python3-venv is installed.
-    if command -v apt-get >/dev/null; then
-      (apt-get update -qq && apt-get install -y -qq python3-venv) >&2
-    fi
-    python3 -m venv "$venv" >&2
-  fi
-  "$venv/bin/pip" install -q --disable-pip-version-check $want >&2
-fi
-"$venv/bin/python" scripts/gen_fp8_golden.py
+python=$(bash scripts/venv.sh target/fp8-venv "ml_dtypes, numpy" ml_dtypes==0.7.0 numpy)
+"$python" scripts/gen_fp8_golden.py

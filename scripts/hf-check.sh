@@ -27,18 +27,8 @@ batch=${2:-1}
 seq=${3:-128}
 dtype=${4:-f32}
 shift $(( $# < 4 ? $# : 4 ))
-venv=target/hf-venv
-want="torch transformers onnx==1.23.2 onnxruntime==1.32.0 onnxscript numpy"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, onnx, onnxruntime, onnxscript" 2>/dev/null; then
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null; then
-      (apt-get update -qq && apt-get install -y -qq python3-venv) >&2
-    fi
-    python3 -m venv "$venv" >&2
-  fi
-  "$venv/bin/pip" install -q --disable-pip-version-check $want >&2
-fi
-python="$venv/bin/python"
+python=$(bash scripts/venv.sh target/hf-venv "torch, transformers, onnx, onnxruntime, onnxscript" \
+  torch transformers onnx==1.23.2 onnxruntime==1.32.0 onnxscript numpy)
 if $venv_only; then echo "$python"; exit 0; fi
 dir=target/hf/$model-b$batch-s$seq-$dtype
 rm -rf "$dir"

@@ -244,21 +244,24 @@ fn a_token_id_outside_the_vocabulary_is_refused_before_running() {
         std::fs::write(&path, bytes).unwrap();
         path
     };
-    let ids_file = write("ids.npy", &ids);
     let mask_file = write("mask.npy", &[1; 32]);
     let art = dir.join("art");
-    let o = ipu(&[
-        "run",
-        &model("hf_bert"),
-        "--input",
-        &format!("input_ids={}", ids_file.display()),
-        "--input",
-        &format!("attention_mask={}", mask_file.display()),
-        "--artifacts",
-        art.to_str().unwrap(),
-    ]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let run = |ids: &[i64]| {
+        let ids_file = write("ids.npy", ids);
+        let o = ipu(&[
+            "run",
+            &model("hf_bert"),
+            "--input",
+            &format!("input_ids={}", ids_file.display()),
+            "--input",
+            &format!("attention_mask={}", mask_file.display()),
+            "--artifacts",
+            art.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let err = run(&ids);
     assert!(
         err.contains("input \"input_ids\"")
             && err.contains("the value 1000 at [1, 15]")
@@ -268,19 +271,7 @@ fn a_token_id_outside_the_vocabulary_is_refused_before_running() {
     assert!(!art.join("model.ipuexe").exists(), "nothing is built");
     // An int64 value the device's 32-bit form cannot hold.
     ids[3] = 1 << 40;
-    let ids_file = write("ids.npy", &ids);
-    let o = ipu(&[
-        "run",
-        &model("hf_bert"),
-        "--input",
-        &format!("input_ids={}", ids_file.display()),
-        "--input",
-        &format!("attention_mask={}", mask_file.display()),
-        "--artifacts",
-        art.to_str().unwrap(),
-    ]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = run(&ids);
     assert!(err.contains("1099511627776 at [0, 3]"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

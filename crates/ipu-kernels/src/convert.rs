@@ -384,27 +384,13 @@ pub(crate) fn convert(c: &mut Code, from: ConvType, to: ConvType, overflow: Over
     c.op(setzi(m(T0), 0));
     c.op(mov_a(FZERO, m(T0)));
     c.bind(group);
-    let per_word = 4 / to.bytes().min(4);
     c.op(setzi(m(ACC), 0));
     for i in 0..4 {
         convert_element(c, from, to, i, &d);
         if to == ConvType::F32 {
             c.op(st32_a(X, m(OUT), (4 * i) as i16));
-            continue;
-        }
-        let lane = i % per_word;
-        if lane > 0 {
-            c.op(alu_imm(
-                AluOp::Shl,
-                m(R),
-                m(R),
-                (lane * 8 * to.bytes()) as i16,
-            ));
-        }
-        c.op(alu(AluOp::Or, m(ACC), m(ACC), m(R)));
-        if lane == per_word - 1 {
-            c.op(st32m(m(ACC), m(OUT), (4 * (i / per_word)) as i16));
-            c.op(setzi(m(ACC), 0));
+        } else {
+            pack(c, to, i);
         }
     }
     c.op(alu_imm(AluOp::Add, m(IN), m(IN), (4 * from.bytes()) as i16));
@@ -412,6 +398,26 @@ pub(crate) fn convert(c: &mut Code, from: ConvType, to: ConvType, overflow: Over
     close_rows_and_exit(c, m(GROUPS), group, end);
     c.bind(table);
     c.words(&d.words);
+}
+
+/// Packs element `i` of a group (its bits in `$mR`) into the output word being built in
+/// `$mACC`, storing the word when it is full.
+pub(crate) fn pack(c: &mut Code, to: ConvType, i: u32) {
+    let per_word = 4 / to.bytes().min(4);
+    let lane = i % per_word;
+    if lane > 0 {
+        c.op(alu_imm(
+            AluOp::Shl,
+            m(R),
+            m(R),
+            (lane * 8 * to.bytes()) as i16,
+        ));
+    }
+    c.op(alu(AluOp::Or, m(ACC), m(ACC), m(R)));
+    if lane == per_word - 1 {
+        c.op(st32m(m(ACC), m(OUT), (4 * (i / per_word)) as i16));
+        c.op(setzi(m(ACC), 0));
+    }
 }
 
 /// Issue slots of [`convert`] over `groups` groups of 4 on one worker.

@@ -185,27 +185,13 @@ pub(crate) fn map(c: &mut Code, f: MapFn, ins: &[ConvType], to: ConvType) {
 
 /// One group of four: the elements, their packing and the pointers' steps.
 fn body(c: &mut Code, f: MapFn, ins: &[ConvType], to: ConvType, d: &Data) {
-    let per_word = 4 / to.bytes().min(4);
     c.op(setzi(m(ACC), 0));
     for i in 0..4 {
         element(c, f, ins, to, i, d);
         if to == ConvType::F32 && !f.is_predicate() {
             c.op(st32_a(X, m(OUT), (4 * i) as i16));
-            continue;
-        }
-        let lane = i % per_word;
-        if lane > 0 {
-            c.op(alu_imm(
-                AluOp::Shl,
-                m(R),
-                m(R),
-                (lane * 8 * to.bytes()) as i16,
-            ));
-        }
-        c.op(alu(AluOp::Or, m(ACC), m(ACC), m(R)));
-        if lane == per_word - 1 {
-            c.op(st32m(m(ACC), m(OUT), (4 * (i / per_word)) as i16));
-            c.op(setzi(m(ACC), 0));
+        } else {
+            convert::pack(c, to, i);
         }
     }
     let ptrs = [m(IN), m(B), m(C)];
