@@ -194,8 +194,13 @@ pub fn place(
                     tile: Some(tile),
                     region: MemoryRegion::Any,
                     need_bytes: b.bytes as u64,
-                    available_bytes: (target.memory_end - at) as u64,
-                    detail: format!("the constants resident on the tile, up to {}", b.name),
+                    available_bytes: target.memory_end.saturating_sub(at) as u64,
+                    detail: format!(
+                        "the constants resident on the tile, up to {}, above {} bytes of code, \
+                         vertex states and exchange tables",
+                        b.name,
+                        floor(tile) - target.memory_base
+                    ),
                 });
             }
             addresses[id.0 as usize] = at;

@@ -4,7 +4,8 @@
 //! A table `[n, ..]` is held as parts of consecutive rows on separate tiles; every part's tile
 //! receives all the indices and writes one row per index: the table's row when the index falls
 //! in its part, zeros otherwise ([`gather_rows`]). Exactly one part holds a valid index, so the
-//! bitwise OR of the parts' results is the looked-up row, bit for bit ([`or_words`]).
+//! bitwise OR of the parts' results is the looked-up row, bit for bit ([`or_words`]); each
+//! part's tile merges one chunk of the indices' rows.
 
 use ipu_isa::{AluOp, Instr};
 
@@ -82,25 +83,25 @@ pub fn gather_rows_bound_slots(count: u32, row_words: u32) -> u32 {
     gather_rows_slots(count, 0, row_words)
 }
 
-/// `out |= stage[s]` for each of `sources` runs of `words` words, `stride` bytes apart.
+/// `out = stage[0] | stage[1] | ...` over `sources` runs of `words` words, `stride` bytes apart
+/// (every part's rows of one chunk of the indices).
 pub(crate) fn or_words(c: &mut Code) {
     // m1 out, m2 stage, m3 words, m4 sources, m5 stride
     load_state(c, OrWordsState::WORDS);
     let end = exit_if_zero(c, m(3));
-    c.branch(Instr::Brz { a: m(4), target: 0 }, end);
-    let source = c.label();
-    c.op(alu_imm(AluOp::Sub, m(4), m(4), 1));
-    c.bind(source);
-    c.op(mov_m(m(6), m(1)));
+    let word = c.label();
+    c.op(alu_imm(AluOp::Sub, m(3), m(3), 1));
+    c.bind(word);
+    c.op(setzi(m(8), 0));
     c.op(mov_m(m(7), m(2)));
-    rpt(c, m(3), |c| {
-        c.op(ld32step_m(m(8), m(7), 4));
-        c.op(ld32m(m(9), m(6), 0));
-        c.op(alu(AluOp::Or, m(9), m(9), m(8)));
-        c.op(st32step_m(m(9), m(6), 4));
+    rpt(c, m(4), |c| {
+        c.op(ld32m(m(9), m(7), 0));
+        c.op(alu(AluOp::Add, m(7), m(7), m(5)));
+        c.op(alu(AluOp::Or, m(8), m(8), m(9)));
     });
-    c.op(alu(AluOp::Add, m(2), m(2), m(5)));
-    c.branch(Instr::Brnzdec { a: m(4), target: 0 }, source);
+    c.op(st32step_m(m(8), m(1), 4));
+    c.op(alu_imm(AluOp::Add, m(2), m(2), 4));
+    c.branch(Instr::Brnzdec { a: m(3), target: 0 }, word);
     exit_at(c, end);
 }
 
@@ -110,8 +111,7 @@ pub fn or_words_slots(words: u32, sources: u32) -> u32 {
     if words == 0 {
         return fixed + 1;
     }
-    if sources == 0 {
-        return fixed + 2;
-    }
-    fixed + 2 + sources * (2 + 1 + 4 * words + 2) + 1
+    // Per word: the accumulator, the source pointer, the `rpt` of 3 a source, the store, the
+    // step and the loop's branch.
+    fixed + 1 + words * (2 + 1 + 3 * sources + 3) + 1
 }

@@ -110,8 +110,8 @@ pub enum Kernel {
     /// One row per run-time index from a part of a table, zeros for an index outside the
     /// part (`gather::gather_rows`). State: [`GatherRowsState`].
     GatherRows,
-    /// The bitwise OR of runs of words into a result (`gather::or_words`): the merge of the
-    /// parts' rows of a lookup. State: [`OrWordsState`].
+    /// The bitwise OR of runs of words (`gather::or_words`): the merge of the parts' rows of
+    /// a lookup. State: [`OrWordsState`].
     OrWords,
     /// Zero the padding columns of `rows` rows of `stride` bytes. State: first pad word,
     /// rows, stride, keep-mask of the first word, full words.

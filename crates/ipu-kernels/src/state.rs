@@ -377,15 +377,16 @@ state! {
 }
 
 state! {
-    /// [`crate::Kernel::OrWords`]: `out |= stage[s]` for `sources` runs of `words` words.
+    /// [`crate::Kernel::OrWords`]: `out = stage[0] | stage[1] | ...` over `sources` runs of
+    /// `words` words.
     OrWordsState {
-        /// The first word of the result, read and written.
+        /// The first word of the result.
         out: Loc,
         /// The first run.
         stage: Loc,
         /// Words a run.
         words: u32,
-        /// Runs.
+        /// Runs (at least one).
         sources: u32,
         /// Bytes from one run to the next.
         stride: u32,

@@ -95,29 +95,26 @@ fn gather_rows_copies_the_part_s_rows_and_zeros_the_rest() {
 }
 
 #[test]
-fn or_words_merges_every_source_into_the_result() {
-    for (n, sources) in [(1u32, 1u32), (5, 3), (16, 2), (0, 2), (4, 0)] {
+fn or_words_merges_every_source() {
+    for (n, sources) in [(1u32, 1u32), (5, 3), (16, 2), (0, 2), (7, 15)] {
         let stride = 4 * n + 8;
-        let out: Vec<u32> = (0..n).map(|i| 1 << (i % 32)).collect();
-        let mut stage = vec![0u32; (stride / 4 * sources.max(1)) as usize];
+        let mut stage = vec![0u32; (stride / 4 * sources) as usize];
         for s in 0..sources {
             for w in 0..n {
                 stage[(s * stride / 4 + w) as usize] = (0x100 << s) | w;
             }
         }
         let mem = vec![
-            (OUT, out.iter().flat_map(|w| w.to_le_bytes()).collect()),
+            (OUT, vec![0xEE; 4 * (n as usize + 1)]),
             (STAGE, stage.iter().flat_map(|w| w.to_le_bytes()).collect()),
         ];
         let dev = run(Kernel::OrWords, &[OUT, STAGE, n, sources, stride], &mem);
-        let got = words(&dev.read(0, OUT, 4 * n.max(1)).unwrap());
+        let got = words(&dev.read(0, OUT, 4 * (n + 1)).unwrap());
         for w in 0..n {
-            let mut want = out[w as usize];
-            for s in 0..sources {
-                want |= stage[(s * stride / 4 + w) as usize];
-            }
+            let want = (0..sources).fold(0, |acc, s| acc | stage[(s * stride / 4 + w) as usize]);
             assert_eq!(got[w as usize], want, "n={n} sources={sources} word {w}");
         }
+        assert_eq!(got[n as usize], 0xEEEE_EEEE, "nothing past the result");
         assert_eq!(
             dev.counters()[0].worker_slots,
             u64::from(or_words_slots(n, sources)),

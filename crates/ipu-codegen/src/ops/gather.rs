@@ -5,10 +5,12 @@
 //!
 //! Every part's tile receives all the indices (one placement group, so the exchange multicasts
 //! them) and writes one row per index, the table's where the index falls in its part and zeros
-//! elsewhere (`Kernel::GatherRows`); the first part's tile of each column group then receives
-//! the other parts' rows and ORs them into its own (`Kernel::OrWords`): exactly one part holds
-//! a valid index, so the result is the table's row bit for bit. An index outside the table
-//! reads zeros.
+//! elsewhere (`Kernel::GatherRows`). With more than one part, the indices are cut into as many
+//! chunks: part `p`'s tile receives every part's rows of chunk `p` and ORs them into the output
+//! (`Kernel::OrWords`), so each tile merges and holds `1 / parts` of the output; exactly one
+//! part holds a valid index, so the result is the table's row bit for bit. An index outside
+//! the table reads zeros. The parts use as many tiles as the column groups leave (a table of
+//! `n` groups on `tiles / n` parts a group), so the table takes the same share of every tile.
 
 use ipu_graph::{OpKind, Operation, Value};
 use ipu_package::{split_shape, storage_elements, storage_index};
@@ -79,10 +81,9 @@ impl Planner<'_> {
         let g = self.values[table].layout.group;
         let groups = h.div_ceil(g);
         let tiles = self.tiles as usize;
-        let mut parts = (v * g * eb).div_ceil(PART_BYTES).clamp(1, v);
-        if groups * parts > tiles {
-            parts = (tiles / groups).clamp(1, v);
-        }
+        let parts = (tiles / groups)
+            .max((v * g * eb).div_ceil(PART_BYTES))
+            .clamp(1, v);
         let items: Vec<Part> = (0..groups)
             .flat_map(|j| {
                 (0..parts).map(move |p| Part {
@@ -96,33 +97,32 @@ impl Planner<'_> {
         let resident = self.read_only_here(table, ins, true);
         if resident {
             let ranges = items.iter().map(|it| {
-                (
-                    it.tile,
-                    (it.group * v + it.rows.0) * g,
-                    (it.group * v + it.rows.1) * g,
-                )
+                let at = it.group * v;
+                (it.tile, (at + it.rows.0) * g, (at + it.rows.1) * g)
             });
             self.values[table].layout = Layout::from_ranges(g, ranges);
         }
         if self.read_only_here(ids, ins, false) {
-            let n = storage_elements(&self.values[ids].shape, self.values[ids].layout.group);
-            self.values[ids].layout =
-                Layout::from_ranges(self.values[ids].layout.group, [(0, 0, n)]);
+            let group = self.values[ids].layout.group;
+            let n = storage_elements(&self.values[ids].shape, group);
+            self.values[ids].layout = Layout::from_ranges(group, [(0, 0, n)]);
         }
-        // The output `[.., s, h]`: column group `j` of every outer index on the group's first
-        // part's tile, in outer order.
+        // The output `[.., s, h]`: chunk `p` of the indices (in row-major order) of column
+        // group `j` on part `p`'s tile, in order.
         let (outer, s) = outer_and_last(&self.values[ids].shape);
-        let merge = |j: usize| items[j * parts].tile;
+        let n = outer * s;
         let mut ranges = Vec::new();
-        for j in 0..groups {
+        for it in &items {
+            let (c0, c1) = chunk(n, parts, it.part);
             for b in 0..outer {
-                let at = b * groups * s * g + j * s * g;
-                ranges.push((merge(j), at, at + s * g));
+                let (s0, s1) = (c0.clamp(b * s, (b + 1) * s), c1.clamp(b * s, (b + 1) * s));
+                let at = b * groups * s * g + it.group * s * g;
+                ranges.push((it.tile, at + (s0 - b * s) * g, at + (s1 - b * s) * g));
             }
         }
         let layout = Layout::from_ranges(g, ranges);
         let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
-        let n = (outer * s) as u64;
+        let n = n as u64;
         let row_words = (g * eb / 4) as u32;
         let per_worker = n.div_ceil(WORKER_CONTEXTS as u64) as u32;
         let slot = BARREL_SLOT_CYCLES as u64;
@@ -134,12 +134,12 @@ impl Planner<'_> {
         let bw = EXCHANGE_BYTES_PER_CYCLE as u64;
         let mut exchange = n * 4 / bw + overhead;
         let mut merge_cycles = 0;
+        let chunk_rows = n.div_ceil(parts as u64);
         if parts > 1 {
-            let stage = (parts as u64 - 1) * n * row_bytes;
-            exchange += stage / bw + overhead;
-            let words = (n * row_bytes / 4).div_ceil(workers) as u32;
-            merge_cycles = slot * u64::from(kernels::or_words_slots(words, parts as u32 - 1))
-                + workers * slot * 3;
+            exchange += chunk_rows * row_bytes * parts as u64 / bw + overhead;
+            let words = (chunk_rows * row_bytes / 4).div_ceil(workers) as u32;
+            merge_cycles =
+                slot * u64::from(kernels::or_words_slots(words, parts as u32)) + workers * slot * 3;
         }
         if !resident {
             exchange += (v * g * eb / parts) as u64 / bw + overhead;
@@ -153,7 +153,7 @@ impl Planner<'_> {
             ),
             estimated_cycles: compute + merge_cycles + exchange,
             estimated_exchange_cycles: exchange,
-            peak_tile_bytes: part_bytes + n * 4 + n * row_bytes * parts as u64,
+            peak_tile_bytes: part_bytes + n * 4 + (n + chunk_rows * parts as u64) * row_bytes,
             tiles: items.len().min(tiles) as u32,
             alternatives: 1,
         };
@@ -165,6 +165,11 @@ impl Planner<'_> {
         self.push_unchosen(finalist, DevOpKind::new(kind), vec![table, ids], r);
         Ok(())
     }
+}
+
+/// Chunk `p` of `n` indices cut into `parts`: the first and one past the last.
+fn chunk(n: usize, parts: usize, p: usize) -> (usize, usize) {
+    (n * p / parts, n * (p + 1) / parts)
 }
 
 /// The product of all but the last dimension, and the last.
@@ -227,7 +232,7 @@ impl FamilyOp for Lookup {
                     steps.copies.extend(c);
                     (b, 0)
                 };
-                let (ob, o_off) = if it.part == 0 {
+                let (ob, o_off) = if self.parts == 1 {
                     let first = it.group * s * g;
                     let local = out_layout
                         .pieces
@@ -264,37 +269,58 @@ impl FamilyOp for Lookup {
         if self.parts == 1 {
             return Ok(());
         }
-        let bytes = n * row_bytes;
+        // Part `p`'s tile merges chunk `p` of every part's rows into its piece of the output.
         l.lower_steps(index, |l, steps| {
             for group in self.items.chunks(self.parts) {
-                let (first, (ob, o_off)) = (group[0], partial_at[group[0].group * self.parts]);
-                let stage = l.scratch_buffer(
-                    first.tile,
-                    (self.parts as u32 - 1) * bytes,
-                    format!("stage:{name}.parts"),
-                );
-                for (k, it) in group.iter().enumerate().skip(1) {
-                    let (src, _) = partial_at[it.group * self.parts + it.part];
-                    steps.copies.push(Copy {
-                        src,
-                        src_offset: 0,
-                        dst: stage,
-                        dst_offset: (k as u32 - 1) * bytes,
-                        bytes,
-                    });
-                }
-                let ops = steps.tiles.entry(first.tile).or_default();
-                for (w0, w1) in split(bytes / 4, WORKERS) {
-                    if w1 > w0 {
-                        let state = OrWordsState {
-                            out: (ob, o_off + w0 * 4),
-                            stage: (stage, w0 * 4),
-                            words: w1 - w0,
-                            sources: self.parts as u32 - 1,
-                            stride: bytes,
-                        };
-                        let slots = kernels::or_words_slots(w1 - w0, self.parts as u32 - 1);
-                        ops.push(SupOp::Run(Kernel::OrWords, state.into(), slots));
+                for it in group {
+                    let (c0, c1) = chunk(n as usize, self.parts, it.part);
+                    let (rows, at) = ((c1 - c0) as u32, c0 as u32 * row_bytes);
+                    if rows == 0 {
+                        continue;
+                    }
+                    let bytes = rows * row_bytes;
+                    let stage = l.scratch_buffer(
+                        it.tile,
+                        self.parts as u32 * bytes,
+                        format!("stage:{name}.parts"),
+                    );
+                    for (k, src) in group.iter().enumerate() {
+                        let (sb, _) = partial_at[src.group * self.parts + src.part];
+                        steps.copies.push(Copy {
+                            src: sb,
+                            src_offset: at,
+                            dst: stage,
+                            dst_offset: k as u32 * bytes,
+                            bytes,
+                        });
+                    }
+                    // Where flat index `c0` of column group `j` lies in the tile's output
+                    // buffer: the chunk's rows follow it in order.
+                    let groups = self.items.len() / self.parts;
+                    let (b0, s0) = (c0 / s, c0 % s);
+                    let at = (b0 * groups * s + it.group * s + s0) * g;
+                    let local = l.plan.values[out]
+                        .layout
+                        .pieces
+                        .iter()
+                        .find(|p| p.tile == it.tile && (p.start..p.end).contains(&at))
+                        .map(|p| p.local + at - p.start)
+                        .expect("the chunk's first row is on its tile");
+                    let ob = l.value_buffer(out, it.tile);
+                    let o_off = local as u32 * eb;
+                    let ops = steps.tiles.entry(it.tile).or_default();
+                    for (w0, w1) in split(bytes / 4, WORKERS) {
+                        if w1 > w0 {
+                            let state = OrWordsState {
+                                out: (ob, o_off + w0 * 4),
+                                stage: (stage, w0 * 4),
+                                words: w1 - w0,
+                                sources: self.parts as u32,
+                                stride: bytes,
+                            };
+                            let slots = kernels::or_words_slots(w1 - w0, self.parts as u32);
+                            ops.push(SupOp::Run(Kernel::OrWords, state.into(), slots));
+                        }
                     }
                 }
             }
