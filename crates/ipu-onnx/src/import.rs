@@ -131,7 +131,19 @@ fn check_declared(
     else {
         return Ok(());
     };
-    if t.elem_type.is_some_and(|c| c != 0 && c != elem.code()) {
+    // A run-time 32- or 64-bit integer is 32-bit on the device.
+    let wide = |c: i32| {
+        matches!(
+            c,
+            crate::known::code::INT32
+                | crate::known::code::INT64
+                | crate::known::code::UINT32
+                | crate::known::code::UINT64
+        )
+    };
+    if t.elem_type
+        .is_some_and(|c| c != 0 && c != elem.code() && !(wide(c) && wide(elem.code())))
+    {
         return Err(malformed(format!(
             "output `{name}` is declared {} but the graph computes {}",
             type_name(t.elem_type()),

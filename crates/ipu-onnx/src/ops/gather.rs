@@ -6,7 +6,7 @@
 
 use ipu_graph::OpKind;
 
-use super::common::{Outs, one, out_name, req, reshape, slice_graph};
+use super::common::{Outs, one, out_name, req, reshape, slice_graph, transpose};
 use super::handler::Handler;
 use crate::OnnxError;
 use crate::importer::{Importer, Node, Val, normalize_axis};
@@ -216,7 +216,9 @@ fn strides_of(shape: &[usize]) -> Vec<usize> {
 }
 
 /// `Gather` with indices computed at run time (token ids looking up an embedding): a graph
-/// `gather` of the table, which stays on the device, by i32 indices.
+/// `gather` of the table, which stays on the device, by i32 indices, along axis 0 of the table
+/// viewed as rows of its other axes (transposed first for another axis: a known table at
+/// import).
 fn gather_run_time(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
@@ -232,11 +234,57 @@ fn gather_run_time(
         ));
     }
     let name = out_name(imp, node, 0);
-    let table = imp.data(node, 0, x, &format!("{name}.table"))?;
-    one(Val::Graph(imp.op(
+    let shape = imp.shape(x);
+    let ids_shape = imp.b.ty(ids).shape.clone();
+    // The table with `axis` first, as rows.
+    let mut perm: Vec<usize> = vec![axis];
+    perm.extend((0..shape.len()).filter(|&a| a != axis));
+    let front = transpose(imp, node, x, perm, &format!("{name}.front"))?;
+    let inner: usize = shape
+        .iter()
+        .enumerate()
+        .filter(|&(a, _)| a != axis)
+        .map(|(_, d)| d)
+        .product();
+    let rows = reshape(
+        imp,
         node,
-        &name,
-        OpKind::Gather { axis },
-        &[table, ids],
-    )?))
+        &front,
+        vec![shape[axis], inner],
+        &format!("{name}.rows"),
+    )?;
+    let table = imp.data(node, 0, &rows, &format!("{name}.table"))?;
+    let flat = if ids_shape.is_empty() {
+        match reshape(imp, node, &Val::Graph(ids), vec![1], &format!("{name}.ids"))? {
+            Val::Graph(id) => id,
+            Val::Known(..) => unreachable!("a graph value stays one"),
+        }
+    } else {
+        ids
+    };
+    let looked = imp.op(
+        node,
+        &format!("{name}.rows_of"),
+        OpKind::Gather { axis: 0 },
+        &[table, flat],
+    )?;
+    // [ids.., before.., after..], then the axes before `axis` moved to the front.
+    let mut shaped = ids_shape.clone();
+    shaped.extend(&shape[..axis]);
+    shaped.extend(&shape[axis + 1..]);
+    let k = ids_shape.len();
+    if axis == 0 {
+        return one(reshape(imp, node, &Val::Graph(looked), shaped, &name)?);
+    }
+    let v = reshape(
+        imp,
+        node,
+        &Val::Graph(looked),
+        shaped,
+        &format!("{name}.shaped"),
+    )?;
+    let mut back: Vec<usize> = (k..k + axis).collect();
+    back.extend(0..k);
+    back.extend(k + axis..shape.len() - 1 + k);
+    one(transpose(imp, node, &v, back, &name)?)
 }
