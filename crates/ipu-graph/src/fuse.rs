@@ -2,6 +2,9 @@
 //! optional `scale`, an optional `add` of a constant causal mask, `softmax` along the last
 //! axis and `matmul(·, v)`, whose intermediates nothing else reads, becomes one `attention`
 //! operation (the compiler then lowers it unfused or, when that pays, as `flash_attention`).
+//! An `add` of any other f32 or f16 value broadcastable to the scores (a padding mask built at
+//! run time from a model's `attention_mask`) becomes the mask operand of a `flash_attention`,
+//! which `attention` has not.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -59,15 +62,20 @@ pub fn attention_subgraphs(graph: &Graph) -> Result<(Graph, Vec<FusedAttention>)
         let mut removed = vec![id, pv];
         let mut x = sm.inputs[0];
         let mut causal = false;
+        let mut mask = None;
         if let Some((add_id, add)) = producer(x)
             && add.kind == OpKind::Add
             && only_reader(x, id)
         {
             let (s, m) = (add.inputs[0], add.inputs[1]);
-            if !is_causal_mask(graph, m, &graph.value(s).ty.shape) {
+            let scores_shape = &graph.value(s).ty.shape;
+            if is_causal_mask(graph, m, scores_shape) {
+                causal = true;
+            } else if is_mask_operand(graph, m, scores_shape) {
+                mask = Some(m);
+            } else {
                 continue;
             }
-            causal = true;
             removed.push(add_id);
             x = s;
             if !only_reader(x, add_id) {
@@ -128,7 +136,7 @@ pub fn attention_subgraphs(graph: &Graph) -> Result<(Graph, Vec<FusedAttention>)
             continue;
         }
         found.push((
-            pv, q, k_src, k_perm, v, scale, causal, partials, out, removed,
+            pv, q, k_src, k_perm, v, scale, causal, partials, out, removed, mask,
         ));
     }
     if found.is_empty() {
@@ -163,6 +171,20 @@ fn is_causal_mask(graph: &Graph, m: ValueId, scores: &[usize]) -> bool {
     })
 }
 
+/// Whether `m` can be a flash attention's additive mask of scores of shape `scores`: f32 or
+/// f16, of rank at most the scores', each dimension (aligned from the right) equal or 1.
+fn is_mask_operand(graph: &Graph, m: ValueId, scores: &[usize]) -> bool {
+    let ty = &graph.value(m).ty;
+    matches!(ty.dtype, DType::F32 | DType::F16)
+        && ty.shape.len() <= scores.len()
+        && ty
+            .shape
+            .iter()
+            .rev()
+            .zip(scores.iter().rev())
+            .all(|(&d, &s)| d == s || d == 1)
+}
+
 type Found = (
     OperationId,
     ValueId,
@@ -174,6 +196,7 @@ type Found = (
     DType,
     DType,
     Vec<OperationId>,
+    Option<ValueId>,
 );
 
 /// The graph again with each found subgraph replaced at its final matmul, and every value
@@ -191,6 +214,7 @@ fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttentio
         }
         if let Some(f) = at.get(&id) {
             needed.extend([f.1, f.2, f.4]);
+            needed.extend(f.10);
         } else if !removed.contains(&id) {
             needed.extend(op.inputs.iter().copied());
         }
@@ -200,8 +224,19 @@ fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttentio
     for id in graph.operation_ids() {
         let op = graph.operation(id);
         let out = op.outputs[0];
-        if let Some(&&(_, q, k_src, ref perm, v, scale, causal, partials, out_dtype, ref ops)) =
-            at.get(&id)
+        if let Some(&&(
+            _,
+            q,
+            k_src,
+            ref perm,
+            v,
+            scale,
+            causal,
+            partials,
+            out_dtype,
+            ref ops,
+            mask,
+        )) = at.get(&id)
         {
             let name = graph.value(out).name.clone();
             let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
@@ -214,13 +249,28 @@ fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttentio
                     &[map[&k_src]],
                 )?
             };
-            let kind = OpKind::Attention {
-                scale,
-                causal,
-                partials,
-                out: out_dtype,
+            let r = match mask {
+                None => {
+                    let kind = OpKind::Attention {
+                        scale,
+                        causal,
+                        partials,
+                        out: out_dtype,
+                    };
+                    b.op(name.clone(), kind, &[map[&q], k, map[&v]])?
+                }
+                Some(m) => {
+                    let kind = OpKind::FlashAttention {
+                        scale,
+                        causal,
+                        block_q: FLASH_BLOCK,
+                        block_k: FLASH_BLOCK,
+                        partials,
+                        out: out_dtype,
+                    };
+                    b.op(name.clone(), kind, &[map[&q], k, map[&v], map[&m]])?
+                }
             };
-            let r = b.op(name.clone(), kind, &[map[&q], k, map[&v]])?;
             map.insert(out, r);
             let mut ids = ops.clone();
             ids.sort();
@@ -394,12 +444,33 @@ mod tests {
                 .1
                 .is_empty()
         );
-        // A mask that is not causal (a bias) stays an add.
-        assert!(
-            attention_subgraphs(&exported(Some(-10.0), false))
-                .unwrap()
-                .1
-                .is_empty()
+    }
+
+    #[test]
+    fn another_additive_mask_becomes_the_mask_operand_of_flash_attention() {
+        // A constant that is not causal (a bias), or a mask computed at run time from a padding
+        // mask: added to the scaled scores by the flash attention itself.
+        let (g, fused) = attention_subgraphs(&exported(Some(-10.0), false)).unwrap();
+        assert_eq!(fused.len(), 1);
+        let last = g.operations().last().unwrap();
+        assert!(matches!(
+            last.kind,
+            OpKind::FlashAttention { causal: false, .. }
+        ));
+        assert_eq!(g.value(last.inputs[3]).name, "mask");
+        // A padding mask [1, 1, 1, s] from the inputs.
+        let text = crate::print(&exported(None, false)).replace(
+            "  %probs = softmax(%scaled)",
+            "  %masked = add(%scaled, %pad): f32[1, 2, 16, 16]\n  %probs = softmax(%masked)",
         );
+        let text = text.replace(
+            "  input %v: f32[1, 2, 16, 16]",
+            "  input %v: f32[1, 2, 16, 16]\n  input %pad: f32[1, 1, 1, 16]",
+        );
+        let (g, fused) = attention_subgraphs(&crate::parse(&text, "t.ipug").unwrap()).unwrap();
+        assert_eq!(fused.len(), 1, "{text}");
+        let last = g.operations().last().unwrap();
+        assert_eq!(g.value(last.inputs[3]).name, "pad");
+        assert_eq!(g.inputs().len(), 4);
     }
 }
