@@ -241,30 +241,23 @@ def export(args, wrapper, torch_inputs, path, outs, param_bytes):
     in_names = ["input_ids", "attention_mask"]
     big = param_bytes >= 2_000_000_000 - 64_000_000
     t0 = time.time()
+    common = dict(opset_version=args.opset, input_names=in_names, output_names=outs)
+    inputs = (torch_inputs["input_ids"], torch_inputs["attention_mask"])
     if args.exporter == "dynamo":
         prog = torch.onnx.export(
             wrapper,
-            (torch_inputs["input_ids"], torch_inputs["attention_mask"]),
+            inputs,
             path,
             dynamo=True,
-            opset_version=args.opset,
-            input_names=in_names,
-            output_names=outs,
             external_data=big,
             optimize=not args.no_optimize,
             verbose=False if args.quiet else None,
+            **common,
         )
         del prog
     else:
         torch.onnx.export(
-            wrapper,
-            (torch_inputs["input_ids"], torch_inputs["attention_mask"]),
-            path,
-            dynamo=False,
-            opset_version=args.opset,
-            input_names=in_names,
-            output_names=outs,
-            do_constant_folding=True,
+            wrapper, inputs, path, dynamo=False, do_constant_folding=True, **common
         )
     secs = time.time() - t0
     if not big:

@@ -372,10 +372,10 @@ fn element_slots(from: ConvType, to: ConvType, overflow: Overflow) -> u32 {
     n
 }
 
-/// The conversion kernel: state in, out, groups of 4 ([`CastState`]).
-pub(crate) fn convert(c: &mut Code, from: ConvType, to: ConvType, overflow: Overflow) {
-    load_state(c, CastState::WORDS); // m1 in, m2 out, m3 groups
-    let d = data(from, to, overflow);
+/// The start of a loop over `$mGROUPS` groups (none: straight to `end`), with the data after
+/// the code at `$mDATA` and 0.0 in `$aFZERO`; returns the labels of the data, the exit and the
+/// loop's head, bound here.
+pub(crate) fn groups_loop(c: &mut Code) -> (Label, Label, Label) {
     let table = c.label();
     let end = c.label();
     let group = c.label();
@@ -384,6 +384,14 @@ pub(crate) fn convert(c: &mut Code, from: ConvType, to: ConvType, overflow: Over
     c.op(setzi(m(T0), 0));
     c.op(mov_a(FZERO, m(T0)));
     c.bind(group);
+    (table, end, group)
+}
+
+/// The conversion kernel: state in, out, groups of 4 ([`CastState`]).
+pub(crate) fn convert(c: &mut Code, from: ConvType, to: ConvType, overflow: Overflow) {
+    load_state(c, CastState::WORDS); // m1 in, m2 out, m3 groups
+    let d = data(from, to, overflow);
+    let (table, end, group) = groups_loop(c);
     c.op(setzi(m(ACC), 0));
     for i in 0..4 {
         convert_element(c, from, to, i, &d);

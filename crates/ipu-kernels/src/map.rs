@@ -169,14 +169,7 @@ pub(crate) fn map(c: &mut Code, f: MapFn, ins: &[ConvType], to: ConvType) {
     c.op(ld32m(m(OUT), m(0), 12));
     c.op(ld32m(m(GROUPS), m(0), 16));
     let d = convert::data(ConvType::F32, to, Overflow::Saturate);
-    let table = c.label();
-    let end = c.label();
-    let group = c.label();
-    loop_counts(c, &[m(GROUPS)], end);
-    c.setzi_label(m(DATA), table);
-    c.op(setzi(m(T0), 0));
-    c.op(mov_a(FZERO, m(T0)));
-    c.bind(group);
+    let (table, end, group) = convert::groups_loop(c);
     body(c, f, ins, to, &d);
     close_rows_and_exit(c, m(GROUPS), group, end);
     c.bind(table);
