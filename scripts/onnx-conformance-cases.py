@@ -40,7 +40,7 @@ OPS = set(
     Sigmoid Gelu Softmax LayerNormalization ReduceMean ReduceSum ReduceMax Transpose Reshape
     Flatten Squeeze Unsqueeze Concat Slice Split Gather Where Expand Cast QuantizeLinear Sin Cos
     DequantizeLinear Constant ConstantOfShape Shape Identity Dropout Attention Equal Less Greater
-    LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf GatherElements GatherND""".split()
+    LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf GatherElements GatherND CumSum""".split()
 )
 
 FLOAT_TYPES = {
@@ -87,6 +87,7 @@ WIDE_DATA_INPUTS = {
     "LessOrEqual": {0, 1},
     "GreaterOrEqual": {0, 1},
     "Where": {1, 2},
+    "CumSum": {0},
 }
 
 EXPANDED = re.compile(r"^(.*)_expanded(_ver\d+)?$")

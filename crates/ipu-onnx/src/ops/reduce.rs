@@ -1,21 +1,25 @@
 //! Reductions: `ReduceSum`, `ReduceMax`, `ReduceMin` and `ReduceMean` as the graph's sums and
-//! maxima along each axis, and the reductions, pools and selections the device lacks.
+//! maxima along each axis, `CumSum` as a product with a triangular matrix, and the reductions,
+//! pools and selections the device lacks.
 
 use std::collections::BTreeSet;
 
 use ipu_graph::{DType, OpKind};
 
-use super::common::{Outs, computed_in, input, negate, one, out_name, req, reshape, scale};
+use super::common::{
+    Outs, cast_val, computed_in, fold, input, negate, one, out_name, req, reshape, scale, transpose,
+};
 use super::handler::Handler;
 use crate::OnnxError;
 use crate::importer::{Importer, Node, Val, normalize_axis};
-use crate::known::Elem;
+use crate::known::{Elem, Known};
 
 pub const HANDLERS: &[Handler] = &[
     Handler::map("ReduceSum", reduce),
     Handler::map("ReduceMax", reduce),
     Handler::map("ReduceMin", reduce),
     Handler::map("ReduceMean", reduce),
+    Handler::map("CumSum", cumsum),
     Handler::refuse("ReduceProd", "no product-reduction device operator"),
     Handler::refuse("ArgMax", "no arg-max device operator"),
     Handler::refuse("TopK", "no sort device operator"),
@@ -136,4 +140,80 @@ fn reduce(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs 
         };
     }
     one(v)
+}
+
+/// `CumSum(x, axis)` (`exclusive`, `reverse`): at import for a known `x`; on the device as a
+/// product with a constant triangular matrix of ones along the axis (moved last), computed in
+/// f32 (exact for the integers of a padding mask turned into positions, below 2^24) and cast
+/// back to `x`'s type.
+fn cumsum(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&["exclusive", "reverse"])?;
+    let x = req(node, ins, 0)?.clone();
+    let shape = imp.shape(&x);
+    let axis = imp.int_input(node, ins, 1)?;
+    let &[axis] = axis.as_slice() else {
+        return Err(node.bad_input(1, "the axis is one integer"));
+    };
+    let axis = normalize_axis(node, "axis", axis, shape.len())?;
+    let (exclusive, reverse) = (node.int("exclusive", 0)? != 0, node.int("reverse", 0)? != 0);
+    let n = shape[axis];
+    // Output j sums the inputs i with i <= j (reverse: i >= j), i != j if exclusive.
+    let summed = |i: usize, j: usize| {
+        let inside = if reverse { i >= j } else { i <= j };
+        inside && !(exclusive && i == j)
+    };
+    if let Val::Known(k, _) = &x {
+        let v = k.f64s();
+        let (outer, inner) = (
+            shape[..axis].iter().product::<usize>(),
+            shape[axis + 1..].iter().product::<usize>(),
+        );
+        let mut out = vec![0.0; v.len()];
+        for o in 0..outer {
+            for j in 0..n {
+                for r in 0..inner {
+                    out[(o * n + j) * inner + r] = (0..n)
+                        .filter(|&i| summed(i, j))
+                        .map(|i| v[(o * n + i) * inner + r])
+                        .sum();
+                }
+            }
+        }
+        return fold(node, Known::from_f64(k.elem, shape, &out));
+    }
+    let name = out_name(imp, node, 0);
+    let Val::Graph(xid) = x else {
+        unreachable!("folded above")
+    };
+    let dtype = imp.b.ty(xid).dtype;
+    let rank = shape.len();
+    let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
+    perm.push(axis);
+    let mut last = transpose(imp, node, &x, perm.clone(), &format!("{name}.last"))?;
+    if rank == 1 {
+        // A matmul operand has rows.
+        last = reshape(imp, node, &last, vec![1, n], &format!("{name}.row"))?;
+    }
+    let f = cast_val(imp, node, &last, DType::F32, &format!("{name}.f32"))?;
+    let ones: Vec<f64> = (0..n * n)
+        .map(|e| f64::from(u8::from(summed(e / n, e % n))))
+        .collect();
+    let tri = Known::from_f64(Elem::Float(DType::F32), vec![n, n], &ones)
+        .map_err(|e| node.graph_error(e))?;
+    let tri = imp.data(node, 1, &Val::known(tri), &format!("{name}.ones"))?;
+    let fx = imp.data(node, 0, &f, &format!("{name}.f32"))?;
+    let mm = OpKind::MatMul {
+        partials: DType::F32,
+        out: DType::F32,
+    };
+    let sums = Val::Graph(imp.op(node, &format!("{name}.sums"), mm, &[fx, tri])?);
+    let mut back = cast_val(imp, node, &sums, dtype, &format!("{name}.cast"))?;
+    if rank == 1 {
+        back = reshape(imp, node, &back, vec![n], &format!("{name}.flat"))?;
+    }
+    let mut inverse = vec![0; rank];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    one(transpose(imp, node, &back, inverse, &name)?)
 }
