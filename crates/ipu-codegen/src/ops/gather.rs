@@ -201,6 +201,33 @@ impl FamilyOp for Lookup {
             }
         }
         let out_layout = l.plan.values[out].layout.clone();
+        // The indices in row-major order on one tile: as they lie when they are one run of one
+        // piece, else gathered there first, so that every part's tile receives them as one
+        // run (one multicast, one exchange table entry on the sender).
+        let home_tile = self.items[0].tile;
+        let one_run = want.len() == 1
+            && l.plan.values[ids]
+                .layout
+                .pieces
+                .iter()
+                .any(|p| p.start <= want[0].0 && want[0].1 <= p.end);
+        let home = if one_run {
+            let p = *l.plan.values[ids]
+                .layout
+                .pieces
+                .iter()
+                .find(|p| p.start <= want[0].0 && want[0].1 <= p.end)
+                .expect("checked");
+            let buffer = l.value_buffer(ids, p.tile);
+            (buffer, (p.local + want[0].0 - p.start) as u32 * 4)
+        } else {
+            let buffer = l.scratch_buffer(home_tile, n * 4, format!("stage:{name}.ids_home"));
+            l.lower_steps(index, |l, steps| {
+                steps.copies = l.gather(ids, home_tile, ids_group, &want, buffer);
+                Ok(())
+            })?;
+            (buffer, 0)
+        };
         let ids_placement = l.next_group;
         l.next_group += 1;
         let mut ids_at = std::collections::BTreeMap::new();
@@ -210,8 +237,13 @@ impl FamilyOp for Lookup {
                 let ib = *ids_at.entry(it.tile).or_insert_with(|| {
                     let b = l.scratch_buffer(it.tile, n * 4, format!("stage:{name}.ids"));
                     l.prog.buffers[b.0 as usize].group = Some(ids_placement);
-                    let c = l.gather(ids, it.tile, ids_group, &want, b);
-                    steps.copies.extend(c);
+                    steps.copies.push(Copy {
+                        src: home.0,
+                        src_offset: home.1,
+                        dst: b,
+                        dst_offset: 0,
+                        bytes: n * 4,
+                    });
                     b
                 });
                 let start = (it.group * v + it.rows.0) * g;
