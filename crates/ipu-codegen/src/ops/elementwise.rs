@@ -236,10 +236,15 @@ impl Lowerer<'_> {
         let y_group = self.plan.values[y].layout.group;
         // A whole 32-bit word of `y`: the element and, for f16, its zero padding.
         let word = (4 / eb as usize).max(1);
+        // The stages are one placement group: the element reaches runs of consecutive tiles
+        // as one multicast row instead of a row per tile on the tile that holds it.
+        let group = self.next_group;
+        self.next_group += 1;
         for tile in out_layout.tiles() {
             let n = per_tile[&tile] as u32;
             let (xb, ob) = (self.value_buffer(x, tile), self.value_buffer(out, tile));
             let st = self.scratch_buffer(tile, 4 * eb, format!("stage:{name}.scalar"));
+            self.prog.buffers[st.0 as usize].group = Some(group);
             let c = self.gather(y, tile, y_group, &[(0, word, 0)], st);
             steps.copies.extend(c);
             let ops = steps.tiles.entry(tile).or_default();
