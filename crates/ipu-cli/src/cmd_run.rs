@@ -705,6 +705,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<u8> {
     let package = read_package(&a.package)?;
     let expected = package_inputs(&package)?;
     let files = npy::read_inputs(&expected, &a.files)?;
+    npy::check_index_bounds(&package.manifest.index_bounds, &expected, &files)?;
     if a.files.outputs.is_some() {
         npy::check_output_names(
             host_tensors(&package, TensorRole::Output).map(|t| t.name.as_str()),
@@ -843,7 +844,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         }
         None => (npy::read_inputs(&expected_inputs, &a.files)?, None),
     };
-    npy::check_index_bounds(&graph, &files)?;
+    npy::check_index_bounds(
+        &ipu_codegen::manifest::index_bounds(&graph),
+        &expected_inputs,
+        &files,
+    )?;
     if a.files.outputs.is_some() {
         npy::check_output_names(
             graph

@@ -535,12 +535,17 @@ fn read_array(reader: impl Read, total_bytes: u64, ty: &TensorType) -> Result<Te
     Tensor::new(ty.dtype, ty.shape.clone(), values).map_err(|e| e.to_string())
 }
 
-/// Refuses an input file whose values index a table (`ipu_graph::index_bounds`: a `gather`'s
-/// indices) when a value lies outside the table, naming the input, its position and value,
-/// the operation and the valid range, as onnxruntime refuses an index out of range.
-pub fn check_index_bounds(graph: &ipu_graph::Graph, files: &FileInputs) -> anyhow::Result<()> {
-    for bound in ipu_graph::index_bounds(graph) {
-        let Some(i) = graph.inputs().iter().position(|&v| v == bound.input) else {
+/// Refuses an input file whose values index a table (a `gather`'s indices: `bounds`, by
+/// input name; `expected` the inputs in the order of `files`) when a value lies outside the
+/// table, naming the input, its position and value, the operation and the valid range, as
+/// onnxruntime refuses an index out of range.
+pub fn check_index_bounds(
+    bounds: &[ipu_package::IndexBound],
+    expected: &[(String, TensorType)],
+    files: &FileInputs,
+) -> anyhow::Result<()> {
+    for bound in bounds {
+        let Some(i) = expected.iter().position(|(name, _)| *name == bound.input) else {
             continue;
         };
         let Some(t) = &files.tensors[i] else {
@@ -556,10 +561,10 @@ pub fn check_index_bounds(graph: &ipu_graph::Graph, files: &FileInputs) -> anyho
             bail!(
                 "input {:?} from {}: the value {bad} at {} indexes a table of {n} entries \
                  (`%{}`); valid indices are -{n}..={}",
-                graph.value(bound.input).name,
+                bound.input,
                 files.sources[i],
                 position_text(&t.shape, at, false),
-                bound.op,
+                bound.operation,
                 n - 1
             );
         }

@@ -273,5 +273,33 @@ fn a_token_id_outside_the_vocabulary_is_refused_before_running() {
     ids[3] = 1 << 40;
     let err = run(&ids);
     assert!(err.contains("1099511627776 at [0, 3]"), "{err}");
+    // A package carries its inputs' bounds: `ipu exec` refuses the same id before running.
+    let package = dir.join("bert.ipuexe");
+    let o = ipu(&[
+        "build",
+        &model("hf_bert"),
+        "-o",
+        package.to_str().unwrap(),
+        "--no-db",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    ids[3] = 3;
+    let ids_file = write("ids.npy", &ids);
+    let o = ipu(&[
+        "exec",
+        package.to_str().unwrap(),
+        "--input",
+        &format!("input_ids={}", ids_file.display()),
+        "--input",
+        &format!("attention_mask={}", mask_file.display()),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("input \"input_ids\"")
+            && err.contains("the value 1000 at [1, 15]")
+            && err.contains("table of 1000 entries"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

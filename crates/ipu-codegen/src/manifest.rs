@@ -85,5 +85,19 @@ pub fn manifest(
         tensors: lowered.tensors.clone(),
         register_writes,
         metadata,
+        index_bounds: index_bounds(graph),
     }
+}
+
+/// The bounds on `graph`'s inputs that index a table (`ipu_graph::index_bounds`), as the
+/// manifest records them for the host to check.
+pub fn index_bounds(graph: &Graph) -> Vec<ipu_package::IndexBound> {
+    ipu_graph::index_bounds(graph)
+        .into_iter()
+        .map(|b| ipu_package::IndexBound {
+            input: graph.value(b.input).name.clone(),
+            entries: b.entries as u64,
+            operation: b.op,
+        })
+        .collect()
 }

@@ -242,6 +242,30 @@ pub struct Manifest {
     pub register_writes: Vec<RegisterWrite>,
     /// Free-form figures the compiler recorded (estimated cycles, ...), for reports.
     pub metadata: BTreeMap<String, String>,
+    /// The inputs whose values index a table on the device (token ids): the host refuses a
+    /// value outside the table before it writes the input (absent when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub index_bounds: Vec<IndexBound>,
+}
+
+/// An input's values index a table: each must lie in `-entries..entries` (negative values
+/// count from the end, as ONNX's `Gather` defines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexBound {
+    /// The input tensor's name.
+    pub input: String,
+    /// Entries along the table's indexed axis.
+    pub entries: u64,
+    /// The operation that indexes the table, for messages.
+    pub operation: String,
+}
+
+impl IndexBound {
+    /// Whether `value` is a valid index.
+    pub fn admits(&self, value: i64) -> bool {
+        let n = self.entries.min(i64::MAX as u64) as i64;
+        (-n..n).contains(&value)
+    }
 }
 
 /// A whole package in memory.

@@ -33,7 +33,7 @@ mod tests;
 
 pub use format::{
     CONSTANTS_PAGE, DEFLATE_LEVEL, Encoding, FORMAT_MAJOR, FORMAT_MINOR, HEADER_BYTES, HostTensor,
-    INPUT_PAGE, MAGIC, Manifest, OUTPUT_PAGE, Package, PackageError, Program, RANK_MAX,
+    INPUT_PAGE, IndexBound, MAGIC, Manifest, OUTPUT_PAGE, Package, PackageError, Program, RANK_MAX,
     RegisterWrite, SECTION_DECODED_BYTES_MAX, SECTION_ENTRY_BYTES, SECTIONS_MAX, SectionKind,
     TENSOR_ALIGN, TILE_ENTRY_BYTES, TensorRole, element_bytes, page_of, split_shape,
     storage_elements, storage_index,

@@ -66,6 +66,7 @@ fn sample() -> Package {
                 value: 2,
             }],
             metadata: BTreeMap::new(),
+            index_bounds: Vec::new(),
         },
         tiles: tiles.into(),
         constants: Vec::new(),

@@ -116,6 +116,21 @@ fn validate_tensors(m: &Manifest, target: &Target) -> Result<(), PackageError> {
     if !m.tensors.iter().any(|t| t.role == TensorRole::Output) {
         return bad("no output tensor".into());
     }
+    for b in &m.index_bounds {
+        if !m
+            .tensors
+            .iter()
+            .any(|t| t.name == b.input && t.role == TensorRole::Input)
+        {
+            return bad(format!(
+                "index bound of {:?} names no input tensor",
+                b.input
+            ));
+        }
+        if b.entries == 0 {
+            return bad(format!("index bound of {:?} has no entries", b.input));
+        }
+    }
     for (page, (&size, &end)) in m.host_pages.iter().zip(&ends).enumerate() {
         if size != end {
             return bad(format!(

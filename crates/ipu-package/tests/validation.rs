@@ -59,6 +59,7 @@ fn package() -> Package {
             ],
             register_writes: vec![],
             metadata: BTreeMap::new(),
+            index_bounds: Vec::new(),
         },
         tiles: tiles.into(),
         constants: vec![],
@@ -309,4 +310,22 @@ fn bytes_outside_the_sections_are_refused() {
         e.contains("sections follow each other in table order"),
         "{e}"
     );
+}
+
+#[test]
+fn index_bounds_must_name_an_input_and_a_table() {
+    let bound = |input: &str, entries: u64| json!([{"input": input, "entries": entries, "operation": "embedding"}]);
+    refused(
+        "bound on an output",
+        |m| m["index_bounds"] = bound("y", 10),
+        "index bound of \"y\" names no input tensor",
+    );
+    refused(
+        "empty table",
+        |m| m["index_bounds"] = bound("a", 0),
+        "index bound of \"a\" has no entries",
+    );
+    let kept = edited(|m| m["index_bounds"] = bound("a", 10)).unwrap();
+    assert_eq!(kept.manifest.index_bounds[0].entries, 10);
+    assert!(kept.manifest.index_bounds[0].admits(-10) && !kept.manifest.index_bounds[0].admits(10));
 }

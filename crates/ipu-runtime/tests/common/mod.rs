@@ -221,6 +221,7 @@ pub fn package_of(
             ],
             register_writes,
             metadata: BTreeMap::new(),
+            index_bounds: Vec::new(),
         },
         tiles: images.into(),
         constants: Vec::new(),
