@@ -4,11 +4,13 @@
 //! operation (the compiler then lowers it unfused or, when that pays, as `flash_attention`).
 //! An `add` of any other f32 or f16 value broadcastable to the scores (a padding mask built at
 //! run time from a model's `attention_mask`) becomes the mask operand of a `flash_attention`,
-//! which `attention` has not.
+//! which `attention` has not. The sdpa form is recognised too: `q` and `kᵀ` each scaled (one
+//! scale of the scores), and the guard `where(is_nan(p), 0, p)` after the softmax, dropped
+//! where the mask is finite so that no row of probabilities can be NaN.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{DType, Graph, GraphBuilder, GraphError, OpKind, OperationId, ValueId};
+use crate::{DType, Graph, GraphBuilder, GraphError, MapFn, OpKind, OperationId, ValueId};
 
 /// A mask value at or below this counts as masked: exporters write -10000, -1e9, the type's
 /// lowest value or -inf above the diagonal; after the softmax's subtraction of the row maximum
@@ -49,17 +51,24 @@ pub fn attention_subgraphs(graph: &Graph) -> Result<(Graph, Vec<FusedAttention>)
         if axis + 1 != graph.value(p).ty.shape.len() {
             continue;
         }
-        let Some(&[pv]) = readers.get(&p).map(|r| r.as_slice()) else {
+        // sdpa's guard after the softmax, `where(is_nan(p), 0, p)`, read in place of `p`.
+        let guard = nan_guard(graph, &readers, p);
+        let probs = guard.map_or(p, |(_, w)| graph.operation(w).outputs[0]);
+        let Some(&[pv]) = readers.get(&probs).map(|r| r.as_slice()) else {
             continue;
         };
         let pv_op = graph.operation(pv);
         let OpKind::MatMul { out, .. } = pv_op.kind else {
             continue;
         };
-        if pv_op.inputs[0] != p || graph.outputs().contains(&p) {
+        if pv_op.inputs[0] != probs
+            || graph.outputs().contains(&p)
+            || graph.outputs().contains(&probs)
+        {
             continue;
         }
         let mut removed = vec![id, pv];
+        removed.extend(guard.iter().flat_map(|&(n, w)| [n, w]));
         let mut x = sm.inputs[0];
         let mut causal = false;
         let mut mask = None;
@@ -74,6 +83,11 @@ pub fn attention_subgraphs(graph: &Graph) -> Result<(Graph, Vec<FusedAttention>)
             } else if is_mask_operand(graph, m, scores_shape) {
                 mask = Some(m);
             } else {
+                continue;
+            }
+            // Without the guard's NaN to 0, a row masked throughout would differ: the guard
+            // is dropped only where the mask is finite (no row of probabilities is NaN).
+            if guard.is_some() && mask.is_some() && !is_finite_mask(graph, m) {
                 continue;
             }
             removed.push(add_id);
@@ -103,7 +117,18 @@ pub fn attention_subgraphs(graph: &Graph) -> Result<(Graph, Vec<FusedAttention>)
             continue;
         };
         removed.push(qk_id);
-        let (q, kt, v) = (qk.inputs[0], qk.inputs[1], pv_op.inputs[1]);
+        let (mut q, mut kt, v) = (qk.inputs[0], qk.inputs[1], pv_op.inputs[1]);
+        // sdpa scales q and kᵀ by the root of the scale each: one scale of the scores.
+        for side in [&mut q, &mut kt] {
+            if let Some((sc_id, sc)) = producer(*side)
+                && let OpKind::Scale { factor } = sc.kind
+                && only_reader(*side, qk_id)
+            {
+                scale *= factor;
+                removed.push(sc_id);
+                *side = sc.inputs[0];
+            }
+        }
         // k itself: kᵀ's transpose with its last two axes swapped back, or a new transpose.
         let rank = graph.value(kt).ty.shape.len();
         let (k_src, k_perm) = match producer(kt) {
@@ -169,6 +194,55 @@ fn is_causal_mask(graph: &Graph, m: ValueId, scores: &[usize]) -> bool {
             x <= MASKED_AT_MOST
         }
     })
+}
+
+/// The `is_nan` and `where` of `where(is_nan(p), 0, p)` when they are all that reads the
+/// probabilities `p` (sdpa writes it so that a row masked throughout gives zeros, not NaN).
+fn nan_guard(
+    graph: &Graph,
+    readers: &BTreeMap<ValueId, Vec<OperationId>>,
+    p: ValueId,
+) -> Option<(OperationId, OperationId)> {
+    let rs = readers.get(&p)?;
+    if rs.len() != 2 {
+        return None;
+    }
+    let is_nan = *rs
+        .iter()
+        .find(|&&o| graph.operation(o).kind == OpKind::Map(MapFn::IsNaN))?;
+    let nan = graph.operation(is_nan).outputs[0];
+    let w = *rs.iter().find(|&&o| o != is_nan)?;
+    let wop = graph.operation(w);
+    let zero = |v: ValueId| {
+        graph.constant(v).is_some_and(|c| {
+            crate::decode_elements(graph.value(v).ty.dtype, c.data.bytes())
+                .iter()
+                .all(|&x| x == 0.0)
+        })
+    };
+    (wop.kind == OpKind::Map(MapFn::Where)
+        && wop.inputs[..] == [nan, wop.inputs[1], p]
+        && zero(wop.inputs[1])
+        && readers.get(&nan).is_some_and(|r| r == &[w])
+        && !graph.outputs().contains(&nan))
+    .then_some((is_nan, w))
+}
+
+/// Whether every element of the mask `m` is finite: a constant of finite values, or a
+/// `where` choosing between two such constants (the padding masks exporters build).
+fn is_finite_mask(graph: &Graph, m: ValueId) -> bool {
+    let finite = |v: ValueId| {
+        graph.constant(v).is_some_and(|c| {
+            crate::decode_elements(graph.value(v).ty.dtype, c.data.bytes())
+                .iter()
+                .all(|x| x.is_finite())
+        })
+    };
+    finite(m)
+        || graph.value(m).producer.is_some_and(|p| {
+            let op = graph.operation(p);
+            op.kind == OpKind::Map(MapFn::Where) && finite(op.inputs[1]) && finite(op.inputs[2])
+        })
 }
 
 /// Whether `m` can be a flash attention's additive mask of scores of shape `scores`: f32 or
@@ -472,5 +546,75 @@ mod tests {
         let last = g.operations().last().unwrap();
         assert_eq!(g.value(last.inputs[3]).name, "pad");
         assert_eq!(g.inputs().len(), 4);
+    }
+
+    /// Attention as the sdpa path exports it: q and kᵀ scaled by 0.5 each, a padding mask
+    /// `where(pad, 0, lowest)` (or `-inf`: `masked`) from a boolean input, and the guard
+    /// `where(is_nan(p), 0, p)` after the softmax.
+    fn sdpa(masked: f32) -> Graph {
+        let (s, d) = (16usize, 16usize);
+        let mut b = GraphBuilder::new("sdpa");
+        let q = b.input("q", TensorType::new(DType::F32, [1, 2, s, d]));
+        let k = b.input("k", TensorType::new(DType::F32, [1, 2, s, d]));
+        let v = b.input("v", TensorType::new(DType::F32, [1, 2, s, d]));
+        let pad = b.input("pad", TensorType::new(DType::Bool, [1, 1, 1, s]));
+        // Constants as the importer writes them: broadcast to the shape they are selected in.
+        let filled = |b: &mut GraphBuilder, name: &str, x: f32, shape: [usize; 4]| {
+            let n = shape.iter().product();
+            b.constant_values(name, TensorType::new(DType::F32, shape), &vec![x; n])
+                .unwrap()
+        };
+        let zero = filled(&mut b, "zero", 0.0, [1, 1, 1, s]);
+        let low = filled(&mut b, "low", masked, [1, 1, 1, s]);
+        let mask = b
+            .op("mask", OpKind::Map(MapFn::Where), &[pad, zero, low])
+            .unwrap();
+        let half = OpKind::Scale { factor: 0.5 };
+        let qs = b.op("qs", half.clone(), &[q]).unwrap();
+        let kt = b
+            .op(
+                "kt",
+                OpKind::Transpose {
+                    perm: vec![0, 1, 3, 2],
+                },
+                &[k],
+            )
+            .unwrap();
+        let kts = b.op("kts", half, &[kt]).unwrap();
+        let mm = OpKind::MatMul {
+            partials: DType::F32,
+            out: DType::F32,
+        };
+        let sc = b.op("scores", mm.clone(), &[qs, kts]).unwrap();
+        let x = b.op("masked", OpKind::Add, &[sc, mask]).unwrap();
+        let p = b.op("probs", OpKind::Softmax { axis: 3 }, &[x]).unwrap();
+        let nan = b.op("nan", OpKind::Map(MapFn::IsNaN), &[p]).unwrap();
+        let zero2 = filled(&mut b, "zero2", 0.0, [1, 2, s, s]);
+        let guarded = b
+            .op("guarded", OpKind::Map(MapFn::Where), &[nan, zero2, p])
+            .unwrap();
+        let o = b.op("ctx", mm, &[guarded, v]).unwrap();
+        b.output(o);
+        b.finish().unwrap()
+    }
+
+    #[test]
+    fn sdpa_with_a_finite_padding_mask_becomes_one_flash_attention() {
+        let (g, fused) = attention_subgraphs(&sdpa(f32::MIN)).unwrap();
+        assert_eq!(fused.len(), 1);
+        for gone in ["guarded", "nan", "qs", "kts", "probs"] {
+            assert!(fused[0].operations.iter().any(|o| o == gone), "{gone}");
+        }
+        let last = g.operations().last().unwrap();
+        let OpKind::FlashAttention { scale, causal, .. } = last.kind else {
+            panic!("{:?}", last.kind)
+        };
+        assert_eq!((scale, causal), (0.25, false));
+        assert_eq!(g.value(last.inputs[0]).name, "q");
+        assert_eq!(g.value(last.inputs[3]).name, "mask");
+        // A mask of -inf can mask a row throughout, whose NaNs the guard turns into zeros:
+        // the pattern is left as it is.
+        let (_, fused) = attention_subgraphs(&sdpa(f32::NEG_INFINITY)).unwrap();
+        assert!(fused.is_empty());
     }
 }
