@@ -40,7 +40,8 @@ OPS = set(
     Sigmoid Gelu Softmax LayerNormalization ReduceMean ReduceSum ReduceMax Transpose Reshape
     Flatten Squeeze Unsqueeze Concat Slice Split Gather Where Expand Cast QuantizeLinear Sin Cos
     DequantizeLinear Constant ConstantOfShape Shape Identity Dropout Attention Equal Less Greater
-    LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf GatherElements GatherND CumSum""".split()
+    LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf GatherElements GatherND CumSum Min Max
+    Clip Trilu Range RMSNormalization""".split()
 )
 
 FLOAT_TYPES = {

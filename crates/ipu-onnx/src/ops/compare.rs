@@ -36,6 +36,7 @@ pub const HANDLERS: &[Handler] = &[
     Handler::map("Where", |i, n, v| map_fn(i, n, v, MapFn::Where)).fold(ALL, select),
     Handler::map("IsNaN", |i, n, v| map_fn(i, n, v, MapFn::IsNaN)),
     Handler::map("IsInf", is_inf),
+    Handler::map("Trilu", trilu).fold(ALL, trilu_fold).since(14),
 ];
 
 /// `node` as the map operation `f` of its inputs, broadcast to one shape; known inputs take
@@ -47,6 +48,12 @@ fn map_fn(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>], f: MapFn
     let vals: Vec<Val> = (0..f.arity())
         .map(|i| req(node, ins, i).cloned())
         .collect::<Result<_, _>>()?;
+    map_vals(imp, node, &vals, f)
+}
+
+/// The map operation `f` of `vals`, broadcast to one shape; known ones take the type of the
+/// run-time ones they meet.
+fn map_vals(imp: &mut Importer<'_>, node: &Node<'_>, vals: &[Val], f: MapFn) -> Outs {
     let shapes: Vec<Vec<usize>> = vals.iter().map(|v| imp.shape(v)).collect();
     let target = broadcast_shapes(node, &shapes)?;
     // The operands that share a type: all of a predicate's, `where`'s last two.
@@ -122,4 +129,71 @@ fn select(node: &Node<'_>, ins: &[Option<Rc<Known>>]) -> Result<Known, OnnxError
         return Err(node.bad_input(k.len(), "is required"));
     }
     evaluated(node, known::select(&k[0], &k[1], &k[2]))
+}
+
+/// `Trilu(input, k)`: the elements on and above (`upper`, the default) or on and below the
+/// `k`-th diagonal of the last two axes kept, the others zero. `k` must be known.
+fn trilu_keep(node: &Node<'_>, shape: &[usize], k: Option<&Known>) -> Result<Known, OnnxError> {
+    node.only_attrs(&["upper"])?;
+    let upper = node.int("upper", 1)? != 0;
+    let k = match k {
+        None => 0,
+        Some(k) => match k.ints().as_deref() {
+            Some(&[k]) => k,
+            _ => return Err(node.bad_input(1, "must be one integer")),
+        },
+    };
+    let r = shape.len();
+    if r < 2 {
+        return Err(node.bad_input(0, format!("has rank {r}; Trilu needs at least 2")));
+    }
+    let (rows, cols) = (shape[r - 2] as i64, shape[r - 1] as i64);
+    let n: usize = shape.iter().product();
+    let keep: Vec<f64> = (0..n as i64)
+        .map(|i| {
+            let (row, col) = ((i / cols) % rows, i % cols);
+            f64::from(u8::from(if upper {
+                col - row >= k
+            } else {
+                col - row <= k
+            }))
+        })
+        .collect();
+    Known::from_f64(Elem::Bool, shape.to_vec(), &keep).map_err(|r| node.graph_error(r))
+}
+
+fn trilu_fold(node: &Node<'_>, ins: &[Option<Rc<Known>>]) -> Result<Known, OnnxError> {
+    let x = ins
+        .first()
+        .and_then(Option::as_ref)
+        .ok_or_else(|| node.bad_input(0, "is required"))?;
+    let keep = trilu_keep(node, &x.shape, ins.get(1).and_then(Option::as_deref))?;
+    let zero = known::cast(
+        &Known::from_f64(Elem::Float(ipu_graph::DType::F32), vec![], &[0.0])
+            .map_err(|r| node.graph_error(r))?,
+        x.elem,
+    )
+    .map_err(|r| node.graph_error(r))?;
+    evaluated(node, known::select(&keep, x, &zero))
+}
+
+/// `Trilu` of a run-time input: `where(keep, x, 0)` with the constant `keep` of the
+/// diagonals kept (a NaN or infinity outside them gives zero, as the operator does).
+fn trilu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    let x = req(node, ins, 0)?;
+    let k = match ins.get(1).and_then(Option::as_ref) {
+        None => None,
+        Some(Val::Known(k, _)) => Some(k.clone()),
+        Some(Val::Graph(_)) => {
+            return Err(node.bad_input(1, "must be known at import (it is computed at run time)"));
+        }
+    };
+    let keep = trilu_keep(node, &imp.shape(x), k.as_deref())?;
+    let zero = fill_like(imp, x, 0.0)?;
+    map_vals(
+        imp,
+        node,
+        &[Val::known(keep), x.clone(), zero],
+        MapFn::Where,
+    )
 }

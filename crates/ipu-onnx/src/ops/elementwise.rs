@@ -9,8 +9,8 @@ use std::rc::Rc;
 use ipu_graph::{OpKind, UnaryFn};
 
 use super::common::{
-    Outs, binary_op, fill_like, input, max2, min2, negate, one, out_name, req, scale, slice_graph,
-    unary_op,
+    Outs, binary_op, fill_like, input, max2, min2, negate, one, out_name, req, reshape, scale,
+    slice_graph, unary_op,
 };
 use super::handler::{ALL, Handler, evaluated, given, required};
 use crate::OnnxError;
@@ -138,21 +138,21 @@ fn clip(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     node.only_attrs(&[])?;
     let x = req(node, ins, 0)?;
     let name = out_name(imp, node, 0);
-    let lo = input(ins, 1)
-        .map(|_| imp.known_input(node, ins, 1))
-        .transpose()?;
-    let hi = input(ins, 2)
-        .map(|_| imp.known_input(node, ins, 2))
-        .transpose()?;
-    let mut v = x.clone();
     let rank = imp.shape(x).len();
-    for (i, bound) in [(1, &lo), (2, &hi)] {
-        if bound.as_ref().is_some_and(|b| b.elements() != 1) {
+    // Each bound, known or computed at run time, as one value of `x`'s rank.
+    let bound = |imp: &mut Importer<'_>, i: usize, label: &str| {
+        let Some(b) = input(ins, i) else {
+            return Ok(None);
+        };
+        if imp.shape(b).iter().product::<usize>() != 1 {
             return Err(node.bad_input(i, "a bound must hold one value"));
         }
-    }
+        reshape(imp, node, b, vec![1; rank], &format!("{name}.{label}")).map(Some)
+    };
+    let lo = bound(imp, 1, "min")?;
+    let hi = bound(imp, 2, "max")?;
+    let mut v = x.clone();
     if let Some(lo) = lo {
-        let lo = Val::known(lo.reshaped(vec![1; rank]).clone());
         let step = if hi.is_some() {
             format!("{name}.lower")
         } else {
@@ -161,7 +161,6 @@ fn clip(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
         v = max2(imp, node, &v, &lo, &step)?;
     }
     if let Some(hi) = hi {
-        let hi = Val::known(hi.reshaped(vec![1; rank]).clone());
         v = min2(imp, node, &v, &hi, &name)?;
     }
     one(v)

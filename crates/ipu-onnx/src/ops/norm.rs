@@ -1,9 +1,9 @@
-//! Normalisations: `Softmax` and `LayerNormalization`.
+//! Normalisations: `Softmax`, `LayerNormalization` and `RMSNormalization`.
 
-use ipu_graph::{OpKind, UnaryFn};
+use ipu_graph::{DType, OpKind, UnaryFn};
 
 use super::common::{
-    Outs, binary_op, fill_like, float_dtype, input, one, out_name, req, scale, unary_op,
+    Outs, binary_op, cast_val, fill_like, float_dtype, input, one, out_name, req, scale, unary_op,
 };
 use super::handler::Handler;
 use crate::OnnxError;
@@ -12,7 +12,82 @@ use crate::importer::{Importer, Node, Val, normalize_axis};
 pub const HANDLERS: &[Handler] = &[
     Handler::map("Softmax", softmax),
     Handler::map("LayerNormalization", layer_norm).since(17),
+    Handler::map("RMSNormalization", rms_norm).since(23),
 ];
+
+/// The mean of `v` over its axes from `axis` on, kept with size 1, as ReduceMean does it: a
+/// sum per axis, then `1/n`. Steps are named from `label`, the result `out`.
+fn mean_over(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    v: &Val,
+    axis: usize,
+    label: &str,
+    out: &str,
+) -> Result<Val, OnnxError> {
+    let shape = imp.shape(v);
+    let count: usize = shape[axis..].iter().product();
+    let mut id = imp.data(node, 0, v, &format!("{label}_input"))?;
+    for a in axis..shape.len() {
+        id = imp.op(
+            node,
+            &format!("{label}_sum{a}"),
+            OpKind::ReduceSum { axis: a },
+            &[id],
+        )?;
+    }
+    scale(imp, node, &Val::Graph(id), (1.0 / count as f64) as f32, out)
+}
+
+/// `RMSNormalization` (opset 23), by the function body of the operator specification with
+/// the statistics in f32 (`stash_type` 1): `x` in f32, `ms = ReduceMean(x * x)` over the
+/// axes from `axis` on, `Y = (x * (1 / sqrt(ms + epsilon)))` in `X`'s type, times `scale`.
+fn rms_norm(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
+    node.only_attrs(&["axis", "epsilon", "stash_type"])?;
+    let x = req(node, ins, 0)?;
+    let rank = imp.shape(x).len();
+    let axis = normalize_axis(node, "axis", node.int("axis", -1)?, rank)?;
+    if node.int("stash_type", 1)? != 1 {
+        return Err(node.bad_attr("stash_type", "only 1 (statistics in float) is supported"));
+    }
+    let epsilon = node.float("epsilon", 1e-5)?;
+    let dtype = float_dtype(node, imp, x, 0)?;
+    let s = req(node, ins, 1)?;
+    let name = out_name(imp, node, 0);
+    let n = |step: &str| format!("{name}.{step}");
+    let xf = cast_val(imp, node, x, DType::F32, &n("stashed"))?;
+    let squares = binary_op(imp, node, OpKind::Mul, &xf, &xf, &n("squared"))?;
+    let ms = mean_over(
+        imp,
+        node,
+        &squares,
+        axis,
+        &n("mean_square"),
+        &n("mean_square"),
+    )?;
+    let eps = fill_like(imp, &ms, f64::from(epsilon))?;
+    let ms_eps = binary_op(imp, node, OpKind::Add, &ms, &eps, &n("mean_square_epsilon"))?;
+    let rms = unary_op(
+        imp,
+        node,
+        OpKind::Unary(UnaryFn::Sqrt),
+        &ms_eps,
+        0,
+        &n("rms"),
+    )?;
+    let ones = fill_like(imp, &rms, 1.0)?;
+    let inv = binary_op(imp, node, OpKind::Div, &ones, &rms, &n("inverse_rms"))?;
+    let norm = binary_op(imp, node, OpKind::Mul, &xf, &inv, &n("normalized_f32"))?;
+    let norm = cast_val(imp, node, &norm, dtype, &n("normalized"))?;
+    Ok(vec![Some(binary_op(
+        imp,
+        node,
+        OpKind::Mul,
+        &norm,
+        s,
+        &name,
+    )?)])
+}
 
 /// `Softmax` (opset 13): along one axis.
 fn softmax(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
@@ -66,20 +141,8 @@ fn layer_norm(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> O
         return Ok(vec![Some(affine(imp, &norm)?), None, None]);
     }
     float_dtype(node, imp, x, 0)?;
-    let count: usize = shape[axis..].iter().product();
-    let inv_count = (1.0 / count as f64) as f32;
-    // The mean over the normalised axes, as ReduceMean does it: a sum per axis, then 1/n.
     let mean_of = |imp: &mut Importer<'_>, v: &Val, label: &str, out: String| {
-        let mut id = imp.data(node, 0, v, &format!("{name}.{label}_input"))?;
-        for a in axis..rank {
-            id = imp.op(
-                node,
-                &format!("{name}.{label}_sum{a}"),
-                OpKind::ReduceSum { axis: a },
-                &[id],
-            )?;
-        }
-        scale(imp, node, &Val::Graph(id), inv_count, &out)
+        mean_over(imp, node, v, axis, &format!("{name}.{label}"), &out)
     };
     let mean_name = if is_read(1) {
         out_name(imp, node, 1)

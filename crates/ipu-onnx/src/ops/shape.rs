@@ -21,7 +21,10 @@ pub const HANDLERS: &[Handler] = &[
     Handler::map("Shape", shape),
     Handler::map("Size", size),
     Handler::map("ConstantOfShape", constant_of_shape),
-    Handler::refuse("Range", "no integer tensors on the device").fold(ALL, range_fold),
+    Handler::refuse(
+        "Range",
+        "the length of its output depends on the values of start, limit and delta, which must be known at import",
+    ).fold(ALL, range_fold),
     // A known input is reshaped, transposed, sliced or taken from at import by the mapping.
     Handler::map("Reshape", reshape_op),
     Handler::map("Flatten", flatten),
