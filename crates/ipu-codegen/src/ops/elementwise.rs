@@ -289,6 +289,10 @@ impl Lowerer<'_> {
         let eb = self.eb(x);
         let same = self.plan.values[y].layout == out_layout;
         let name = op.name.clone();
+        // A row vector's stages are one placement group: the same columns at the same offset
+        // reach a run of consecutive tiles as one multicast row.
+        let row_group = self.next_group;
+        self.next_group += 1;
         for tile in out_layout.tiles() {
             let n = per_tile[&tile];
             let xb = self.value_buffer(x, tile);
@@ -306,6 +310,7 @@ impl Lowerer<'_> {
                 // whose storage index is the column (one row); columns past `y`'s storage (the
                 // output group's padding) are zero.
                 let st = self.scratch_buffer(tile, n as u32 * eb, format!("stage:{name}.b"));
+                self.prog.buffers[st.0 as usize].group = Some(row_group);
                 let shape = &self.plan.values[out].shape;
                 let (cols, g) = (shape[shape.len() - 1], out_layout.group);
                 let rows = shape[shape.len() - 2];
