@@ -41,7 +41,7 @@ OPS = set(
     Flatten Squeeze Unsqueeze Concat Slice Split Gather Where Expand Cast QuantizeLinear Sin Cos
     DequantizeLinear Constant ConstantOfShape Shape Identity Dropout Attention Equal Less Greater
     LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf GatherElements GatherND CumSum Min Max
-    Clip Trilu Range RMSNormalization""".split()
+    Clip Trilu Range RMSNormalization RotaryEmbedding""".split()
 )
 
 FLOAT_TYPES = {

@@ -49,7 +49,7 @@ fn gather(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs 
 
 /// Entries `idx` along `axis` of `x`, reshaped to `out_shape`: taken at import from a known
 /// tensor; slices (one per run of consecutive indices) and a concat of a graph value.
-fn take(
+pub(super) fn take(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
     x: &Val,
@@ -219,7 +219,7 @@ fn strides_of(shape: &[usize]) -> Vec<usize> {
 /// `gather` of the table, which stays on the device, by i32 indices, along axis 0 of the table
 /// viewed as rows of its other axes (transposed first for another axis: a known table at
 /// import).
-fn gather_run_time(
+pub(super) fn gather_run_time(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
     x: &Val,

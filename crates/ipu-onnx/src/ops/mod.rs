@@ -23,6 +23,7 @@ mod misc;
 mod norm;
 mod quant;
 mod reduce;
+mod rotary;
 mod shape;
 
 use common::{Outs, one};
@@ -44,6 +45,7 @@ const TABLES: &[&[Handler]] = &[
     matmul::HANDLERS,
     norm::HANDLERS,
     attention::HANDLERS,
+    rotary::HANDLERS,
 ];
 
 /// Entries by domain and op type, in table order.

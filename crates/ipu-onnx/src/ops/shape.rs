@@ -507,7 +507,7 @@ const STRIDED_SLICE_ENTRIES_MAX: usize = 64;
 /// Entries `start, start + step, ..` before `end` along `axis` (NumPy slicing, bounds clamped,
 /// `step` not 1, possibly negative): one single-entry slice per entry, concatenated in order.
 #[allow(clippy::too_many_arguments)]
-fn strided_slice(
+pub(super) fn strided_slice(
     imp: &mut Importer<'_>,
     node: &Node<'_>,
     x: ValueId,
