@@ -626,6 +626,8 @@ pub fn support_areas(sized: &BTreeMap<u32, SizedTile>) -> BTreeMap<u32, TileSupp
                 TileSupport {
                     code_end: addrs[2],
                     support_end: s.end,
+                    states_start: s.base,
+                    tables_start: s.tables.values().copied().min().unwrap_or(s.end),
                 },
             )
         })

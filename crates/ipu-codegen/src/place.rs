@@ -20,6 +20,23 @@ pub struct TileSupport {
     pub code_end: u32,
     /// End of support data (states, tables); buffers start at or after it.
     pub support_end: u32,
+    /// Where the vertex states start (the end of the code) and where the exchange and host
+    /// tables start (the end of the states), for messages.
+    pub states_start: u32,
+    /// See [`TileSupport::states_start`].
+    pub tables_start: u32,
+}
+
+impl TileSupport {
+    /// `code C, vertex states S, tables T` in bytes, from the bottom of tile memory.
+    fn parts(&self, memory_base: u32) -> String {
+        format!(
+            "code {}, vertex states {}, exchange and host tables {}",
+            self.states_start.saturating_sub(memory_base),
+            self.tables_start.saturating_sub(self.states_start),
+            self.support_end.saturating_sub(self.tables_start)
+        )
+    }
 }
 
 /// Addresses of every buffer, plus per-tile figures.
@@ -196,10 +213,14 @@ pub fn place(
                     need_bytes: b.bytes as u64,
                     available_bytes: target.memory_end.saturating_sub(at) as u64,
                     detail: format!(
-                        "the constants resident on the tile, up to {}, above {} bytes of code, \
-                         vertex states and exchange tables",
+                        "the constants resident on the tile, up to {} ({} bytes of them before \
+                         it), above {} bytes of code, vertex states and exchange tables ({})",
                         b.name,
-                        floor(tile) - target.memory_base
+                        at - floor(tile),
+                        floor(tile) - target.memory_base,
+                        support
+                            .get(&tile)
+                            .map_or(String::new(), |s| s.parts(target.memory_base))
                     ),
                 });
             }
@@ -282,6 +303,8 @@ pub fn place(
         let sup = support.get(&tile).copied().unwrap_or(TileSupport {
             code_end: target.memory_base,
             support_end: target.memory_base,
+            states_start: target.memory_base,
+            tables_start: target.memory_base,
         });
         // Interleaved-only first, then larger first; ids break ties: deterministic.
         ids.sort_by_key(|id| {
