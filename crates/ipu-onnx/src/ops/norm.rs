@@ -39,6 +39,21 @@ fn mean_over(
     scale(imp, node, &Val::Graph(id), (1.0 / count as f64) as f32, out)
 }
 
+/// `1 / sqrt(v + epsilon)`, its steps named `names`: the sum, the root, the result.
+fn inverse_root(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    v: &Val,
+    epsilon: f32,
+    names: [&str; 3],
+) -> Result<Val, OnnxError> {
+    let eps = fill_like(imp, v, f64::from(epsilon))?;
+    let sum = binary_op(imp, node, OpKind::Add, v, &eps, names[0])?;
+    let root = unary_op(imp, node, OpKind::Unary(UnaryFn::Sqrt), &sum, 0, names[1])?;
+    let ones = fill_like(imp, &root, 1.0)?;
+    binary_op(imp, node, OpKind::Div, &ones, &root, names[2])
+}
+
 /// `RMSNormalization` (opset 23), by the function body of the operator specification with
 /// the statistics in f32 (`stash_type` 1): `x` in f32, `ms = ReduceMean(x * x)` over the
 /// axes from `axis` on, `Y = (x * (1 / sqrt(ms + epsilon)))` in `X`'s type, times `scale`.
@@ -65,18 +80,13 @@ fn rms_norm(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Out
         &n("mean_square"),
         &n("mean_square"),
     )?;
-    let eps = fill_like(imp, &ms, f64::from(epsilon))?;
-    let ms_eps = binary_op(imp, node, OpKind::Add, &ms, &eps, &n("mean_square_epsilon"))?;
-    let rms = unary_op(
+    let inv = inverse_root(
         imp,
         node,
-        OpKind::Unary(UnaryFn::Sqrt),
-        &ms_eps,
-        0,
-        &n("rms"),
+        &ms,
+        epsilon,
+        [&n("mean_square_epsilon"), &n("rms"), &n("inverse_rms")],
     )?;
-    let ones = fill_like(imp, &rms, 1.0)?;
-    let inv = binary_op(imp, node, OpKind::Div, &ones, &rms, &n("inverse_rms"))?;
     let norm = binary_op(imp, node, OpKind::Mul, &xf, &inv, &n("normalized_f32"))?;
     let norm = cast_val(imp, node, &norm, dtype, &n("normalized"))?;
     Ok(vec![Some(binary_op(
@@ -153,23 +163,18 @@ fn layer_norm(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> O
     let d = binary_op(imp, node, OpKind::Sub, x, &mean, &n("centered"))?;
     let dd = binary_op(imp, node, OpKind::Mul, &d, &d, &n("squared"))?;
     let var = mean_of(imp, &dd, "variance", n("variance"))?;
-    let eps = fill_like(imp, &var, f64::from(epsilon))?;
-    let var_eps = binary_op(imp, node, OpKind::Add, &var, &eps, &n("variance_epsilon"))?;
-    let std = unary_op(
-        imp,
-        node,
-        OpKind::Unary(UnaryFn::Sqrt),
-        &var_eps,
-        0,
-        &n("deviation"),
-    )?;
     let inv_name = if is_read(2) {
         out_name(imp, node, 2)
     } else {
         n("inverse_deviation")
     };
-    let ones = fill_like(imp, &std, 1.0)?;
-    let inv = binary_op(imp, node, OpKind::Div, &ones, &std, &inv_name)?;
+    let inv = inverse_root(
+        imp,
+        node,
+        &var,
+        epsilon,
+        [&n("variance_epsilon"), &n("deviation"), &inv_name],
+    )?;
     let norm = binary_op(imp, node, OpKind::Mul, &d, &inv, &n("normalized"))?;
     let y = affine(imp, &norm)?;
     imp.notes.push(format!(
