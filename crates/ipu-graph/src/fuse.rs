@@ -213,31 +213,27 @@ fn nan_guard(
     let nan = graph.operation(is_nan).outputs[0];
     let w = *rs.iter().find(|&&o| o != is_nan)?;
     let wop = graph.operation(w);
-    let zero = |v: ValueId| {
-        graph.constant(v).is_some_and(|c| {
-            crate::decode_elements(graph.value(v).ty.dtype, c.data.bytes())
-                .iter()
-                .all(|&x| x == 0.0)
-        })
-    };
     (wop.kind == OpKind::Map(MapFn::Where)
         && wop.inputs[..] == [nan, wop.inputs[1], p]
-        && zero(wop.inputs[1])
+        && constant_all(graph, wop.inputs[1], |x| x == 0.0)
         && readers.get(&nan).is_some_and(|r| r == &[w])
         && !graph.outputs().contains(&nan))
     .then_some((is_nan, w))
 }
 
+/// Whether `v` is a constant whose every element satisfies `holds`.
+fn constant_all(graph: &Graph, v: ValueId, holds: impl Fn(f32) -> bool) -> bool {
+    graph.constant(v).is_some_and(|c| {
+        crate::decode_elements(graph.value(v).ty.dtype, c.data.bytes())
+            .into_iter()
+            .all(holds)
+    })
+}
+
 /// Whether every element of the mask `m` is finite: a constant of finite values, or a
 /// `where` choosing between two such constants (the padding masks exporters build).
 fn is_finite_mask(graph: &Graph, m: ValueId) -> bool {
-    let finite = |v: ValueId| {
-        graph.constant(v).is_some_and(|c| {
-            crate::decode_elements(graph.value(v).ty.dtype, c.data.bytes())
-                .iter()
-                .all(|x| x.is_finite())
-        })
-    };
+    let finite = |v: ValueId| constant_all(graph, v, f32::is_finite);
     finite(m)
         || graph.value(m).producer.is_some_and(|p| {
             let op = graph.operation(p);

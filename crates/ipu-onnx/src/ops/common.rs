@@ -226,6 +226,17 @@ pub fn fill_like(imp: &Importer<'_>, x: &Val, v: f64) -> Result<Val, OnnxError> 
     Ok(Val::known(k))
 }
 
+/// `1 / x` (a `div` of ones of `x`'s rank and type by `x`).
+pub fn one_over(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    x: &Val,
+    name: &str,
+) -> Result<Val, OnnxError> {
+    let ones = fill_like(imp, x, 1.0)?;
+    binary_op(imp, node, OpKind::Div, &ones, x, name)
+}
+
 /// `-x` (`scale` by -1).
 pub fn negate(
     imp: &mut Importer<'_>,

@@ -7,7 +7,9 @@ use std::rc::Rc;
 
 use ipu_graph::{MapFn, OpKind};
 
-use super::common::{Outs, broadcast_shapes, broadcast_to, fill_like, one, out_name, req};
+use super::common::{
+    Outs, broadcast_shapes, broadcast_to, fill_like, one, out_name, req, scalar_like,
+};
 use super::handler::{ALL, Handler, evaluated, given};
 use crate::OnnxError;
 use crate::importer::{Importer, Node, Val};
@@ -168,12 +170,7 @@ fn trilu_fold(node: &Node<'_>, ins: &[Option<Rc<Known>>]) -> Result<Known, OnnxE
         .and_then(Option::as_ref)
         .ok_or_else(|| node.bad_input(0, "is required"))?;
     let keep = trilu_keep(node, &x.shape, ins.get(1).and_then(Option::as_deref))?;
-    let zero = known::cast(
-        &Known::from_f64(Elem::Float(ipu_graph::DType::F32), vec![], &[0.0])
-            .map_err(|r| node.graph_error(r))?,
-        x.elem,
-    )
-    .map_err(|r| node.graph_error(r))?;
+    let zero = scalar_like(x.elem, 0.0)?;
     evaluated(node, known::select(&keep, x, &zero))
 }
 

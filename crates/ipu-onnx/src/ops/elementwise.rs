@@ -9,8 +9,8 @@ use std::rc::Rc;
 use ipu_graph::{OpKind, UnaryFn};
 
 use super::common::{
-    Outs, binary_op, fill_like, input, max2, min2, negate, one, out_name, req, reshape, scale,
-    slice_graph, unary_op,
+    Outs, binary_op, fill_like, input, max2, min2, negate, one, one_over, out_name, req, reshape,
+    scale, slice_graph, unary_op,
 };
 use super::handler::{ALL, Handler, evaluated, given, required};
 use crate::OnnxError;
@@ -171,8 +171,7 @@ fn reciprocal(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> O
     node.only_attrs(&[])?;
     let x = req(node, ins, 0)?;
     let name = out_name(imp, node, 0);
-    let ones = fill_like(imp, x, 1.0)?;
-    one(binary_op(imp, node, OpKind::Div, &ones, x, &name)?)
+    one(one_over(imp, node, x, &name)?)
 }
 
 /// `Sigmoid = 1 / (1 + exp(-x))`, its definition in the operator specification.
@@ -358,10 +357,7 @@ fn pow_scalar(
     match v {
         1.0 => Ok(x.clone()),
         2.0 => binary_op(imp, node, OpKind::Mul, x, x, name),
-        -1.0 => {
-            let ones = fill_like(imp, x, 1.0)?;
-            binary_op(imp, node, OpKind::Div, &ones, x, name)
-        }
+        -1.0 => one_over(imp, node, x, name),
         3.0 => {
             let sq = binary_op(imp, node, OpKind::Mul, x, x, &format!("{name}.square"))?;
             binary_op(imp, node, OpKind::Mul, &sq, x, name)
@@ -394,8 +390,7 @@ fn pow_scalar(
                 }
             }
             if v < 0.0 {
-                let ones = fill_like(imp, x, 1.0)?;
-                acc = binary_op(imp, node, OpKind::Div, &ones, &acc, name)?;
+                acc = one_over(imp, node, &acc, name)?;
             }
             Ok(acc)
         }

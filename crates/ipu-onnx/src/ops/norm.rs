@@ -3,7 +3,8 @@
 use ipu_graph::{DType, OpKind, UnaryFn};
 
 use super::common::{
-    Outs, binary_op, cast_val, fill_like, float_dtype, input, one, out_name, req, scale, unary_op,
+    Outs, binary_op, cast_val, fill_like, float_dtype, input, one, one_over, out_name, req, scale,
+    unary_op,
 };
 use super::handler::Handler;
 use crate::OnnxError;
@@ -50,8 +51,7 @@ fn inverse_root(
     let eps = fill_like(imp, v, f64::from(epsilon))?;
     let sum = binary_op(imp, node, OpKind::Add, v, &eps, names[0])?;
     let root = unary_op(imp, node, OpKind::Unary(UnaryFn::Sqrt), &sum, 0, names[1])?;
-    let ones = fill_like(imp, &root, 1.0)?;
-    binary_op(imp, node, OpKind::Div, &ones, &root, names[2])
+    one_over(imp, node, &root, names[2])
 }
 
 /// `RMSNormalization` (opset 23), by the function body of the operator specification with
