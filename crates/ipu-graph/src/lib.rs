@@ -18,6 +18,7 @@ pub mod fuse;
 mod index;
 mod infer;
 pub mod models;
+pub mod repeat;
 pub mod strided;
 mod text;
 

@@ -618,3 +618,34 @@ fn causal_attention_with_more_keys_than_queries_uses_the_causal_mask() {
     check_outputs(&m, "attention_causal_more_keys", Precision::Exact, 1e-5);
     check_outputs(&m, "attention_causal_more_keys", Precision::Device, 1e-5);
 }
+
+/// The exporters' layers are one repeated block: every two-layer export is a run of two blocks
+/// chained by the hidden state, as imported and with its attention fused.
+#[test]
+fn exported_layers_are_one_repeated_block() {
+    for name in [
+        "hf_bert",
+        "hf_distilbert_sdpa",
+        "hf_gpt2_torchscript",
+        "hf_llama",
+    ] {
+        let imported = import_named(name, &[]).unwrap();
+        let (fused, _) = ipu_graph::fuse::attention_subgraphs(&imported.graph).unwrap();
+        for g in [&imported.graph, &fused] {
+            let (one, r) = ipu_graph::repeat::find(g)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name}: no repeated block"));
+            eprintln!(
+                "{name}: {} ops -> {}, block {} ({}..), carry {} -> {}, frames {}",
+                g.operations().len(),
+                one.operations().len(),
+                r.block.len(),
+                r.block[0],
+                r.input,
+                r.output,
+                r.frames.len()
+            );
+            assert_eq!(r.count, 2, "{name}");
+        }
+    }
+}
