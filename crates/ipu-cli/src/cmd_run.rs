@@ -1044,6 +1044,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<u8> {
         "sequences_per_second": speed.sequences.map(|n| n as f64 / speed.seconds),
         "tokens_per_second": speed.tokens.map(|n| n as f64 / speed.seconds),
         "parameter_bytes": speed.parameter_bytes,
+        "repeated_layers": build_report.repeated_layers,
         "amp_mode": build_report.amp_mode.map(|m| format!("{m:?}")),
         "reference_precision": a.reference_precision.to_string(),
         "seed": a.device.seed,

@@ -140,11 +140,15 @@ pub fn estimate_by_kernel(ops: &[SupOp]) -> BTreeMap<String, u64> {
 /// different buffers, which placement keeps in different memory elements.
 pub fn charge_bank_conflicts(program: &mut TileProgram, addresses: &[u32], target: &Target) {
     let at = |l: (ipu_kernels::BufferId, u32)| addresses[l.0.0 as usize].wrapping_add(l.1);
-    for step in &mut program.steps {
+    for (i, step) in program.steps.iter_mut().enumerate() {
+        // A repeated step shares its first instance's work, charged there.
+        if program.same_as.contains_key(&i) {
+            continue;
+        }
         let Step::Compute { tiles, .. } = step else {
             continue;
         };
-        for op in tiles.values_mut().flatten() {
+        for op in std::sync::Arc::make_mut(tiles).values_mut().flatten() {
             if let SupOp::Run(
                 ipu_kernels::Kernel::Binary { op, .. },
                 ipu_kernels::state::State::Binary(st),
@@ -155,6 +159,10 @@ pub fn charge_bank_conflicts(program: &mut TileProgram, addresses: &[u32], targe
                     ipu_kernels::binary_conflict_slots(target, *op, at(st.a), at(st.b), st.vectors);
             }
         }
+    }
+    let repeats: Vec<(usize, usize)> = program.same_as.iter().map(|(&j, &i)| (j, i)).collect();
+    for (j, i) in repeats {
+        program.steps[j] = program.steps[i].clone();
     }
 }
 
@@ -226,7 +234,7 @@ mod tests {
         let mut p = TileProgram::default();
         p.steps.push(Step::Compute {
             name: "add".into(),
-            tiles: BTreeMap::from([(0, vec![SupOp::Run(k, st.into(), slots)])]),
+            tiles: BTreeMap::from([(0, vec![SupOp::Run(k, st.into(), slots)])]).into(),
             estimated_cycles: 0,
         });
         charge_bank_conflicts(&mut p, &[base, 0x9_0000], &Target::gc200());

@@ -235,6 +235,13 @@ pub fn support_layout(
         }
     }
     for i in 0..program.steps.len() {
+        // A repeated step's tables are its first instance's (the same copies, scheduled alike).
+        if let Some(first) = program.same_as.get(&i) {
+            if let Some(&a) = l.tables.get(first) {
+                l.tables.insert(i, a);
+            }
+            continue;
+        }
         let bytes = table_bytes(program, idx, tile, i);
         if bytes > 0 {
             at = at.div_ceil(4) * 4;
@@ -284,16 +291,45 @@ pub fn supervisor_code(
     if program.init_steps == 0 {
         init.op(Instr::Sync);
     }
-    let mut run = Code::new();
+    let mut main = Code::new();
     let mut state_index = 0;
     // The kernel whose entry is in $m2, to skip reloading it between launches.
     let mut entry: Option<Kernel> = None;
+    // A repeated block's steps are one subroutine every layer calls (`call $m10`): its first
+    // instance's steps, emitted once after the `run` program's `halt`.
+    let block = repeated_block(program);
+    let mut sub = Code::new();
+    let block_label = main.label();
     for (i, s) in program.steps.iter().enumerate() {
+        if let Some(b) = &block {
+            let first = program.same_as.get(&i).copied().unwrap_or(i);
+            if b.contains(&first) {
+                if first == b.start {
+                    main.branch(
+                        Instr::Call {
+                            link: BLOCK_LINK,
+                            target: 0,
+                        },
+                        block_label,
+                    );
+                }
+                if i != first {
+                    state_index += launches_on(s, tile);
+                    entry = None;
+                    continue;
+                }
+                if i == b.start {
+                    entry = None;
+                }
+            }
+        }
         // The first `init_steps` steps are the `initialize` program (they launch no kernels).
         let run = if i < program.init_steps {
             &mut init
+        } else if block.as_ref().is_some_and(|b| b.contains(&i)) {
+            &mut sub
         } else {
-            &mut run
+            &mut main
         };
         run.op(Instr::Mark { id: i as u16 });
         match s {
@@ -395,8 +431,33 @@ pub fn supervisor_code(
         }
     }
     init.op(Instr::Halt);
-    run.op(Instr::Halt);
-    (startup, init, run)
+    main.op(Instr::Halt);
+    if block.is_some() {
+        main.bind(block_label);
+        main.append(&sub);
+        main.op(Instr::Br { a: BLOCK_LINK });
+    }
+    (startup, init, main)
+}
+
+/// The supervisor register holding the return address of a repeated block's subroutine.
+const BLOCK_LINK: MReg = MReg(10);
+
+/// The steps of a repeated block's first instance (`TileProgram::same_as`), if any.
+fn repeated_block(program: &TileProgram) -> Option<std::ops::Range<usize>> {
+    let first = program.same_as.values().min()?;
+    let last = program.same_as.values().max()?;
+    Some(*first..last + 1)
+}
+
+/// Worker launches of `tile` in step `s`.
+fn launches_on(s: &Step, tile: u32) -> usize {
+    match s {
+        Step::Compute { tiles, .. } => tiles.get(&tile).map_or(0, |ops| {
+            ops.iter().filter(|op| op.launch().is_some()).count()
+        }),
+        _ => 0,
+    }
 }
 
 /// Number of bulk-synchronous phases (global instructions) of the `run` program.
@@ -512,6 +573,9 @@ pub fn tile_image(
         let Some(&at) = support.tables.get(&i) else {
             continue;
         };
+        if program.same_as.contains_key(&i) {
+            continue;
+        }
         let bytes = match s {
             Step::Exchange { .. } => exchanges[&i].tables[&tile].to_bytes(),
             Step::Host { .. } => host_table(program, idx, tile, i, addr).to_bytes(),

@@ -4,6 +4,8 @@
 //! followed by a checker of their output), each in a `tracing` span that ends with `package
 //! build phase finished phase=NAME elapsed_ms=N success=true`:
 //!
+//! 0. `find_repeats` — [`ipu_graph::repeat::find`]: a run of identical layers, planned and
+//!    lowered once and run once per layer ([`repeat`]).
 //! 1. `lower_mid` — [`plan::plan`]: expand the graph into device operations, enumerate and cost
 //!    candidate tile mappings per operator family ([`ops`]); `select_finalist` —
 //!    [`plan::log_finalists`].
@@ -33,6 +35,7 @@ pub mod ops;
 pub mod place;
 pub mod plan;
 pub mod program;
+pub mod repeat;
 pub mod view;
 
 use std::collections::BTreeMap;
@@ -88,6 +91,9 @@ pub struct BuildReport {
     pub k_splits: std::collections::BTreeMap<String, usize>,
     /// Device operations.
     pub device_operations: usize,
+    /// Layers of the run of identical blocks the build compiled once and runs once per layer
+    /// (`repeat`), or 0.
+    pub repeated_layers: usize,
     /// Operations re-planned after placement found their memory short, with the per-tile
     /// budget they were given, in order.
     pub replans: Vec<(String, u64)>,
@@ -286,18 +292,39 @@ pub fn build_searched(
     // with the program, past any fixed reserve).
     let mut support_bytes = plan::SUPPORT_RESERVE_BYTES;
     let mut attempt = 0;
-    let (plan, mut lowered, kernels, step_index, sized, placement, support) = loop {
+    // A run of identical layers is planned and lowered as one block (`repeat`), unless the
+    // plan does not keep it as one; then every layer is compiled.
+    let mut repeated = phase(&mut report, "find_repeats", || {
+        ipu_graph::repeat::find(graph).map_err(|e| CodegenError::Graph {
+            message: e.to_string(),
+        })
+    })?;
+    if let Some((one, r)) = &repeated {
+        info!(
+            layers = r.count,
+            block_operations = r.block.len(),
+            frames = r.frames.len(),
+            operations = one.operations().len(),
+            "planning a run of identical layers once"
+        );
+    }
+    let (plan, dev_repeat, mut lowered, kernels, step_index, sized, placement, support) = loop {
+        let planned_graph = repeated.as_ref().map_or(graph, |(g, _)| g);
+        // Every layer's weights stay on the tiles besides what the planner sees of the block.
+        let layer_bytes = repeated.as_ref().map_or(0, |(_, r)| {
+            r.frame_bytes().div_ceil(options.tiles.max(1) as u64)
+        });
         // The view of every tile at the operation planning refused for memory, if it did.
         let mut planning_view = None;
         let planned = phase(&mut report, "lower_mid", || {
             // Fused operations (flash attention) are planned and lowered as one operation
             // whose blocks are its sub-operations (`ops::flash`).
             let (p, outcome) = plan::plan_explained(
-                graph,
+                planned_graph,
                 &target,
                 options.tiles,
                 &budgets,
-                support_bytes,
+                support_bytes + layer_bytes,
                 &search.choices,
                 search.budget,
             )
@@ -322,7 +349,20 @@ pub fn build_searched(
             plan::log_finalists(&plan);
             Ok(())
         })?;
-        let lowered = phase(&mut report, "lower_program", || lower::lower(&plan))?;
+        let mut dev_repeat = None;
+        if let Some((_, r)) = &repeated {
+            match repeat::dev_repeat(&plan, r) {
+                Ok(d) => dev_repeat = Some(d),
+                Err(why) => {
+                    tracing::warn!(reason = %why, "compiling every layer");
+                    repeated = None;
+                    continue;
+                }
+            }
+        }
+        let lowered = phase(&mut report, "lower_program", || {
+            lower::lower_repeated(&plan, dev_repeat.as_ref())
+        })?;
         lower::log_lowered(&lowered);
         let program = &lowered.program;
         let used = phase(&mut report, "plan_kernels", || {
@@ -344,7 +384,7 @@ pub fn build_searched(
         }) {
             Ok(placement) => {
                 break (
-                    plan, lowered, kernels, step_index, sized, placement, support,
+                    plan, dev_repeat, lowered, kernels, step_index, sized, placement, support,
                 );
             }
             Err(e) => {
@@ -380,6 +420,15 @@ pub fn build_searched(
     };
     report.estimated_cycles = plan.estimated_cycles;
     report.estimated_exchange_cycles = plan.estimated_exchange_cycles;
+    if let Some(r) = &dev_repeat {
+        report.repeated_layers = r.count;
+        // The block's operations run once per layer.
+        let more = (r.count - 1) as u64;
+        for op in &plan.ops[r.ops.clone()] {
+            report.estimated_cycles += more * op.estimated_cycles;
+            report.estimated_exchange_cycles += more * op.estimated_exchange_cycles;
+        }
+    }
     report.device_operations = plan.ops.len();
     (report.macs, report.amp_mode) = plan.macs();
     report.k_splits = plan
@@ -388,6 +437,9 @@ pub fn build_searched(
         .map(|o| (o.name.clone(), o.kind.k_splits()))
         .filter(|&(_, k_splits)| k_splits > 1)
         .collect();
+    if let Some((_, r)) = &repeated {
+        report.k_splits = repeat::every_layer(&report.k_splits, r);
+    }
     // Placed, the addresses are known: the launches charge the bank conflicts their streams
     // meet where placement could not keep them apart.
     cost::charge_bank_conflicts(&mut lowered.program, &placement.addresses, &target);

@@ -52,6 +52,9 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) next_group: u32,
 }
 
+/// Each frame's buffers of every layer: `shadows[frame][layer]`, by tile.
+pub(crate) type Shadows = Vec<Vec<BTreeMap<u32, BufferId>>>;
+
 pub(crate) fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
@@ -322,6 +325,15 @@ pub(crate) fn split(n: u32, parts: u32) -> impl Iterator<Item = (u32, u32)> {
 
 /// Lowers `plan` to a tile program.
 pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
+    lower_repeated(plan, None)
+}
+
+/// Lowers `plan` to a tile program, running the block of `repeat` once per layer
+/// ([`crate::repeat`]).
+pub fn lower_repeated(
+    plan: &OperatorPlan,
+    repeat: Option<&crate::operator_plan::DevRepeat>,
+) -> Result<Lowered, CodegenError> {
     let mut l = Lowerer {
         plan,
         prog: TileProgram {
@@ -339,14 +351,18 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     // 8-byte aligned. `place` gives a tensor's offset in its page and its host copies (to the
     // host for outputs).
     let mut page_bytes = [0u64; 3];
-    let mut place = |l: &mut Lowerer, v: DevValueId, role: TensorRole, tensors: &mut Vec<_>| {
+    let mut place = |l: &mut Lowerer,
+                     v: DevValueId,
+                     role: TensorRole,
+                     tensors: &mut Vec<_>,
+                     name: Option<&str>| {
         let val = &plan.values[v];
         let page = ipu_package::page_of(role) as u16;
         let bytes = (storage_elements(&val.shape, val.layout.group) * val.dtype.bytes()) as u64;
         let offset = page_bytes[page as usize];
         page_bytes[page as usize] = align8(offset + bytes);
         tensors.push(HostTensor {
-            name: val.name.clone(),
+            name: name.unwrap_or(&val.name).to_string(),
             role,
             dtype: dtype_name(val.dtype).to_string(),
             scale: val.dtype.scale().unwrap_or(0),
@@ -366,14 +382,40 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
     };
     // `initialize`: the constants, once, into buffers that stay for every call.
     let mut constants_page = Vec::new();
+    // A repeated block's frames: each layer's data in buffers of its own (`crate::repeat`).
+    let mut shadows: Shadows = Vec::new();
     if !plan.constants.is_empty() {
         let mut copies = Vec::new();
         let mut placed = Vec::new();
         for (v, data) in &plan.constants {
+            if repeat.is_some_and(|r| r.is_frame(*v)) {
+                continue;
+            }
             l.prog.origin = plan.values[*v].origin.clone();
-            let (base, host) = place(&mut l, *v, TensorRole::Constant, &mut tensors);
+            let (base, host) = place(&mut l, *v, TensorRole::Constant, &mut tensors, None);
             placed.push((*v, base, data));
             copies.extend(host);
+        }
+        for f in repeat.map(|r| &r.frames[..]).unwrap_or_default() {
+            l.prog.origin = plan.values[f.value].origin.clone();
+            let mut layers = Vec::new();
+            for (name, data) in f.names.iter().zip(&f.data) {
+                let role = TensorRole::Constant;
+                let (base, host) = place(&mut l, f.value, role, &mut tensors, Some(name));
+                placed.push((f.value, base, data));
+                let mut own: BTreeMap<u32, BufferId> = BTreeMap::new();
+                for (mut c, to_host) in host {
+                    let frame = &l.prog.buffers[c.buffer.0 as usize];
+                    let tile = frame.tile;
+                    let (bytes, region) = (frame.bytes, frame.region);
+                    c.buffer = *own
+                        .entry(tile)
+                        .or_insert_with(|| l.prog.buffer(tile, bytes, region, format!("%{name}")));
+                    copies.push((c, to_host));
+                }
+                layers.push(own);
+            }
+            shadows.push(layers);
         }
         let page_size = tensors
             .iter()
@@ -393,25 +435,45 @@ pub fn lower(plan: &OperatorPlan) -> Result<Lowered, CodegenError> {
         for (c, _) in &copies {
             l.prog.buffers[c.buffer.0 as usize].resident = true;
         }
+        if let Some(r) = repeat {
+            for f in &r.frames {
+                for b in l.value_buffers.iter().filter(|(k, _)| k.0 == f.value) {
+                    l.prog.buffers[b.1.0 as usize].resident = false;
+                }
+            }
+        }
         l.prog.steps.push(Step::Host {
             name: "constants".into(),
             copies,
         });
         l.prog.init_steps = 1;
     }
-    // The host step moving the tensors of `values` in `role`.
+    // The host step moving the tensors of `values` in `role`; outputs under the user's
+    // graph's names (the last layer's result of a repeated block is the block's value).
+    let names = repeat.map(|r| &r.outputs);
     let mut host_step = |l: &mut Lowerer, name: &str, values: &[DevValueId], role: TensorRole| {
         let mut copies = Vec::new();
-        for &v in values {
-            copies.extend(place(l, v, role, &mut tensors).1);
+        for (i, &v) in values.iter().enumerate() {
+            let named = names
+                .filter(|_| role == TensorRole::Output)
+                .and_then(|n| n.get(i))
+                .map(String::as_str);
+            copies.extend(place(l, v, role, &mut tensors, named).1);
         }
         let name = name.into();
         l.prog.steps.push(Step::Host { name, copies });
     };
     host_step(&mut l, "inputs", &plan.inputs, TensorRole::Input);
-    for (i, op) in plan.ops.iter().enumerate() {
-        l.prog.origin = op.origin.clone();
-        op.kind.lower(&mut l, i)?;
+    let mut i = 0;
+    while i < plan.ops.len() {
+        if let Some(r) = repeat.filter(|r| r.ops.start == i) {
+            l.lower_repeat(r, &shadows)?;
+            i = r.ops.end;
+            continue;
+        }
+        l.prog.origin = plan.ops[i].origin.clone();
+        plan.ops[i].kind.lower(&mut l, i)?;
+        i += 1;
     }
     l.prog.origin = "host exchange".into();
     host_step(&mut l, "outputs", &plan.outputs, TensorRole::Output);
@@ -462,7 +524,7 @@ impl Lowerer<'_> {
         let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
         self.prog.steps.push(Step::Compute {
             name,
-            tiles,
+            tiles: tiles.into(),
             estimated_cycles,
         });
         Ok(())

@@ -220,3 +220,39 @@ impl OperatorPlan {
 pub fn dtype_name(d: DType) -> &'static str {
     d.text_name()
 }
+
+/// A constant that differs between the layers of a repeated block (`crate::repeat`): its device value (the frame the block reads)
+/// and each layer's name and data.
+#[derive(Debug, Clone)]
+pub struct DevFrame {
+    /// The frame.
+    pub value: DevValueId,
+    /// Each layer's constant's name.
+    pub names: Vec<String>,
+    /// Each layer's data (row-major, as the graph holds it).
+    pub data: Vec<ipu_graph::ConstantData>,
+}
+
+/// A run of identical layers in a plan.
+#[derive(Debug, Clone)]
+pub struct DevRepeat {
+    /// Layers.
+    pub count: usize,
+    /// The block's device operations.
+    pub ops: std::ops::Range<usize>,
+    /// The value the block reads from the layer before.
+    pub input: DevValueId,
+    /// The block's result, which the next layer reads as its input.
+    pub output: DevValueId,
+    /// The constants that differ between layers.
+    pub frames: Vec<DevFrame>,
+    /// The names of the graph's outputs as the user's graph has them.
+    pub outputs: Vec<String>,
+}
+
+impl DevRepeat {
+    /// Whether `v` is a frame (its data go to the layers' own buffers, not to the frame).
+    pub fn is_frame(&self, v: DevValueId) -> bool {
+        self.frames.iter().any(|f| f.value == v)
+    }
+}

@@ -156,8 +156,8 @@ pub enum Step {
     Compute {
         /// The operation it belongs to.
         name: String,
-        /// Per tile, the supervisor's work.
-        tiles: BTreeMap<u32, Vec<SupOp>>,
+        /// Per tile, the supervisor's work (shared by the instances of a repeated step).
+        tiles: std::sync::Arc<BTreeMap<u32, Vec<SupOp>>>,
         /// The planner's estimate of its cycles (the slowest tile).
         estimated_cycles: u64,
     },
@@ -180,6 +180,12 @@ pub struct TileProgram {
     /// The first `init_steps` steps form the `initialize` program (writing the constants),
     /// the rest the `run` program.
     pub init_steps: usize,
+    /// Steps that repeat an earlier step (a repeated layer's, `crate::repeat`): step `j` maps
+    /// to the step `i < j` whose copy it is, with the same buffers, so one exchange schedule
+    /// and one set of tables serve both, and the tiles' supervisor programs call one
+    /// subroutine for every instance of the block. A buffer only the block uses is live over
+    /// its first instance's steps ([`TileProgram::compute_liveness`]).
+    pub same_as: BTreeMap<usize, usize>,
 }
 
 impl TileProgram {
@@ -213,8 +219,40 @@ impl TileProgram {
             b.last = 0;
         }
         let steps = std::mem::take(&mut self.steps);
+        // A buffer a repeated block alone uses is written before it is read in every
+        // instance: live over its steps of the first instance, which stand for every
+        // instance's (the instances run one after another, at the same relative steps).
+        let mut outside = vec![self.same_as.is_empty(); self.buffers.len()];
+        if let (Some(&b0), Some(&b1)) = (self.same_as.values().min(), self.same_as.values().max()) {
+            for (i, s) in steps.iter().enumerate() {
+                let in_block = (b0..=b1).contains(&i) || self.same_as.contains_key(&i);
+                if !in_block {
+                    visit_step_buffers(s, &mut |b| outside[b.0 as usize] = true);
+                }
+            }
+        }
+        // Per step of the first instance, the buffers it uses that steps outside the block use
+        // too: what its repeats touch.
+        let mut shared: BTreeMap<usize, Vec<BufferId>> = BTreeMap::new();
         for (i, s) in steps.iter().enumerate() {
-            visit_step_buffers(s, &mut |b| self.touch(b, i));
+            if let Some(first) = self.same_as.get(&i) {
+                for &b in shared.get(first).into_iter().flatten() {
+                    self.touch(b, i);
+                }
+                continue;
+            }
+            let mut seen = Vec::new();
+            visit_step_buffers(s, &mut |b| {
+                self.touch(b, i);
+                if outside[b.0 as usize] {
+                    seen.push(b);
+                }
+            });
+            if !self.same_as.is_empty() {
+                seen.sort_unstable();
+                seen.dedup();
+                shared.insert(i, seen);
+            }
         }
         for b in self.buffers.iter_mut().filter(|b| b.resident) {
             (b.first, b.last) = (0, steps.len().saturating_sub(1));
@@ -231,6 +269,11 @@ impl TileProgram {
                 .ok_or_else(|| format!("unknown buffer {b}"))
         };
         for (i, s) in self.steps.iter().enumerate() {
+            match self.same_as.get(&i) {
+                Some(&first) if first < i && self.steps[first] == *s => continue,
+                Some(_) => return Err(format!("step {i} differs from the step it repeats")),
+                None => {}
+            }
             match s {
                 Step::Host { copies, .. } => {
                     for (c, _) in copies {
@@ -265,7 +308,7 @@ impl TileProgram {
                     }
                 }
                 Step::Compute { tiles, .. } => {
-                    for (tile, ops) in tiles {
+                    for (tile, ops) in tiles.iter() {
                         check_chains(ops).map_err(|e| format!("step {i}: tile {tile}: {e}"))?;
                         for op in ops {
                             let bufs: Vec<BufferId> = match op {
@@ -562,7 +605,7 @@ impl fmt::Display for TileProgram {
                         f,
                         "step {i}: compute {name} estimated_cycles={estimated_cycles}"
                     )?;
-                    for (tile, ops) in tiles {
+                    for (tile, ops) in tiles.iter() {
                         writeln!(f, "  tile {tile}:")?;
                         for op in ops {
                             writeln!(f, "    {op}")?;

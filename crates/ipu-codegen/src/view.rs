@@ -352,7 +352,7 @@ fn common(
                 view.name = name.clone();
                 // Each kernel named once, not once per launch (millions in a large matmul).
                 let mut kernels = BTreeSet::new();
-                for (&t, ops) in work {
+                for (&t, ops) in work.iter() {
                     active.insert(t);
                     for op in ops {
                         if let SupOp::Run(k, ..) | SupOp::RunAll(k, ..) = op {

@@ -59,13 +59,13 @@ pub fn schedule_program(
         .steps
         .par_iter()
         .enumerate()
-        .filter(|(_, s)| matches!(s, Step::Exchange { .. }))
+        .filter(|(i, s)| matches!(s, Step::Exchange { .. }) && !program.same_as.contains_key(i))
         .map(|(i, _)| {
             let scheduled = schedule(program, &transfers[i], addresses, target);
             (i, scheduled.and_then(|s| check(&s, target).map(|()| s)))
         })
         .collect();
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<usize, Scheduled> = BTreeMap::new();
     for (i, sch) in scheduled {
         if let Step::Exchange { name, copies } = &program.steps[i] {
             let sch = sch?;
@@ -90,6 +90,13 @@ pub fn schedule_program(
                 "compared sender-driven, backfilled, destination-ordered and multicasts-first exchange schedules"
             );
             out.insert(i, sch);
+        }
+    }
+    // A repeated phase is its first instance's copies between the same buffers: the same
+    // schedule.
+    for (&j, &i) in &program.same_as {
+        if let Some(sch) = out.get(&i).cloned() {
+            out.insert(j, sch);
         }
     }
     Ok(out)

@@ -154,7 +154,7 @@ impl Lowerer<'_> {
             let estimated_cycles = prep.values().map(|o| estimate(o)).max().unwrap_or(0);
             self.prog.steps.push(Step::Compute {
                 name: format!("{name}.prep"),
-                tiles: prep,
+                tiles: prep.into(),
                 estimated_cycles,
             });
         }
@@ -440,7 +440,7 @@ impl Lowerer<'_> {
                     .unwrap_or(0);
                 self.prog.steps.push(Step::Compute {
                     name: format!("{name}.scores{suffix}"),
-                    tiles,
+                    tiles: tiles.into(),
                     estimated_cycles,
                 });
             }
@@ -524,7 +524,7 @@ impl Lowerer<'_> {
         let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
         self.prog.steps.push(Step::Compute {
             name: format!("{name}.merge"),
-            tiles,
+            tiles: tiles.into(),
             estimated_cycles,
         });
     }

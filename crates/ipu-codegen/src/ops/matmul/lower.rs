@@ -273,7 +273,7 @@ impl Lowerer<'_> {
                 let estimated_cycles = step_tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
                 self.prog.steps.push(Step::Compute {
                     name: step_name,
-                    tiles: step_tiles,
+                    tiles: step_tiles.into(),
                     estimated_cycles,
                 });
             }
