@@ -253,32 +253,39 @@ fn hoist_invariants(graph: &Graph) -> Result<Option<Graph>, GraphError> {
         .chain(moved.iter().copied())
         .chain((first..ops.len()).filter(|&i| fed[i]))
         .collect();
+    copy(graph, order, |_| true, |v| v).map(Some)
+}
+
+/// A graph of `graph`'s inputs, its constants `keep` accepts, its operations `order` lists
+/// (in that order) and its outputs, every operand and output `v` read as `via(v)`.
+fn copy(
+    graph: &Graph,
+    order: impl IntoIterator<Item = usize>,
+    keep: impl Fn(ValueId) -> bool,
+    via: impl Fn(ValueId) -> ValueId,
+) -> Result<Graph, GraphError> {
     let mut b = GraphBuilder::new(graph.name.clone());
     let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
     for &i in graph.inputs() {
         let val = graph.value(i);
         map.insert(i, b.input(val.name.clone(), val.ty.clone()));
     }
-    for c in graph.constants() {
+    for c in graph.constants().iter().filter(|c| keep(c.value)) {
         let val = graph.value(c.value);
-        map.insert(
-            c.value,
-            b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?,
-        );
+        let id = b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?;
+        map.insert(c.value, id);
     }
     for i in order {
-        let op = &ops[i];
-        let ins: Vec<ValueId> = op.inputs.iter().map(|x| map[x]).collect();
+        let op = &graph.operations()[i];
+        let ins: Vec<ValueId> = op.inputs.iter().map(|&x| map[&via(x)]).collect();
         let out = op.outputs[0];
-        map.insert(
-            out,
-            b.op(graph.value(out).name.clone(), op.kind.clone(), &ins)?,
-        );
+        let id = b.op(graph.value(out).name.clone(), op.kind.clone(), &ins)?;
+        map.insert(out, id);
     }
     for &o in graph.outputs() {
-        b.output(map[&o]);
+        b.output(map[&via(o)]);
     }
-    b.finish().map(Some)
+    b.finish()
 }
 
 fn rebuild(
@@ -300,35 +307,13 @@ fn rebuild(
         .flat_map(|(_, o)| o.inputs.iter().copied())
         .chain(graph.outputs().iter().copied())
         .collect();
-    let mut b = GraphBuilder::new(graph.name.clone());
-    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
-    for &i in graph.inputs() {
-        let val = graph.value(i);
-        map.insert(i, b.input(val.name.clone(), val.ty.clone()));
-    }
-    for c in graph.constants() {
-        if read.contains(&c.value) {
-            let val = graph.value(c.value);
-            map.insert(
-                c.value,
-                b.constant(val.name.clone(), val.ty.clone(), c.data.clone())?,
-            );
-        }
-    }
-    for (i, op) in ops.iter().enumerate().filter(|(i, _)| kept(*i)) {
-        let ins: Vec<ValueId> = op
-            .inputs
-            .iter()
-            .map(|x| map[if *x == last { &first } else { x }])
-            .collect();
-        let out = op.outputs[0];
-        let r = b.op(graph.value(out).name.clone(), op.kind.clone(), &ins)?;
-        map.insert(out, r);
-        let _ = i;
-    }
-    for &o in graph.outputs() {
-        b.output(map[if o == last { &first } else { &o }]);
-    }
+    let via = |v: ValueId| if v == last { first } else { v };
+    let one = copy(
+        graph,
+        (0..ops.len()).filter(|&i| kept(i)),
+        |c| read.contains(&c),
+        via,
+    )?;
     let names = |k: usize| -> Vec<String> {
         (0..len)
             .map(|j| ops[a + k * len + j].name.clone())
@@ -359,7 +344,7 @@ fn rebuild(
             .map(|&o| graph.value(o).name.clone())
             .collect(),
     };
-    Ok((b.finish()?, repeat))
+    Ok((one, repeat))
 }
 
 #[cfg(test)]
