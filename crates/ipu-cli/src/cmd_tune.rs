@@ -373,7 +373,8 @@ impl Measure<'_> {
             .graph
             .operations()
             .iter()
-            .any(|o| matches!(o.kind, ipu_graph::OpKind::FlashAttention { .. }));
+            .filter(|o| matches!(o.kind, ipu_graph::OpKind::FlashAttention { .. }))
+            .count();
         let pass =
             outputs
                 .iter()
