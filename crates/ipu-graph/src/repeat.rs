@@ -249,10 +249,29 @@ fn hoist_invariants(graph: &Graph) -> Result<Option<Graph>, GraphError> {
     if moved.is_empty() {
         return Ok(None);
     }
-    let order: Vec<usize> = (0..first)
-        .chain(moved.iter().copied())
-        .chain((first..ops.len()).filter(|&i| fed[i]))
-        .collect();
+    // Each moved operation right after the last operation before the first product that it
+    // depends on (through other moved ones too), so that a layer norm opening the first
+    // layer stays next to the layer's product.
+    let mut anchor: BTreeMap<usize, Option<usize>> = BTreeMap::new();
+    for &m in &moved {
+        let a = ops[m]
+            .inputs
+            .iter()
+            .filter_map(|&v| producer_index(graph, v))
+            .map(|p| if p < first { Some(p) } else { anchor[&p] })
+            .max()
+            .flatten();
+        anchor.insert(m, a);
+    }
+    let after = |a: Option<usize>| -> Vec<usize> {
+        moved.iter().copied().filter(|m| anchor[m] == a).collect()
+    };
+    let mut order: Vec<usize> = after(None);
+    for i in 0..first {
+        order.push(i);
+        order.extend(after(Some(i)));
+    }
+    order.extend((first..ops.len()).filter(|&i| fed[i]));
     copy(graph, order, |_| true, |v| v).map(Some)
 }
 
@@ -409,6 +428,38 @@ mod tests {
         let names: Vec<&str> = r.frames.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["w0", "b0"]);
         assert_eq!(r.frames[1].data.len(), 3);
+    }
+
+    #[test]
+    fn a_mask_built_inside_the_first_layer_leaves_every_layer_in_the_run() {
+        // Pre-norm layers: a tanh opens each layer before its product; the first layer also
+        // builds the mask every layer adds, after its product (as sdpa exports do).
+        let mut b = GraphBuilder::new("pre-norm");
+        let t = TensorType::new(DType::F32, [4, 8]);
+        let x = b.input("x", t.clone());
+        let m = b.input("m", t.clone());
+        let mut h = x;
+        let mut mask = None;
+        for l in 0..3 {
+            let n = b.op(format!("n{l}"), OpKind::Unary(crate::UnaryFn::Tanh), &[h]);
+            let w = TensorType::new(DType::F32, [8, 8]);
+            let wv: Vec<f32> = (0..64).map(|i| (i + l) as f32 * 0.01).collect();
+            let w = b.constant_values(format!("w{l}"), w, &wv).expect("w");
+            let p = b.matmul(&format!("p{l}"), n.expect("n"), w, DType::F32, DType::F32);
+            let p = p.expect("p");
+            let k = *mask.get_or_insert_with(|| {
+                b.op("mask", OpKind::Scale { factor: -1.0 }, &[m])
+                    .expect("mask")
+            });
+            let q = b.op(format!("q{l}"), OpKind::Add, &[p, k]).expect("q");
+            h = b.op(format!("h{l}"), OpKind::Add, &[h, q]).expect("h");
+        }
+        b.output(h);
+        let (_, r) = find(&b.finish().expect("graph"))
+            .expect("find")
+            .expect("a run");
+        assert_eq!(r.count, 3);
+        assert_eq!(r.block, ["n0", "p0", "q0", "h0"]);
     }
 
     #[test]
