@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::CodegenError;
 use crate::plan::plan;
+use crate::repeat::dev_repeat;
 
 fn graph_error(e: GraphError) -> CodegenError {
     CodegenError::Graph {
@@ -34,9 +35,8 @@ pub fn choose_attention(graph: &Graph, target: &Target, tiles: u32) -> Result<Gr
     ];
     let mut best: Option<(&str, &Graph, u64)> = None;
     for (what, g) in candidates {
-        match plan(g, target, tiles) {
-            Ok(p) => {
-                let cycles = p.estimated_cycles;
+        match estimate(g, target, tiles) {
+            Ok(cycles) => {
                 info!(
                     lowering = what,
                     estimated_cycles = cycles,
@@ -63,4 +63,17 @@ pub fn choose_attention(graph: &Graph, target: &Target, tiles: u32) -> Result<Gr
         );
     }
     Ok(chosen.clone())
+}
+
+/// The planner's estimate of `graph`'s cycles; a run of identical layers planned once, as
+/// the build plans it (`crate::repeat`), its block counted once per layer.
+fn estimate(graph: &Graph, target: &Target, tiles: u32) -> Result<u64, CodegenError> {
+    if let Some((one, r)) = ipu_graph::repeat::find(graph).map_err(graph_error)? {
+        let p = plan(&one, target, tiles)?;
+        if let Ok(d) = dev_repeat(&p, &r) {
+            let block: u64 = p.ops[d.ops].iter().map(|o| o.estimated_cycles).sum();
+            return Ok(p.estimated_cycles + (d.count as u64 - 1) * block);
+        }
+    }
+    Ok(plan(graph, target, tiles)?.estimated_cycles)
 }
