@@ -10,7 +10,7 @@ use tracing::info;
 
 use crate::CodegenError;
 use crate::plan::plan;
-use crate::repeat::dev_repeat;
+use crate::repeat::{dev_repeat, estimated};
 
 fn graph_error(e: GraphError) -> CodegenError {
     CodegenError::Graph {
@@ -71,8 +71,7 @@ fn estimate(graph: &Graph, target: &Target, tiles: u32) -> Result<u64, CodegenEr
     if let Some((one, r)) = ipu_graph::repeat::find(graph).map_err(graph_error)? {
         let p = plan(&one, target, tiles)?;
         if let Ok(d) = dev_repeat(&p, &r) {
-            let block: u64 = p.ops[d.ops].iter().map(|o| o.estimated_cycles).sum();
-            return Ok(p.estimated_cycles + (d.count as u64 - 1) * block);
+            return Ok(estimated(&p, &d).0);
         }
     }
     Ok(plan(graph, target, tiles)?.estimated_cycles)

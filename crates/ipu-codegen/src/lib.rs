@@ -422,12 +422,7 @@ pub fn build_searched(
     report.estimated_exchange_cycles = plan.estimated_exchange_cycles;
     if let Some(r) = &dev_repeat {
         report.repeated_layers = r.count;
-        // The block's operations run once per layer.
-        let more = (r.count - 1) as u64;
-        for op in &plan.ops[r.ops.clone()] {
-            report.estimated_cycles += more * op.estimated_cycles;
-            report.estimated_exchange_cycles += more * op.estimated_exchange_cycles;
-        }
+        (report.estimated_cycles, report.estimated_exchange_cycles) = repeat::estimated(&plan, r);
     }
     report.device_operations = plan.ops.len();
     (report.macs, report.amp_mode) = plan.macs();

@@ -435,13 +435,6 @@ pub fn lower_repeated(
         for (c, _) in &copies {
             l.prog.buffers[c.buffer.0 as usize].resident = true;
         }
-        if let Some(r) = repeat {
-            for f in &r.frames {
-                for b in l.value_buffers.iter().filter(|(k, _)| k.0 == f.value) {
-                    l.prog.buffers[b.1.0 as usize].resident = false;
-                }
-            }
-        }
         l.prog.steps.push(Step::Host {
             name: "constants".into(),
             copies,
@@ -716,9 +709,13 @@ pub(crate) fn merge_pad_clears(ops: &mut [SupOp]) -> Vec<SupOp> {
         }
         out.push(op.clone());
     }
-    // Spread the merged vertices over the workers in waves of six.
-    let mut waved = Vec::new();
-    for (i, op) in out.into_iter().enumerate() {
+    in_waves(out)
+}
+
+/// `launches` spread over the workers in waves of six, a `waitw` between waves.
+pub(crate) fn in_waves(launches: Vec<SupOp>) -> Vec<SupOp> {
+    let mut waved = Vec::with_capacity(launches.len() + launches.len() / WORKERS as usize);
+    for (i, op) in launches.into_iter().enumerate() {
         if i > 0 && i % WORKERS as usize == 0 {
             waved.push(SupOp::WaitW);
         }

@@ -14,7 +14,7 @@ use ipu_kernels::{self as kernels, Kernel};
 
 use crate::cost::estimate;
 use crate::error::CodegenError;
-use crate::lower::{Lowerer, Shadows, WORKERS, align8, split};
+use crate::lower::{Lowerer, Shadows, WORKERS, align8, in_waves, split};
 use crate::operator_plan::{DevFrame, DevRepeat, DevValueId, OperatorPlan};
 use crate::program::{BufferId, Step, SupOp};
 
@@ -155,13 +155,7 @@ impl Lowerer<'_> {
             }
         }
         for ops in tiles.values_mut() {
-            let launches = std::mem::take(ops);
-            for (i, op) in launches.into_iter().enumerate() {
-                if i > 0 && i % WORKERS as usize == 0 {
-                    ops.push(SupOp::WaitW);
-                }
-                ops.push(op);
-            }
+            *ops = in_waves(std::mem::take(ops));
             ops.push(SupOp::WaitW);
         }
         let estimated_cycles = tiles.values().map(|o| estimate(o)).max().unwrap_or(0);
@@ -186,6 +180,19 @@ impl Lowerer<'_> {
             copies,
         });
     }
+}
+
+/// The planner's estimates of `plan`'s cycles and exchange cycles with the block of `r` run
+/// once per layer.
+pub fn estimated(plan: &OperatorPlan, r: &DevRepeat) -> (u64, u64) {
+    let more = (r.count - 1) as u64;
+    let block = &plan.ops[r.ops.clone()];
+    let cycles: u64 = block.iter().map(|o| o.estimated_cycles).sum();
+    let exchange: u64 = block.iter().map(|o| o.estimated_exchange_cycles).sum();
+    (
+        plan.estimated_cycles + more * cycles,
+        plan.estimated_exchange_cycles + more * exchange,
+    )
 }
 
 /// `k_splits` (device operations split over k, by name) with the block's entries given to
