@@ -5,7 +5,7 @@ use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Fp8Format, Instr, MReg
 
 use crate::code::*;
 use crate::state::*;
-use crate::{BinOp, CastType, Elem};
+use crate::types::{BinOp, CastType, Elem};
 
 /// The AMP pass. Each row is four `amp` phases, each co-issued with the loads of the next
 /// phase's operands and the store of the previous phase's result; outputs trail their row by
@@ -734,7 +734,7 @@ pub fn mask_rows_slots(half: bool, state: &MaskRowsState) -> u32 {
 /// An upper bound of [`mask_rows_slots`] for `rows` rows of `stride` valid elements, whatever
 /// the mask: every element copied.
 pub fn mask_rows_bound_slots(half: bool, rows: u32, stride: u32) -> u32 {
-    let at = (crate::BufferId(0), 0);
+    let at = (crate::state::BufferId(0), 0);
     mask_rows_slots(
         half,
         &MaskRowsState {

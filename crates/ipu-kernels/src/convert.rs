@@ -19,9 +19,9 @@
 use ipu_isa::{AddrMode, AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, Width};
 use ipu_numerics::{ByteType, EncodeTable, IntFormat, Overflow};
 
-use crate::BinOp;
 use crate::code::*;
 use crate::state::{BinaryState, CastState};
+use crate::types::BinOp;
 
 /// Element formats of [`Kernel::Convert`](crate::Kernel::Convert).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

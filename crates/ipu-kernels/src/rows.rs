@@ -22,7 +22,7 @@ use ipu_isa::{AluOp, ConvOp, DataReg, FBinOp, FType, FUnOp, Instr, MReg, Width};
 
 use crate::code::*;
 use crate::state::*;
-use crate::{BinOp, Elem};
+use crate::types::{BinOp, Elem};
 
 /// Loads the next pair of elements at `ptr` (advancing it) into `$a0:1` as f32v2; `raw` is a
 /// scratch register for the f16 word.

@@ -904,42 +904,6 @@ impl fmt::Display for State {
     }
 }
 
-impl crate::Kernel {
-    /// The layout of the kernel's vertex state.
-    pub fn state_kind(&self) -> StateKind {
-        use crate::Kernel as K;
-        match self {
-            K::Amp { .. } => StateKind::Amp,
-            K::AmpAll { .. } => StateKind::AmpAll,
-            K::AmpTable { .. } | K::AmpTableDense { .. } => StateKind::AmpTable,
-            K::AmpChain { .. } => StateKind::AmpChain,
-            K::Binary { .. } => StateKind::Binary,
-            K::Unary { .. } | K::ScaleHalves => StateKind::Unary,
-            K::Cast { .. } | K::CastOnce { .. } | K::Convert { .. } => StateKind::Cast,
-            K::IntBinary { .. } => StateKind::Binary,
-            K::Zero => StateKind::Zero,
-            K::GatherRows => StateKind::GatherRows,
-            K::OrWords => StateKind::OrWords,
-            K::Map { .. } => StateKind::Map,
-            K::PadClear => StateKind::PadClear,
-            K::MaskRows | K::MaskRowsF16 => StateKind::MaskRows,
-            K::Transpose { .. } | K::TransposeHalves => StateKind::Transpose,
-            K::TransposeQuads { .. } => StateKind::TransposeQuads,
-            K::RowReduce { .. } => StateKind::RowReduce,
-            K::RowScalar { .. } => StateKind::RowScalar,
-            K::Softmax { .. } | K::SoftmaxStats { .. } => StateKind::Softmax,
-            K::LayerNorm { .. } | K::LayerNormStats { .. } => StateKind::LayerNorm,
-            K::Copy2d { .. } => StateKind::Copy2d,
-            K::RowApply { .. } => StateKind::RowApply,
-            K::FlashSoftmax { .. } => StateKind::FlashSoftmax,
-            K::FlashRescale { .. } => StateKind::FlashRescale,
-            K::FlashMask { .. } => StateKind::FlashMask,
-            K::FlashMaskBool { .. } => StateKind::Cast,
-            K::FlashCombine { .. } => StateKind::FlashCombine,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use ipu_numerics::unary::{
 
 use crate::code::*;
 use crate::state::*;
-use crate::{Elem, UnOp};
+use crate::types::{Elem, UnOp};
 
 /// How the kernel computes a function on an f32v2 pair: one instruction, or a sequence in
 /// `$a0:1` after a set-up of its constants.

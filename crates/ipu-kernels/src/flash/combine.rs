@@ -4,8 +4,8 @@
 use ipu_isa::{AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg};
 
 use super::*;
-use crate::Elem;
 use crate::state::*;
+use crate::types::Elem;
 
 /// Merges the partial results of `J` key blocks for some rows and normalises them:
 /// `M = max_j m_j`, `w_j = exp(m_j - M)`, `L = sum_j w_j l_j`, `O = sum_j w_j O_j` (in f32, in

@@ -4,8 +4,8 @@
 use ipu_isa::{AluOp, FBinOp, FType, Instr, MReg};
 
 use super::*;
-use crate::Elem;
 use crate::state::*;
+use crate::types::Elem;
 
 /// Adds a mask to a block of scores in place, both in the scores' layout `[groups][R][cols]`
 /// (partials type): `s = s * scale + mask` with `scaled` (two roundings, as the expansion's

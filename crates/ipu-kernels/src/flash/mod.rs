@@ -21,8 +21,8 @@
 
 use ipu_isa::{AluOp, Instr, MReg};
 
-use crate::Elem;
 use crate::code::*;
+use crate::types::Elem;
 
 mod combine;
 mod mask;

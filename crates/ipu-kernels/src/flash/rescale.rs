@@ -3,8 +3,8 @@
 use ipu_isa::{AluOp, FBinOp, FType, Instr};
 
 use super::*;
-use crate::Elem;
 use crate::state::*;
+use crate::types::Elem;
 
 /// Rescales the partial output of rows by their `alpha` (the third statistics word, which
 /// [`flash_softmax`]'s running form stores as a pair in the third and fourth):

@@ -3,8 +3,8 @@
 use ipu_isa::{APair, AluOp, ConvOp, FBinOp, FType, FUnOp, Instr, MReg, RedOp};
 
 use super::*;
-use crate::Elem;
 use crate::state::*;
+use crate::types::Elem;
 
 /// The arithmetic of one unit of four scores in the f32v2 pairs `$a{lo}:..`, `$a{hi}:..`:
 /// `p = exp(s * scale - m)` in place (the scale in `$a8:9` when `scaled`, `m` in the pair
