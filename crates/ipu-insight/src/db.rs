@@ -14,7 +14,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 
-use crate::InsightError;
+use crate::error::InsightError;
 
 /// How long a writer waits for another before the database counts as locked: long enough
 /// for any other run's single small transaction, short enough to report a stuck lock.

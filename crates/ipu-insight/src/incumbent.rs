@@ -9,8 +9,8 @@
 use ipu_codegen::plan::Choices;
 use rusqlite::{OptionalExtension, params};
 
-use crate::InsightError;
 use crate::db::{RunDb, db_err};
+use crate::error::InsightError;
 
 /// What an incumbent is kept under: a build uses one only when all of these are the same.
 #[derive(Debug, Clone, PartialEq, Eq)]

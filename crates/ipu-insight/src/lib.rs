@@ -7,6 +7,7 @@
 //! the time of day.
 
 pub mod db;
+mod error;
 pub mod html;
 pub mod incumbent;
 pub mod progress;
@@ -14,13 +15,14 @@ pub mod sweep;
 pub mod timeline;
 pub mod trace;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ipu_codegen::view::BuildView;
 use ipu_runtime::Profile;
 use serde_json::Value;
 
 pub use db::{RunDb, RunRecord};
+pub use error::InsightError;
 pub use incumbent::{IncumbentKey, IncumbentRecord, Lookup, Measurement};
 pub use timeline::{Timeline, timeline};
 
@@ -34,25 +36,6 @@ pub const VIEW_JSON: &str = "build.view.json";
 pub const TRACE_JSON: &str = "trace.json";
 /// The HTML report in a run directory.
 pub const REPORT_HTML: &str = "report.html";
-
-/// Errors of reading runs, drawing them and keeping them.
-#[derive(Debug, thiserror::Error)]
-pub enum InsightError {
-    /// A file of the run directory is missing or unreadable.
-    #[error("{path}: {message}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-    /// The profile does not describe a `run` call this crate can lay out.
-    #[error("profile: {0}")]
-    Profile(String),
-    /// The database refused.
-    #[error("run database {0}")]
-    Db(String),
-}
 
 /// What `ipu report` reads from a run directory.
 pub struct RunDir {

@@ -14,7 +14,7 @@ use ipu_codegen::view::BuildView;
 use ipu_runtime::Profile;
 use ipu_runtime::device::TileCounters;
 
-use crate::InsightError;
+use crate::error::InsightError;
 
 /// Worker contexts per tile (occupancy is busy worker cycles over these times the compute).
 const WORKERS: u64 = 6;

@@ -8,11 +8,11 @@ use std::rc::Rc;
 use ipu_graph::{OpKind, TensorType, ValueId};
 use prost::Message as _;
 
+use crate::OnnxError;
 use crate::importer::{DEFAULT_DOMAIN, Importer, Node, Val, sanitize};
 use crate::known::{Elem, elem_of_code, type_name};
 use crate::options::ImportOptions;
 use crate::proto::{self, NodeProto, ValueInfoProto};
-use crate::{Imported, OPSET_MAX, OPSET_MIN, OnnxError};
 
 fn malformed(reason: impl Into<String>) -> OnnxError {
     OnnxError::Malformed {
@@ -217,6 +217,35 @@ fn default_opset(model: &proto::ModelProto) -> Result<i64, OnnxError> {
     Ok(version)
 }
 
+/// The oldest opset of the default domain the importer supports: opset 13 fixed the semantics
+/// of `Softmax` (one axis), and moved `Squeeze`, `Unsqueeze`, `Split` and `ReduceSum` axes to
+/// inputs.
+pub const OPSET_MIN: i64 = 13;
+/// The newest opset of the default domain the importer supports: opset 28, onnx 1.23's (the
+/// ONNX backend node tests write each model at its operator's newest version). From opset 24
+/// to 28 the operators the importer maps or folds changed only by new element types
+/// (float8e8m0, int2, uint2, float6), which it refuses by type, by `Cast`'s and `CastLike`'s
+/// `round_mode` (float8e8m0 only), `Range`'s `stash_type`, and `Attention`'s
+/// `nonpad_kv_seqlen` input and window sizes, which it refuses when given; a newer model is
+/// refused rather than imported by guesswork.
+pub const OPSET_MAX: i64 = 28;
+
+/// An imported model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    /// The graph (verified).
+    pub graph: ipu_graph::Graph,
+    /// ONNX tensor names that had to change to become graph value names (characters outside
+    /// `[A-Za-z0-9_.-]`, duplicates), ONNX name → graph name; inputs and outputs included.
+    pub renamed: BTreeMap<String, String>,
+    /// Names of the nodes evaluated at import (their inputs were all known).
+    pub folded: Vec<String>,
+    /// What the import did that a reader of the log may want to know (decompositions, skipped
+    /// no-ops), one line each.
+    pub notes: Vec<String>,
+}
+
+/// Imports the ONNX model `bytes` (a serialised `ModelProto`).
 pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, OnnxError> {
     let model = proto::ModelProto::decode(bytes)
         .map_err(|e| malformed(format!("not an ONNX model (protobuf: {e})")))?;

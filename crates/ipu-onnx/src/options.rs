@@ -18,7 +18,7 @@ pub struct ExternalData<'a> {
 /// The caller's reader of external data: the bytes, or why they cannot be had.
 pub type ExternalDataLoader<'a> = dyn Fn(&ExternalData<'_>) -> Result<Vec<u8>, String> + 'a;
 
-/// What the caller supplies to [`import`](crate::import).
+/// What the caller supplies to [`import`](crate::import()).
 #[derive(Clone, Default)]
 pub struct ImportOptions<'a> {
     /// Sizes of symbolic input dimensions (`--dim batch=4`); each must name a dimension of

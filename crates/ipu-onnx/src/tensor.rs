@@ -317,3 +317,45 @@ fn from_raw(elem: Elem, shape: Vec<usize>, raw: &[u8]) -> Known {
         ),
     }
 }
+
+/// A tensor of a test-data `.pb` file (`TensorProto`), in the graph's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorData {
+    /// The tensor's name in the file (may be empty).
+    pub name: String,
+    /// Element type.
+    pub dtype: ipu_graph::DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Elements in device layout (see [`ipu_graph::Constant`]).
+    pub bytes: Vec<u8>,
+}
+
+/// Decodes a serialised `TensorProto` (the `input_*.pb` / `output_*.pb` files of ONNX test
+/// data sets) of a dtype the graph has.
+pub fn decode_tensor(bytes: &[u8]) -> Result<TensorData, OnnxError> {
+    use prost::Message as _;
+    let t = TensorProto::decode(bytes).map_err(|e| OnnxError::Malformed {
+        reason: format!("not a TensorProto: {e}"),
+    })?;
+    let name = t.name.clone().unwrap_or_default();
+    let known = decode(&t, &name, &ImportOptions::default())?;
+    match known.elem.device_dtype() {
+        Some(dtype) => {
+            let bytes = known.device_bytes(dtype);
+            Ok(TensorData {
+                name,
+                dtype,
+                shape: known.shape,
+                bytes,
+            })
+        }
+        None => Err(OnnxError::UnsupportedType {
+            tensor: name,
+            data_type: known.elem.name(),
+            reason: "the device holds floats, FP8, the MX formats, integers of 16 bits or fewer \
+                     and bool"
+                .into(),
+        }),
+    }
+}
