@@ -6,10 +6,16 @@
 #   bash scripts/package-hashes.sh > before.txt; ...; bash scripts/package-hashes.sh > after.txt
 #
 # The ONNX transformer layers need the Python environment (pip); `--no-onnx` leaves them out.
+# IPU=path/to/ipu uses that binary (for example a copy built at the earlier commit) instead of
+# building the release CLI of the working tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet -p ipu-cli
-ipu="${CARGO_TARGET_DIR:-target}/release/ipu"
+if [ -n "${IPU:-}" ]; then
+  ipu=$IPU
+else
+  cargo build --release --quiet -p ipu-cli
+  ipu="${CARGO_TARGET_DIR:-target}/release/ipu"
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 build() {

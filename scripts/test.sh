@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 2; }
 cargo fmt --all -- --check
+# No import circle over two files inside a crate (ARCHITECTURE.md, invariants).
+python3 scripts/module-circles.py
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --quiet
 # Every fuzz target briefly on the stable engine over the committed corpora (about a minute;
