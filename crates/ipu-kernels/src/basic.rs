@@ -175,6 +175,21 @@ impl AmpOps {
         }
     }
 
+    /// [`AmpOps::rows_body`] for a worker's last row: its last two bundles load the dummy
+    /// row's input alone, not its partials-in, which are the next worker's first row (written
+    /// in place by that worker; the dummy row's result is never stored).
+    fn last_row(&self, c: &mut Code, out: MReg) {
+        let input_only = AmpOps::new(false);
+        for phase in [1, 2, 3, 0] {
+            let main = if phase == 3 || phase == 0 {
+                input_only.load_store(out)
+            } else {
+                self.load_store(out)
+            };
+            c.bundle(main, self.amp(phase));
+        }
+    }
+
     /// The last row's last three phases and a dummy row draining it, then the last store.
     fn drain(&self, c: &mut Code, out: MReg) {
         for phase in [1, 2, 3] {
@@ -242,7 +257,7 @@ pub(crate) fn amp_chain(c: &mut Code, partials: bool, k: ChainRound) {
         pre.push(ld32step_m(m(2), walk, 4));
     }
     if k.rows == 0 {
-        // rows - 1 with a drain, rows - 2 without.
+        // rows - 2.
         pre.push(ld32m(m(4), walk, 4));
     }
     if !partials && !k.zeros {
@@ -262,7 +277,10 @@ pub(crate) fn amp_chain(c: &mut Code, partials: bool, k: ChainRound) {
     }
     // `out`, first stored through in the rows after; `walk` to the next round's entry.
     let load_out = ld32step_m(out, walk, (AmpChainState::TABLE_BYTES - 8) as i16);
-    let further = u32::from(k.rows).saturating_sub(if k.drain { 1 } else { 2 });
+    // Rows 1 to rows - 2 in the body; the last row's phases after it end the round: with a
+    // drain, a body whose loads for the dummy row take no partials-in (so a round may
+    // accumulate in place), else `hold`.
+    let further = u32::from(k.rows).saturating_sub(2);
     if k.rows != 0 && u32::from(k.rows) <= AMP_CHAIN_UNROLL_ROWS {
         // Few rows a worker: the rows written out, no `rpt` (the load in a bundle keeps them
         // aligned).
@@ -286,6 +304,7 @@ pub(crate) fn amp_chain(c: &mut Code, partials: bool, k: ChainRound) {
         ops.rows_body(c, out);
     }
     if k.drain {
+        ops.last_row(c, out);
         ops.drain(c, out);
     } else {
         ops.hold(c, out);

@@ -172,7 +172,7 @@ const _: () = assert!(AmpChainState::ENTRY_BYTES.is_power_of_two());
 
 /// [`crate::Kernel::AmpChain`]: a round of a chain of AMP rounds over the same rows, a table
 /// of six entries of [`AmpChainState::ENTRY_WORDS`] words: input, partials, out (row 0 of the
-/// context's rows each) and the `rpt` count (rows - 1 with a drain, rows - 2 without). The
+/// context's rows each) and the `rpt` count (rows - 2). The
 /// chain's first round finds a worker's entry from its context id; each round then steps the
 /// worker's entry pointer to its entry of the next round's table, which follows this one's.
 /// Where the previous round's last row of a context goes (`carry`) is not a word: that round
@@ -235,11 +235,8 @@ impl AmpChainState {
         for c in 0..t.bounds.len() - 1 {
             let p = t.part(c);
             let rows = p.rows;
-            let count = if self.drain {
-                rows.saturating_sub(1)
-            } else {
-                rows.saturating_sub(2)
-            };
+            // The `rpt` count: the rows between the first and the last (`amp_chain`).
+            let count = rows.saturating_sub(2);
             w.extend([
                 p.input.word(),
                 p.partials,
