@@ -85,6 +85,24 @@ fn batched_matmul_with_broadcast_weights() {
     common::run_within(&g, &[5], 2, "batched both", 0.0);
 }
 
+/// A batched left operand by a right one without a batch: the batch entries' rows are one
+/// matrix's, and blocks of rows that cross batch entries (`batch=rows`) are as exact as blocks
+/// within one.
+#[test]
+fn a_batch_folded_into_the_rows_is_exact() {
+    let mut folded = 0;
+    for (dtype, partials, tiles) in [("f16", "f32", 8), ("f16", "f16", 3), ("f32", "f32", 16)] {
+        let g = graph(&format!(
+            "graph fold {{\n  input %a: {dtype}[4, 30, 40]\n  input %b: {dtype}[40, 24]\n  %c = matmul(%a, %b) {{partials = {partials}}}: {partials}[4, 30, 24]\n  output %c\n}}\n"
+        ));
+        let planned = ipu_codegen::plan::plan(&g, &Target::gc200(), tiles).unwrap();
+        let chosen = planned.finalists.iter().find(|f| f.op == "c").unwrap();
+        folded += usize::from(chosen.mapping.contains("batch=rows"));
+        common::run_within(&g, &[tiles], 3, &format!("{dtype} folded"), 0.0);
+    }
+    assert!(folded > 0, "no shape chose to fold its batch into rows");
+}
+
 fn elementwise(dtype: &str, rows: usize, cols: usize) -> Graph {
     let t = format!("{dtype}[{rows}, {cols}]");
     graph(&format!(

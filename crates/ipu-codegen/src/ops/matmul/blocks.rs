@@ -24,6 +24,27 @@ pub struct Block {
     pub split: usize,
 }
 
+impl Block {
+    /// The block's rows as runs within batch entries, `(batch, first row, one past the last)`:
+    /// its own, or, with the batch folded into rows of `m` each (`folded`), its folded rows cut
+    /// where a batch entry ends.
+    pub fn segments(&self, folded: Option<usize>) -> Vec<(usize, usize, usize)> {
+        match folded {
+            None => vec![(self.batch, self.m0, self.m1)],
+            Some(m) => {
+                let mut out = Vec::new();
+                let mut r = self.m0;
+                while r < self.m1 {
+                    let end = ((r / m + 1) * m).min(self.m1);
+                    out.push((r / m, r % m, r % m + (end - r)));
+                    r = end;
+                }
+                out
+            }
+        }
+    }
+}
+
 /// A matmul on the AMP with its blocks (the family's main device operation); the output is
 /// the partials type.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +67,11 @@ pub struct MatMul {
     pub k_splits: usize,
     /// The operand the blocks on consecutive tiles share (the order of `blocks`).
     pub consecutive: Consecutive,
+    /// The rows of one batch entry when the batch is folded into the rows (the right operand
+    /// has no batch, so the output's `batch × m` rows are one matrix's): the blocks' rows then
+    /// run over the folded rows, each block a batch entry 0, and [`Block::segments`] maps
+    /// them back. `None`: blocks index the batch.
+    pub folded: Option<usize>,
 }
 
 /// Which operand the blocks on consecutive tiles share: blocks are dealt to tiles in
@@ -119,7 +145,8 @@ pub(super) fn deal_blocks(
     blocks
 }
 
-/// The output's layout in column groups of `cols`: per block, per column group, its rows; a k
+/// The output's layout in column groups of `cols`: per block, per column group, its rows (a
+/// folded block's rows in runs within batch entries, held back to back on its tile); a k
 /// split's partials are slice `split` of `[k_splits, ..]`, each slice `batch` entries of
 /// `groups` column groups of `m` rows.
 pub(super) fn output_layout(
@@ -127,12 +154,16 @@ pub(super) fn output_layout(
     batch: usize,
     (m, groups): (usize, usize),
     cols: usize,
+    folded: Option<usize>,
 ) -> Layout {
     let slice = batch * groups * m * cols;
     let ranges = blocks.iter().flat_map(|bl| {
-        (bl.g0..bl.g1).map(move |g| {
-            let base = bl.split * slice + bl.batch * groups * m * cols + g * m * cols;
-            (bl.tile, base + bl.m0 * cols, base + bl.m1 * cols)
+        let segments = bl.segments(folded);
+        (bl.g0..bl.g1).flat_map(move |g| {
+            segments.clone().into_iter().map(move |(b, r0, r1)| {
+                let base = bl.split * slice + b * groups * m * cols + g * m * cols;
+                (bl.tile, base + r0 * cols, base + r1 * cols)
+            })
         })
     });
     Layout::from_ranges(cols, ranges.collect::<Vec<_>>())

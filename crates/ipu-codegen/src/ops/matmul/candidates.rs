@@ -41,12 +41,14 @@ pub(crate) struct Candidate {
     pub k_splits: usize,
     /// The operand consecutive tiles share.
     pub consecutive: Consecutive,
+    /// Whether the batch is folded into the rows ([`super::MatMul::folded`]).
+    pub folded: bool,
 }
 
 impl Candidate {
     /// The order candidates are ranked in: the cheapest first, then the fewest bytes a tile,
     /// then by split and order (a stable sort keeps the order of enumeration among equals).
-    pub(super) fn rank(&self) -> (u64, u64, usize, usize, usize, Consecutive) {
+    pub(super) fn rank(&self) -> (u64, u64, usize, usize, usize, Consecutive, bool) {
         (
             self.cycles,
             self.tile_bytes,
@@ -54,6 +56,7 @@ impl Candidate {
             self.pn,
             self.k_splits,
             self.consecutive,
+            self.folded,
         )
     }
 
@@ -70,6 +73,9 @@ impl Candidate {
         if self.consecutive == Consecutive::Rows {
             mapping.push_str(" consecutive=rows");
         }
+        if self.folded {
+            mapping.push_str(" batch=rows");
+        }
         mapping
     }
 
@@ -78,6 +84,8 @@ impl Candidate {
     pub(super) fn tiles_used(&self, batch: usize, tiles: usize) -> usize {
         if self.k_splits > 1 {
             tiles
+        } else if self.folded {
+            (self.pm * self.pn).min(tiles)
         } else {
             (batch * self.pm * self.pn).min(tiles)
         }
@@ -102,6 +110,26 @@ pub(crate) struct MatmulShape {
     pub rounds_max: u64,
     /// Where the operands are.
     pub homes: OperandHomes,
+    /// Whether the batch may be folded into the rows (the right operand has no batch).
+    pub foldable: bool,
+}
+
+impl MatmulShape {
+    /// The shape with the batch folded into the rows, when it may be and has a batch: one
+    /// matrix of `batch × m` rows, whose operands each block reads once.
+    pub(super) fn folded(&self) -> Option<MatmulShape> {
+        (self.foldable && self.batch > 1).then(|| MatmulShape {
+            batch: 1,
+            m: self.batch * self.m,
+            homes: OperandHomes {
+                a_fanout: 1,
+                b_fanout: 1,
+                ..self.homes
+            },
+            foldable: false,
+            ..*self
+        })
+    }
 }
 
 /// The memory a matmul's mapping may take on a tile.
@@ -117,6 +145,24 @@ pub(crate) struct Room {
     pub other_live: u64,
     /// The per-tile budget placement gave the operation, if any.
     pub budget: Option<u64>,
+}
+
+impl Misses {
+    /// What two enumerations saw together.
+    pub(super) fn merge(&mut self, other: &Misses) {
+        self.examined += other.examined;
+        let worst = |c: &Closest| c.over_total.max(c.over_interleaved);
+        if let Some(c) = other.closest
+            && self.closest.is_none_or(|mine| worst(&c) < worst(&mine))
+        {
+            self.closest = Some(c);
+        }
+        if let Some(r) = other.fewest_rounds
+            && self.fewest_rounds.is_none_or(|mine| r.rounds < mine.rounds)
+        {
+            self.fewest_rounds = Some(r);
+        }
+    }
 }
 
 impl Room {
@@ -215,13 +261,15 @@ pub(super) fn split_candidates(
             let a_bytes = kp as u64 * bm * in_bytes;
             let b_bytes = bg * kp as u64 * (cols as u64 * in_bytes);
             let c_bytes = bg * bm * (cols as u64 * out_bytes);
+            let pingpong = pingpong_bytes(m / pm, c_bytes);
             // Serial k chunks when memory demands: the fewest that fit (each chunk adds an
             // exchange phase and a sync, and stages only its share of the operands).
             let fits = |chunks: u64| {
                 let share = (kb as u64).div_ceil(chunks);
                 let (a, b) = (a_bytes / kb as u64 * share, b_bytes / kb as u64 * share);
                 let states = rounds_support(per_tile * bg * kb as u64);
-                let mem = per_tile * (a + b + 2 * c_bytes + 4 * OVERREAD_BYTES as u64) + states;
+                let mem =
+                    per_tile * (a + b + c_bytes + pingpong + 4 * OVERREAD_BYTES as u64) + states;
                 // Once split, keep headroom for what this model does not see (support
                 // data beyond the reserve, fragmentation between live buffers).
                 let need = if chunks > 1 {
@@ -294,11 +342,23 @@ pub(super) fn split_candidates(
                     k_chunks: chunks as usize,
                     k_splits: 1,
                     consecutive,
+                    folded: false,
                 });
             }
         }
     }
     (candidates, misses)
+}
+
+/// The ping-pong partner of a block's `c_bytes` of partials: none when its rows chain (at
+/// least `rows`, the fewer of a split's two block heights), whose rounds accumulate in place
+/// (`ipu_kernels::Kernel::AmpChain`), else as large as they.
+fn pingpong_bytes(rows: usize, c_bytes: u64) -> u64 {
+    if crate::lower::amp_chains(rows as u32) {
+        0
+    } else {
+        c_bytes
+    }
 }
 
 /// A 3-D split of a matmul (rows × column groups × k chunks on separate tiles) as costed by
@@ -377,6 +437,7 @@ pub(crate) fn k_split_candidates(
                 let a_bytes = kc * kblk as u64 * bm * in_bytes;
                 let b_bytes = bg * kc * geo.weight_bytes() as u64;
                 let c_bytes = bg * bm * (cols as u64 * out_bytes);
+                let pingpong = pingpong_bytes(m / pm, c_bytes);
                 // A tile's part in the reduction ([`block_shares`]): with one block a tile at
                 // most, a share of its own block's (the largest block's, as the rows and
                 // column groups divide).
@@ -395,7 +456,7 @@ pub(crate) fn k_split_candidates(
                 // live through both.
                 let states = rounds_support(per_tile * bg * kc);
                 let mem = (per_tile
-                    * (a_bytes + b_bytes + 2 * c_bytes + 4 * OVERREAD_BYTES as u64))
+                    * (a_bytes + b_bytes + c_bytes + pingpong + 4 * OVERREAD_BYTES as u64))
                     .max(per_tile * c_bytes + reduce_bytes)
                     + states;
                 if mem > tile_bytes_max
@@ -487,6 +548,7 @@ mod tests {
                     b: (k * n * 2).div_ceil(1472) as u64,
                     b_fanout: 1,
                 },
+                foldable: false,
             };
             let found = k_split_candidates(
                 &shape,
@@ -547,6 +609,7 @@ mod tests {
                 b: (2048 * 2048 * 2u64).div_ceil(1472),
                 b_fanout: 1,
             },
+            foldable: false,
         };
         let tile = target.memory_bytes() as u64 - SUPPORT_RESERVE_BYTES;
         let found = k_split_candidates(

@@ -81,19 +81,25 @@ impl Lowerer<'_> {
         let row_bytes = geo.k * geo.input_bytes; // 32 for every mode
         let out_row_bytes = geo.columns * geo.partial_bytes; // 32 for every mode
         let weight_bytes = geo.weight_bytes();
-        // Per block: its output buffer, the ping-pong partner (both live across the chunks)
-        // and the output offset of each of its column groups.
+        // Per block: its output buffer, the ping-pong partner (both live across the chunks;
+        // a chained block accumulates in place, its output buffer its own partner) and the
+        // output offset of each of its column groups.
         let mut outputs = Vec::with_capacity(blocks.len());
         for bl in blocks {
             let c_buf = self.value_buffer(c, bl.tile);
             let c_bytes = self.prog.buffers[c_buf.0 as usize].bytes;
-            let t_buf = self
-                .prog
-                .buffer(bl.tile, c_bytes, Region::Any, format!("pingpong:{name}"));
+            let t_buf = if amp_chains((bl.m1 - bl.m0) as u32) {
+                c_buf
+            } else {
+                self.prog
+                    .buffer(bl.tile, c_bytes, Region::Any, format!("pingpong:{name}"))
+            };
             let mut offsets = Vec::new();
+            // A block's rows of a column group are one run on its tile (a folded block's
+            // runs within batch entries back to back): the first one's place is the run's.
+            let (b0, r0, _) = bl.segments(mm.folded)[0];
             for g in bl.g0..bl.g1 {
-                let start =
-                    bl.split * slice + bl.batch * groups * m * cols + (g * m + bl.m0) * cols;
+                let start = bl.split * slice + b0 * groups * m * cols + (g * m + r0) * cols;
                 let piece = c_layout
                     .pieces
                     .iter()
@@ -137,15 +143,16 @@ impl Lowerer<'_> {
                     Region::Any,
                     format!("stage:{name}.a"),
                 );
-                let a_base = if a_batch == 1 {
-                    0
-                } else {
-                    bl.batch * kb * m * kblk
-                };
+                let a_base = |b: usize| if a_batch == 1 { 0 } else { b * kb * m * kblk };
+                let segments = bl.segments(mm.folded);
                 let want: Vec<_> = (kb0..kb1)
-                    .map(|g| {
-                        let s = a_base + (g * m + bl.m0) * kblk;
-                        (s, s + bm * kblk, (g - kb0) * bm * kblk)
+                    .flat_map(|g| {
+                        let mut at = (g - kb0) * bm * kblk;
+                        segments.iter().map(move |&(b, r0, r1)| {
+                            let s = a_base(b) + (g * m + r0) * kblk;
+                            at += (r1 - r0) * kblk;
+                            (s, s + (r1 - r0) * kblk, at - (r1 - r0) * kblk)
+                        })
                     })
                     .collect();
                 if consecutive == Consecutive::Rows {

@@ -119,6 +119,7 @@ impl Planner<'_> {
             tiles,
             rounds_max: amp_rounds_max(self.target),
             homes: self.operand_homes([a, b], batch),
+            foldable: split_shape(&self.values[b].shape).0 == 1,
         };
         let room = Room {
             memory: self.target.memory_bytes() as u64,
@@ -147,13 +148,18 @@ impl Planner<'_> {
             k_chunks,
             k_splits,
             consecutive,
+            folded,
             ..
         } = chosen;
         if k_chunks > 1 {
             self.spread_chunk_homes(mode, [a, b], k_chunks);
         }
-        let blocks = deal_blocks(batch, (m, groups), (pm, pn, k_splits), consecutive, tiles);
-        let layout = output_layout(&blocks, batch, (m, groups), cols);
+        let folded = folded.then_some(m);
+        let blocks = match folded {
+            Some(m) => deal_blocks(1, (batch * m, groups), (pm, pn, 1), consecutive, tiles),
+            None => deal_blocks(batch, (m, groups), (pm, pn, k_splits), consecutive, tiles),
+        };
+        let layout = output_layout(&blocks, batch, (m, groups), cols, folded);
         let mut shape = out_shape.to_vec();
         if k_splits > 1 {
             shape.insert(0, k_splits);
@@ -187,6 +193,7 @@ impl Planner<'_> {
                 k_chunks,
                 k_splits,
                 consecutive,
+                folded,
             }),
             inputs: vec![a, b],
             output: c,
@@ -232,7 +239,15 @@ impl Planner<'_> {
         k_split: bool,
     ) -> Result<Vec<Candidate>, CodegenError> {
         let sync_cycles = self.target.sync_cycles as u64;
-        let (mut candidates, misses) = split_candidates(shape, room, sync_cycles, &mut self.search);
+        let (mut candidates, mut misses) =
+            split_candidates(shape, room, sync_cycles, &mut self.search);
+        if let Some(folded) = shape.folded() {
+            // The batch folded into the rows: blocks of rows across batch entries.
+            let (more, more_misses) =
+                split_candidates(&folded, room, sync_cycles, &mut self.search);
+            candidates.extend(more.into_iter().map(|c| Candidate { folded: true, ..c }));
+            misses.merge(&more_misses);
+        }
         if k_split {
             let found = k_split_candidates(
                 shape,
@@ -254,6 +269,7 @@ impl Planner<'_> {
                     k_chunks: 1,
                     k_splits: e.splits,
                     consecutive: e.consecutive,
+                    folded: false,
                 });
             }
         }
