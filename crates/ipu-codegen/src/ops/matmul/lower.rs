@@ -100,10 +100,10 @@ impl Lowerer<'_> {
             let (b0, r0, _) = bl.segments(mm.folded)[0];
             for g in bl.g0..bl.g1 {
                 let start = bl.split * slice + b0 * groups * m * cols + (g * m + r0) * cols;
-                let piece = c_layout
-                    .pieces
-                    .iter()
-                    .find(|p| p.start == start && p.tile == bl.tile)
+                // Pieces are sorted by start.
+                let at = c_layout.pieces.partition_point(|p| p.start < start);
+                let piece = (c_layout.pieces.get(at))
+                    .filter(|p| p.start == start && p.tile == bl.tile)
                     .ok_or_else(|| {
                         CodegenError::internal(format!("{name}: no output piece at {start}"))
                     })?;
