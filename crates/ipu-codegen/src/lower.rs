@@ -195,7 +195,6 @@ pub(crate) fn amp_chain_launch(
         row_bytes: [AMP_CHAIN_ROW_BYTES; 2],
         rows,
         carry: prev_out,
-        drain,
     };
     let (partials, carry) = (partials.is_some(), prev_out.is_some());
     let zeros = zeros && !partials;

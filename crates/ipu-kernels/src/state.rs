@@ -192,8 +192,6 @@ pub struct AmpChainState {
     /// Row 0 of the previous round's output (laid out as `out`), whose last row of each
     /// context this round stores, when the previous round left it in the AMP.
     pub carry: Option<Loc>,
-    /// Whether this round drains its last row (the chain's last round).
-    pub drain: bool,
 }
 
 impl AmpChainState {

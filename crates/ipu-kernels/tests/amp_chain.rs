@@ -86,7 +86,6 @@ fn chain(rows: u32, groups: u32, kblocks: u32, seed: u32) -> (Vec<f32>, Vec<f32>
                 row_bytes: [32, 32],
                 rows,
                 carry: prev_out,
-                drain,
             };
             let kernel = Kernel::AmpChain {
                 partials,

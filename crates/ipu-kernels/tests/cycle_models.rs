@@ -301,7 +301,6 @@ fn cases() -> Vec<Case> {
                             row_bytes: [32, 32],
                             rows,
                             carry: carry.then_some(at(2 + (n as u32 + 1) % 2, 0)),
-                            drain,
                         }));
                         kernels.push(Kernel::AmpChain {
                             partials: p,

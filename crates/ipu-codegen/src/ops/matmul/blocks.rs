@@ -67,11 +67,11 @@ pub struct MatMul {
     pub k_splits: usize,
     /// The operand the blocks on consecutive tiles share (the order of `blocks`).
     pub consecutive: Consecutive,
-    /// The rows of one batch entry when the batch is folded into the rows (the right operand
-    /// has no batch, so the output's `batch × m` rows are one matrix's): the blocks' rows then
-    /// run over the folded rows, each block a batch entry 0, and [`Block::segments`] maps
-    /// them back. `None`: blocks index the batch.
-    pub folded: Option<usize>,
+    /// Whether the batch is folded into the rows (the right operand has no batch, so the
+    /// output's `batch × m` rows are one matrix's): the blocks' rows then run over the folded
+    /// rows, each block a batch entry 0, and [`Block::segments`] maps them back. Else blocks
+    /// index the batch.
+    pub folded: bool,
 }
 
 /// Which operand the blocks on consecutive tiles share: blocks are dealt to tiles in

@@ -81,6 +81,8 @@ impl Lowerer<'_> {
         let row_bytes = geo.k * geo.input_bytes; // 32 for every mode
         let out_row_bytes = geo.columns * geo.partial_bytes; // 32 for every mode
         let weight_bytes = geo.weight_bytes();
+        // A folded block's rows run over the batch entries' rows of `m` each.
+        let folded = mm.folded.then_some(m);
         // Per block: its output buffer, the ping-pong partner (both live across the chunks;
         // a chained block accumulates in place, its output buffer its own partner) and the
         // output offset of each of its column groups.
@@ -97,7 +99,7 @@ impl Lowerer<'_> {
             let mut offsets = Vec::new();
             // A block's rows of a column group are one run on its tile (a folded block's
             // runs within batch entries back to back): the first one's place is the run's.
-            let (b0, r0, _) = bl.segments(mm.folded)[0];
+            let (b0, r0, _) = bl.segments(folded)[0];
             for g in bl.g0..bl.g1 {
                 let start = bl.split * slice + b0 * groups * m * cols + (g * m + r0) * cols;
                 // Pieces are sorted by start.
@@ -144,14 +146,15 @@ impl Lowerer<'_> {
                     format!("stage:{name}.a"),
                 );
                 let a_base = |b: usize| if a_batch == 1 { 0 } else { b * kb * m * kblk };
-                let segments = bl.segments(mm.folded);
+                let segments = bl.segments(folded);
                 let want: Vec<_> = (kb0..kb1)
                     .flat_map(|g| {
+                        // The segments' rows back to back in K block `g`'s staging.
                         let mut at = (g - kb0) * bm * kblk;
                         segments.iter().map(move |&(b, r0, r1)| {
-                            let s = a_base(b) + (g * m + r0) * kblk;
-                            at += (r1 - r0) * kblk;
-                            (s, s + (r1 - r0) * kblk, at - (r1 - r0) * kblk)
+                            let (s, len) = (a_base(b) + (g * m + r0) * kblk, (r1 - r0) * kblk);
+                            at += len;
+                            (s, s + len, at - len)
                         })
                     })
                     .collect();

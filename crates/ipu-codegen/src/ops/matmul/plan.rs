@@ -154,12 +154,12 @@ impl Planner<'_> {
         if k_chunks > 1 {
             self.spread_chunk_homes(mode, [a, b], k_chunks);
         }
-        let folded = folded.then_some(m);
-        let blocks = match folded {
-            Some(m) => deal_blocks(1, (batch * m, groups), (pm, pn, 1), consecutive, tiles),
-            None => deal_blocks(batch, (m, groups), (pm, pn, k_splits), consecutive, tiles),
+        let blocks = if folded {
+            deal_blocks(1, (batch * m, groups), (pm, pn, 1), consecutive, tiles)
+        } else {
+            deal_blocks(batch, (m, groups), (pm, pn, k_splits), consecutive, tiles)
         };
-        let layout = output_layout(&blocks, batch, (m, groups), cols, folded);
+        let layout = output_layout(&blocks, batch, (m, groups), cols, folded.then_some(m));
         let mut shape = out_shape.to_vec();
         if k_splits > 1 {
             shape.insert(0, k_splits);
