@@ -676,6 +676,20 @@ pub fn size_tile_code(
             support_end = s.end,
             "allocated package support memory"
         );
+        let by_step = if tracing::enabled!(tracing::Level::DEBUG) {
+            support_by_step(program, index, *t)
+        } else {
+            Vec::new()
+        };
+        for (step, states, tables) in by_step.iter().take(8) {
+            tracing::debug!(
+                tile = t,
+                step,
+                state_bytes = states,
+                table_bytes = tables,
+                "support memory of the busiest tile by operation"
+            );
+        }
     }
     Ok(sized)
 }
@@ -795,4 +809,40 @@ pub fn build_tile_images(
         "stored tile images shared"
     );
     Ok(store)
+}
+
+/// The support data of `tile` by the operation whose steps add it (the step name's first
+/// word): (operation, vertex state bytes, exchange and host table bytes), largest first. A
+/// state stored once for several launches counts for the first; a repeated step's tables
+/// count for its first instance.
+pub fn support_by_step(
+    program: &TileProgram,
+    idx: &StepIndex,
+    tile: u32,
+) -> Vec<(String, u32, u32)> {
+    let mut by: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    let mut seen: AHashMap<&State, ()> = AHashMap::new();
+    for (i, s) in program.steps.iter().enumerate() {
+        let (Step::Compute { name, .. } | Step::Exchange { name, .. } | Step::Host { name, .. }) =
+            s;
+        let key = name.split(['.', ' ']).next().unwrap_or("");
+        if let Step::Compute { tiles, .. } = s
+            && let Some(ops) = tiles.get(&tile)
+        {
+            for (_, st) in ops.iter().filter_map(|op| op.launch()) {
+                if seen.insert(st, ()).is_none() {
+                    by.entry(key).or_default().0 += 4 * st.word_count() as u32;
+                }
+            }
+        }
+        if !program.same_as.contains_key(&i) {
+            by.entry(key).or_default().1 += table_bytes(program, idx, tile, i);
+        }
+    }
+    let mut v: Vec<_> = by
+        .into_iter()
+        .map(|(k, (a, b))| (k.to_string(), a, b))
+        .collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.1 + x.2));
+    v
 }
