@@ -71,12 +71,14 @@ pub(crate) fn split_even(n: u32) -> [(u32, u32); WORKERS as usize] {
     })
 }
 
-/// What lowering one device operation gives: the copies of its exchange step and every
-/// tile's supervisor operations in its compute step.
+/// What lowering one device operation gives: the copies of its exchange step (and of an
+/// exchange step before it, when a value is spread in two hops) and every tile's supervisor
+/// operations in its compute step.
 #[derive(Default)]
 pub(crate) struct OpSteps {
     pub(crate) tiles: BTreeMap<u32, Vec<SupOp>>,
     pub(crate) copies: Vec<Copy>,
+    pub(crate) first_copies: Vec<Copy>,
 }
 
 /// [`split_even`] as the seven row bounds a `runall` state holds: worker `w` takes rows
@@ -499,8 +501,18 @@ impl Lowerer<'_> {
     ) -> Result<(), CodegenError> {
         let mut steps = OpSteps::default();
         lower(self, &mut steps)?;
-        let OpSteps { mut tiles, copies } = steps;
+        let OpSteps {
+            mut tiles,
+            copies,
+            first_copies,
+        } = steps;
         let name = self.plan.ops[index].name.clone();
+        if !first_copies.is_empty() {
+            self.prog.steps.push(Step::Exchange {
+                name: format!("{name}.spread"),
+                copies: first_copies,
+            });
+        }
         if !copies.is_empty() {
             self.prog.steps.push(Step::Exchange {
                 name: name.clone(),

@@ -641,3 +641,42 @@ fn casts_between_32_bit_integers_and_floats() {
         common::run_within(&g, &[1, 3], 1, &format!("{from} -> {to}"), 0.0);
     }
 }
+
+#[test]
+fn row_vectors_and_scalars_on_either_side_keep_the_full_operands_layout() {
+    // `w * x` and `w + x` (a norm's weight first, as exporters write it) take the row vector
+    // path with the operands swapped; `s / x` and `s - x` combine reversed with the scalar
+    // multicast. On all tiles the row vector, held by one tile, reaches the output's tiles in
+    // two hops (the whole vector by multicast, then each tile's runs from its own copy).
+    for dtype in ["f32", "f16"] {
+        let (r, c) = (300, 96);
+        let g = graph(&format!(
+            "graph rv {{
+  input %x: {dtype}[{r}, {c}]
+  input %w: {dtype}[1, {c}]
+  input %s: {dtype}[1, 1]
+  %a = mul(%w, %x): {dtype}[{r}, {c}]
+  %b = add(%w, %a): {dtype}[{r}, {c}]
+  %e = exp(%b): {dtype}[{r}, {c}]
+  %d = div(%s, %e): {dtype}[{r}, {c}]
+  %f = sub(%s, %d): {dtype}[{r}, {c}]
+  output %f
+}}
+"
+        ));
+        let b = ipu_codegen::build(&g, &common::gc200(1472)).unwrap();
+        let text = &b.report.program_text;
+        assert!(
+            text.contains("a.spread"),
+            "expected a two-hop spread:\n{text}"
+        );
+        // A row layout would hold the 300 rows on at most 300 tiles.
+        for op in ["a", "b", "d", "f"] {
+            assert!(
+                text.contains(&format!("compute {op} tiles=1472 ")),
+                "expected {op} in the input's layout on every tile:\n{text}"
+            );
+        }
+        common::run_within(&g, &[1, 7, 1472], 4, &format!("{dtype} row vectors"), 0.0);
+    }
+}

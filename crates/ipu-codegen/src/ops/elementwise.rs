@@ -30,7 +30,7 @@ impl Planner<'_> {
         out_val: &Value,
     ) -> Result<(), CodegenError> {
         let out = op.outputs[0];
-        let (x, y) = (ins[0], ins[1]);
+        let (mut x, mut y) = (ins[0], ins[1]);
         let dtype = self.values[x].dtype;
         let bop = match op.kind {
             OpKind::Add => BinOp::Add,
@@ -41,6 +41,35 @@ impl Planner<'_> {
         };
         let same_shape =
             self.values[x].shape == out_val.ty.shape && self.values[y].shape == out_val.ty.shape;
+        // A commutative operation with the row vector or scalar first (`w * x`, as exporters
+        // write a norm's weight) takes its operands the other way round, so the result keeps
+        // the full operand's layout as `x * w` does (the same values: IEEE addition and
+        // multiplication are commutative).
+        if !same_shape
+            && matches!(bop, BinOp::Add | BinOp::Mul)
+            && (self.row_vector_operand(y, x, &out_val.ty.shape)
+                || self.scalar_operand(y, x, &out_val.ty.shape))
+        {
+            (x, y) = (y, x);
+        }
+        // A scalar first (`1 / x`, as `Reciprocal` imports) combines reversed with the full
+        // operand's layout, the scalar multicast to its tiles.
+        if !same_shape
+            && matches!(bop, BinOp::Sub | BinOp::Div)
+            && dtype.int_format().is_none()
+            && elem(dtype).is_some()
+            && self.scalar_operand(y, x, &out_val.ty.shape)
+        {
+            let layout = self.values[y].layout.clone();
+            let r = self.add_graph_value(out, out_val, out_val.ty.dtype, layout);
+            self.push_simple(
+                op.name.clone(),
+                Elementwise::ScalarFirst(bop),
+                vec![y, x],
+                r,
+            );
+            return Ok(());
+        }
         let kind = if dtype.int_format().is_some() {
             if !same_shape {
                 return unsupported(
@@ -172,6 +201,14 @@ impl Planner<'_> {
     }
 }
 
+/// A tile, its stage of a row vector and the runs of the vector's storage it holds there
+/// (`(start, end, stage element)`).
+type RowRuns = (u32, BufferId, Vec<(usize, usize, usize)>);
+
+/// Most table rows one tile sends to stage a row vector before it is spread in two hops
+/// ([`Lowerer::spread_row_vector`]): about 1.3 KB of exchange table.
+const SPREAD_ROWS: usize = 64;
+
 impl Lowerer<'_> {
     /// `out = x OP y` per tile, operands gathered into the output's layout when theirs differ.
     pub(crate) fn lower_binary(
@@ -190,7 +227,7 @@ impl Lowerer<'_> {
         if self.plan.values[y].shape.iter().product::<usize>() == 1
             && self.plan.values[y].shape != self.plan.values[out].shape
         {
-            return self.lower_binary_scalar(index, bop, steps);
+            return self.lower_binary_scalar(index, bop, false, steps);
         }
         self.two_operands(index, steps, |xb, yb, ob, n| {
             (
@@ -216,14 +253,15 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `out = x OP y` for a one-element `y`: every tile of the output receives the element
-    /// (its first word) and combines its whole share with it as one row
-    /// (`Kernel::RowScalar`); the padding columns then hold `0 OP y` and are cleared when
-    /// something reads them.
+    /// `out = x OP y` (`y OP x` when `reversed`) for a one-element `y`: every tile of the
+    /// output receives the element (its first word) and combines its whole share with it as
+    /// one row (`Kernel::RowScalar`); the padding columns then hold `0 OP y` (`y OP 0`) and
+    /// are cleared when something reads them.
     fn lower_binary_scalar(
         &mut self,
         index: usize,
         bop: BinOp,
+        reversed: bool,
         steps: &mut OpSteps,
     ) -> Result<(), CodegenError> {
         let op = &self.plan.ops[index];
@@ -260,11 +298,11 @@ impl Lowerer<'_> {
                         columns: cols,
                         y_stride: 0,
                     };
-                    ops.push(row_scalar(ty, bop, false, state));
+                    ops.push(row_scalar(ty, bop, reversed, state));
                 }
             }
         }
-        if bop != BinOp::Mul {
+        if reversed || bop != BinOp::Mul {
             self.pad_clears(index, &mut steps.tiles);
         }
         Ok(())
@@ -293,6 +331,9 @@ impl Lowerer<'_> {
         // reach a run of consecutive tiles as one multicast row.
         let row_group = self.next_group;
         self.next_group += 1;
+        // A row vector's runs per tile, to spread in two hops when one tile would send them all.
+        let mut row_runs: Vec<RowRuns> = Vec::new();
+        let row_copies0 = steps.copies.len();
         for tile in out_layout.tiles() {
             let n = per_tile[&tile];
             let xb = self.value_buffer(x, tile);
@@ -335,6 +376,7 @@ impl Lowerer<'_> {
                 }
                 let y_group = self.plan.values[y].layout.group;
                 let c = self.gather(y, tile, y_group, &want, st);
+                row_runs.push((tile, st, want));
                 let mut zero = Vec::new();
                 self.zero_gaps(st, n as u32 * eb, &c, &mut zero);
                 if !zero.is_empty() {
@@ -347,6 +389,67 @@ impl Lowerer<'_> {
             let (units, run) = launch(xb, yb, ob, n as u32);
             let ops = steps.tiles.entry(tile).or_default();
             push_split(ops, units, run);
+        }
+        if !row_runs.is_empty() {
+            self.spread_row_vector(y, &name, row_copies0, &row_runs, steps);
+        }
+    }
+
+    /// A row vector `y` gathered into the stages `runs` (each tile's runs of `y`'s storage,
+    /// `(start, end, stage element)`) by the copies `steps.copies[from..]`: when one tile
+    /// would send more than [`SPREAD_ROWS`] table rows (a small vector on one tile and an
+    /// output on many, whose runs differ from tile to tile so few of them multicast), `y` is
+    /// spread in two hops instead: the whole vector to every tile of the output at one
+    /// address (a multicast row per run of consecutive tiles), then each tile's runs from its
+    /// own copy. The sender's table shrinks from a row per tile to a row per run of tiles.
+    fn spread_row_vector(
+        &mut self,
+        y: DevValueId,
+        name: &str,
+        from: usize,
+        runs: &[RowRuns],
+        steps: &mut OpSteps,
+    ) {
+        let eb = self.eb(y) as usize;
+        let y_len = ipu_package::storage_elements(
+            &self.plan.values[y].shape,
+            self.plan.values[y].layout.group,
+        );
+        let words = |a: usize| (a * eb).is_multiple_of(4);
+        if !words(y_len)
+            || !runs
+                .iter()
+                .flat_map(|r| &r.2)
+                .all(|&(a, b, d)| words(a) && words(b) && words(d))
+        {
+            return;
+        }
+        let mut sends: BTreeMap<u32, usize> = BTreeMap::new();
+        for t in crate::exchange::transfers::transfers(&self.prog, &steps.copies[from..]) {
+            *sends
+                .entry(self.prog.buffers[t.src.0 as usize].tile)
+                .or_default() += 1;
+        }
+        if sends.values().all(|&n| n <= SPREAD_ROWS) {
+            return;
+        }
+        steps.copies.truncate(from);
+        let group = self.next_group;
+        self.next_group += 1;
+        let y_group = self.plan.values[y].layout.group;
+        for (tile, st, want) in runs {
+            let whole =
+                self.scratch_buffer(*tile, (y_len * eb) as u32, format!("stage:{name}.row"));
+            self.prog.buffers[whole.0 as usize].group = Some(group);
+            let c = self.gather(y, *tile, y_group, &[(0, y_len, 0)], whole);
+            steps.first_copies.extend(c);
+            steps.copies.extend(want.iter().map(|&(a, b, d)| Copy {
+                src: whole,
+                src_offset: (a * eb) as u32,
+                dst: *st,
+                dst_offset: (d * eb) as u32,
+                bytes: ((b - a) * eb) as u32,
+            }));
         }
     }
 
@@ -683,6 +786,8 @@ pub(crate) enum CastKernel {
 pub enum Elementwise {
     /// Elementwise binary.
     Binary(BinOp),
+    /// `s OP x` for a one-element `s`, its operands stored as `[x, s]`.
+    ScalarFirst(BinOp),
     /// Elementwise unary (`factor` for scale).
     Unary(UnOp, f32),
     /// Conversion on the FP8 conversion unit and the vector units (f32, f16, F143, F152,
@@ -716,6 +821,7 @@ impl FamilyOp for Elementwise {
     fn lower(&self, lowerer: &mut Lowerer<'_>, index: usize) -> Result<(), CodegenError> {
         lowerer.lower_steps(index, |l, steps| match *self {
             Elementwise::Binary(bop) => l.lower_binary(index, bop, steps),
+            Elementwise::ScalarFirst(bop) => l.lower_binary_scalar(index, bop, true, steps),
             Elementwise::Unary(uop, factor) => l.lower_unary(index, uop, factor, &mut steps.tiles),
             Elementwise::CausalMask { key_start } => {
                 l.lower_causal_mask(index, key_start, &mut steps.tiles)
