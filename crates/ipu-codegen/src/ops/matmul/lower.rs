@@ -115,36 +115,85 @@ impl Lowerer<'_> {
         }
         let chunks = k_chunks.clamp(1, kb);
         let k_splits = k_splits.clamp(1, kb);
+        // The K blocks of a chunk (serial chunks carry the accumulation, so the block's first
+        // round is K block 0 and its last `kb - 1`), or of a block's k split (its own partials
+        // from zero): (first, end, first of the accumulation, last of it).
+        let k_range = |split: usize, chunk: usize| {
+            if k_splits > 1 {
+                let (s0, s1) = (kb * split / k_splits, kb * (split + 1) / k_splits);
+                (s0, s1, s0, s1 - 1)
+            } else {
+                (kb * chunk / chunks, kb * (chunk + 1) / chunks, 0, kb - 1)
+            }
+        };
+        // Every chunk of a block stages into the same buffers (its largest chunk's bytes), so
+        // the rounds of two chunks of the same shape have the same vertex states and their
+        // chains are stored once.
+        let mut weight_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
+        // With `Rows`, the blocks sharing rows of `a` stage them at one address alike.
+        let mut row_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
+        let mut stages = Vec::with_capacity(blocks.len());
+        for bl in blocks {
+            let kc = (0..chunks)
+                .map(|ch| {
+                    let (kb0, kb1, _, _) = k_range(bl.split, ch);
+                    kb1 - kb0
+                })
+                .max()
+                .unwrap_or(0);
+            let (bm, bg) = (bl.m1 - bl.m0, bl.g1 - bl.g0);
+            // A staging: [kc][bm][kblk].
+            let a_bytes = (kc * bm) as u32 * row_bytes;
+            let a_st = self.prog.buffer(
+                bl.tile,
+                a_bytes + OVERREAD_BYTES,
+                Region::Any,
+                format!("stage:{name}.a"),
+            );
+            if consecutive == Consecutive::Rows {
+                let key = (
+                    if a_batch == 1 { 0 } else { bl.batch },
+                    bl.m0,
+                    bl.m1,
+                    bl.split,
+                );
+                let g = self.group_of(&mut row_groups, key, bl.tile);
+                self.prog.buffers[a_st.0 as usize].group = Some(g);
+            }
+            // B staging (weights): [bg][kcp][cols], in interleaved memory.
+            let b_bytes = (bg * kc * kblk * cols) as u32 * geo.input_bytes;
+            let b_st = self.prog.buffer(
+                bl.tile,
+                b_bytes,
+                Region::Interleaved,
+                format!("stage:{name}.w"),
+            );
+            // Blocks with the same weights hold them at the same address (a placement
+            // group), so the exchange can multicast them.
+            let key = (
+                if b_batch == 1 { 0 } else { bl.batch },
+                bl.g0,
+                bl.g1,
+                bl.split,
+            );
+            let g = self.group_of(&mut weight_groups, key, bl.tile);
+            self.prog.buffers[b_st.0 as usize].group = Some(g);
+            stages.push((a_st, b_st));
+        }
         for chunk in 0..chunks {
             let mut step_copies: Vec<Copy> = Vec::new();
             let mut step_tiles: BTreeMap<u32, Vec<SupOp>> = BTreeMap::new();
-            let mut weight_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
-            // With `Rows`, the blocks sharing rows of `a` stage them at one address alike.
-            let mut row_groups: BTreeMap<WeightKey, (u32, BTreeSet<u32>)> = BTreeMap::new();
-            for (bl, (c_buf, t_buf, offsets)) in blocks.iter().zip(&outputs) {
+            for ((bl, (c_buf, t_buf, offsets)), &(a_st, b_st)) in
+                blocks.iter().zip(&outputs).zip(&stages)
+            {
                 let (c_buf, t_buf) = (*c_buf, *t_buf);
-                // The K blocks of this chunk (serial chunks carry the accumulation, so the
-                // block's first round is K block 0 and its last `kb - 1`), or of the block's
-                // k split (its own partials from zero).
-                let (kb0, kb1, first, last) = if k_splits > 1 {
-                    let (s0, s1) = (kb * bl.split / k_splits, kb * (bl.split + 1) / k_splits);
-                    (s0, s1, s0, s1 - 1)
-                } else {
-                    (kb * chunk / chunks, kb * (chunk + 1) / chunks, 0, kb - 1)
-                };
+                let (kb0, kb1, first, last) = k_range(bl.split, chunk);
                 let kc = kb1 - kb0;
                 let kcp = kc * kblk;
                 let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
                 let bm = bl.m1 - bl.m0;
                 let bg = bl.g1 - bl.g0;
-                // A staging: [kc][bm][kblk].
                 let a_bytes = (kc * bm) as u32 * row_bytes;
-                let a_st = self.prog.buffer(
-                    bl.tile,
-                    a_bytes + OVERREAD_BYTES,
-                    Region::Any,
-                    format!("stage:{name}.a"),
-                );
                 let a_base = |b: usize| if a_batch == 1 { 0 } else { b * kb * m * kblk };
                 let segments = bl.segments(folded);
                 let want: Vec<_> = (kb0..kb1)
@@ -158,35 +207,8 @@ impl Lowerer<'_> {
                         })
                     })
                     .collect();
-                if consecutive == Consecutive::Rows {
-                    let key = (
-                        if a_batch == 1 { 0 } else { bl.batch },
-                        bl.m0,
-                        bl.m1,
-                        bl.split,
-                    );
-                    let g = self.group_of(&mut row_groups, key, bl.tile);
-                    self.prog.buffers[a_st.0 as usize].group = Some(g);
-                }
                 let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
-                // B staging (weights): [bg][kcp][cols], in interleaved memory.
                 let b_bytes = (bg * kcp * cols) as u32 * geo.input_bytes;
-                let b_st = self.prog.buffer(
-                    bl.tile,
-                    b_bytes,
-                    Region::Interleaved,
-                    format!("stage:{name}.w"),
-                );
-                // Blocks with the same weights hold them at the same address (a placement
-                // group), so the exchange can multicast them.
-                let key = (
-                    if b_batch == 1 { 0 } else { bl.batch },
-                    bl.g0,
-                    bl.g1,
-                    bl.split,
-                );
-                let g = self.group_of(&mut weight_groups, key, bl.tile);
-                self.prog.buffers[b_st.0 as usize].group = Some(g);
                 let b_base = if b_batch == 1 {
                     0
                 } else {
