@@ -209,6 +209,10 @@ type RowRuns = (u32, BufferId, Vec<(usize, usize, usize)>);
 /// ([`Lowerer::spread_row_vector`]): about 1.3 KB of exchange table.
 const SPREAD_ROWS: usize = 64;
 
+/// Most bytes of a row vector spread in two hops: every tile of the output holds the whole
+/// vector while it is spread (a norm's weight is a few KB; a vocabulary-wide bias is not).
+const SPREAD_BYTES_MAX: usize = 8 * 1024;
+
 impl Lowerer<'_> {
     /// `out = x OP y` per tile, operands gathered into the output's layout when theirs differ.
     pub(crate) fn lower_binary(
@@ -401,7 +405,8 @@ impl Lowerer<'_> {
     /// output on many, whose runs differ from tile to tile so few of them multicast), `y` is
     /// spread in two hops instead: the whole vector to every tile of the output at one
     /// address (a multicast row per run of consecutive tiles), then each tile's runs from its
-    /// own copy. The sender's table shrinks from a row per tile to a row per run of tiles.
+    /// own copy (a vector of at most [`SPREAD_BYTES_MAX`] bytes). The sender's table shrinks
+    /// from a row per tile to a row per run of tiles.
     fn spread_row_vector(
         &mut self,
         y: DevValueId,
@@ -416,7 +421,8 @@ impl Lowerer<'_> {
             self.plan.values[y].layout.group,
         );
         let words = |a: usize| (a * eb).is_multiple_of(4);
-        if !words(y_len)
+        if y_len * eb > SPREAD_BYTES_MAX
+            || !words(y_len)
             || !runs
                 .iter()
                 .flat_map(|r| &r.2)
