@@ -56,7 +56,6 @@ impl Planner<'_> {
         // operand's layout, the scalar multicast to its tiles.
         if !same_shape
             && matches!(bop, BinOp::Sub | BinOp::Div)
-            && dtype.int_format().is_none()
             && elem(dtype).is_some()
             && self.scalar_operand(y, x, &out_val.ty.shape)
         {

@@ -40,21 +40,22 @@ impl FamilyOp for MatMul {
 }
 
 impl Lowerer<'_> {
-    /// The placement group of the staging buffer on `tile` of the blocks staging `key`: the
-    /// group of its kind, or a new one for the first of its kind or a second block of it on one
-    /// tile.
-    fn group_of(
+    /// Puts `stage`, a staging buffer of the blocks staging `key`, in their placement group:
+    /// the group of its kind, or a new one for the first of its kind or a second block of it
+    /// on one tile.
+    fn join_group(
         &mut self,
         groups: &mut BTreeMap<WeightKey, (u32, BTreeSet<u32>)>,
         key: WeightKey,
-        tile: u32,
-    ) -> u32 {
+        stage: BufferId,
+    ) {
+        let tile = self.prog.buffers[stage.0 as usize].tile;
         let entry = groups.entry(key).or_insert((u32::MAX, BTreeSet::new()));
         if entry.0 == u32::MAX || !entry.1.insert(tile) {
             *entry = (self.next_group, BTreeSet::from([tile]));
             self.next_group += 1;
         }
-        entry.0
+        self.prog.buffers[stage.0 as usize].group = Some(entry.0);
     }
 
     pub(crate) fn lower_matmul(
@@ -150,15 +151,11 @@ impl Lowerer<'_> {
                 Region::Any,
                 format!("stage:{name}.a"),
             );
+            // An operand without a batch is staged alike for every batch entry.
+            let entry = |operand_batch: usize| if operand_batch == 1 { 0 } else { bl.batch };
             if consecutive == Consecutive::Rows {
-                let key = (
-                    if a_batch == 1 { 0 } else { bl.batch },
-                    bl.m0,
-                    bl.m1,
-                    bl.split,
-                );
-                let g = self.group_of(&mut row_groups, key, bl.tile);
-                self.prog.buffers[a_st.0 as usize].group = Some(g);
+                let key = (entry(a_batch), bl.m0, bl.m1, bl.split);
+                self.join_group(&mut row_groups, key, a_st);
             }
             // B staging (weights): [bg][kcp][cols], in interleaved memory.
             let b_bytes = (bg * kc * kblk * cols) as u32 * geo.input_bytes;
@@ -170,14 +167,8 @@ impl Lowerer<'_> {
             );
             // Blocks with the same weights hold them at the same address (a placement
             // group), so the exchange can multicast them.
-            let key = (
-                if b_batch == 1 { 0 } else { bl.batch },
-                bl.g0,
-                bl.g1,
-                bl.split,
-            );
-            let g = self.group_of(&mut weight_groups, key, bl.tile);
-            self.prog.buffers[b_st.0 as usize].group = Some(g);
+            let key = (entry(b_batch), bl.g0, bl.g1, bl.split);
+            self.join_group(&mut weight_groups, key, b_st);
             stages.push((a_st, b_st));
         }
         for chunk in 0..chunks {
