@@ -405,6 +405,15 @@ pub fn ldz8step_m(d: MReg, base: MReg, inc: i16) -> Instr {
         mode: AddrMode::PostInc(inc),
     }
 }
+/// `ldz16step $mD, $mB+=inc`
+pub fn ldz16step_m(d: MReg, base: MReg, inc: i16) -> Instr {
+    Instr::Load {
+        width: Width::B16,
+        d: DataReg::M(d),
+        base,
+        mode: AddrMode::PostInc(inc),
+    }
+}
 /// `ld32step $mD, $mB+=inc`
 pub fn ld32step_m(d: MReg, base: MReg, inc: i16) -> Instr {
     Instr::Load {

@@ -1,4 +1,5 @@
-//! Row lookups by run-time indices (an embedding's `gather`) and the merge of their partial
+//! Row lookups by run-time indices (an embedding's `gather`), column lookups of a transposed
+//! table (a tied embedding held as the LM head's operand) and the merge of their partial
 //! results, each with its cycle model.
 //!
 //! A table `[n, ..]` is held as parts of consecutive rows on separate tiles; every part's tile
@@ -81,6 +82,131 @@ pub fn gather_rows_slots(found: u32, missed: u32, row_words: u32) -> u32 {
 /// The most issue slots of [`gather_rows`] over `count` indices: every one found.
 pub fn gather_rows_bound_slots(count: u32, row_words: u32) -> u32 {
     gather_rows_slots(count, 0, row_words)
+}
+
+/// Per index: the column of a transposed table's part it falls in (the row of the table's
+/// transpose), or zeros. The part holds, for each block of `group` consecutive entries, the
+/// rows of one column group of the table `[h, n]` (each `group` elements of `elem_bytes`, one
+/// per entry: the storage of the LM head's `[hidden, vocab]` operand), blocks `block` bytes
+/// apart; an entry's elements are `group * elem_bytes` bytes apart. 2-byte elements are
+/// paired into words (`ldz16` twice, a shift and an OR), a lone last one with zeros above it;
+/// `pad` zero words follow each row. An index `i < 0` counts from the end.
+pub(crate) fn gather_columns(c: &mut Code, elem_bytes: u8, group: u8) {
+    // m1 table, m2 indices, m3 out, m4 count, m5 first, m6 rows, m7 words, m8 tail, m9 pad,
+    // m10 entries, m11 block; m0 the row's words, m15 zero.
+    load_state(c, GatherColumnsState::WORDS);
+    let end = exit_if_zero(c, m(4));
+    let next = c.label();
+    let zeros = c.label();
+    let done = c.label();
+    let stride = i16::from(group) * i16::from(elem_bytes);
+    let half = elem_bytes == 2;
+    c.op(alu_imm(AluOp::Sub, m(4), m(4), 1));
+    c.op(setzi(m(15), 0));
+    c.op(alu(AluOp::Add, m(0), m(7), m(8)));
+    c.op(alu(AluOp::Add, m(0), m(0), m(9)));
+    c.bind(next);
+    c.op(ld32step_m(m(12), m(2), 4));
+    // A negative index counts from the end: add `entries` where the sign is set.
+    c.op(alu_imm(AluOp::Sar, m(13), m(12), 31));
+    c.op(alu(AluOp::And, m(13), m(13), m(10)));
+    c.op(alu(AluOp::Add, m(12), m(12), m(13)));
+    // m12 = the entry in this part; outside it (unsigned) the row is zeros.
+    c.op(alu(AluOp::Sub, m(12), m(12), m(5)));
+    c.op(alu(AluOp::CmpUlt, m(13), m(12), m(6)));
+    c.branch(
+        Instr::Brz {
+            a: m(13),
+            target: 0,
+        },
+        zeros,
+    );
+    // The entry's first element: its block, then its place in the block's rows.
+    c.op(alu_imm(
+        AluOp::Shr,
+        m(13),
+        m(12),
+        group.trailing_zeros() as i16,
+    ));
+    c.op(alu(AluOp::Mul, m(13), m(13), m(11)));
+    c.op(alu_imm(AluOp::And, m(12), m(12), i16::from(group) - 1));
+    c.op(alu_imm(
+        AluOp::Shl,
+        m(12),
+        m(12),
+        elem_bytes.trailing_zeros() as i16,
+    ));
+    c.op(alu(AluOp::Add, m(12), m(12), m(13)));
+    c.op(alu(AluOp::Add, m(12), m(12), m(1)));
+    if half {
+        rpt(c, m(7), |c| {
+            c.op(ldz16step_m(m(13), m(12), stride));
+            c.op(ldz16step_m(m(14), m(12), stride));
+            c.op(alu_imm(AluOp::Shl, m(14), m(14), 16));
+            c.op(alu(AluOp::Or, m(13), m(13), m(14)));
+            c.op(st32step_m(m(13), m(3), 4));
+        });
+        rpt(c, m(8), |c| {
+            c.op(ldz16step_m(m(13), m(12), stride));
+            c.op(st32step_m(m(13), m(3), 4));
+        });
+    } else {
+        rpt(c, m(7), |c| {
+            c.op(ld32step_m(m(13), m(12), stride));
+            c.op(st32step_m(m(13), m(3), 4));
+        });
+    }
+    rpt(c, m(9), |c| {
+        c.op(st32step_m(m(15), m(3), 4));
+    });
+    c.branch(Instr::Brnzdec { a: m(4), target: 0 }, next);
+    c.branch(
+        Instr::Brz {
+            a: m(15),
+            target: 0,
+        },
+        done,
+    );
+    c.bind(zeros);
+    rpt(c, m(0), |c| {
+        c.op(st32step_m(m(15), m(3), 4));
+    });
+    c.branch(Instr::Brnzdec { a: m(4), target: 0 }, next);
+    // The found path's way out costs a branch; this keeps both ways out alike.
+    c.op(setzi(m(13), 0));
+    c.bind(done);
+    exit_at(c, end);
+}
+
+/// Issue slots of [`gather_columns`] for `found` indices inside the part and `missed` outside,
+/// rows of `words` data words (pairs of 2-byte elements), `tail` lone 2-byte elements (0 or
+/// 1) and `pad` zero words.
+pub fn gather_columns_slots(
+    elem_bytes: u32,
+    found: u32,
+    missed: u32,
+    (words, tail, pad): (u32, u32, u32),
+) -> u32 {
+    let fixed = GatherColumnsState::WORDS as u32 + 1;
+    if found + missed == 0 {
+        return fixed + 1;
+    }
+    let half = elem_bytes == 2;
+    // Per index: load, sign, part test (7); found: the address (6), the copy's `rpt` and a
+    // word's loads and store (5 a pair of halves, 2 a word), the lone half's (1 + 2), the
+    // zeros' (1 + 1 a word) and the loop's branch; missed: the zeros' `rpt`, a store a word
+    // and the loop's branch. Then the way out of the loop and `exit`.
+    let copy = if half {
+        1 + 5 * words + 1 + 2 * tail
+    } else {
+        1 + 2 * words
+    };
+    fixed + 4 + found * (7 + 6 + copy + 1 + pad + 1) + missed * (7 + 1 + words + tail + pad + 1) + 2
+}
+
+/// The most issue slots of [`gather_columns`] over `count` indices: every one found.
+pub fn gather_columns_bound_slots(elem_bytes: u32, count: u32, row: (u32, u32, u32)) -> u32 {
+    gather_columns_slots(elem_bytes, count, 0, row)
 }
 
 /// `out = stage[0] | stage[1] | ...` over `sources` runs of `words` words, `stride` bytes apart

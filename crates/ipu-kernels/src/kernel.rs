@@ -84,6 +84,11 @@ pub enum Kernel {
     /// One row per run-time index from a part of a table, zeros for an index outside the
     /// part (`gather::gather_rows`). State: [`GatherRowsState`].
     GatherRows,
+    /// Per index, one column of a transposed table's part (the row of the table's transpose)
+    /// or zeros: a tied embedding looked up in the LM head's operand
+    /// (`gather::gather_columns`), elements of `elem_bytes` in groups of `group` (a power of
+    /// two) entries. State: [`GatherColumnsState`].
+    GatherColumns { elem_bytes: u8, group: u8 },
     /// The bitwise OR of runs of words (`gather::or_words`): the merge of the parts' rows of
     /// a lookup. State: [`OrWordsState`].
     OrWords,
@@ -205,6 +210,9 @@ pub fn generate(kernel: Kernel) -> Code {
         Kernel::IntBinary { op, bits, signed } => convert::int_binary(&mut c, op, bits, signed),
         Kernel::Zero => basic::zero(&mut c),
         Kernel::GatherRows => gather::gather_rows(&mut c),
+        Kernel::GatherColumns { elem_bytes, group } => {
+            gather::gather_columns(&mut c, elem_bytes, group)
+        }
         Kernel::OrWords => gather::or_words(&mut c),
         Kernel::Map { f, a, b, c: c3, to } => map::map(&mut c, f, &[a, b, c3], to),
         Kernel::PadClear => basic::pad_clear(&mut c),
@@ -268,6 +276,7 @@ impl Kernel {
             K::IntBinary { .. } => StateKind::Binary,
             K::Zero => StateKind::Zero,
             K::GatherRows => StateKind::GatherRows,
+            K::GatherColumns { .. } => StateKind::GatherColumns,
             K::OrWords => StateKind::OrWords,
             K::Map { .. } => StateKind::Map,
             K::PadClear => StateKind::PadClear,

@@ -27,7 +27,10 @@ mod unary;
 
 pub use basic::*;
 pub use convert::{ConvType, convert_slots, int_binary_slots};
-pub use gather::{gather_rows_bound_slots, gather_rows_slots, or_words_slots};
+pub use gather::{
+    gather_columns_bound_slots, gather_columns_slots, gather_rows_bound_slots, gather_rows_slots,
+    or_words_slots,
+};
 pub use ipu_numerics::ByteType;
 pub use ipu_numerics::MapFn;
 pub use ipu_numerics::UnaryFn;

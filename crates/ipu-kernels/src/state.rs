@@ -372,6 +372,35 @@ state! {
 }
 
 state! {
+    /// [`crate::Kernel::GatherColumns`]: one column per index of a transposed table's part
+    /// (entries `first..first + rows`), else zeros.
+    GatherColumnsState {
+        /// The part's first element (entry `first`, the column group's first row).
+        table: Loc,
+        /// The first index (32-bit).
+        indices: Loc,
+        /// The row of the first index.
+        out: Loc,
+        /// Indices.
+        count: u32,
+        /// The entry the part starts at (a multiple of the group).
+        first: u32,
+        /// Entries in the part.
+        rows: u32,
+        /// Data words of a row (pairs of 2-byte elements).
+        words: u32,
+        /// A lone last 2-byte element (0 or 1).
+        tail: u32,
+        /// Zero words after a row's data.
+        pad: u32,
+        /// The table's entries (a negative index counts back from them).
+        entries: u32,
+        /// Bytes from one block of `group` entries to the next.
+        block: u32,
+    }
+}
+
+state! {
     /// [`crate::Kernel::OrWords`]: `out = stage[0] | stage[1] | ...` over `sources` runs of
     /// `words` words.
     OrWordsState {
@@ -801,6 +830,7 @@ states! {
     Cast(CastState),
     Zero(ZeroState),
     GatherRows(GatherRowsState),
+    GatherColumns(GatherColumnsState),
     OrWords(OrWordsState),
     Map(MapState),
     PadClear(PadClearState),
