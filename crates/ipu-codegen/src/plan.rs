@@ -112,9 +112,14 @@ pub fn matmul_mode(dtype: DType, partials: DType) -> Option<AmpMode> {
 
 /// The column group a graph input should be stored in so that its first matmul consumer
 /// reads it without regrouping: the AMP's K block for the left operand, its column count for
-/// the right.
+/// the right. A table whose first reader looks its columns up (`gather_columns`, which takes
+/// any group) is stored for the matmul reading it after (a tied LM head).
 pub(crate) fn input_group(graph: &Graph, v: ValueId) -> Option<usize> {
-    let op = graph.operations().iter().find(|o| o.inputs.contains(&v))?;
+    let mut readers = graph.operations().iter().filter(|o| o.inputs.contains(&v));
+    let mut op = readers.next()?;
+    if matches!(op.kind, OpKind::GatherColumns) {
+        op = readers.find(|o| matches!(o.kind, OpKind::MatMul { .. }))?;
+    }
     let OpKind::MatMul { partials, .. } = op.kind else {
         return None;
     };
@@ -676,6 +681,19 @@ impl Planner<'_> {
                     .filter(|o| o.inputs.contains(&gv))
                     .count()
                     == 1
+                && ins.iter().filter(|&&i| i == v).count() == 1
+                && self.ops.iter().all(|o| !o.inputs.contains(&v))
+        })
+    }
+
+    /// Whether `v` is a graph input or constant that is no output, `ins` names once and no
+    /// operation planned before reads: the first reader may lay it out as it likes, and later
+    /// readers take that layout (a tied table the lookup lays out and the LM head stages).
+    pub(crate) fn read_only_first(&self, v: DevValueId, ins: &[DevValueId]) -> bool {
+        self.values[v].graph.is_some_and(|gv| {
+            let held = self.graph.inputs().contains(&gv)
+                || self.graph.constants().iter().any(|c| c.value == gv);
+            held && !self.graph.outputs().contains(&gv)
                 && ins.iter().filter(|&&i| i == v).count() == 1
                 && self.ops.iter().all(|o| !o.inputs.contains(&v))
         })

@@ -370,7 +370,7 @@ fn rebuild(graph: &Graph, found: Vec<Found>) -> Result<(Graph, Vec<FusedAttentio
 
 /// A builder of a new form of `graph` holding its inputs and the constants `keep` accepts, and
 /// the map from `graph`'s values to the builder's.
-fn builder_with_sources(
+pub(crate) fn builder_with_sources(
     graph: &Graph,
     keep: impl Fn(ValueId) -> bool,
 ) -> Result<(GraphBuilder, BTreeMap<ValueId, ValueId>), GraphError> {

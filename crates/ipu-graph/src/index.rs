@@ -23,13 +23,16 @@ impl IndexBound {
     }
 }
 
-/// Every bound on a graph input: one per `gather` whose indices are the input or a reshape
+/// Every bound on a graph input: one per `gather` or `gather_columns` whose indices are the input or a reshape
 /// of it (the tightest first when several tables read one input).
 pub fn index_bounds(graph: &Graph) -> Vec<IndexBound> {
     let mut out = Vec::new();
     for op in graph.operations() {
-        let OpKind::Gather { axis } = op.kind else {
-            continue;
+        let axis = match op.kind {
+            OpKind::Gather { axis } => axis,
+            // The table's columns are its entries.
+            OpKind::GatherColumns => 1,
+            _ => continue,
         };
         let mut v = op.inputs[1];
         while let Some(p) = graph.value(v).producer {

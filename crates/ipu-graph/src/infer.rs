@@ -72,6 +72,7 @@ fn check_classes(kind: &OpKind, inputs: &[&TensorType]) -> Result<(), InferError
             | OpKind::Slice { .. }
             | OpKind::Concat { .. }
             | OpKind::Gather { .. }
+            | OpKind::GatherColumns
             | OpKind::Map(_)
     );
     if let OpKind::Cast { to, .. } = kind {
@@ -291,6 +292,25 @@ fn infer_unchecked(kind: &OpKind, inputs: &[&TensorType]) -> Result<TensorType, 
             let mut shape = x.shape[..*axis].to_vec();
             shape.extend_from_slice(&idx.shape);
             shape.extend_from_slice(&x.shape[axis + 1..]);
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        OpKind::GatherColumns => {
+            arity(inputs, 2)?;
+            let (x, idx) = (inputs[0], inputs[1]);
+            if x.shape.len() != 2 {
+                return err(
+                    Some(0),
+                    format!("a table of columns is 2-D, not {:?}", x.shape),
+                );
+            }
+            if idx.dtype != DType::I32 {
+                return err(
+                    Some(1),
+                    format!("gather indices are i32, not {}", idx.dtype),
+                );
+            }
+            let mut shape = idx.shape.clone();
+            shape.push(x.shape[0]);
             Ok(TensorType::new(x.dtype, shape))
         }
         OpKind::Concat { axis } => {

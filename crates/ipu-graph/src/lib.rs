@@ -21,6 +21,7 @@ pub mod models;
 pub mod repeat;
 pub mod strided;
 mod text;
+pub mod tied;
 
 use std::fmt;
 
@@ -452,6 +453,11 @@ pub enum OpKind {
         /// The looked-up axis of the table.
         axis: usize,
     },
+    /// Columns of a 2-D table `[h, n]` looked up by run-time indices: the rows of the table's
+    /// transpose, `out[i.., c] = data[c, indices[i..]]`, of shape `indices.shape ++ [h]` (the
+    /// same as `gather` along axis 0 of `data`ᵀ). A tied embedding is held once as the LM
+    /// head's `[hidden, vocab]` operand and looked up this way; indices as for `gather`.
+    GatherColumns,
     /// Elementwise `a + b`.
     Add,
     /// Elementwise `a - b`.
@@ -576,6 +582,7 @@ impl OpKind {
             OpKind::Slice { .. } => "slice",
             OpKind::Concat { .. } => "concat",
             OpKind::Gather { .. } => "gather",
+            OpKind::GatherColumns => "gather_columns",
             OpKind::Add => "add",
             OpKind::Sub => "sub",
             OpKind::Mul => "mul",

@@ -933,6 +933,7 @@ operations! {
     "slice" => Slice { axis, start, end };
     "concat" => Concat { axis };
     "gather" => Gather { axis };
+    "gather_columns" => GatherColumns {};
     "add" => Add {};
     "sub" => Sub {};
     "mul" => Mul {};

@@ -300,7 +300,7 @@ fn type_errors_have_positions() {
     check_error(
         &model("  %c = frobnicate(%a): f16[4, 8]\n  output %c"),
         expect![
-            "bad.ipug:4:8: unknown operation `frobnicate` (known: matmul, transpose, reshape, slice, concat, gather, add, sub, mul, div, max, scale, exp, sqrt, tanh, erf, log, sin, cos, causal_mask, reduce_max, reduce_sum, softmax, cast, layer_norm, attention, flash_attention, equal, less, less_or_equal, greater, greater_or_equal, not, and, or, xor, is_nan, is_inf, is_pos_inf, is_neg_inf, where)"
+            "bad.ipug:4:8: unknown operation `frobnicate` (known: matmul, transpose, reshape, slice, concat, gather, gather_columns, add, sub, mul, div, max, scale, exp, sqrt, tanh, erf, log, sin, cos, causal_mask, reduce_max, reduce_sum, softmax, cast, layer_norm, attention, flash_attention, equal, less, less_or_equal, greater, greater_or_equal, not, and, or, xor, is_nan, is_inf, is_pos_inf, is_neg_inf, where)"
         ],
     );
     // redefinition

@@ -434,10 +434,22 @@ pub fn import(bytes: &[u8], options: &ImportOptions<'_>) -> Result<Imported, Onn
         .b
         .finish()
         .map_err(|e| malformed(format!("the imported graph does not verify: {e}")))?;
+    // A tied embedding (the LM head reads the table's transpose) is held once.
+    let (graph, tied) = ipu_graph::tied::share_tied_tables(&graph)
+        .map_err(|e| malformed(format!("the imported graph does not verify: {e}")))?;
+    let mut notes = imp.notes;
+    for t in tied {
+        notes.push(format!(
+            "`{}` is `{}` transposed: held once, {} read its columns",
+            t.table,
+            t.held,
+            t.lookups.join(", ")
+        ));
+    }
     Ok(Imported {
         graph,
         renamed,
         folded: imp.folded,
-        notes: imp.notes,
+        notes,
     })
 }

@@ -534,6 +534,22 @@ fn run_op(kind: &OpKind, ins: &[(&[f32], &TensorType)], out: &TensorType, ctx: C
             }
             return r;
         }
+        OpKind::GatherColumns => {
+            let ((x, t), (idx, _)) = (ins[0], ins[1]);
+            let (h, len) = (t.shape[0], t.shape[1]);
+            let mut r = Vec::with_capacity(out.elements());
+            for &i in idx {
+                // As `gather`: negative indices count from the end, others outside read zeros.
+                let i = i as i64;
+                let i = if i < 0 { i + len as i64 } else { i };
+                if (0..len as i64).contains(&i) {
+                    r.extend((0..h).map(|c| x[c * len + i as usize]));
+                } else {
+                    r.extend(std::iter::repeat_n(0.0, h));
+                }
+            }
+            return r;
+        }
         OpKind::Concat { axis } => {
             let (outer, _, inner) = split(&out.shape, *axis);
             let mut r = Vec::with_capacity(out.elements());

@@ -11,6 +11,12 @@
 //! part holds a valid index, so the result is the table's row bit for bit. An index outside
 //! the table reads zeros. The parts use as many tiles as the column groups leave (a table of
 //! `n` groups on `tiles / n` parts a group), so the table takes the same share of every tile.
+//!
+//! A tied embedding's table is held once, as the LM head's `[hidden, vocab]` operand
+//! (`gather_columns`): its storage keeps, for each block of `g` entries, every row of `g`
+//! elements, one per entry. A part is then a run of such blocks of one column group's rows, and
+//! `Kernel::GatherColumns` reads an entry's elements `g` apart; parts, indices, merge and output
+//! are as for rows. The layout the lookup gives the table is the one the matmul stages from.
 
 use ipu_graph::{OpKind, Operation, Value};
 use ipu_package::{split_shape, storage_elements, storage_index};
@@ -54,6 +60,52 @@ pub struct Lookup {
     pub items: Vec<Part>,
     /// Whether the table is held in the parts' layout (else each run copies it there).
     pub resident: bool,
+    /// Whether the table is held transposed (`gather_columns`): a part's rows are entries,
+    /// whole blocks of the column group `g` but the last.
+    pub transposed: bool,
+}
+
+/// The geometry of a lookup's table: entries, row width (elements), column group, whether
+/// transposed.
+#[derive(Debug, Clone, Copy)]
+struct Table {
+    entries: usize,
+    width: usize,
+    group: usize,
+    transposed: bool,
+}
+
+impl Table {
+    /// The valid elements of column group `j` (the last may be short).
+    fn elems(&self, j: usize) -> usize {
+        self.group.min(self.width - j * self.group)
+    }
+
+    /// The storage ranges of part `it`, in the order a tile holds them.
+    fn part_ranges(&self, it: &Part) -> Vec<(usize, usize)> {
+        let (g, j) = (self.group, it.group);
+        if !self.transposed {
+            let at = j * self.entries;
+            return vec![((at + it.rows.0) * g, (at + it.rows.1) * g)];
+        }
+        // `[entries / g][width][g]`: each block's rows of column group `j`.
+        (it.rows.0 / g..it.rows.1.div_ceil(g))
+            .map(|b| {
+                let start = (b * self.width + j * g) * g;
+                (start, start + self.elems(j) * g)
+            })
+            .collect()
+    }
+}
+
+/// Where storage element `start` lies in `tile`'s buffer of a value laid out as `layout`.
+fn local_of(layout: &Layout, start: usize, tile: u32) -> Option<usize> {
+    let at = layout.pieces.partition_point(|p| p.end <= start);
+    layout.pieces[at..]
+        .iter()
+        .take_while(|p| p.start <= start)
+        .find(|p| p.tile == tile)
+        .map(|p| p.local + start - p.start)
 }
 
 impl Planner<'_> {
@@ -64,42 +116,70 @@ impl Planner<'_> {
         ins: &[DevValueId],
         out_val: &Value,
     ) -> Result<(), CodegenError> {
-        let OpKind::Gather { axis } = op.kind else {
-            unreachable!("dispatched by kind")
-        };
+        let transposed = matches!(op.kind, OpKind::GatherColumns);
         let (table, ids) = (ins[0], ins[1]);
-        if axis != 0 || self.values[table].shape.len() != 2 {
+        if !matches!(op.kind, OpKind::Gather { axis: 0 } | OpKind::GatherColumns)
+            || self.values[table].shape.len() != 2
+        {
             return unsupported(
                 op,
                 "a lookup is lowered along axis 0 of a 2-D table (an embedding); reshape the \
                  table first",
             );
         }
-        let (v, h) = (self.values[table].shape[0], self.values[table].shape[1]);
+        let shape = &self.values[table].shape;
+        let (v, h) = if transposed {
+            (shape[1], shape[0])
+        } else {
+            (shape[0], shape[1])
+        };
         let dtype = self.values[table].dtype;
         let eb = dtype.bytes();
         let g = self.values[table].layout.group;
+        if transposed && (!g.is_power_of_two() || g * eb > 64 || !matches!(eb, 2 | 4)) {
+            return unsupported(
+                op,
+                &format!(
+                    "columns are looked up in tables of 2- or 4-byte elements in column groups \
+                     of a power of two up to 64 bytes, not {dtype} in groups of {g}"
+                ),
+            );
+        }
+        let tab = Table {
+            entries: v,
+            width: h,
+            group: g,
+            transposed,
+        };
         let groups = h.div_ceil(g);
         let tiles = self.tiles as usize;
+        // A transposed table's parts are whole blocks of `g` entries.
+        let (units, unit) = if transposed {
+            (v.div_ceil(g), g)
+        } else {
+            (v, 1)
+        };
         let parts = (tiles / groups)
             .max((v * g * eb).div_ceil(PART_BYTES))
-            .clamp(1, v);
+            .clamp(1, units);
         let items: Vec<Part> = (0..groups)
             .flat_map(|j| {
                 (0..parts).map(move |p| Part {
                     group: j,
                     part: p,
                     tile: ((j * parts + p) % tiles) as u32,
-                    rows: (v * p / parts, v * (p + 1) / parts),
+                    rows: (
+                        (units * p / parts * unit).min(v),
+                        (units * (p + 1) / parts * unit).min(v),
+                    ),
                 })
             })
             .collect();
-        let resident = self.read_only_here(table, ins, true);
+        let resident = self.read_only_first(table, ins);
         if resident {
-            let ranges = items.iter().map(|it| {
-                let at = it.group * v;
-                (it.tile, (at + it.rows.0) * g, (at + it.rows.1) * g)
-            });
+            let ranges = items
+                .iter()
+                .flat_map(|it| (tab.part_ranges(it).into_iter()).map(|(s, e)| (it.tile, s, e)));
             self.values[table].layout = Layout::from_ranges(g, ranges);
         }
         if self.read_only_here(ids, ins, false) {
@@ -127,8 +207,13 @@ impl Planner<'_> {
         let per_worker = n.div_ceil(WORKER_CONTEXTS as u64) as u32;
         let slot = BARREL_SLOT_CYCLES as u64;
         let workers = WORKER_CONTEXTS as u64;
-        let compute = slot * u64::from(kernels::gather_rows_bound_slots(per_worker, row_words))
-            + workers * slot * 3;
+        let bound = if transposed {
+            let row = row_shape(eb, g, g);
+            kernels::gather_columns_bound_slots(eb as u32, per_worker, row)
+        } else {
+            kernels::gather_rows_bound_slots(per_worker, row_words)
+        };
+        let compute = slot * u64::from(bound) + workers * slot * 3;
         let row_bytes = (g * eb) as u64;
         let overhead = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
         let bw = EXCHANGE_BYTES_PER_CYCLE as u64;
@@ -148,7 +233,8 @@ impl Planner<'_> {
         let finalist = Finalist {
             op: op.name.clone(),
             mapping: format!(
-                "lookup groups={groups} parts={parts}{}",
+                "lookup groups={groups} parts={parts}{}{}",
+                if transposed { " columns" } else { "" },
                 if resident { "" } else { " table-copied" }
             ),
             estimated_cycles: compute + merge_cycles + exchange,
@@ -161,10 +247,27 @@ impl Planner<'_> {
             parts,
             items,
             resident,
+            transposed,
         };
         self.push_unchosen(finalist, DevOpKind::new(kind), vec![table, ids], r);
         Ok(())
     }
+}
+
+/// A transposed part's row of `elems` valid elements of `eb` bytes in a column group of `g`:
+/// its data words (pairs of 2-byte elements), a lone last 2-byte element (0 or 1) and the zero
+/// words after them.
+fn row_shape(eb: usize, g: usize, elems: usize) -> (u32, u32, u32) {
+    let (words, tail) = if eb == 2 {
+        (elems / 2, elems % 2)
+    } else {
+        (elems, 0)
+    };
+    (
+        words as u32,
+        tail as u32,
+        (g * eb / 4 - words - tail) as u32,
+    )
 }
 
 /// Chunk `p` of `n` indices cut into `parts`: the first and one past the last.
@@ -183,8 +286,19 @@ impl FamilyOp for Lookup {
         let op = &l.plan.ops[index];
         let (table, ids, out) = (op.inputs[0], op.inputs[1], op.output);
         let name = op.name.clone();
-        let v = l.plan.values[table].shape[0];
+        let shape = &l.plan.values[table].shape;
+        let (v, h) = if self.transposed {
+            (shape[1], shape[0])
+        } else {
+            (shape[0], shape[1])
+        };
         let g = l.plan.values[table].layout.group;
+        let tab = Table {
+            entries: v,
+            width: h,
+            group: g,
+            transposed: self.transposed,
+        };
         let eb = l.eb(table);
         let row_bytes = g as u32 * eb;
         let ids_shape = l.plan.values[ids].shape.clone();
@@ -246,31 +360,27 @@ impl FamilyOp for Lookup {
                     });
                     b
                 });
-                let start = (it.group * v + it.rows.0) * g;
+                let ranges = tab.part_ranges(it);
                 let (tb, t_off) = if self.resident {
-                    let local = l.plan.values[table]
-                        .layout
-                        .pieces
-                        .iter()
-                        .find(|p| p.start == start && p.tile == it.tile)
-                        .map(|p| p.local)
+                    let local = local_of(&l.plan.values[table].layout, ranges[0].0, it.tile)
                         .expect("a part is a piece of the table");
                     (l.value_buffer(table, it.tile), local as u32 * eb)
                 } else {
-                    let len = (it.rows.1 - it.rows.0) * g;
+                    let mut at = 0;
+                    let want: Vec<_> = (ranges.iter())
+                        .map(|&(s, e)| {
+                            at += e - s;
+                            (s, e, at - (e - s))
+                        })
+                        .collect();
                     let b =
-                        l.scratch_buffer(it.tile, len as u32 * eb, format!("stage:{name}.table"));
-                    let c = l.gather(table, it.tile, g, &[(start, start + len, 0)], b);
+                        l.scratch_buffer(it.tile, at as u32 * eb, format!("stage:{name}.table"));
+                    let c = l.gather(table, it.tile, g, &want, b);
                     steps.copies.extend(c);
                     (b, 0)
                 };
                 let (ob, o_off) = if self.parts == 1 {
-                    let first = it.group * s * g;
-                    let local = out_layout
-                        .pieces
-                        .iter()
-                        .find(|p| p.start == first)
-                        .map(|p| p.local)
+                    let local = local_of(&out_layout, it.group * s * g, it.tile)
                         .expect("the output has a piece per column group");
                     (l.value_buffer(out, it.tile), local as u32 * eb)
                 } else {
@@ -280,7 +390,29 @@ impl FamilyOp for Lookup {
                 partial_at.push((ob, o_off));
                 let ops = steps.tiles.entry(it.tile).or_default();
                 for (i0, i1) in split(n, WORKERS) {
-                    if i1 > i0 {
+                    if i1 > i0 && self.transposed {
+                        let elems = tab.elems(it.group);
+                        let row = row_shape(eb as usize, g, elems);
+                        let state = GatherColumnsState {
+                            table: (tb, t_off),
+                            indices: (ib, i0 * 4),
+                            out: (ob, o_off + i0 * row_bytes),
+                            count: i1 - i0,
+                            first: it.rows.0 as u32,
+                            rows: (it.rows.1 - it.rows.0) as u32,
+                            words: row.0,
+                            tail: row.1,
+                            pad: row.2,
+                            entries: v as u32,
+                            block: (elems * g) as u32 * eb,
+                        };
+                        let slots = kernels::gather_columns_bound_slots(eb, i1 - i0, row);
+                        let kernel = Kernel::GatherColumns {
+                            elem_bytes: eb as u8,
+                            group: g as u8,
+                        };
+                        ops.push(SupOp::Run(kernel, state.into(), slots));
+                    } else if i1 > i0 {
                         let state = GatherRowsState {
                             table: (tb, t_off),
                             indices: (ib, i0 * 4),
@@ -331,12 +463,7 @@ impl FamilyOp for Lookup {
                     let groups = self.items.len() / self.parts;
                     let (b0, s0) = (c0 / s, c0 % s);
                     let at = (b0 * groups * s + it.group * s + s0) * g;
-                    let local = l.plan.values[out]
-                        .layout
-                        .pieces
-                        .iter()
-                        .find(|p| p.tile == it.tile && (p.start..p.end).contains(&at))
-                        .map(|p| p.local + at - p.start)
+                    let local = local_of(&l.plan.values[out].layout, at, it.tile)
                         .expect("the chunk's first row is on its tile");
                     let ob = l.value_buffer(out, it.tile);
                     let o_off = local as u32 * eb;

@@ -55,7 +55,7 @@ impl Planner<'_> {
             | OpKind::CausalMask { .. }
             | OpKind::Map(_)
             | OpKind::Cast { .. } => self.plan_unary(op, &ins, &out_val),
-            OpKind::Gather { .. } => self.plan_gather(op, &ins, &out_val),
+            OpKind::Gather { .. } | OpKind::GatherColumns => self.plan_gather(op, &ins, &out_val),
             OpKind::Reshape { .. }
             | OpKind::Transpose { .. }
             | OpKind::Slice { .. }

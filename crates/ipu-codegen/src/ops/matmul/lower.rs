@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipu_package::split_shape;
 use ipu_target::AmpMode;
 
-use super::blocks::{Consecutive, MatMul};
+use super::blocks::{Block, Consecutive, MatMul};
 use crate::cost::estimate;
 use crate::error::CodegenError;
+use crate::layout::moves;
 use crate::lower::*;
 use crate::operator_plan::{DevOp, DevValue, FamilyOp};
 use crate::program::*;
@@ -127,6 +128,53 @@ impl Lowerer<'_> {
                 (kb * chunk / chunks, kb * (chunk + 1) / chunks, 0, kb - 1)
             }
         };
+        let b_base = |bl: &Block| {
+            if b_batch == 1 {
+                0
+            } else {
+                bl.batch * groups * k * cols
+            }
+        };
+        // The weights of a block's K blocks `kb0..kb1`, staged group by group
+        // (`[bg][kc][kblk][cols]`: each group's rows are one run of `b`'s storage), or, with
+        // `k_major`, K block by K block (`[kc][bg][kblk][cols]`: one run when `b` is held as a
+        // tied table's lookup holds it, a piece a K block of a group, consecutive groups side
+        // by side). The AMP reads one K block of a group a round either way.
+        let b_want = |bl: &Block, (kb0, kb1): (usize, usize), k_major: bool| {
+            let (bg, kcp) = (bl.g1 - bl.g0, (kb1 - kb0) * kblk);
+            let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
+            let mut want = Vec::new();
+            if k_major {
+                for kk in kb0..kb1 {
+                    let rows = kblk.min(k - kk * kblk);
+                    for g in bl.g0..bl.g1 {
+                        let s = b_base(bl) + g * k * cols + kk * kblk * cols;
+                        let at = ((kk - kb0) * bg + (g - bl.g0)) * kblk * cols;
+                        want.push((s, s + rows * cols, at));
+                    }
+                }
+            } else {
+                for g in bl.g0..bl.g1 {
+                    let s = b_base(bl) + g * k * cols + k_lo * cols;
+                    want.push((s, s + (k_hi - k_lo) * cols, (g - bl.g0) * kcp * cols));
+                }
+            }
+            want
+        };
+        // K-major staging where it takes fewer copies over the first chunk's blocks.
+        let k_major = {
+            let b_val = &self.plan.values[b];
+            let copies = |k_major: bool| -> usize {
+                (blocks.iter())
+                    .map(|bl| {
+                        let (kb0, kb1, _, _) = k_range(bl.split, 0);
+                        let want = b_want(bl, (kb0, kb1), k_major);
+                        moves(&b_val.shape, &b_val.layout, cols, &want).len()
+                    })
+                    .sum()
+            };
+            copies(true) < copies(false)
+        };
         // Every chunk of a block stages into the same buffers (its largest chunk's bytes), so
         // the rounds of two chunks of the same shape have the same vertex states and their
         // chains are stored once.
@@ -181,7 +229,6 @@ impl Lowerer<'_> {
                 let (kb0, kb1, first, last) = k_range(bl.split, chunk);
                 let kc = kb1 - kb0;
                 let kcp = kc * kblk;
-                let (k_lo, k_hi) = (kb0 * kblk, (kb1 * kblk).min(k));
                 let bm = bl.m1 - bl.m0;
                 let bg = bl.g1 - bl.g0;
                 let a_bytes = (kc * bm) as u32 * row_bytes;
@@ -200,17 +247,7 @@ impl Lowerer<'_> {
                     .collect();
                 let mut cp = self.gather(a, bl.tile, kblk, &want, a_st);
                 let b_bytes = (bg * kcp * cols) as u32 * geo.input_bytes;
-                let b_base = if b_batch == 1 {
-                    0
-                } else {
-                    bl.batch * groups * k * cols
-                };
-                let want: Vec<_> = (bl.g0..bl.g1)
-                    .map(|g| {
-                        let s = b_base + g * k * cols + k_lo * cols;
-                        (s, s + (k_hi - k_lo) * cols, (g - bl.g0) * kcp * cols)
-                    })
-                    .collect();
+                let want = b_want(bl, (kb0, kb1), k_major);
                 cp.extend(self.gather(b, bl.tile, cols, &want, b_st));
                 let mut ops = Vec::new();
                 self.zero_gaps(a_st, a_bytes, &cp, &mut ops);
@@ -235,9 +272,12 @@ impl Lowerer<'_> {
                 for (gi, g) in (bl.g0..bl.g1).enumerate() {
                     let c_off = offsets[gi];
                     for kk in kb0..kb1 {
-                        let w_off = ((g - bl.g0) * kcp + (kk - kb0) * kblk) as u32
-                            * geo.columns
-                            * geo.input_bytes;
+                        let w_block = if k_major {
+                            ((kk - kb0) * bg + (g - bl.g0)) * kblk
+                        } else {
+                            (g - bl.g0) * kcp + (kk - kb0) * kblk
+                        };
+                        let w_off = w_block as u32 * geo.columns * geo.input_bytes;
                         debug_assert_eq!(w_off % weight_bytes, 0);
                         ops.push(SupOp::AmpW(b_st, w_off));
                         // The last round writes the output buffer; rounds alternate before it.
