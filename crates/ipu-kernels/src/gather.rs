@@ -8,7 +8,7 @@
 //! bitwise OR of the parts' results is the looked-up row, bit for bit ([`or_words`]); each
 //! part's tile merges one chunk of the indices' rows.
 
-use ipu_isa::{AluOp, Instr};
+use ipu_isa::{AluOp, Instr, MReg};
 
 use crate::code::*;
 use crate::state::*;
@@ -19,51 +19,77 @@ pub(crate) fn gather_rows(c: &mut Code) {
     // m1 table, m2 indices, m3 out, m4 count, m5 first, m6 rows, m7 row words, m8 entries
     load_state(c, GatherRowsState::WORDS);
     let end = exit_if_zero(c, m(4));
-    let next = c.label();
-    let zeros = c.label();
-    let done = c.label();
     c.op(alu_imm(AluOp::Sub, m(4), m(4), 1));
     c.op(alu_imm(AluOp::Shl, m(12), m(7), 2)); // m12 = row bytes
     c.op(setzi(m(13), 0));
-    c.bind(next);
-    c.op(ld32step_m(m(9), m(2), 4));
-    // A negative index counts from the end: add `entries` where the sign is set.
-    c.op(alu_imm(AluOp::Sar, m(10), m(9), 31));
-    c.op(alu(AluOp::And, m(10), m(10), m(8)));
-    c.op(alu(AluOp::Add, m(9), m(9), m(10)));
-    // m9 = the row in this part; outside it (unsigned) the row is zeros.
-    c.op(alu(AluOp::Sub, m(9), m(9), m(5)));
-    c.op(alu(AluOp::CmpUlt, m(10), m(9), m(6)));
-    c.branch(
-        Instr::Brz {
-            a: m(10),
-            target: 0,
-        },
-        zeros,
-    );
-    c.op(alu(AluOp::Mul, m(9), m(9), m(12)));
-    c.op(alu(AluOp::Add, m(9), m(9), m(1)));
-    rpt(c, m(7), |c| {
-        c.op(ld32step_m(m(11), m(9), 4));
-        c.op(st32step_m(m(11), m(3), 4));
+    let regs = LookupRegs {
+        row: m(9),
+        tmp: m(10),
+        entries: m(8),
+        zero: m(13),
+        row_words: m(7),
+    };
+    lookup_loop(c, regs, |c| {
+        c.op(alu(AluOp::Mul, m(9), m(9), m(12)));
+        c.op(alu(AluOp::Add, m(9), m(9), m(1)));
+        rpt(c, m(7), |c| {
+            c.op(ld32step_m(m(11), m(9), 4));
+            c.op(st32step_m(m(11), m(3), 4));
+        });
     });
+    exit_at(c, end);
+}
+
+/// The registers [`lookup_loop`] uses besides the state's indices (`m2`), output (`m3`),
+/// count less one (`m4`), first entry (`m5`) and entries in the part (`m6`).
+struct LookupRegs {
+    /// The index, then its row in the part.
+    row: MReg,
+    /// A scratch register.
+    tmp: MReg,
+    /// The table's entries.
+    entries: MReg,
+    /// Zero.
+    zero: MReg,
+    /// Words of an output row.
+    row_words: MReg,
+}
+
+/// The loop of a lookup over its indices: each index (negative ones counting from the end)
+/// either falls in the part, where `found` writes its output row from `regs.row` (the row in
+/// the part), or writes a row of zeros. Both ways out of the loop cost the same.
+fn lookup_loop(c: &mut Code, regs: LookupRegs, found: impl FnOnce(&mut Code)) {
+    let LookupRegs {
+        row,
+        tmp,
+        entries,
+        zero,
+        row_words,
+    } = regs;
+    let next = c.label();
+    let zeros = c.label();
+    let done = c.label();
+    c.bind(next);
+    c.op(ld32step_m(row, m(2), 4));
+    // A negative index counts from the end: add `entries` where the sign is set.
+    c.op(alu_imm(AluOp::Sar, tmp, row, 31));
+    c.op(alu(AluOp::And, tmp, tmp, entries));
+    c.op(alu(AluOp::Add, row, row, tmp));
+    // The row in this part; outside it (unsigned) the row is zeros.
+    c.op(alu(AluOp::Sub, row, row, m(5)));
+    c.op(alu(AluOp::CmpUlt, tmp, row, m(6)));
+    c.branch(Instr::Brz { a: tmp, target: 0 }, zeros);
+    found(c);
     c.branch(Instr::Brnzdec { a: m(4), target: 0 }, next);
-    c.branch(
-        Instr::Brz {
-            a: m(13),
-            target: 0,
-        },
-        done,
-    );
+    c.branch(Instr::Brz { a: zero, target: 0 }, done);
     c.bind(zeros);
-    rpt(c, m(7), |c| {
-        c.op(st32step_m(m(13), m(3), 4));
+    rpt(c, row_words, |c| {
+        c.op(st32step_m(zero, m(3), 4));
     });
     c.branch(Instr::Brnzdec { a: m(4), target: 0 }, next);
     // The found path's way out costs a branch; this keeps both ways out alike.
-    c.op(setzi(m(13), 0));
+    c.op(setzi(zero, 0));
     c.bind(done);
-    exit_at(c, end);
 }
 
 /// Issue slots of [`gather_rows`] for `found` indices inside the part and `missed` outside,
@@ -96,85 +122,58 @@ pub(crate) fn gather_columns(c: &mut Code, elem_bytes: u8, group: u8) {
     // m10 entries, m11 block; m0 the row's words, m15 zero.
     load_state(c, GatherColumnsState::WORDS);
     let end = exit_if_zero(c, m(4));
-    let next = c.label();
-    let zeros = c.label();
-    let done = c.label();
     let stride = i16::from(group) * i16::from(elem_bytes);
-    let half = elem_bytes == 2;
     c.op(alu_imm(AluOp::Sub, m(4), m(4), 1));
     c.op(setzi(m(15), 0));
     c.op(alu(AluOp::Add, m(0), m(7), m(8)));
     c.op(alu(AluOp::Add, m(0), m(0), m(9)));
-    c.bind(next);
-    c.op(ld32step_m(m(12), m(2), 4));
-    // A negative index counts from the end: add `entries` where the sign is set.
-    c.op(alu_imm(AluOp::Sar, m(13), m(12), 31));
-    c.op(alu(AluOp::And, m(13), m(13), m(10)));
-    c.op(alu(AluOp::Add, m(12), m(12), m(13)));
-    // m12 = the entry in this part; outside it (unsigned) the row is zeros.
-    c.op(alu(AluOp::Sub, m(12), m(12), m(5)));
-    c.op(alu(AluOp::CmpUlt, m(13), m(12), m(6)));
-    c.branch(
-        Instr::Brz {
-            a: m(13),
-            target: 0,
-        },
-        zeros,
-    );
-    // The entry's first element: its block, then its place in the block's rows.
-    c.op(alu_imm(
-        AluOp::Shr,
-        m(13),
-        m(12),
-        group.trailing_zeros() as i16,
-    ));
-    c.op(alu(AluOp::Mul, m(13), m(13), m(11)));
-    c.op(alu_imm(AluOp::And, m(12), m(12), i16::from(group) - 1));
-    c.op(alu_imm(
-        AluOp::Shl,
-        m(12),
-        m(12),
-        elem_bytes.trailing_zeros() as i16,
-    ));
-    c.op(alu(AluOp::Add, m(12), m(12), m(13)));
-    c.op(alu(AluOp::Add, m(12), m(12), m(1)));
-    if half {
-        rpt(c, m(7), |c| {
-            c.op(ldz16step_m(m(13), m(12), stride));
-            c.op(ldz16step_m(m(14), m(12), stride));
-            c.op(alu_imm(AluOp::Shl, m(14), m(14), 16));
-            c.op(alu(AluOp::Or, m(13), m(13), m(14)));
-            c.op(st32step_m(m(13), m(3), 4));
+    let regs = LookupRegs {
+        row: m(12),
+        tmp: m(13),
+        entries: m(10),
+        zero: m(15),
+        row_words: m(0),
+    };
+    lookup_loop(c, regs, |c| {
+        // The entry's first element: its block, then its place in the block's rows.
+        c.op(alu_imm(
+            AluOp::Shr,
+            m(13),
+            m(12),
+            group.trailing_zeros() as i16,
+        ));
+        c.op(alu(AluOp::Mul, m(13), m(13), m(11)));
+        c.op(alu_imm(AluOp::And, m(12), m(12), i16::from(group) - 1));
+        c.op(alu_imm(
+            AluOp::Shl,
+            m(12),
+            m(12),
+            elem_bytes.trailing_zeros() as i16,
+        ));
+        c.op(alu(AluOp::Add, m(12), m(12), m(13)));
+        c.op(alu(AluOp::Add, m(12), m(12), m(1)));
+        if elem_bytes == 2 {
+            rpt(c, m(7), |c| {
+                c.op(ldz16step_m(m(13), m(12), stride));
+                c.op(ldz16step_m(m(14), m(12), stride));
+                c.op(alu_imm(AluOp::Shl, m(14), m(14), 16));
+                c.op(alu(AluOp::Or, m(13), m(13), m(14)));
+                c.op(st32step_m(m(13), m(3), 4));
+            });
+            rpt(c, m(8), |c| {
+                c.op(ldz16step_m(m(13), m(12), stride));
+                c.op(st32step_m(m(13), m(3), 4));
+            });
+        } else {
+            rpt(c, m(7), |c| {
+                c.op(ld32step_m(m(13), m(12), stride));
+                c.op(st32step_m(m(13), m(3), 4));
+            });
+        }
+        rpt(c, m(9), |c| {
+            c.op(st32step_m(m(15), m(3), 4));
         });
-        rpt(c, m(8), |c| {
-            c.op(ldz16step_m(m(13), m(12), stride));
-            c.op(st32step_m(m(13), m(3), 4));
-        });
-    } else {
-        rpt(c, m(7), |c| {
-            c.op(ld32step_m(m(13), m(12), stride));
-            c.op(st32step_m(m(13), m(3), 4));
-        });
-    }
-    rpt(c, m(9), |c| {
-        c.op(st32step_m(m(15), m(3), 4));
     });
-    c.branch(Instr::Brnzdec { a: m(4), target: 0 }, next);
-    c.branch(
-        Instr::Brz {
-            a: m(15),
-            target: 0,
-        },
-        done,
-    );
-    c.bind(zeros);
-    rpt(c, m(0), |c| {
-        c.op(st32step_m(m(15), m(3), 4));
-    });
-    c.branch(Instr::Brnzdec { a: m(4), target: 0 }, next);
-    // The found path's way out costs a branch; this keeps both ways out alike.
-    c.op(setzi(m(13), 0));
-    c.bind(done);
     exit_at(c, end);
 }
 
