@@ -13,10 +13,12 @@
 //! `n` groups on `tiles / n` parts a group), so the table takes the same share of every tile.
 //!
 //! A tied embedding's table is held once, as the LM head's `[hidden, vocab]` operand
-//! (`gather_columns`): its storage keeps, for each block of `g` entries, every row of `g`
-//! elements, one per entry. A part is then a run of such blocks of one column group's rows, and
-//! `Kernel::GatherColumns` reads an entry's elements `g` apart; parts, indices, merge and output
-//! are as for rows. The layout the lookup gives the table is the one the matmul stages from.
+//! (`gather_columns`), in the column group `g` the LM head's matmul reads: its storage keeps,
+//! for each block of `g` entries, every row of `g` elements, one per entry. A part is then a
+//! run of such blocks, each with the rows of one of the output's column groups (the type's
+//! own), and `Kernel::GatherColumns` reads an entry's elements `g` apart; parts, indices, merge
+//! and output are as for rows. The layout the lookup gives the table is the one the matmul
+//! stages from.
 
 use ipu_graph::{OpKind, Operation, Value};
 use ipu_package::{split_shape, storage_elements, storage_index};
@@ -65,20 +67,36 @@ pub struct Lookup {
     pub transposed: bool,
 }
 
-/// The geometry of a lookup's table: entries, row width (elements), column group, whether
-/// transposed.
+/// The geometry of a lookup's table: entries, row width (elements), the table's column group,
+/// the output's, and whether the table is transposed.
 #[derive(Debug, Clone, Copy)]
 struct Table {
     entries: usize,
     width: usize,
     group: usize,
+    out_group: usize,
     transposed: bool,
 }
 
 impl Table {
-    /// The valid elements of column group `j` (the last may be short).
+    fn new(shape: &[usize], group: usize, out_group: usize, transposed: bool) -> Table {
+        let (entries, width) = if transposed {
+            (shape[1], shape[0])
+        } else {
+            (shape[0], shape[1])
+        };
+        Table {
+            entries,
+            width,
+            group,
+            out_group,
+            transposed,
+        }
+    }
+
+    /// The valid elements of the output's column group `j` (the last may be short).
     fn elems(&self, j: usize) -> usize {
-        self.group.min(self.width - j * self.group)
+        self.out_group.min(self.width - j * self.out_group)
     }
 
     /// The storage ranges of part `it`, in the order a tile holds them.
@@ -88,10 +106,10 @@ impl Table {
             let at = j * self.entries;
             return vec![((at + it.rows.0) * g, (at + it.rows.1) * g)];
         }
-        // `[entries / g][width][g]`: each block's rows of column group `j`.
+        // `[entries / g][width][g]`: each block's rows of the output's column group `j`.
         (it.rows.0 / g..it.rows.1.div_ceil(g))
             .map(|b| {
-                let start = (b * self.width + j * g) * g;
+                let start = (b * self.width + j * self.out_group) * g;
                 (start, start + self.elems(j) * g)
             })
             .collect()
@@ -127,15 +145,14 @@ impl Planner<'_> {
                  table first",
             );
         }
-        let shape = &self.values[table].shape;
-        let (v, h) = if transposed {
-            (shape[1], shape[0])
-        } else {
-            (shape[0], shape[1])
-        };
         let dtype = self.values[table].dtype;
         let eb = dtype.bytes();
         let g = self.values[table].layout.group;
+        // A transposed table is in the column group its matmul reads; the output takes the
+        // type's own (a part then holds a whole output group's rows of its blocks).
+        let og = if transposed { default_group(dtype) } else { g };
+        let tab = Table::new(&self.values[table].shape, g, og, transposed);
+        let (v, h) = (tab.entries, tab.width);
         if transposed && (!g.is_power_of_two() || g * eb > 64 || !matches!(eb, 2 | 4)) {
             return unsupported(
                 op,
@@ -145,13 +162,7 @@ impl Planner<'_> {
                 ),
             );
         }
-        let tab = Table {
-            entries: v,
-            width: h,
-            group: g,
-            transposed,
-        };
-        let groups = h.div_ceil(g);
+        let groups = h.div_ceil(og);
         let tiles = self.tiles as usize;
         // A transposed table's parts are whole blocks of `g` entries.
         let (units, unit) = if transposed {
@@ -160,7 +171,7 @@ impl Planner<'_> {
             (v, 1)
         };
         let parts = (tiles / groups)
-            .max((v * g * eb).div_ceil(PART_BYTES))
+            .max((v * og * eb).div_ceil(PART_BYTES))
             .clamp(1, units);
         let items: Vec<Part> = (0..groups)
             .flat_map(|j| {
@@ -196,25 +207,25 @@ impl Planner<'_> {
             let (c0, c1) = chunk(n, parts, it.part);
             for b in 0..outer {
                 let (s0, s1) = (c0.clamp(b * s, (b + 1) * s), c1.clamp(b * s, (b + 1) * s));
-                let at = b * groups * s * g + it.group * s * g;
-                ranges.push((it.tile, at + (s0 - b * s) * g, at + (s1 - b * s) * g));
+                let at = b * groups * s * og + it.group * s * og;
+                ranges.push((it.tile, at + (s0 - b * s) * og, at + (s1 - b * s) * og));
             }
         }
-        let layout = Layout::from_ranges(g, ranges);
+        let layout = Layout::from_ranges(og, ranges);
         let r = self.add_graph_value(op.outputs[0], out_val, dtype, layout);
         let n = n as u64;
-        let row_words = (g * eb / 4) as u32;
+        let row_words = (og * eb / 4) as u32;
         let per_worker = n.div_ceil(WORKER_CONTEXTS as u64) as u32;
         let slot = BARREL_SLOT_CYCLES as u64;
         let workers = WORKER_CONTEXTS as u64;
         let bound = if transposed {
-            let row = row_shape(eb, g, g);
+            let row = row_shape(eb, og, og);
             kernels::gather_columns_bound_slots(eb as u32, per_worker, row)
         } else {
             kernels::gather_rows_bound_slots(per_worker, row_words)
         };
         let compute = slot * u64::from(bound) + workers * slot * 3;
-        let row_bytes = (g * eb) as u64;
+        let row_bytes = (og * eb) as u64;
         let overhead = EXCHANGE_PHASE_OVERHEAD_CYCLES as u64;
         let bw = EXCHANGE_BYTES_PER_CYCLE as u64;
         let mut exchange = n * 4 / bw + overhead;
@@ -227,9 +238,9 @@ impl Planner<'_> {
                 slot * u64::from(kernels::or_words_slots(words, parts as u32)) + workers * slot * 3;
         }
         if !resident {
-            exchange += (v * g * eb / parts) as u64 / bw + overhead;
+            exchange += (v * og * eb / parts) as u64 / bw + overhead;
         }
-        let part_bytes = (v.div_ceil(parts) * g * eb) as u64;
+        let part_bytes = (v.div_ceil(parts) * og * eb) as u64;
         let finalist = Finalist {
             op: op.name.clone(),
             mapping: format!(
@@ -254,7 +265,8 @@ impl Planner<'_> {
     }
 }
 
-/// A transposed part's row of `elems` valid elements of `eb` bytes in a column group of `g`:
+/// A transposed part's row of `elems` valid elements of `eb` bytes in an output column group
+/// of `g`:
 /// its data words (pairs of 2-byte elements), a lone last 2-byte element (0 or 1) and the zero
 /// words after them.
 fn row_shape(eb: usize, g: usize, elems: usize) -> (u32, u32, u32) {
@@ -286,21 +298,12 @@ impl FamilyOp for Lookup {
         let op = &l.plan.ops[index];
         let (table, ids, out) = (op.inputs[0], op.inputs[1], op.output);
         let name = op.name.clone();
-        let shape = &l.plan.values[table].shape;
-        let (v, h) = if self.transposed {
-            (shape[1], shape[0])
-        } else {
-            (shape[0], shape[1])
-        };
         let g = l.plan.values[table].layout.group;
-        let tab = Table {
-            entries: v,
-            width: h,
-            group: g,
-            transposed: self.transposed,
-        };
+        let og = l.plan.values[out].layout.group;
+        let tab = Table::new(&l.plan.values[table].shape, g, og, self.transposed);
+        let v = tab.entries;
         let eb = l.eb(table);
-        let row_bytes = g as u32 * eb;
+        let row_bytes = og as u32 * eb;
         let ids_shape = l.plan.values[ids].shape.clone();
         let (outer, s) = outer_and_last(&ids_shape);
         let n = (outer * s) as u32;
@@ -380,7 +383,7 @@ impl FamilyOp for Lookup {
                     (b, 0)
                 };
                 let (ob, o_off) = if self.parts == 1 {
-                    let local = local_of(&out_layout, it.group * s * g, it.tile)
+                    let local = local_of(&out_layout, it.group * s * og, it.tile)
                         .expect("the output has a piece per column group");
                     (l.value_buffer(out, it.tile), local as u32 * eb)
                 } else {
@@ -392,7 +395,7 @@ impl FamilyOp for Lookup {
                 for (i0, i1) in split(n, WORKERS) {
                     if i1 > i0 && self.transposed {
                         let elems = tab.elems(it.group);
-                        let row = row_shape(eb as usize, g, elems);
+                        let row = row_shape(eb as usize, og, elems);
                         let state = GatherColumnsState {
                             table: (tb, t_off),
                             indices: (ib, i0 * 4),
@@ -462,7 +465,7 @@ impl FamilyOp for Lookup {
                     // buffer: the chunk's rows follow it in order.
                     let groups = self.items.len() / self.parts;
                     let (b0, s0) = (c0 / s, c0 % s);
-                    let at = (b0 * groups * s + it.group * s + s0) * g;
+                    let at = (b0 * groups * s + it.group * s + s0) * og;
                     let local = local_of(&l.plan.values[out].layout, at, it.tile)
                         .expect("the chunk's first row is on its tile");
                     let ob = l.value_buffer(out, it.tile);
