@@ -649,3 +649,28 @@ fn exported_layers_are_one_repeated_block() {
         }
     }
 }
+
+/// A tied LM head holds its table once, whichever exporter wrote it: the dynamo exporter's one
+/// initializer with a `Transpose` for the head (Llama) and the TorchScript exporter's two
+/// initializers of the same numbers (GPT-2). The lookup reads the head's operand's columns
+/// (the outputs against onnxruntime's: `ipu-cli/tests/onnx_cli.rs`).
+#[test]
+fn a_tied_embedding_is_held_once() {
+    for name in ["hf_llama", "hf_gpt2_torchscript"] {
+        let imported = import_named(name, &[]).unwrap();
+        let g = &imported.graph;
+        let text = ipu_graph::print(g);
+        assert!(text.contains("= gather_columns("), "{name}: {text}");
+        assert!(
+            imported.notes.iter().any(|n| n.contains("held once")),
+            "{name}: {:?}",
+            imported.notes
+        );
+        // The vocabulary's table appears once among the constants, as `[hidden, vocab]`.
+        let tables: Vec<_> = (g.constants().iter())
+            .map(|c| &g.value(c.value).ty.shape)
+            .filter(|s| s.len() == 2 && (s[0] >= 1000 || s[1] >= 1000))
+            .collect();
+        assert_eq!(tables.len(), 1, "{name}: {tables:?}");
+    }
+}
