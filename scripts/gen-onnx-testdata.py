@@ -688,6 +688,24 @@ def attention_causal_more_keys():
     save(m, "attention_causal_more_keys", [("q", q), ("k", k), ("v", v)], [("y", y.astype(np.float32))])
 
 
+def leaky_relu_alphas():
+    """LeakyRelu with alpha above 1, below 0 and between, over values with NaN, infinities and
+    signed zeros: y = x where x >= 0, else alpha x (float64 of f32 operands, exact)."""
+    x = f32((3, 8))
+    x[0, :5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    alphas = [2.5, -0.5, 0.1]
+    outs = [f"y{i}" for i in range(len(alphas))]
+    m = model(
+        "leaky_relu_alphas",
+        [helper.make_node("LeakyRelu", ["x"], [o], name=f"lr{i}", alpha=a) for i, (o, a) in enumerate(zip(outs, alphas))],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info(o, F, list(x.shape)) for o in outs],
+    )
+    with np.errstate(invalid="ignore"):
+        ys = [np.where(d(x) < 0, np.float64(np.float32(a)) * d(x), d(x)).astype(np.float32) for a in alphas]
+    save(m, "leaky_relu_alphas", [("x", x)], list(zip(outs, ys)))
+
+
 def main():
     linear()
     linear_external()
@@ -709,6 +727,7 @@ def main():
     pow_exponents()
     slice_steps()
     attention_causal_more_keys()
+    leaky_relu_alphas()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

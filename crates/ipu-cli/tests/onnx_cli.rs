@@ -192,7 +192,8 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
     // past cache, causal offset, soft cap, run-time mask with a fully masked row and its
     // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
     // different batch axes; the natural logarithm; powers with exponents known per column;
-    // slices with steps -1 and 2; causal attention over more keys than queries.
+    // slices with steps -1 and 2; causal attention over more keys than queries; LeakyRelu
+    // with alphas above 1, below 0 and between, over NaN, infinities and signed zeros.
     passes_its_data_set(
         &[
             "layer_norm_axis",
@@ -203,6 +204,7 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
             "pow_exponents",
             "slice_steps",
             "attention_causal_more_keys",
+            "leaky_relu_alphas",
         ],
         "4",
     );

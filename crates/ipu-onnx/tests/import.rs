@@ -674,3 +674,30 @@ fn a_tied_embedding_is_held_once() {
         assert_eq!(tables.len(), 1, "{name}: {tables:?}");
     }
 }
+
+/// LeakyRelu with any alpha: the maximum of `x` and `alpha x` for alpha in 0..=1, the selection
+/// `where(x < 0, alpha x, x)` otherwise; bit for bit the data set's outputs (NumPy's definition
+/// in float64), NaN, infinities and signed zeros included.
+#[test]
+fn leaky_relu_with_any_alpha() {
+    let m = import_named("leaky_relu_alphas", &[]).unwrap();
+    let text = ipu_graph::print(&m.graph);
+    assert!(text.contains("%y0 = where("), "{text}");
+    assert!(text.contains("%y1 = where("), "{text}");
+    assert!(text.contains("%y2 = max("), "{text}");
+    let inputs = test_tensors("leaky_relu_alphas", "input");
+    let expected = test_tensors("leaky_relu_alphas", "output");
+    for precision in [Precision::Exact, Precision::Device] {
+        let outputs = evaluate(&m.graph, &inputs, precision, 1).unwrap();
+        for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
+            for (j, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
+                let same = if w.is_nan() {
+                    g.is_nan()
+                } else {
+                    g.to_bits() == w.to_bits()
+                };
+                assert!(same, "{precision:?} output {i} element {j}: {g} vs {w}");
+            }
+        }
+    }
+}

@@ -56,6 +56,18 @@ fn map_fn(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>], f: MapFn
 /// The map operation `f` of `vals`, broadcast to one shape; known ones take the type of the
 /// run-time ones they meet.
 fn map_vals(imp: &mut Importer<'_>, node: &Node<'_>, vals: &[Val], f: MapFn) -> Outs {
+    let name = out_name(imp, node, 0);
+    one(map_named(imp, node, vals, f, &name)?)
+}
+
+/// [`map_vals`] as the value `name`.
+pub(super) fn map_named(
+    imp: &mut Importer<'_>,
+    node: &Node<'_>,
+    vals: &[Val],
+    f: MapFn,
+    name: &str,
+) -> Result<Val, OnnxError> {
     let shapes: Vec<Vec<usize>> = vals.iter().map(|v| imp.shape(v)).collect();
     let target = broadcast_shapes(node, &shapes)?;
     // The operands that share a type: all of a predicate's, `where`'s last two.
@@ -64,7 +76,6 @@ fn map_vals(imp: &mut Importer<'_>, node: &Node<'_>, vals: &[Val], f: MapFn) -> 
         Val::Graph(id) => Some(imp.ty(&Val::Graph(*id)).0),
         Val::Known(..) => None,
     });
-    let name = out_name(imp, node, 0);
     let mut ids = Vec::with_capacity(vals.len());
     for (k, v) in vals.iter().enumerate() {
         let want = if f == MapFn::Where && k == 0 {
@@ -83,7 +94,7 @@ fn map_vals(imp: &mut Importer<'_>, node: &Node<'_>, vals: &[Val], f: MapFn) -> 
         let v = broadcast_to(imp, node, &v, &target, &format!("{name}.in{k}"))?;
         ids.push(imp.data(node, k, &v, &format!("{name}.in{k}"))?);
     }
-    one(Val::Graph(imp.op(node, &name, OpKind::Map(f), &ids)?))
+    Ok(Val::Graph(imp.op(node, name, OpKind::Map(f), &ids)?))
 }
 
 /// `IsInf`: either sign, or the one `detect_positive` / `detect_negative` keep.

@@ -6,7 +6,7 @@
 
 use std::rc::Rc;
 
-use ipu_graph::{OpKind, UnaryFn};
+use ipu_graph::{MapFn, OpKind, UnaryFn};
 
 use super::common::{
     Outs, binary_op, fill_like, input, max2, min2, negate, one, one_over, out_name, req, reshape,
@@ -117,20 +117,32 @@ fn relu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     one(max2(imp, node, x, &zero, &name)?)
 }
 
-/// `LeakyRelu = max(x, alpha x)` for `0 <= alpha <= 1`, exact.
+/// `LeakyRelu = max(x, alpha x)` for `0 <= alpha <= 1`, and `where(x < 0, alpha x, x)` for
+/// any other alpha (where the maximum is not it), both exact.
 fn leaky_relu(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Outs {
     node.only_attrs(&["alpha"])?;
     let x = req(node, ins, 0)?;
     let alpha = node.float("alpha", 0.01)?;
-    if !(0.0..=1.0).contains(&alpha) {
-        return Err(node.bad_attr(
-            "alpha",
-            format!("{alpha} is outside 0..=1, where max(x, alpha x) is LeakyRelu"),
-        ));
-    }
     let name = out_name(imp, node, 0);
     let scaled = scale(imp, node, x, alpha, &format!("{name}.leak"))?;
-    one(max2(imp, node, x, &scaled, &name)?)
+    if (0.0..=1.0).contains(&alpha) {
+        return one(max2(imp, node, x, &scaled, &name)?);
+    }
+    let zero = fill_like(imp, x, 0.0)?;
+    let below = super::compare::map_named(
+        imp,
+        node,
+        &[x.clone(), zero],
+        MapFn::Less,
+        &format!("{name}.below"),
+    )?;
+    one(super::compare::map_named(
+        imp,
+        node,
+        &[below, scaled, x.clone()],
+        MapFn::Where,
+        &name,
+    )?)
 }
 
 /// `Clip` (opset 13): min and max as optional known inputs.
