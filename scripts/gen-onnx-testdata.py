@@ -706,6 +706,30 @@ def leaky_relu_alphas():
     save(m, "leaky_relu_alphas", [("x", x)], list(zip(outs, ys)))
 
 
+def pow_zero():
+    """Pow (opset 15) with exponent 0, scalar and among others along the last axis: 1 for every
+    base, NaN, infinities and zeros included (NumPy's and C's pow)."""
+    x = f32((2, 6))
+    x[0, :5] = [np.nan, np.inf, -np.inf, 0.0, -2.0]
+    e = np.array([0.0, 2.0, 0.0, 3.0, 0.0, 1.0], dtype=np.float32)
+    zero = np.array(0.0, dtype=np.float32)
+    m = model(
+        "pow_zero",
+        [
+            helper.make_node("Pow", ["x", "zero"], ["y"], name="pow0"),
+            helper.make_node("Pow", ["x", "e"], ["z"], name="pow_e"),
+        ],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info(n, F, list(x.shape)) for n in ["y", "z"]],
+        [numpy_helper.from_array(zero, "zero"), numpy_helper.from_array(e, "e")],
+        opset=15,
+    )
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = np.power(d(x), 0.0).astype(np.float32)
+        z = np.power(d(x), d(e)).astype(np.float32)
+    save(m, "pow_zero", [("x", x)], [("y", y), ("z", z)])
+
+
 def main():
     linear()
     linear_external()
@@ -728,6 +752,7 @@ def main():
     slice_steps()
     attention_causal_more_keys()
     leaky_relu_alphas()
+    pow_zero()
     total = 0
     for root, _, files in os.walk(OUT):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)

@@ -193,7 +193,8 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
     // post-softmax scores; then a constant boolean mask; a matmul whose operands broadcast
     // different batch axes; the natural logarithm; powers with exponents known per column;
     // slices with steps -1 and 2; causal attention over more keys than queries; LeakyRelu
-    // with alphas above 1, below 0 and between, over NaN, infinities and signed zeros.
+    // with alphas above 1, below 0 and between, over NaN, infinities and signed zeros; Pow
+    // with exponent 0.
     passes_its_data_set(
         &[
             "layer_norm_axis",
@@ -205,6 +206,7 @@ fn expanded_forms_and_the_logarithm_match_their_data_sets_on_the_device() {
             "slice_steps",
             "attention_causal_more_keys",
             "leaky_relu_alphas",
+            "pow_zero",
         ],
         "4",
     );

@@ -685,8 +685,21 @@ fn leaky_relu_with_any_alpha() {
     assert!(text.contains("%y0 = where("), "{text}");
     assert!(text.contains("%y1 = where("), "{text}");
     assert!(text.contains("%y2 = max("), "{text}");
-    let inputs = test_tensors("leaky_relu_alphas", "input");
-    let expected = test_tensors("leaky_relu_alphas", "output");
+    check_outputs_bitwise(&m, "leaky_relu_alphas");
+}
+
+/// Pow with exponent 0 is 1 for every base (NaN and infinities too), as a scalar exponent and
+/// among others along the last axis; bit for bit the data set's outputs.
+#[test]
+fn pow_with_exponent_zero_is_one() {
+    let m = import_named("pow_zero", &[]).unwrap();
+    check_outputs_bitwise(&m, "pow_zero");
+}
+
+/// The data set's outputs bit for bit in both precisions (NaN matching NaN).
+fn check_outputs_bitwise(m: &Imported, name: &str) {
+    let inputs = test_tensors(name, "input");
+    let expected = test_tensors(name, "output");
     for precision in [Precision::Exact, Precision::Device] {
         let outputs = evaluate(&m.graph, &inputs, precision, 1).unwrap();
         for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
@@ -696,7 +709,10 @@ fn leaky_relu_with_any_alpha() {
                 } else {
                     g.to_bits() == w.to_bits()
                 };
-                assert!(same, "{precision:?} output {i} element {j}: {g} vs {w}");
+                assert!(
+                    same,
+                    "{name} {precision:?} output {i} element {j}: {g} vs {w}"
+                );
             }
         }
     }

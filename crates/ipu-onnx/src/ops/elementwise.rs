@@ -9,8 +9,8 @@ use std::rc::Rc;
 use ipu_graph::{MapFn, OpKind, UnaryFn};
 
 use super::common::{
-    Outs, binary_op, fill_like, input, max2, min2, negate, one, one_over, out_name, req, reshape,
-    scale, slice_graph, unary_op,
+    Outs, binary_op, broadcast_to, fill_like, input, max2, min2, negate, one, one_over, out_name,
+    req, reshape, scale, slice_graph, unary_op,
 };
 use super::handler::{ALL, Handler, evaluated, given, required};
 use crate::OnnxError;
@@ -354,7 +354,7 @@ fn variadic(imp: &mut Importer<'_>, node: &Node<'_>, ins: &[Option<Val>]) -> Out
 }
 
 /// `x ^ v` for a known scalar exponent `v`: 1, 2, 3, -1 and 0.5 as before (the identity,
-/// products, a reciprocal, `sqrt`); other integers up to [`POW_INTEGER_MAX`] in magnitude by
+/// products, a reciprocal, `sqrt`); 0 as ones; other integers up to [`POW_INTEGER_MAX`] in magnitude by
 /// repeated squaring (exact signs for negative bases, as NumPy's), negative ones through a
 /// reciprocal; any other finite exponent as `exp(v ln x)`, which is NumPy's `x ^ v` wherever
 /// that is real: NaN for a negative base (a non-integer power), 0 or `inf` at a zero base,
@@ -375,6 +375,12 @@ fn pow_scalar(
             binary_op(imp, node, OpKind::Mul, &sq, x, name)
         }
         0.5 => unary_op(imp, node, OpKind::Unary(UnaryFn::Sqrt), x, 0, name),
+        // 1 for every base, NaN and infinities included (C's and NumPy's `pow`).
+        0.0 => {
+            let shape = imp.shape(x);
+            let ones = fill_like(imp, x, 1.0)?;
+            broadcast_to(imp, node, &ones, &shape, name)
+        }
         _ if v.fract() == 0.0 && v != 0.0 && v.abs() <= POW_INTEGER_MAX => {
             let n = v.abs() as u32;
             let power_name = if v < 0.0 {
@@ -419,7 +425,7 @@ fn pow_scalar(
             unary_op(imp, node, OpKind::Unary(UnaryFn::Exp), &s, 0, name)
         }
         _ => Err(node.unsupported(format!(
-            "exponent {v}: not mapped (exponents 0, infinite and NaN have no device form)"
+            "exponent {v}: not mapped (infinite and NaN exponents have no device form)"
         ))),
     }
 }
