@@ -670,29 +670,26 @@ impl Planner<'_> {
         ins: &[DevValueId],
         constants: bool,
     ) -> bool {
-        self.values[v].graph.is_some_and(|gv| {
-            let held = self.graph.inputs().contains(&gv)
-                || (constants && self.graph.constants().iter().any(|c| c.value == gv));
-            held && !self.graph.outputs().contains(&gv)
-                && self
-                    .graph
-                    .operations()
-                    .iter()
-                    .filter(|o| o.inputs.contains(&gv))
-                    .count()
-                    == 1
-                && ins.iter().filter(|&&i| i == v).count() == 1
-                && self.ops.iter().all(|o| !o.inputs.contains(&v))
-        })
+        self.unread_before(v, ins, constants)
+            && self.values[v].graph.is_some_and(|gv| {
+                let readers = self.graph.operations().iter();
+                readers.filter(|o| o.inputs.contains(&gv)).count() == 1
+            })
     }
 
     /// Whether `v` is a graph input or constant that is no output, `ins` names once and no
     /// operation planned before reads: the first reader may lay it out as it likes, and later
     /// readers take that layout (a tied table the lookup lays out and the LM head stages).
     pub(crate) fn read_only_first(&self, v: DevValueId, ins: &[DevValueId]) -> bool {
+        self.unread_before(v, ins, true)
+    }
+
+    /// Whether `v` is a graph input (or, with `constants`, a constant) and no output, `ins`
+    /// names it once, and no operation planned before reads it.
+    fn unread_before(&self, v: DevValueId, ins: &[DevValueId], constants: bool) -> bool {
         self.values[v].graph.is_some_and(|gv| {
             let held = self.graph.inputs().contains(&gv)
-                || self.graph.constants().iter().any(|c| c.value == gv);
+                || (constants && self.graph.constants().iter().any(|c| c.value == gv));
             held && !self.graph.outputs().contains(&gv)
                 && ins.iter().filter(|&&i| i == v).count() == 1
                 && self.ops.iter().all(|o| !o.inputs.contains(&v))

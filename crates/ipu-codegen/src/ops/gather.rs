@@ -393,40 +393,49 @@ impl FamilyOp for Lookup {
                 partial_at.push((ob, o_off));
                 let ops = steps.tiles.entry(it.tile).or_default();
                 for (i0, i1) in split(n, WORKERS) {
-                    if i1 > i0 && self.transposed {
+                    if i1 == i0 {
+                        continue;
+                    }
+                    let (indices, out) = ((ib, i0 * 4), (ob, o_off + i0 * row_bytes));
+                    let (count, table) = (i1 - i0, (tb, t_off));
+                    let (first, rows) = (it.rows.0 as u32, (it.rows.1 - it.rows.0) as u32);
+                    let entries = v as u32;
+                    if self.transposed {
                         let elems = tab.elems(it.group);
-                        let row = row_shape(eb as usize, og, elems);
+                        let (words, tail, pad) = row_shape(eb as usize, og, elems);
                         let state = GatherColumnsState {
-                            table: (tb, t_off),
-                            indices: (ib, i0 * 4),
-                            out: (ob, o_off + i0 * row_bytes),
-                            count: i1 - i0,
-                            first: it.rows.0 as u32,
-                            rows: (it.rows.1 - it.rows.0) as u32,
-                            words: row.0,
-                            tail: row.1,
-                            pad: row.2,
-                            entries: v as u32,
+                            table,
+                            indices,
+                            out,
+                            count,
+                            first,
+                            rows,
+                            words,
+                            tail,
+                            pad,
+                            entries,
                             block: (elems * g) as u32 * eb,
                         };
-                        let slots = kernels::gather_columns_bound_slots(eb, i1 - i0, row);
+                        let slots =
+                            kernels::gather_columns_bound_slots(eb, count, (words, tail, pad));
                         let kernel = Kernel::GatherColumns {
                             elem_bytes: eb as u8,
                             group: g as u8,
                         };
                         ops.push(SupOp::Run(kernel, state.into(), slots));
-                    } else if i1 > i0 {
+                    } else {
+                        let row_words = row_bytes / 4;
                         let state = GatherRowsState {
-                            table: (tb, t_off),
-                            indices: (ib, i0 * 4),
-                            out: (ob, o_off + i0 * row_bytes),
-                            count: i1 - i0,
-                            first: it.rows.0 as u32,
-                            rows: (it.rows.1 - it.rows.0) as u32,
-                            row_words: row_bytes / 4,
-                            entries: v as u32,
+                            table,
+                            indices,
+                            out,
+                            count,
+                            first,
+                            rows,
+                            row_words,
+                            entries,
                         };
-                        let slots = kernels::gather_rows_bound_slots(i1 - i0, row_bytes / 4);
+                        let slots = kernels::gather_rows_bound_slots(count, row_words);
                         ops.push(SupOp::Run(Kernel::GatherRows, state.into(), slots));
                     }
                 }

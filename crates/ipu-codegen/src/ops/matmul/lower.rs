@@ -205,7 +205,8 @@ impl Lowerer<'_> {
                 let key = (entry(a_batch), bl.m0, bl.m1, bl.split);
                 self.join_group(&mut row_groups, key, a_st);
             }
-            // B staging (weights): [bg][kcp][cols], in interleaved memory.
+            // B staging (weights): [bg][kcp][cols], or [kc][bg][kblk][cols] with `k_major`, in
+            // interleaved memory.
             let b_bytes = (bg * kc * kblk * cols) as u32 * geo.input_bytes;
             let b_st = self.prog.buffer(
                 bl.tile,
